@@ -1,0 +1,288 @@
+"""The multiplicative-update family, batched: every column of V advances with one pass over K.
+
+All four rules update alpha_i <- alpha_i * r_i from the two non-negative halves of the
+quadratic form, ``P = (Q)+`` and ``N = (Q)-`` (m3-multiplicative-updates-large-margin.txt
+eq. (5), with Q = diag(y) K diag(y)), written ``P_i = (P alpha)_i`` and ``N_i = (N alpha)_i``,
+and the linear term c (c = -1 for the SVM dual, eq. (29)):
+
+- ``m3``:      r = (-c + sqrt(c^2 + 4 P N)) / (2 P)                           (M3 eq. (12))
+- ``munk``:    r = (N + max(-c, 0)) / (P + max(c, 0))                          (munk eq. (7))
+- ``seminmf``: r = sqrt((N + max(-c, 0)) / (P + max(c, 0)))        (slides, semiNMF update)
+- ``musik``:   r = (N + max(-c, 0) + D alpha) / (P + max(c, 0) + D alpha)  (slides, MUSIK)
+
+For MUNK on a non-negative kernel, P holds the same-class block K(X_A, X_A) and N the
+cross-class block K(X_A, X_B), so r is exactly munk eq. (7). The slides leave MUSIK's
+diagonal D unspecified; muflow takes D_ii = N_i / alpha_i (the Lee-Seung diagonal bound of
+N at the current iterate), the choice for which the auxiliary-function argument of NMF
+bounds the signed quadratic form, so the update is ``(2 N + 1) / (P + N)``.
+
+Constraints:
+
+- box 0 <= alpha <= U, clipped: ``min(U, alpha r)`` (M3 eq. (19), munk eq. (8)-(9));
+- box, flipped (``m3_flipped``): the change of variables alpha_hat = alpha or U - alpha by
+  the sign of the gradient (M3 eq. (20)-(24)) turns the problem into one with labels
+  z = s * y and linear term s * (A u + c), on which the M3 update runs (eq. (25)). The signs
+  come from the gradient of the previous pass (the pass that computes this iteration's
+  products also yields the current gradient), so a flipped iteration still costs one pass;
+- sum constraint sum_i y_i alpha_i = 0 (the exact intercept): the linear term becomes
+  c + lambda y (eq. (14)-(16)) and lambda is solved at every iteration so that the updated
+  alpha satisfies the constraint (eq. (17)); the left side of (17) decreases in lambda
+  (Theorem 2: the root is unique), here also with the clipping inside it, so a bracketing
+  root finder replaces the fixed-point iteration (18). For MUNK this lambda is the bias
+  multiplier of the slides (sum_A alpha = sum_B alpha = lambda expresses the same
+  constraint); muflow keeps it as a Lagrange multiplier rather than rescaling beta =
+  alpha / lambda, which lets the box constraint stay a plain clip.
+
+Safeguard: each pass also yields F at the new iterate. Should a step ever raise F (MUNK's
+parallel form and the combination of clipping with the sum constraint carry no monotonicity
+proof), the iterate is moved back along the step to the exact minimiser of F on the segment
+(one extra pass). Both ends are feasible, so the result is. F therefore never increases.
+
+Degenerate cases (the papers' a_i = 0 or c_i = 0 rows, alpha reaching 0) are guarded:
+denominators are floored, the stable form of the quadratic root is used when c > 0, and
+alpha is floored at a tiny fraction of its column maximum so that a coefficient can come
+back from zero (the papers' "cannot set a variable directly to zero").
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from muflow.exceptions import MuflowError
+from muflow.solvers._compiled import RULE_IDS, multiplicative_step
+from muflow.solvers.kkt import kkt_violation
+from muflow.solvers.problem import DualProblem, DualSolution
+
+RULES = ("m3", "munk", "seminmf", "musik")
+_TINY = 1e-300
+_RELATIVE_FLOOR = 1e-12
+
+
+class _Products:
+    """One pass over K for the current iterate, in the basis of the flip signs s."""
+
+    def __init__(self, problem: DualProblem, alpha, s):
+        y, U = problem.y, problem.upper
+        m = problem.m
+        flipped = s < 0
+        self.s = s
+        self.z = z = s * y
+        self.w = np.where(flipped, U - alpha, alpha) if flipped.any() else alpha
+        pos = z > 0
+        cols = [self.w * pos, self.w * ~pos]
+        u = None
+        if flipped.any():
+            u = np.where(flipped, U, 0.0)
+            cols.append(y * u)
+        V = np.concatenate(cols, axis=1)
+        op = problem.operator
+        if op.nonnegative:
+            KV = op.matmul(V)
+            Kp, Kn = KV[:, :m], KV[:, m : 2 * m]
+            self.P = np.where(pos, Kp, Kn)
+            self.N = np.where(pos, Kn, Kp)
+            K_zw = Kp - Kn
+            K_yu = KV[:, 2 * m :] if u is not None else 0.0
+        else:
+            Kpos, Kneg = op.matmul_parts(V)
+            pp, pn = Kpos[:, :m], Kpos[:, m : 2 * m]
+            np_, nn = Kneg[:, :m], Kneg[:, m : 2 * m]
+            self.P = np.where(pos, pp + nn, pn + np_)
+            self.N = np.where(pos, np_ + pn, nn + pp)
+            K_zw = (pp - np_) - (pn - nn)
+            K_yu = (Kpos[:, 2 * m :] - Kneg[:, 2 * m :]) if u is not None else 0.0
+        # y alpha = z w + y u, so Q alpha = y * K(y alpha)
+        self.q_alpha = y * (K_zw + K_yu)
+        # linear term in the flipped basis: s * (A u + p)   (M3 eq. (24))
+        Au = y * K_yu if u is not None else 0.0
+        self.c = s * (Au + problem.linear)
+        self.u = u
+
+
+def _step(rule, prod: _Products, problem: DualProblem, lam, floor):
+    """alpha after one update (lambda solved in place when the sum constraint is on)."""
+    out = np.empty_like(prod.w)
+    multiplicative_step(
+        RULE_IDS[rule], prod.w, prod.P, prod.N, prod.c, prod.z, problem.y, prod.s,
+        np.ascontiguousarray(np.broadcast_to(floor, prod.w.shape)), problem.upper,
+        bool(problem.equality), lam, out,
+    )
+    return out
+
+
+def _initial_alpha(problem: DualProblem) -> np.ndarray:
+    """Equal coefficients per class, balanced so that sum_i y_i alpha_i = 0 (as the papers)."""
+    y, U = problem.y, problem.upper
+    active = U > 0
+    n_pos = np.maximum((active & (y > 0)).sum(axis=0), 1)
+    n_neg = np.maximum((active & (y < 0)).sum(axis=0), 1)
+    per_class = np.where(y > 0, 1.0 / n_pos, 1.0 / n_neg)
+    scale = min(problem.n, 1.0e3) / 2.0
+    alpha = per_class * scale
+    finite_min = np.where(active & np.isfinite(U), U, np.inf).min(axis=0)
+    shrink = np.minimum(1.0, 0.5 * finite_min / np.maximum(alpha.max(axis=0), _TINY))
+    return np.where(active, alpha * shrink[None, :], 0.0)
+
+
+def _rescale(problem, alpha, prod):
+    """Scale the starting point by the exact minimiser of F(t alpha) over t.
+
+    Multiplicative factors are invariant to a common scale of alpha (P and N scale with it),
+    so a start off by orders of magnitude (polynomial kernels on raw features) would take
+    many passes to correct. F(t alpha) = t^2/2 alpha'Q alpha + t p'alpha is minimised in
+    closed form from the products already computed; the box caps t. All products scale by
+    t, so no extra pass is needed.
+    """
+    quad = np.einsum("ij,ij->j", alpha, prod.q_alpha)
+    lin = np.einsum("ij,ij->j", alpha, problem.linear)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(quad > 0, -lin / quad, 1.0)
+        cap = np.where(alpha > 0, problem.upper / alpha, np.inf).min(axis=0)
+    t = np.clip(np.nan_to_num(t, nan=1.0, posinf=1.0), 1e-300, np.minimum(cap, 1e300))
+    t = np.where(t > 0, t, 1.0)
+    prod.w = prod.w * t
+    prod.P = prod.P * t
+    prod.N = prod.N * t
+    prod.q_alpha = prod.q_alpha * t
+    return alpha * t
+
+
+def solve_multiplicative(
+    problem: DualProblem,
+    *,
+    rule: str = "m3",
+    box: str = "clip",
+    init=None,
+    tol: float = 1e-3,
+    max_iter: int = 10_000,
+    callback=None,
+    solver_name: str | None = None,
+) -> DualSolution:
+    """Run one multiplicative rule on every column of ``problem`` until the KKT tolerance.
+
+    Parameters
+    ----------
+    problem : DualProblem
+    rule : {"m3", "munk", "seminmf", "musik"}
+    box : {"clip", "flip"}
+        How the upper bounds are enforced: clipped (M3 eq. (19)) or flipped (eq. (20)-(25)).
+    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias) or DualSolution, optional
+        Warm start; coefficients at exactly zero are lifted to the floor.
+    tol : float, default=1e-3
+        Stop when the KKT violation (:func:`muflow.solvers.kkt.kkt_violation`) of every
+        column is at most ``tol``.
+    max_iter : int, default=10000
+        Passes over K.
+    callback : callable, optional
+        ``callback(iteration, alpha, objective)`` after every pass; returning True stops.
+
+    Returns
+    -------
+    DualSolution
+    """
+    if rule not in RULES:
+        raise ValueError(f"unknown multiplicative rule {rule!r}; choose one of {RULES}")
+    if box not in ("clip", "flip"):
+        raise ValueError(f"box must be 'clip' or 'flip', got {box!r}")
+    t_start = time.perf_counter()
+    timings = {"products": 0.0, "updates": 0.0, "kkt": 0.0, "safeguard_passes": 0}
+    y, U = problem.y, problem.upper
+    m = problem.m
+    alpha, bias0 = problem.check_init(init)
+    if alpha is None:
+        alpha = _initial_alpha(problem)
+    lam = np.zeros(m) if bias0 is None else bias0.copy()
+    can_flip = (box == "flip") & np.isfinite(U) & (U > 0)
+
+    def floor_of(a):
+        f = _RELATIVE_FLOOR * np.maximum(a.max(axis=0), 1e-8)
+        return np.minimum(f[None, :], U)
+
+    alpha = np.maximum(alpha, floor_of(alpha))
+    s = np.ones_like(alpha)
+
+    def products(a):
+        t = time.perf_counter()
+        p = _Products(problem, a, s)
+        timings["products"] += time.perf_counter() - t
+        return p
+
+    prod = products(alpha)
+    if bias0 is None and init is None:
+        alpha = _rescale(problem, alpha, prod)
+    objective = problem.objective(alpha, prod.q_alpha)
+    curve = [objective]
+    prev = None
+    violation = np.full(m, np.inf)
+    bias = np.zeros(m)
+    n_iter = 0
+    for iteration in range(max_iter + 1):
+        if prev is not None:
+            worse = objective > prev[2] + 1e-13 * np.abs(prev[2])
+            if worse.any():
+                alpha, prod, objective = _line_search(problem, prev, alpha, prod, worse, products)
+                timings["safeguard_passes"] += 1
+            curve.append(objective)
+        if not np.all(np.isfinite(objective)) or np.any(objective < -1e250):
+            raise MuflowError(
+                "the dual objective is unbounded: the hard-margin problem (C=inf) has no "
+                "solution on data that are not separable; use a finite C"
+            )
+        t = time.perf_counter()
+        grad = prod.q_alpha + problem.linear
+        violation, bias = kkt_violation(problem, alpha, grad, bias_hint=lam if problem.equality else None)
+        timings["kkt"] += time.perf_counter() - t
+        if callback is not None and callback(iteration, alpha, objective):
+            break
+        if np.all(violation <= tol) or iteration == max_iter:
+            break
+        t = time.perf_counter()
+        floor = floor_of(alpha)
+        new_alpha = _step(rule, prod, problem, lam, floor)
+        # flip signs for the next pass: the sign of the current Lagrangian gradient (eq. (20))
+        if can_flip.any():
+            lagr = grad + (lam[None, :] * y if problem.equality else 0.0)
+            s = np.where(can_flip & (lagr < 0), -1.0, 1.0)
+        timings["updates"] += time.perf_counter() - t
+        prev = (alpha, prod, objective)
+        alpha = new_alpha
+        prod = products(alpha)
+        objective = problem.objective(alpha, prod.q_alpha)
+        n_iter += 1
+    timings["total"] = time.perf_counter() - t_start
+    return DualSolution(
+        alpha=alpha,
+        bias=bias,
+        n_iter=n_iter,
+        objective_curve=np.asarray(curve),
+        kkt_violation=violation,
+        converged=violation <= tol,
+        timings=timings,
+        solver=solver_name or (rule if box == "clip" else f"{rule}_flipped"),
+    )
+
+
+def _line_search(problem, prev, alpha, prod, worse, products):
+    """Move the columns whose objective rose to the minimiser of F on the step's segment."""
+    alpha0, prod0, f0 = prev
+    d = alpha - alpha0
+    g0 = prod0.q_alpha + problem.linear
+    qd = prod.q_alpha - prod0.q_alpha
+    slope = np.einsum("ij,ij->j", g0, d)
+    curvature = np.einsum("ij,ij->j", d, qd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        theta = np.where(curvature > 0, -slope / curvature, 0.0)
+    theta = np.clip(np.nan_to_num(theta), 0.0, 1.0)
+    theta = np.where(worse, theta, 1.0)
+    alpha = alpha0 + theta[None, :] * d
+    prod = products(alpha)
+    objective = problem.objective(alpha, prod.q_alpha)
+    # round-off can still leave a hair above f0: then keep the previous iterate exactly
+    still = objective > f0
+    if still.any():
+        alpha = np.where(still[None, :], alpha0, alpha)
+        prod = products(alpha)
+        objective = problem.objective(alpha, prod.q_alpha)
+    return alpha, prod, objective
