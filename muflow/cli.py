@@ -1,0 +1,70 @@
+"""``python -m muflow``: argument parsing -> library calls -> exit codes.
+
+Each subcommand lives in ``muflow.commands.<name>`` with two functions,
+``add_parser(subparsers)`` and ``run(args) -> int``. Exit codes: 0 success, 2 bad input or
+usage (one line naming the problem, no traceback), 1 any other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from muflow.exceptions import MuflowInputError
+
+#: Subcommands in the order ``--help`` lists them.
+COMMANDS = ("run", "fit", "predict", "gram", "sweep")
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with muflow's exit code for usage errors and a one-line message."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m muflow",
+        description=(
+            "Train kernel support vector machines with multiplicative, coordinate and "
+            "subset solvers, on this machine or a Dask cluster. Each command has its own "
+            "--help."
+        ),
+    )
+    from muflow import __version__
+
+    parser.add_argument("--version", action="version", version=f"muflow {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"muflow.commands.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"muflow.commands.{name}":
+                continue  # a command that is not part of this build
+            raise
+        sub = module.add_parser(subparsers)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "_run", None) is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args._run(args) or EXIT_OK)
+    except MuflowInputError as exc:
+        print(f"muflow {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"muflow {args.command}: interrupted", file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as exc:  # any other failure: one line, exit 1
+        print(f"muflow {args.command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
