@@ -1,0 +1,190 @@
+"""Data loaders (CSV, LIBSVM/svmlight text, .npz) and input validation.
+
+Every loader returns ``(X, y)``: ``X`` a float64 array (CSR matrix for svmlight files) of
+shape (n_samples, n_features) and ``y`` an array of labels of shape (n_samples,). A file
+that is missing or does not parse raises :class:`~muflow.exceptions.DataFileError` naming
+the file and, for text formats, the line.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.exceptions import DataFileError, MuflowInputError
+
+SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm")
+FORMATS = ("csv", "svmlight", "npz")
+
+
+def detect_format(path: Path, fmt: str | None = None) -> str:
+    """The format of ``path``: ``fmt`` when given, else from the suffix (CSV by default)."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise MuflowInputError(f"unknown data format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        return fmt
+    suffix = path.suffix.lower()
+    if suffix in SVMLIGHT_SUFFIXES:
+        return "svmlight"
+    if suffix == ".npz":
+        return "npz"
+    return "csv"
+
+
+def load_data(path, *, label_column=None, fmt: str | None = None, n_features: int | None = None):
+    """Load a labelled data set.
+
+    Parameters
+    ----------
+    path : str or Path
+    label_column : str or int, optional
+        CSV only: the column that holds the labels, by header name or 0-based index.
+        Default: the last column.
+    fmt : {"csv", "svmlight", "npz"}, optional
+        Default: from the suffix (``.svm``, ``.svmlight``, ``.libsvm``: svmlight; ``.npz``;
+        anything else: CSV).
+    n_features : int, optional
+        svmlight only: the number of features (a8a has 123).
+
+    Returns
+    -------
+    X : ndarray or CSR matrix of shape (n_samples, n_features)
+    y : ndarray of shape (n_samples,)
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataFileError(f"data file {str(path)!r} does not exist; check the path")
+    if path.is_dir():
+        raise DataFileError(f"{str(path)!r} is a directory; give a data file")
+    kind = detect_format(path, fmt)
+    if kind == "svmlight":
+        return _load_svmlight(path, n_features)
+    if kind == "npz":
+        return _load_npz(path)
+    return _load_csv(path, label_column)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _load_csv(path: Path, label_column):
+    with open(path, newline="") as f:
+        sample = f.read(4096)
+        f.seek(0)
+        delimiter = ","
+        if "," not in sample.splitlines()[0] if sample else True:
+            delimiter = None  # whitespace separated
+        rows = []
+        if delimiter is None:
+            reader = (line.split() for line in f)
+        else:
+            reader = csv.reader(f, delimiter=delimiter)
+        for row in reader:
+            rows.append([cell.strip() for cell in row])
+    rows = [(i + 1, r) for i, r in enumerate(rows) if r and any(cell for cell in r)]
+    if not rows:
+        raise DataFileError(f"{path}: the file holds no data rows")
+    header = None
+    first_line, first = rows[0]
+    if not all(_is_number(c) for c in first[:-1]) or (label_column is not None and isinstance(label_column, str)
+                                                       and label_column in first):
+        header, rows = first, rows[1:]
+    if not rows:
+        raise DataFileError(f"{path}: the file has a header but no data rows")
+    width = len(rows[0][1])
+    if label_column is None:
+        label_index = width - 1
+    elif isinstance(label_column, int) or (isinstance(label_column, str) and label_column.lstrip("-").isdigit()):
+        label_index = int(label_column) % width
+    else:
+        if header is None or label_column not in header:
+            raise DataFileError(
+                f"{path}: no column named {label_column!r}; "
+                + (f"the header has {', '.join(header)}" if header else "the file has no header row")
+            )
+        label_index = header.index(label_column)
+    feature_index = [j for j in range(width) if j != label_index]
+    if header is not None and header[0].lower() in ("id", "sample", "sample_id") and label_index != 0:
+        feature_index = feature_index[1:]  # a sample id is not a feature
+    X = np.empty((len(rows), len(feature_index)))
+    labels = []
+    for r, (line, row) in enumerate(rows):
+        if len(row) != width:
+            raise DataFileError(f"{path}, line {line}: {len(row)} fields where the first row has {width}")
+        try:
+            X[r] = [float(row[j]) for j in feature_index]
+        except ValueError:
+            bad = next(row[j] for j in feature_index if not _is_number(row[j]))
+            raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
+        labels.append(row[label_index])
+    y = np.asarray(labels)
+    if all(_is_number(v) for v in labels):
+        y = y.astype(np.float64)
+        if np.all(y == np.round(y)):
+            y = y.astype(np.int64)
+    return X, y
+
+
+def _load_svmlight(path: Path, n_features):
+    from sklearn.datasets import load_svmlight_file
+
+    try:
+        X, y = load_svmlight_file(str(path), n_features=n_features)
+    except (ValueError, IndexError) as exc:
+        line = _first_bad_svmlight_line(path)
+        where = f", line {line}" if line else ""
+        raise DataFileError(f"{path}{where}: not a valid svmlight/LIBSVM file ({exc})") from None
+    if np.all(y == np.round(y)):
+        y = y.astype(np.int64)
+    return X.tocsr(), y
+
+
+def _first_bad_svmlight_line(path: Path) -> int | None:
+    with open(path) as f:
+        for number, line in enumerate(f, start=1):
+            body = line.split("#", 1)[0].split()
+            if not body:
+                continue
+            if not _is_number(body[0]):
+                return number
+            for item in body[1:]:
+                key, _, value = item.partition(":")
+                if key == "qid":
+                    continue
+                if not key.isdigit() or not _is_number(value):
+                    return number
+    return None
+
+
+def _load_npz(path: Path):
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            missing = {"X", "y"} - set(data.files)
+            if missing:
+                raise DataFileError(
+                    f"{path}: an .npz data file must hold arrays 'X' and 'y'; missing {', '.join(sorted(missing))}"
+                )
+            return np.asarray(data["X"]), np.asarray(data["y"])
+    except DataFileError:
+        raise
+    except Exception as exc:
+        raise DataFileError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def check_finite(X, name="X"):
+    """Refuse NaN and infinity with a message that says how to fix it."""
+    values = X.data if sp.issparse(X) else X
+    if not np.all(np.isfinite(values)):
+        bad = int(np.size(values) - np.isfinite(values).sum())
+        raise MuflowInputError(
+            f"{name} contains {bad} NaN or infinite value(s); impute or drop them "
+            "(e.g. sklearn.impute.SimpleImputer) before fitting"
+        )

@@ -1,0 +1,287 @@
+"""The scikit-learn compatible estimator :class:`SVC`.
+
+``__init__`` only stores arguments; ``fit`` validates them once, builds the Gram matrix,
+poses one :class:`~muflow.solvers.DualProblem` column per binary problem (one-vs-rest
+classes share the Gram matrix and every pass over it) and hands it to a registered solver.
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from muflow.data import check_finite
+from muflow.exceptions import MuflowInputError
+from muflow.kernels import KERNELS, Kernel, resolve_gamma
+from muflow.operators import DenseGram
+from muflow.solvers import DualProblem
+from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
+
+#: alpha below this fraction of the largest coefficient of its problem is not a support
+#: vector (multiplicative iterates approach zero without reaching it).
+SUPPORT_THRESHOLD = 1e-8
+
+
+def binary_problems(y_encoded: np.ndarray, n_classes: int) -> np.ndarray:
+    """Labels in {-1, +1} per binary problem, shape (n, n_problems).
+
+    Two classes: one problem, +1 for ``classes_[1]`` (scikit-learn's sign convention).
+    More: one-vs-rest, one column per class, all sharing one Gram matrix.
+    """
+    if n_classes == 2:
+        return np.where(y_encoded == 1, 1.0, -1.0)[:, None]
+    return np.where(y_encoded[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0)
+
+
+class SVC(ClassifierMixin, BaseEstimator):
+    """Kernel support vector classifier trained by muflow's solvers.
+
+    Parameters
+    ----------
+    kernel : {"rbf", "linear", "poly", "sigmoid", "laplacian", "precomputed"}, default="rbf"
+    C : float, default=1.0
+        Penalty per unit slack; ``float("inf")`` is the hard margin of the papers.
+        ``sample_weight`` scales it per sample.
+    gamma : {"scale", "auto"} or float, default="scale"
+        Kernel scale; the papers' Gaussian width sigma is ``muflow.kernels.gamma_from_sigma``.
+    degree : int, default=3
+    coef0 : float, default=0.0
+    solver : str, default="auto"
+        A name from :data:`muflow.solvers.SOLVERS` ("m3", "m3_flipped", "munk", "musik",
+        "seminmf", ...). "auto" picks a solver valid for the kernel and intercept and
+        records it in ``solver_``.
+    intercept : {"exact", "regularized", "none"}, default="exact"
+        "exact": the bias of libsvm (constraint sum_i y_i alpha_i = 0); "regularized": the
+        bias as a constant 1 added to the kernel (keeps a non-negative kernel
+        non-negative); "none": hyperplane through the origin, as in the papers.
+    tol : float, default=1e-3
+        KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
+    max_iter : int, default=10000
+        Passes over K (multiplicative) or epochs (coordinate) at most.
+    verbose : bool, default=False
+        Print progress every few hundred passes.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+    support_ : ndarray of shape (n_SV,)
+        Indices of the samples that are support vectors of at least one binary problem.
+    support_vectors_ : ndarray of shape (n_SV, n_features)
+    dual_coef_ : ndarray of shape (n_problems, n_SV)
+        y_i alpha_i per binary problem (one row for two classes, one per class otherwise).
+    intercept_ : ndarray of shape (n_problems,)
+    n_iter_ : ndarray of shape (n_problems,)
+    objective_ : ndarray of shape (n_problems,)
+        Final dual objective 1/2 a'Qa - sum a (minimisation form).
+    objective_curve_ : ndarray of shape (n_iter + 1, n_problems)
+    kkt_violation_ : ndarray of shape (n_problems,)
+    solver_ : str
+    fit_time_ : float
+    """
+
+    def __init__(
+        self,
+        kernel="rbf",
+        *,
+        C=1.0,
+        gamma="scale",
+        degree=3,
+        coef0=0.0,
+        solver="auto",
+        intercept="exact",
+        tol=1e-3,
+        max_iter=10_000,
+        verbose=False,
+    ):
+        self.kernel = kernel
+        self.C = C
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.solver = solver
+        self.intercept = intercept
+        self.tol = tol
+        self.max_iter = max_iter
+        self.verbose = verbose
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.pairwise = self.kernel == "precomputed"
+        tags.input_tags.sparse = self.kernel != "precomputed"
+        return tags
+
+    # -- validation --------------------------------------------------------------------
+    def _check_params(self):
+        if self.kernel not in KERNELS:
+            raise MuflowInputError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(KERNELS)}")
+        if self.intercept not in INTERCEPTS:
+            raise MuflowInputError(f"intercept must be one of {', '.join(INTERCEPTS)}, got {self.intercept!r}")
+        if self.solver != "auto" and self.solver not in SOLVERS:
+            raise MuflowInputError(f"unknown solver {self.solver!r}; choose 'auto' or one of {', '.join(SOLVERS)}")
+        if not isinstance(self.C, numbers.Real) or not self.C > 0:
+            raise MuflowInputError(f"C must be a positive number (float('inf') for the hard margin), got {self.C!r}")
+        if not isinstance(self.tol, numbers.Real) or not self.tol > 0:
+            raise MuflowInputError(f"tol must be positive, got {self.tol!r}")
+        if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
+            raise MuflowInputError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+
+    def _kernel_for(self, X) -> Kernel:
+        gamma = 1.0 if self.kernel in ("linear", "precomputed") else resolve_gamma(self.gamma, X)
+        offset = 1.0 if self.intercept == "regularized" else 0.0
+        return Kernel(self.kernel, gamma=gamma, degree=self.degree, coef0=float(self.coef0), offset=offset)
+
+    # -- fit ---------------------------------------------------------------------------
+    def fit(self, X, y, sample_weight=None, offset=None):
+        """Fit the classifier.
+
+        Parameters
+        ----------
+        X : array-like or sparse matrix of shape (n_samples, n_features)
+            Training data, or the (n_samples, n_samples) Gram matrix with kernel="precomputed".
+        y : array-like of shape (n_samples,)
+        sample_weight : array-like of shape (n_samples,), optional
+            Scales C per sample (the weighted SVM); must be >= 0.
+        offset : array-like of shape (n_samples,), optional
+            Fixed per-sample intercepts d_i of the drifted SVM
+            (svm-variants-coordinate-descent.txt, section 2): the linear term becomes
+            -(1 - y_i d_i).
+
+        Returns
+        -------
+        self
+        """
+        t0 = time.perf_counter()
+        self._check_params()
+        X, y = validate_data(
+            self, X, y,
+            accept_sparse="csr" if self.kernel != "precomputed" else False,
+            dtype=np.float64,
+            ensure_all_finite=False,
+        )
+        check_finite(X)
+        check_classification_targets(y)
+        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
+            raise MuflowInputError(
+                f"a precomputed kernel must be square (n_samples, n_samples), got {X.shape}; "
+                "pass K(X_train, X_train)"
+            )
+        self.classes_, y_encoded = np.unique(y, return_inverse=True)
+        if len(self.classes_) < 2:
+            raise MuflowInputError(
+                f"the training data hold only one class ({self.classes_[0]!r}); a classifier "
+                "needs samples of at least 2 classes"
+            )
+        n = X.shape[0]
+        weights = self._check_vector(sample_weight, n, "sample_weight", default=1.0)
+        if np.any(weights < 0):
+            raise MuflowInputError("sample_weight must be >= 0 (negative weights have no meaning for C_i)")
+        drift = self._check_vector(offset, n, "offset", default=0.0)
+
+        kernel = self._kernel_for(X)
+        K = kernel.block(X)
+        operator = DenseGram(K)
+        info = choose_solver(self.solver, intercept=self.intercept,
+                             kernel_nonnegative=operator.nonnegative)
+        Y = binary_problems(y_encoded, len(self.classes_))
+        problem = DualProblem(
+            operator, Y,
+            upper=float(self.C) * weights,
+            linear=-1.0 + Y * drift[:, None],
+            equality=self.intercept == "exact",
+        )
+        solution = info.solve(problem, tol=float(self.tol), max_iter=int(self.max_iter),
+                              callback=self._progress if self.verbose else None)
+        self._store_solution(X, Y, solution, kernel)
+        self.solver_ = info.name
+        self.fit_time_ = time.perf_counter() - t0
+        return self
+
+    @staticmethod
+    def _check_vector(values, n, name, default):
+        if values is None:
+            return np.full(n, default)
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        if values.shape[0] != n:
+            raise MuflowInputError(f"{name} has length {values.shape[0]}, expected {n} (one per sample)")
+        if not np.all(np.isfinite(values)):
+            raise MuflowInputError(f"{name} contains NaN or infinite values")
+        return values
+
+    def _progress(self, iteration, alpha, objective):
+        if iteration % 500 == 0:
+            print(f"[muflow] pass {iteration:6d}  objective {np.array2string(np.asarray(objective), precision=6)}")
+        return False
+
+    def _store_solution(self, X, Y, solution, kernel):
+        alpha = solution.alpha
+        largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
+        is_support = (alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1)
+        self.support_ = np.flatnonzero(is_support).astype(np.int32)
+        self.dual_coef_ = (Y * alpha)[self.support_].T.copy()
+        if kernel.offset:
+            # f(x) = sum a y (k + r) = sum a y k + r sum a y: the bias of the augmented kernel
+            self.intercept_ = kernel.offset * (Y * alpha).sum(axis=0) + solution.bias
+        else:
+            self.intercept_ = np.asarray(solution.bias, dtype=np.float64).copy()
+        if self.kernel == "precomputed":
+            self.support_vectors_ = np.empty((0, 0))
+        else:
+            self.support_vectors_ = X[self.support_]
+        self.kernel_ = kernel.with_offset(0.0)
+        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int64)
+        self.objective_ = np.asarray(solution.objective, dtype=np.float64)
+        self.objective_curve_ = np.asarray(solution.objective_curve)
+        self.kkt_violation_ = np.asarray(solution.kkt_violation)
+        self.converged_ = np.asarray(solution.converged)
+        self.timings_ = dict(solution.timings)
+        self.shape_fit_ = X.shape
+
+    # -- predict -----------------------------------------------------------------------
+    def decision_function(self, X):
+        """Signed distance to the separating surface(s).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) for two classes, (n_samples, n_classes) otherwise.
+        """
+        check_is_fitted(self)
+        X = self._validate_for_predict(X)
+        if self.kernel == "precomputed":
+            K = X[:, self.support_]
+        else:
+            K = self.kernel_.block(X, self.support_vectors_)
+        scores = K @ self.dual_coef_.T + self.intercept_[None, :]
+        return scores.ravel() if len(self.classes_) == 2 else scores
+
+    def predict(self, X):
+        """Class labels: the sign of the decision function, or the largest one-vs-rest score."""
+        scores = self.decision_function(X)
+        if len(self.classes_) == 2:
+            return self.classes_[(scores > 0).astype(int)]
+        return self.classes_[np.argmax(scores, axis=1)]
+
+    def _validate_for_predict(self, X):
+        X = validate_data(
+            self, X, reset=False,
+            accept_sparse="csr" if self.kernel != "precomputed" else False,
+            dtype=np.float64, ensure_all_finite=False,
+        ) if self.kernel != "precomputed" else self._check_precomputed(X)
+        check_finite(X)
+        return X
+
+    def _check_precomputed(self, X):
+        if sp.issparse(X):
+            raise MuflowInputError("a precomputed kernel must be a dense array")
+        X = np.asarray(X, dtype=np.float64)
+        if X.ndim != 2 or X.shape[1] != self.shape_fit_[0]:
+            raise MuflowInputError(
+                f"a precomputed kernel for prediction must have shape (n_samples, "
+                f"{self.shape_fit_[0]}) = K(X_test, X_train), got {X.shape}"
+            )
+        return X
