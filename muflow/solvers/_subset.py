@@ -1,0 +1,112 @@
+"""Column-level helpers shared by the subset and coordinate solvers (Python side).
+
+The compiled loops work on one problem (column) at a time with contiguous vectors; these
+helpers take a column out of a :class:`DualProblem`, compute its exact gradient with one
+operator product, certify it with the common KKT measure and assemble the batch result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from muflow.solvers._compiled import kkt_columns
+from muflow.solvers.problem import DualProblem, DualSolution
+
+
+class Column:
+    """Problem j of a batch as contiguous vectors: y, U (upper), p (linear)."""
+
+    def __init__(self, problem: DualProblem, j: int):
+        self.problem = problem
+        self.j = j
+        self.y = np.ascontiguousarray(problem.y[:, j])
+        self.U = np.ascontiguousarray(problem.upper[:, j])
+        self.p = np.ascontiguousarray(problem.linear[:, j])
+        self.equality = bool(problem.equality)
+
+    def gradient(self, alpha: np.ndarray) -> np.ndarray:
+        """G = Q alpha + p exactly (one product with K)."""
+        if not np.any(alpha):
+            return self.p.copy()
+        ya = (self.y * alpha)[:, None]
+        return np.ascontiguousarray(self.y * self.problem.operator.matmul(ya)[:, 0] + self.p)
+
+    def objective(self, alpha, G) -> float:
+        """F = 1/2 alpha'Q alpha + p'alpha = 1/2 alpha'(G + p)."""
+        return float(0.5 * alpha @ (G + self.p))
+
+    def kkt(self, alpha, G, bias_hint=0.0):
+        """The common KKT measure (:mod:`muflow.solvers.kkt`) and bias of this column."""
+        viol = np.empty(1)
+        bias = np.empty(1)
+        kkt_columns(alpha[:, None].copy(), G[:, None].copy(), self.y[:, None].copy(),
+                    self.U[:, None].copy(), self.equality, np.array([float(bias_hint)]),
+                    viol, bias)
+        return float(viol[0]), float(bias[0])
+
+    def residuals(self, alpha, G, bias) -> np.ndarray:
+        """|r_i(b)| per sample, the natural residual of the KKT measure."""
+        shifted = G + self.y * bias if self.equality else G
+        return np.abs(alpha - np.clip(alpha - shifted, 0.0, self.U))
+
+    def start(self, alpha0) -> np.ndarray:
+        """A feasible start: clipped to the box and, with the sum constraint, balanced.
+
+        A warm start from another C (or a multiplicative iterate) may break
+        sum_i y_i alpha_i = 0; the heavier class is scaled down to restore it, which keeps
+        the box.
+        """
+        if alpha0 is None:
+            return np.zeros_like(self.y)
+        alpha = np.clip(np.asarray(alpha0, dtype=np.float64), 0.0, self.U)
+        alpha = np.where(self.U > 0, alpha, 0.0)
+        if self.equality:
+            pos = self.y > 0
+            s_pos = alpha[pos].sum()
+            s_neg = alpha[~pos].sum()
+            if s_pos > s_neg and s_pos > 0:
+                alpha[pos] *= s_neg / s_pos
+            elif s_neg > s_pos and s_neg > 0:
+                alpha[~pos] *= s_pos / s_neg
+        return np.ascontiguousarray(alpha)
+
+
+def pad_curves(curves) -> np.ndarray:
+    """Stack per-column objective curves of unequal length, repeating each final value."""
+    length = max(len(c) for c in curves)
+    out = np.empty((length, len(curves)))
+    for j, c in enumerate(curves):
+        c = np.asarray(c, dtype=np.float64)
+        out[: len(c), j] = c
+        out[len(c):, j] = c[-1]
+    return out
+
+
+def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, n_iter):
+    """The batch :class:`DualSolution` from per-column results."""
+    alpha = np.stack(alphas, axis=1) if alphas else np.zeros((problem.n, 0))
+    violation = np.asarray(violations, dtype=np.float64)
+    curve = pad_curves(curves)
+    return DualSolution(
+        alpha=alpha,
+        bias=np.asarray(biases, dtype=np.float64),
+        n_iter=int(n_iter),
+        objective_curve=curve,
+        kkt_violation=violation,
+        converged=violation <= tol,
+        timings=timings,
+        solver=solver,
+    )
+
+
+def check_dense_operator(problem, solver):
+    """Subset solvers need ``rows``: refuse an operator without it, saying what to use."""
+    op = problem.operator
+    if not callable(getattr(op, "rows", None)) or not callable(getattr(op, "diagonal", None)):
+        from muflow.exceptions import SolverCombinationError
+
+        raise SolverCombinationError(
+            f"solver {solver!r} reads rows of K and this operator ({type(op).__name__}) "
+            "cannot return them; wrap K in muflow.operators.DenseGram or use a "
+            "multiplicative solver ('m3'), which only needs products K @ V"
+        )

@@ -1,0 +1,100 @@
+"""A least-recently-used cache of Gram rows, sized in megabytes, for the subset solvers.
+
+Subset solvers touch K one or two rows at a time. The rows come from the operator
+(``operator.rows(idx)``: a slice of an in-memory K today, a fetch from Dask workers for
+the distributed store), so each fetch is worth keeping. The storage is plain arrays that
+the compiled loops read directly (:mod:`muflow.solvers._subset_compiled`); a loop that
+misses returns to Python, which calls :meth:`RowCache.fetch` and resumes the loop.
+
+Rows are of K, not of Q = diag(y) K diag(y), so the m columns of a batch (one-vs-rest
+classes, folds) share one cache.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from muflow.exceptions import MuflowInputError
+
+#: Default cache size, as libsvm's ``cache_size``.
+DEFAULT_CACHE_MB = 256.0
+
+
+class RowCache:
+    """LRU cache of rows of K.
+
+    Parameters
+    ----------
+    operator : GramOperator
+    cache_mb : float, default=256
+        Memory for cached rows, in MB (2**20 bytes). At least two rows are always kept
+        (a working pair), at most n.
+
+    Attributes
+    ----------
+    data : ndarray of shape (slots, n)
+    slot_of : ndarray of shape (n,), int64
+        Slot of each row, -1 when not cached.
+    stamp : ndarray of shape (slots,), int64
+        Last use of each slot (the compiled loops refresh it on every hit).
+    clock : ndarray of shape (1,), int64
+    fetches, rows_fetched : int
+    seconds : float
+        Time spent fetching.
+
+    Notes
+    -----
+    Memory use is ``slots * n * 8`` bytes, ``slots = clip(cache_mb * 2**20 / (8 n), 2, n)``.
+    """
+
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB):
+        if not np.isfinite(cache_mb) or cache_mb <= 0:
+            raise MuflowInputError(f"cache_mb must be a positive number of megabytes, got {cache_mb!r}")
+        n = operator.n
+        self.operator = operator
+        self.n = n
+        slots = int(cache_mb * 2**20 // (8 * max(n, 1)))
+        self.slots = max(2, min(n, slots))
+        self.data = np.empty((self.slots, n), dtype=np.float64)
+        self.slot_of = np.full(n, -1, dtype=np.int64)
+        self.row_of = np.full(self.slots, -1, dtype=np.int64)
+        self.stamp = np.zeros(self.slots, dtype=np.int64)
+        self.clock = np.zeros(1, dtype=np.int64)
+        self.fetches = 0
+        self.rows_fetched = 0
+        self.seconds = 0.0
+
+    @property
+    def arrays(self):
+        """The storage as the compiled loops take it: (data, slot_of, stamp, clock)."""
+        return self.data, self.slot_of, self.stamp, self.clock
+
+    def fetch(self, idx) -> None:
+        """Bring rows ``idx`` (those not yet cached; at most ``slots``) into the cache."""
+        t = time.perf_counter()
+        idx = np.unique(np.asarray(idx, dtype=np.int64))
+        idx = idx[self.slot_of[idx] < 0][: self.slots]
+        k = idx.size
+        if k == 0:
+            return
+        free = np.flatnonzero(self.row_of < 0)
+        if free.size >= k:
+            slots = free[:k]
+        else:
+            slots = np.argpartition(self.stamp, k - 1)[:k] if k < self.slots else np.arange(self.slots)
+        evicted = self.row_of[slots]
+        self.slot_of[evicted[evicted >= 0]] = -1
+        self.data[slots] = self.operator.rows(idx)
+        self.row_of[slots] = idx
+        self.slot_of[idx] = slots
+        self.clock[0] += 1
+        self.stamp[slots] = self.clock[0]
+        self.fetches += 1
+        self.rows_fetched += k
+        self.seconds += time.perf_counter() - t
+
+    def stats(self) -> dict:
+        return {"cache_slots": self.slots, "row_fetches": self.fetches,
+                "rows_fetched": self.rows_fetched, "fetch_seconds": self.seconds}
