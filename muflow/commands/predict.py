@@ -1,0 +1,50 @@
+"""``python -m muflow predict``: predict with a saved model."""
+
+from __future__ import annotations
+
+import sys
+
+from muflow.commands._common import add_data_options, load_from_args
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "predict", help="predict labels for a data file with a saved model",
+        description="Predict labels with a model saved by `python -m muflow fit`. Prints one "
+                    "label per line (or writes --out CSV) and, when the file has labels, the accuracy.",
+    )
+    p.add_argument("--model", required=True, metavar="MODEL_DIR", help="model directory written by fit")
+    add_data_options(p)
+    p.add_argument("--out", metavar="CSV", help="write predictions (and decision values) to this CSV file")
+    return p
+
+
+def run(args) -> int:
+    import numpy as np
+
+    import muflow
+
+    model = muflow.load(args.model)
+    X, y = load_from_args(args)
+    pred = model.predict(X)
+    if args.out:
+        from pathlib import Path
+
+        scores = np.asarray(model.decision_function(X))
+        scores = scores[:, None] if scores.ndim == 1 else scores
+        out = Path(args.out)
+        header = "prediction," + ",".join(f"decision_{j}" for j in range(scores.shape[1]))
+        lines = [header] + [f"{p}," + ",".join(f"{s:.10g}" for s in row) for p, row in zip(pred, scores)]
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        tmp.replace(out)
+        print(f"predictions written to {out}")
+    else:
+        sys.stdout.write("\n".join(str(p) for p in pred) + "\n")
+    if y is not None and len(y) == len(pred):
+        try:
+            accuracy = float(np.mean(pred.astype(str) == np.asarray(y).astype(str)))
+            print(f"accuracy {accuracy:.4f} on {len(y)} samples", file=sys.stderr)
+        except (TypeError, ValueError):
+            pass
+    return 0

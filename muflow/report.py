@@ -1,0 +1,46 @@
+"""Tables and plots for people who would rather look than read."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+
+def plot_objective_curves(curves, path, *, labels=None, title="dual objective", log_x=True):
+    """Plot F(alpha) - min F per column against iterations (log-log) into a PNG file.
+
+    Parameters
+    ----------
+    curves : ndarray of shape (n_iter + 1, m) or dict of label -> 1-D array
+    path : str or Path
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if isinstance(curves, dict):
+        labels, series = list(curves), [np.asarray(v, dtype=float) for v in curves.values()]
+    else:
+        arr = np.asarray(curves, dtype=float)
+        arr = arr[:, None] if arr.ndim == 1 else arr
+        series = [arr[:, j] for j in range(arr.shape[1])]
+        labels = labels or [f"problem {j}" for j in range(len(series))]
+    best = min(float(np.min(s)) for s in series)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, s in zip(labels, series):
+        gap = np.maximum(s - best, 1e-16)
+        ax.plot(np.arange(1, len(s) + 1), gap, label=label)
+    ax.set_yscale("log")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("F(alpha) - min F")
+    ax.set_title(title)
+    if len(series) <= 10:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(Path(path), dpi=100)
+    plt.close(fig)
+    return Path(path)
