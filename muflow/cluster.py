@@ -1,0 +1,91 @@
+"""Dask clusters for muflow: a LocalCluster sized to the machine, or an existing scheduler.
+
+Scripts that start a LocalCluster of worker processes must guard their entry point with
+``if __name__ == "__main__":`` (the workers import the main module).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+from muflow.exceptions import MuflowInputError
+
+
+class SchedulerUnreachableError(MuflowInputError):
+    """No Dask scheduler answered at the given address within the timeout."""
+
+
+def machine_resources() -> tuple[int, int]:
+    """(usable cores, total memory in bytes) of this machine."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    try:
+        import psutil
+
+        memory = psutil.virtual_memory().total
+    except Exception:  # pragma: no cover
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(1, cores), int(memory)
+
+
+def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
+                  memory_limit="auto", memory_fraction: float = 0.8, **kwargs):
+    """A ``LocalCluster`` of worker processes sized to the machine.
+
+    One single-threaded worker per core (BLAS inside a worker then uses one thread, so
+    workers do not oversubscribe the cores) and ``memory_fraction`` of the machine's memory
+    split evenly between them, unless ``memory_limit`` says otherwise.
+    """
+    from distributed import LocalCluster
+
+    cores, memory = machine_resources()
+    if n_workers is None:
+        n_workers = cores
+    if memory_limit == "auto":
+        memory_limit = int(memory * memory_fraction / n_workers)
+    return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                        processes=True, memory_limit=memory_limit,
+                        dashboard_address=kwargs.pop("dashboard_address", None), **kwargs)
+
+
+def connect(address: str, *, timeout: float = 10.0):
+    """A ``distributed.Client`` connected to the scheduler at ``address``.
+
+    Raises
+    ------
+    SchedulerUnreachableError
+        When nothing answers within ``timeout`` seconds; the message says how to start one.
+    """
+    from distributed import Client
+
+    if not isinstance(address, str) or not address:
+        raise MuflowInputError(f"a scheduler address looks like tcp://host:8786, got {address!r}")
+    try:
+        return Client(address, timeout=timeout, set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise SchedulerUnreachableError(
+            f"no Dask scheduler answered at {address} within {timeout:g} s ({type(exc).__name__}); "
+            "start one with `dask scheduler` and workers with `dask worker " + address + "`, "
+            "or leave out --scheduler to use a local cluster"
+        ) from None
+    except ValueError as exc:
+        raise MuflowInputError(f"bad scheduler address {address!r}: {exc}") from None
+
+
+@contextlib.contextmanager
+def client_for(scheduler: str | None = None, *, timeout: float = 10.0, **cluster_kwargs):
+    """Context manager yielding a client: to ``scheduler`` if given, else a local cluster."""
+    from distributed import Client
+
+    if scheduler:
+        client = connect(scheduler, timeout=timeout)
+        try:
+            yield client
+        finally:
+            client.close()
+        return
+    with local_cluster(**cluster_kwargs) as cluster, Client(cluster, set_as_default=False) as client:
+        yield client

@@ -1,0 +1,405 @@
+"""The distributed Gram operator: K @ V served by Dask workers that hold K's row panels.
+
+:class:`DaskGram` implements :class:`muflow.operators.GramOperator`, so every solver runs
+against it unchanged. The design avoids per-iteration graph scheduling (a ``dask.array``
+matvec over a persisted K costs about 100 ms of scheduling per product):
+
+- K's rows are split into contiguous *shards* aligned with the store's tiles, about one per
+  worker. Each shard is owned by a :class:`PanelServer`, a ``distributed`` actor (a
+  long-lived object on one worker) that reads its rows from the zarr store itself: the
+  blocks of K never pass through the client.
+- A product is one direct call per actor (client -> worker, no scheduler, no task): V is
+  sent (cast to the store's dtype, like :class:`muflow.operators.DenseGram` does), each
+  actor answers ``K[rows] @ V`` for its shards, the client stacks the answers. Batches of
+  m problems share that one round trip (V is n x m).
+- When a worker's shard does not fit in ``resident_fraction`` of its memory limit, its
+  actor keeps nothing resident and streams its rows from the store on every product, one
+  tile-row panel at a time (out of core); one panel must fit, or :class:`DaskGram` refuses.
+- A call that fails because its worker died is retried: the lost shards get new actors on
+  the surviving workers (or on a restarted one), which reload their rows from the store.
+  Products are pure functions of V, so the retried product is the same one.
+
+Notes
+-----
+Memory: ``n**2 * itemsize / n_workers`` bytes per worker when resident; per product the
+client holds V and the n x m result, every worker a copy of V.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+
+from muflow.exceptions import MuflowError, MuflowInputError
+from muflow.gram.store import GramStore
+from muflow.gram.tiling import tile_bounds
+
+#: Share of a worker's memory limit that resident panels may take.
+RESIDENT_FRACTION = 0.5
+_SPLIT_ROWS = 2048
+
+
+class PanelServer:
+    """Actor on one worker: owns row shards of K, loaded from the store by the worker.
+
+    Parameters
+    ----------
+    url : str
+        Path or fsspec URL of the Gram store.
+    shards : list of (int, int)
+        Row ranges ``[start, stop)`` this actor serves.
+    resident : bool
+        Keep the rows in memory (otherwise read them from the store on every call).
+    """
+
+    def __init__(self, url, shards, resident, tile):
+        import zarr
+
+        self.url = url
+        self.array = zarr.open_array(url, mode="r")
+        self.shards = [tuple(map(int, s)) for s in shards]
+        self.resident = bool(resident)
+        self.tile = int(tile)
+        self.panels = {}
+        if self.resident:
+            for r0, r1 in self.shards:
+                self.panels[(r0, r1)] = np.ascontiguousarray(self.array[r0:r1])
+        self.calls = 0
+
+    def _blocks(self, shard):
+        """(row offset, rows of K) for one shard: the resident panel or streamed panels."""
+        r0, r1 = shard
+        if self.resident:
+            yield r0, self.panels[shard]
+            return
+        for start in range(r0, r1, self.tile):
+            yield start, np.asarray(self.array[start:min(r1, start + self.tile)])
+
+    def info(self):
+        import os
+
+        nbytes = sum(p.nbytes for p in self.panels.values())
+        return {"pid": os.getpid(), "shards": self.shards, "resident": self.resident,
+                "nbytes": nbytes}
+
+    def matmul(self, V, parts=False):
+        """``[(start, K[start:stop] @ V)]`` (or ``(K+ @ V, K- @ V)`` with ``parts``)."""
+        self.calls += 1
+        out = []
+        for shard in self.shards:
+            for start, block in self._blocks(shard):
+                if not parts:
+                    out.append((start, block @ V))
+                    continue
+                pos = np.empty((len(block), V.shape[1]), dtype=np.result_type(block, V))
+                neg = np.empty_like(pos)
+                for s in range(0, len(block), _SPLIT_ROWS):
+                    b = block[s:s + _SPLIT_ROWS]
+                    pos[s:s + len(b)] = np.maximum(b, 0) @ V
+                    neg[s:s + len(b)] = np.maximum(-b, 0) @ V
+                out.append((start, (pos, neg)))
+        return out
+
+    def columns(self, idx):
+        """``[(start, K[start:stop, idx])]``: K is symmetric, so these are rows idx of K."""
+        idx = np.asarray(idx)
+        out = []
+        for shard in self.shards:
+            r0, r1 = shard
+            if self.resident:
+                out.append((r0, self.panels[shard][:, idx]))
+            else:
+                out.append((r0, self.array.get_orthogonal_selection((slice(r0, r1), idx))))
+        return out
+
+    def diagonal(self):
+        out = []
+        for shard in self.shards:
+            r0, r1 = shard
+            rows = np.arange(r0, r1)
+            if self.resident:
+                out.append((r0, self.panels[shard][rows - r0, rows]))
+            else:
+                out.append((r0, np.asarray(self.array.get_coordinate_selection((rows, rows)))))
+        return out
+
+    def release(self):
+        self.panels.clear()
+        return True
+
+
+def _worker_limits(client) -> dict:
+    info = client.scheduler_info(n_workers=-1)["workers"]
+    return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}
+
+
+def split_rows(n: int, tile: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous tile-aligned row ranges, as equal in rows as tiles allow."""
+    bounds = [tile_bounds(i, n, tile) for i in range(-(-n // tile))]
+    parts = max(1, min(parts, len(bounds)))
+    shards, start_tile = [], 0
+    for p in range(parts):
+        target = n * (p + 1) / parts
+        stop_tile = start_tile + 1
+        while stop_tile < len(bounds) - (parts - p - 1) and bounds[stop_tile][1] <= target + tile / 2:
+            stop_tile += 1
+        if p == parts - 1:
+            stop_tile = len(bounds)
+        shards.append((bounds[start_tile][0], bounds[stop_tile - 1][1]))
+        start_tile = stop_tile
+    return shards
+
+
+class DaskGram:
+    """K @ V on a Dask cluster, K's row panels resident on (or streamed by) the workers.
+
+    Parameters
+    ----------
+    store : GramStore or str
+        A complete Gram store (path or URL opens it).
+    client : distributed.Client
+    nonnegative : bool, optional
+        Whether K has no negative entry; read from the kernel (rbf, laplacian, even poly)
+        or, failing that, computed on the workers.
+    resident_fraction : float, default=0.5
+        Share of each worker's memory limit that its resident rows may take; a shard above
+        it is streamed from the store on every product instead.
+    n_shards : int, optional
+        Row shards (default: one per worker).
+    max_retries : int, default=3
+        Times a product is retried after losing workers.
+
+    Attributes
+    ----------
+    n : int
+    nonnegative : bool
+    dtype : numpy dtype of the stored K
+    resident : bool
+        True when every shard is held in worker memory.
+    seconds : float
+        Time spent in products (client side, communication included).
+    products, recoveries : int
+    """
+
+    def __init__(self, store, client, *, nonnegative=None, resident_fraction=RESIDENT_FRACTION,
+                 n_shards=None, max_retries=3, wait_seconds=0.2):
+        if isinstance(store, str):
+            store = GramStore.open(store, mode="r")
+        missing = store.missing_tiles()
+        if missing:
+            raise MuflowInputError(
+                f"Gram store {store.url} is incomplete ({len(missing)} tiles missing); build "
+                "it first (python -m muflow gram, or muflow.gram.ensure_gram)")
+        self.store = store
+        self.client = client
+        self.n = store.n
+        self.dtype = np.dtype(store.dtype)
+        self.resident_fraction = float(resident_fraction)
+        self.max_retries = int(max_retries)
+        self.wait_seconds = float(wait_seconds)
+        self.seconds = 0.0
+        self.products = 0
+        self.recoveries = 0
+        self._actors = {}  # shard -> (future, actor, address)
+        self._resident_of = {}
+        limits = _worker_limits(client)
+        if not limits:
+            raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
+        self._check_panel_fits(limits)
+        shards = split_rows(self.n, store.tile, n_shards or len(limits))
+        for shard, address in zip(shards, self._placement(shards, limits)):
+            self._start(shard, address, limits)
+        self._wait_started(list(self._actors))
+        self.resident = all(self._resident_of.get(s, False) for s in self._actors)
+        if nonnegative is None:
+            k = store.kernel
+            always = k.name in ("rbf", "laplacian") or (k.name == "poly" and int(k.degree) % 2 == 0)
+            if always and k.offset >= 0:
+                nonnegative = True
+            else:  # one pass over K on the workers: any negative entry?
+                _, neg = self.matmul_parts_raw(np.ones((self.n, 1)))
+                nonnegative = not bool((neg > 0).any())
+        self.nonnegative = bool(nonnegative)
+
+    # -- placement ------------------------------------------------------------------------
+    def _check_panel_fits(self, limits):
+        panel = self.store.tile * self.n * self.dtype.itemsize
+        usable = [m * self.resident_fraction for m in limits.values() if m]
+        if usable and max(usable) < panel:
+            raise MuflowInputError(
+                f"worker memory is too small for one panel of K: a panel of {self.store.tile} "
+                f"rows takes {panel / 2**20:.1f} MiB, workers allow {max(usable) / 2**20:.1f} "
+                f"MiB ({self.resident_fraction:g} of their memory limit); give workers more "
+                "memory (--memory-limit) or rebuild the store with a smaller --tile")
+
+    def _placement(self, shards, limits):
+        addrs = sorted(limits)
+        return [addrs[k % len(addrs)] for k in range(len(shards))]
+
+    def _start(self, shard, address, limits):
+        rows = shard[1] - shard[0]
+        limit = limits.get(address) or 0
+        held = sum(s[1] - s[0] for s, (_, _, a) in self._actors.items()
+                   if a == address and self._resident_of.get(s))
+        resident = (not limit) or (rows + held) * self.n * self.dtype.itemsize <= limit * self.resident_fraction
+        future = self.client.submit(
+            PanelServer, self.store.url, [shard], resident, self.store.tile, actor=True,
+            workers=[address], allow_other_workers=False, pure=False,
+            key=f"muflow-panels-{uuid.uuid4().hex[:8]}-{shard[0]}-{shard[1]}")
+        self._actors[shard] = (future, None, address)
+        self._resident_of[shard] = resident
+
+    def _wait_started(self, shards):
+        for shard in shards:
+            future, _, address = self._actors[shard]
+            actor = future.result()
+            self._actors[shard] = (future, actor, address)
+
+    # -- calls with recovery ----------------------------------------------------------------
+    def _gather(self, method, *args):
+        """Call ``method`` on every actor, one round trip; recover lost shards and retry."""
+        for attempt in range(self.max_retries + 1):
+            calls = {s: getattr(a, method)(*args) for s, (_, a, _) in self._actors.items()}
+            failed, results = self._collect(calls)
+            if not failed:
+                return results
+            if attempt == self.max_retries:
+                break
+            self._recover(failed)
+        raise MuflowError(f"Gram product failed after {self.max_retries} recoveries: lost workers")
+
+    def _collect(self, calls):
+        """Wait for every call in one event-loop wait; a shard whose actor's future is no
+        longer "finished" (its worker was lost) or whose call raised counts as failed."""
+        return self.client.sync(self._collect_async, calls)
+
+    async def _collect_async(self, calls):
+        import asyncio
+
+        results, failed = [], set()
+        tasks = {asyncio.ensure_future(call._result()): shard for shard, call in calls.items()}
+        pending = set(tasks)
+        while pending:
+            done, pending = await asyncio.wait(pending, timeout=self.wait_seconds)
+            for task in done:
+                try:
+                    results.extend(task.result())
+                except Exception:
+                    failed.add(tasks[task])
+            for task in list(pending):
+                if self._actors[tasks[task]][0].status != "finished":
+                    failed.add(tasks[task])
+                    pending.discard(task)
+                    task.cancel()
+        return failed, results
+
+    def _recover(self, failed):
+        self.recoveries += 1
+        for shard in failed:
+            future, _, _ = self._actors.pop(shard)
+            future.release()
+        deadline = time.monotonic() + 60
+        while True:
+            limits = _worker_limits(self.client)
+            alive = {a: m for a, m in limits.items()}
+            if alive:
+                break
+            if time.monotonic() > deadline:
+                raise MuflowError("all Dask workers were lost and none came back within 60 s")
+            time.sleep(0.2)
+        load = {a: 0 for a in alive}
+        for s, (_, _, a) in self._actors.items():
+            if a in load:
+                load[a] += s[1] - s[0]
+            else:  # its worker is gone too: move it as well
+                failed = set(failed) | {s}
+        for s in failed:
+            if s in self._actors:
+                self._actors.pop(s)[0].release()
+        for shard in sorted(failed):
+            address = min(load, key=load.get)
+            load[address] += shard[1] - shard[0]
+            self._start(shard, address, limits)
+        self._wait_started(sorted(failed))
+
+    # -- GramOperator -----------------------------------------------------------------
+    def _assemble(self, pieces, m):
+        out = np.empty((self.n, m), dtype=np.float64)
+        for start, block in pieces:
+            out[start:start + len(block)] = block
+        return out
+
+    def _operand(self, V):
+        V = np.asarray(V)
+        if V.ndim != 2 or V.shape[0] != self.n:
+            raise MuflowInputError(f"V must have shape ({self.n}, m), got {V.shape}")
+        return np.ascontiguousarray(V, dtype=self.dtype)
+
+    def matmul(self, V):
+        t = time.perf_counter()
+        V = self._operand(V)
+        out = self._assemble(self._gather("matmul", V), V.shape[1])
+        self.seconds += time.perf_counter() - t
+        self.products += 1
+        return out
+
+    def matmul_parts(self, V):
+        t = time.perf_counter()
+        V = self._operand(V)
+        if self.nonnegative:
+            pos = self._assemble(self._gather("matmul", V), V.shape[1])
+            neg = np.zeros_like(pos)
+        else:
+            pieces = self._gather("matmul", V, True)
+            pos = self._assemble([(s, p) for s, (p, _) in pieces], V.shape[1])
+            neg = self._assemble([(s, q) for s, (_, q) in pieces], V.shape[1])
+        self.seconds += time.perf_counter() - t
+        self.products += 1
+        return pos, neg
+
+    def rows(self, idx):
+        idx = np.asarray(idx, dtype=np.int64)
+        cols = self._assemble(self._gather("columns", idx), len(idx))
+        return np.ascontiguousarray(cols.T)
+
+    def submatrix(self, idx):
+        idx = np.asarray(idx, dtype=np.int64)
+        return self.rows(idx)[:, idx]
+
+    def diagonal(self):
+        pieces = self._gather("diagonal")
+        out = np.empty(self.n)
+        for start, d in pieces:
+            out[start:start + len(d)] = d
+        return out
+
+    def matmul_parts_raw(self, V):
+        pieces = self._gather("matmul", self._operand(V), True)
+        m = V.shape[1]
+        return (self._assemble([(s, p) for s, (p, _) in pieces], m),
+                self._assemble([(s, q) for s, (_, q) in pieces], m))
+
+    # -- lifetime ---------------------------------------------------------------------
+    def info(self):
+        """Where each shard lives: [(shard, address, resident)]."""
+        return [(s, a, self._resident_of.get(s)) for s, (_, _, a) in sorted(self._actors.items())]
+
+    def close(self):
+        for future, _, _ in self._actors.values():
+            try:
+                future.release()
+            except Exception:
+                pass
+        self._actors.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"DaskGram(n={self.n}, dtype={self.dtype}, shards={len(self._actors)}, "
+                f"resident={self.resident}, store={self.store.url!r})")

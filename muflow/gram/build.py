@@ -1,0 +1,242 @@
+"""K(X, X) built tile by tile as Dask tasks, written by the workers into the zarr store.
+
+Graph building (here, on the client) is kept apart from per-tile work
+(:func:`compute_tile`, which runs on a worker: evaluate one block with
+:meth:`muflow.kernels.Kernel.block`, cast, write its chunk and, off the diagonal, the
+transposed chunk). X travels to each worker once (``scatter(..., broadcast=True)``); the
+blocks of K never pass through the client.
+
+Notes
+-----
+Work: n^2 / 2 kernel evaluations (symmetry). Memory per task: about four float64 tiles,
+``32 * tile**2`` bytes. Disk: ``n**2 * itemsize`` bytes (both triangles are stored, so a
+row panel is one contiguous read).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.exceptions import MuflowInputError
+from muflow.gram.store import (
+    GramStore, StoreCorruptError, cache_path, check_dtype, fingerprint, store_exists,
+)
+from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
+from muflow.kernels import Kernel
+
+#: Sparse data with at most this many features are densified once before the build: a
+#: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
+#: dense anyway (a8a: 123 binary features).
+DENSIFY_MAX_FEATURES = 4096
+
+
+@dataclass
+class BuildReport:
+    """What a build did.
+
+    Attributes
+    ----------
+    store : str
+    total : int
+        Upper-triangle tiles of the store.
+    computed : list of (int, int)
+        Tiles computed by this call (empty when the store was reused as is).
+    seconds : float
+    """
+
+    store: str
+    total: int
+    computed: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def reused(self) -> bool:
+        return not self.computed
+
+
+def block_input(X):
+    """X as the tiles want it: small-feature sparse data densified, dense as float64."""
+    if sp.issparse(X):
+        if X.shape[1] <= DENSIFY_MAX_FEATURES:
+            return np.asarray(X.toarray(), dtype=np.float64)
+        return sp.csr_matrix(X, dtype=np.float64)
+    return np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+
+
+_OPEN_ARRAYS: dict = {}
+
+
+def _open_for_write(url):
+    import zarr
+
+    array = _OPEN_ARRAYS.get(url)
+    if array is None:
+        array = _OPEN_ARRAYS[url] = zarr.open_array(url, mode="r+")
+    return array
+
+
+def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, dtype: str):
+    """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I)."""
+    r0, r1 = tile_bounds(i, n, tile)
+    c0, c1 = tile_bounds(j, n, tile)
+    block = Kernel.from_dict(kernel).block(X[r0:r1], X[c0:c1]).astype(dtype)
+    array = _open_for_write(url)
+    array[r0:r1, c0:c1] = block
+    if i != j:
+        array[c0:c1, r0:r1] = np.ascontiguousarray(block.T)
+    return i, j
+
+
+def _worker_memory(client) -> tuple[float | None, int]:
+    workers = client.scheduler_info(n_workers=-1)["workers"] if client is not None else {}
+    limits = [w.get("memory_limit") or 0 for w in workers.values()]
+    limits = [m for m in limits if m]
+    return (min(limits) if limits else None), max(1, len(workers))
+
+
+def build_gram(X, store: GramStore, *, client=None, tiles=None, on_tile=None,
+               flush_seconds: float = 0.5) -> BuildReport:
+    """Compute the given (default: missing) tiles of ``store`` from X.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n, n_features)
+    store : GramStore
+        Created for X (its kernel, dtype and tile are used).
+    client : distributed.Client, optional
+        Tiles run as tasks on its workers; without one they run here, one after another.
+    tiles : list of (int, int), optional
+        Upper-triangle tiles to compute; default ``store.missing_tiles()``.
+    on_tile : callable, optional
+        ``on_tile(i, j, n_done)`` on the client after each tile is recorded.
+    flush_seconds : float, default=0.5
+        Completed tiles are written to the store's attributes at most this often (and at
+        the end), so that an interrupted build loses at most this much recorded work.
+    """
+    t0 = time.perf_counter()
+    if tiles is None:
+        tiles = store.missing_tiles()
+    report = BuildReport(store.url, len(tile_pairs(store.n, store.tile)))
+    if not tiles:
+        return report
+    done = store.recorded_tiles() - set(tiles)
+    Xb = block_input(X)
+    kernel = store.kernel.to_dict()
+    args = (store.n, store.tile, store.dtype)
+    last_flush = time.perf_counter()
+
+    def finished(i, j):
+        nonlocal last_flush
+        done.add((i, j))
+        report.computed.append((i, j))
+        if time.perf_counter() - last_flush >= flush_seconds:
+            store.record_tiles(done)
+            last_flush = time.perf_counter()
+        if on_tile is not None:
+            on_tile(i, j, len(report.computed))
+
+    try:
+        if client is None:
+            for i, j in tiles:
+                compute_tile(store.url, Xb, kernel, i, j, *args)
+                finished(i, j)
+        else:
+            from distributed import as_completed
+
+            X_remote = client.scatter(Xb, broadcast=True, hash=False)
+            token = uuid.uuid4().hex[:8]
+            futures = [
+                client.submit(compute_tile, store.url, X_remote, kernel, i, j, *args,
+                              key=f"muflow-gram-tile-{token}-{i}-{j}", retries=2, pure=False)
+                for i, j in tiles
+            ]
+            try:
+                for fut in as_completed(futures):
+                    i, j = fut.result()
+                    finished(i, j)
+            finally:
+                client.cancel(futures)
+                del X_remote
+    finally:
+        store.record_tiles(done)
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
+                dtype="float32", tile=None, deep_check=False, on_tile=None,
+                storage_options=None) -> tuple[GramStore, BuildReport]:
+    """Open the store of K(X, X) if it exists and matches, build what is missing.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n, n_features)
+    kernel : Kernel
+    client : distributed.Client, optional
+    store : str, optional
+        Path or fsspec URL of the store. An existing store must match X, the kernel and
+        the dtype (:class:`muflow.gram.store.StoreMismatchError` otherwise).
+    cache_dir : str, optional
+        Used when ``store`` is not given: the store is ``gram-<key>.zarr`` there.
+    dtype : {"float32", "float64"}, default="float32"
+    tile : int, optional
+        Tile side of a new store; default from n and the workers' memory
+        (:func:`muflow.gram.tiling.choose_tile`). Ignored for an existing store.
+    deep_check : bool, default=False
+        Read every recorded tile to find damaged chunks (otherwise only their presence is
+        checked).
+
+    Returns
+    -------
+    (GramStore, BuildReport)
+    """
+    dtype = check_dtype(dtype)
+    if kernel.name == "precomputed":
+        raise MuflowInputError("a precomputed kernel needs no Gram store; pass K itself")
+    if X.ndim != 2 or X.shape[0] == 0:
+        raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {X.shape}")
+    fp = fingerprint(X)
+    if store is None:
+        if cache_dir is None:
+            raise MuflowInputError("give a store path (--out) or a cache directory (--cache-dir)")
+        import os
+
+        if "://" not in str(cache_dir):
+            os.makedirs(cache_dir, exist_ok=True)
+        store = cache_path(cache_dir, fp, kernel, dtype)
+    url = str(store)
+    n = X.shape[0]
+    if store_exists(url, storage_options):
+        gram = GramStore.open(url, storage_options=storage_options)
+        gram.check_matches(fp, kernel, dtype)
+    else:
+        if tile is None:
+            memory, n_workers = _worker_memory(client)
+            tile = choose_tile(n, np.dtype(dtype).itemsize, memory, n_workers)
+        tile = int(tile)
+        if tile < 1:
+            raise MuflowInputError(f"tile must be a positive integer, got {tile}")
+        gram = GramStore.create(url, n=n, tile=min(tile, n), dtype=dtype, kernel=kernel, fp=fp,
+                                storage_options=storage_options)
+    missing = gram.missing_tiles(deep=deep_check)
+    report = build_gram(X, gram, client=client, tiles=missing, on_tile=on_tile)
+    return gram, report
+
+
+def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 2048) -> np.ndarray:
+    """Single-process reference: K(X, X) by row panels into one in-memory array."""
+    Xb = block_input(X)
+    n = Xb.shape[0]
+    K = np.empty((n, n), dtype=dtype)
+    for start in range(0, n, block_rows):
+        K[start:start + block_rows] = kernel.block(Xb[start:start + block_rows], Xb)
+    return K
+
+
+__all__ = ["BuildReport", "build_gram", "ensure_gram", "numpy_gram", "compute_tile",
+           "block_input", "StoreCorruptError"]

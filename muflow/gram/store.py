@@ -1,0 +1,273 @@
+"""The Gram store: K(X, X) in a zarr v3 array with its provenance in plain JSON attributes.
+
+A store is an ``n x n`` zarr v3 array, chunked in square tiles (:mod:`muflow.gram.tiling`),
+uncompressed, no shards (one writer per chunk: zarr loses data when two tasks write parts
+of one shard). It opens with plain ``zarr.open_array(path)``; its attributes are plain
+JSON:
+
+``muflow_version``  version that wrote it
+``kernel``          the kernel and its parameters (:meth:`muflow.kernels.Kernel.to_dict`)
+``fingerprint``     of X: ``sha256`` of its bytes, ``shape``, ``dtype``, ``format``
+``dtype``           of the stored entries ("float32" by default)
+``tile``            tile side; ``n`` the number of samples
+``tiles_complete``  upper-triangle tiles [I, J] (I <= J) whose two chunks are written
+
+Only the process that drives a build writes the attributes (workers write chunks only), so
+the attribute document has one writer too. A tile enters ``tiles_complete`` after its
+chunks are written, so an interrupted build leaves a store whose recorded tiles are
+trustworthy; the rest are rebuilt. The fill value is NaN: a chunk that is recorded but
+missing or unreadable reads as NaN or fails to decode, and :meth:`GramStore.missing_tiles`
+finds it (``deep=True`` reads every tile).
+
+A cache directory maps (fingerprint of X, kernel, dtype) to a store: ``<key>.zarr`` in the
+directory, where ``key`` is a hash of the three (:func:`cache_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+
+import numpy as np
+import scipy.sparse as sp
+import zarr
+from zarr.core.sync import sync
+
+from muflow.exceptions import MuflowInputError
+from muflow.gram.tiling import n_tiles, tile_bounds, tile_pairs
+from muflow.kernels import Kernel
+
+FORMAT = 1
+DTYPES = ("float32", "float64")
+
+
+class StoreMismatchError(MuflowInputError):
+    """A Gram store was built for other data, another kernel or another dtype."""
+
+
+class StoreCorruptError(MuflowInputError):
+    """A path holds something that is not a muflow Gram store."""
+
+
+def fingerprint(X) -> dict:
+    """Content address of the data: sha256 of the bytes, with shape, dtype and format.
+
+    Sparse matrices are hashed in canonical CSR form (sorted indices, no duplicates), so
+    the same matrix loaded twice hashes the same.
+    """
+    h = hashlib.sha256()
+    if sp.issparse(X):
+        A = sp.csr_matrix(X, copy=True)
+        A.sum_duplicates()
+        A.sort_indices()
+        fmt = "csr"
+        dtype = A.dtype
+        shape = A.shape
+        for part in (A.data, A.indices.astype(np.int64), A.indptr.astype(np.int64)):
+            h.update(np.ascontiguousarray(part).view(np.uint8).data)
+    else:
+        A = np.ascontiguousarray(np.asarray(X))
+        fmt = "dense"
+        dtype = A.dtype
+        shape = A.shape
+        h.update(A.view(np.uint8).data if A.size else b"")
+    h.update(json.dumps([fmt, list(shape), str(dtype)]).encode())
+    return {"sha256": h.hexdigest(), "shape": [int(s) for s in shape], "dtype": str(dtype),
+            "format": fmt}
+
+
+def cache_key(fp: dict, kernel: Kernel, dtype: str) -> str:
+    """Hash of (fingerprint, kernel, dtype): the store's name in a cache directory."""
+    doc = json.dumps({"fingerprint": fp["sha256"], "kernel": kernel.to_dict(), "dtype": dtype},
+                     sort_keys=True)
+    return hashlib.sha256(doc.encode()).hexdigest()[:24]
+
+
+def cache_path(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
+    """Where the cache directory keeps the store for (fingerprint, kernel, dtype)."""
+    return _join(str(cache_dir), f"gram-{cache_key(fp, kernel, dtype)}.zarr")
+
+
+def _join(base: str, name: str) -> str:
+    return base.rstrip("/") + "/" + name if "://" in base else os.path.join(base, name)
+
+
+def check_dtype(dtype) -> str:
+    dtype = np.dtype(dtype).name if dtype is not None else "float32"
+    if dtype not in DTYPES:
+        raise MuflowInputError(f"Gram dtype must be float32 or float64, got {dtype!r}")
+    return dtype
+
+
+def _kernel_text(d: dict) -> str:
+    k = Kernel.from_dict(d)
+    return ", ".join(f"{key}={value}" for key, value in k.params().items())
+
+
+class GramStore:
+    """A muflow Gram store opened from a path or fsspec URL.
+
+    Attributes
+    ----------
+    url : str
+    array : zarr.Array of shape (n, n)
+    n, tile : int
+    dtype : str
+    kernel : Kernel
+    fingerprint : dict
+    """
+
+    def __init__(self, url: str, array):
+        self.url = str(url)
+        self.array = array
+        attrs = dict(array.attrs)
+        try:
+            self.n = int(attrs["n"])
+            self.tile = int(attrs["tile"])
+            self.dtype = str(attrs["dtype"])
+            self.kernel = Kernel.from_dict(attrs["kernel"])
+            self.fingerprint = dict(attrs["fingerprint"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreCorruptError(
+                f"{url} is a zarr array but not a muflow Gram store (attribute {exc} is "
+                "missing or invalid); delete it or choose another --out"
+            ) from None
+        if array.shape != (self.n, self.n) or array.chunks != (self.tile, self.tile):
+            raise StoreCorruptError(
+                f"{url}: array shape {array.shape} / chunks {array.chunks} disagree with its "
+                f"attributes (n={self.n}, tile={self.tile}); delete it to rebuild"
+            )
+
+    # -- creation / opening -----------------------------------------------------------
+    @classmethod
+    def create(cls, url, *, n: int, tile: int, dtype: str, kernel: Kernel, fp: dict,
+               storage_options=None) -> "GramStore":
+        from muflow import __version__
+
+        attrs = {
+            "muflow_format": FORMAT,
+            "muflow_version": __version__,
+            "kernel": kernel.to_dict(),
+            "kernel_params": kernel.params(),
+            "fingerprint": fp,
+            "dtype": dtype,
+            "n": int(n),
+            "tile": int(tile),
+            "n_tile_pairs": len(tile_pairs(n, tile)),
+            "tiles_complete": [],
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        array = zarr.create_array(
+            store=str(url), shape=(n, n), chunks=(tile, tile), dtype=dtype,
+            compressors=None, fill_value=np.nan, zarr_format=3, attributes=attrs,
+            overwrite=True, storage_options=storage_options,
+        )
+        return cls(url, array)
+
+    @classmethod
+    def open(cls, url, mode="r+", storage_options=None) -> "GramStore":
+        try:
+            array = zarr.open_array(str(url), mode=mode, storage_options=storage_options)
+        except FileNotFoundError:
+            raise MuflowInputError(f"no Gram store at {url}") from None
+        except Exception as exc:  # zarr raises several types for a non-array path
+            raise StoreCorruptError(f"{url} is not a readable zarr array ({exc})") from None
+        return cls(url, array)
+
+    # -- provenance -------------------------------------------------------------------
+    def check_matches(self, fp: dict, kernel: Kernel, dtype: str | None = None):
+        """Refuse a store built for other data, another kernel or dtype; say which."""
+        problems = []
+        if fp["sha256"] != self.fingerprint.get("sha256"):
+            problems.append(
+                f"the data differ (store: shape {self.fingerprint.get('shape')}, "
+                f"sha256 {str(self.fingerprint.get('sha256'))[:12]}...; given: shape "
+                f"{fp['shape']}, sha256 {fp['sha256'][:12]}...)")
+        if kernel.to_dict() != self.kernel.to_dict():
+            problems.append(
+                f"the kernel differs (store: {_kernel_text(self.kernel.to_dict())}; given: "
+                f"{_kernel_text(kernel.to_dict())})")
+        if dtype is not None and dtype != self.dtype:
+            problems.append(f"the dtype differs (store: {self.dtype}; given: {dtype})")
+        if problems:
+            raise StoreMismatchError(
+                f"Gram store {self.url} does not match: " + "; ".join(problems)
+                + ". Use another --out, or delete the store to rebuild it")
+
+    # -- completeness -----------------------------------------------------------------
+    def recorded_tiles(self) -> set[tuple[int, int]]:
+        attrs = dict(self.array.attrs)
+        return {(int(i), int(j)) for i, j in attrs.get("tiles_complete", [])}
+
+    def record_tiles(self, done: set[tuple[int, int]]):
+        """Write the set of complete tiles (only the build driver calls this)."""
+        self.array = self.array.update_attributes(
+            {"tiles_complete": sorted([int(i), int(j)] for i, j in done)})
+
+    def chunk_exists(self, i: int, j: int) -> bool:
+        sp_ = self.array.store_path
+        key = self.array.metadata.encode_chunk_key((i, j))
+        path = f"{sp_.path}/{key}" if sp_.path else key
+        return bool(sync(sp_.store.exists(path)))
+
+    def missing_tiles(self, deep: bool = False) -> list[tuple[int, int]]:
+        """Upper-triangle tiles still to compute: unrecorded, or recorded but damaged.
+
+        A recorded tile is damaged when one of its chunks is absent; with ``deep=True``
+        also when it fails to decode or holds NaN (the fill value) or non-finite values.
+        """
+        recorded = self.recorded_tiles()
+        missing = []
+        for i, j in tile_pairs(self.n, self.tile):
+            ok = (i, j) in recorded and self.chunk_exists(i, j) and self.chunk_exists(j, i)
+            if ok and deep:
+                ok = self._tile_is_sound(i, j)
+            if not ok:
+                missing.append((i, j))
+        return missing
+
+    def _tile_is_sound(self, i, j) -> bool:
+        r0, r1 = tile_bounds(i, self.n, self.tile)
+        c0, c1 = tile_bounds(j, self.n, self.tile)
+        try:
+            for block in (self.array[r0:r1, c0:c1], self.array[c0:c1, r0:r1]):
+                if not np.all(np.isfinite(block)):
+                    return False
+        except Exception:
+            return False
+        return True
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing_tiles()
+
+    @property
+    def n_tiles(self) -> int:
+        return n_tiles(self.n, self.tile)
+
+    @property
+    def nbytes(self) -> int:
+        return self.n * self.n * np.dtype(self.dtype).itemsize
+
+    def read(self) -> np.ndarray:
+        """The whole matrix in memory (small stores, tests)."""
+        return np.asarray(self.array[...])
+
+    def __repr__(self):
+        return (f"GramStore({self.url!r}, n={self.n}, tile={self.tile}, dtype={self.dtype}, "
+                f"kernel={_kernel_text(self.kernel.to_dict())})")
+
+
+def open_store(url, *, mode="r+", storage_options=None) -> GramStore:
+    """Open an existing Gram store (no validation against data)."""
+    return GramStore.open(url, mode=mode, storage_options=storage_options)
+
+
+def store_exists(url, storage_options=None) -> bool:
+    try:
+        zarr.open_array(str(url), mode="r", storage_options=storage_options)
+    except Exception:
+        return False
+    return True
