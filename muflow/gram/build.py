@@ -24,7 +24,8 @@ import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
 from muflow.gram.store import (
-    GramStore, StoreCorruptError, cache_path, check_dtype, fingerprint, store_exists,
+    GramStore, StoreCorruptError, check_dtype, fingerprint, lookup_cache, record_in_cache,
+    store_exists,
 )
 from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
 from muflow.kernels import Kernel
@@ -156,7 +157,7 @@ def build_gram(X, store: GramStore, *, client=None, tiles=None, on_tile=None,
                 for i, j in tiles
             ]
             try:
-                for fut in as_completed(futures):
+                for fut in as_completed(futures, loop=client.loop):
                     i, j = fut.result()
                     finished(i, j)
             finally:
@@ -208,7 +209,9 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
 
         if "://" not in str(cache_dir):
             os.makedirs(cache_dir, exist_ok=True)
-        store = cache_path(cache_dir, fp, kernel, dtype)
+        store = lookup_cache(cache_dir, fp, kernel, dtype)
+    elif cache_dir is not None:
+        record_in_cache(cache_dir, fp, kernel, dtype, str(store))
     url = str(store)
     n = X.shape[0]
     if store_exists(url, storage_options):

@@ -90,6 +90,39 @@ def cache_path(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
     return _join(str(cache_dir), f"gram-{cache_key(fp, kernel, dtype)}.zarr")
 
 
+def lookup_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
+    """The store the cache directory holds for (fingerprint, kernel, dtype): its own
+    ``gram-<key>.zarr``, or the store a ``gram-<key>.json`` pointer names when that one
+    exists (a store written elsewhere with ``--out``)."""
+    own = cache_path(cache_dir, fp, kernel, dtype)
+    pointer = _join(str(cache_dir), f"gram-{cache_key(fp, kernel, dtype)}.json")
+    if "://" not in str(cache_dir) and not store_exists(own) and os.path.exists(pointer):
+        try:
+            with open(pointer) as fh:
+                target = json.load(fh)["store"]
+            if store_exists(target):
+                return target
+        except (OSError, ValueError, KeyError):
+            pass
+    return own
+
+
+def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: str):
+    """Point the cache directory at a store written elsewhere (atomic JSON write)."""
+    if "://" in str(cache_dir):
+        return
+    os.makedirs(cache_dir, exist_ok=True)
+    if "://" not in url:
+        url = os.path.abspath(url)
+    if url == os.path.abspath(cache_path(cache_dir, fp, kernel, dtype)):
+        return
+    path = os.path.join(cache_dir, f"gram-{cache_key(fp, kernel, dtype)}.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"store": url, "kernel": kernel.to_dict(), "fingerprint": fp, "dtype": dtype}, fh)
+    os.replace(tmp, path)
+
+
 def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name if "://" in base else os.path.join(base, name)
 

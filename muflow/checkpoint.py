@@ -1,0 +1,178 @@
+"""Solver checkpoints: alpha, bias and iteration written atomically to a run directory.
+
+Any solver's ``callback(iteration, alpha, objective)`` can be a :class:`Checkpointer`;
+every ``every`` iterations it writes ``checkpoint.npz`` (to a temporary file in the same
+directory, flushed, then renamed over the old one, so a crash leaves the previous
+checkpoint intact). To resume, :func:`load_checkpoint` gives the state back and
+``init=(alpha, bias)`` warm-starts the same solver from it::
+
+    ckpt = load_checkpoint(run_dir)                    # None on a fresh run
+    init = None if ckpt is None else ckpt.init
+    cp = Checkpointer(run_dir, every=50, problem=problem, resume=ckpt)
+    solution = solve(problem, init=init, tol=tol, max_iter=max_iter - cp.start_iteration,
+                     callback=cp)
+    cp.finish(solution)
+
+The bias stored is the one the KKT conditions give for alpha
+(:func:`muflow.solvers.kkt.kkt_violation`), which for the multiplicative solvers with the
+sum constraint is their multiplier lambda (M3 eq. (14)-(17)); computing it costs one
+product, paid only when a checkpoint is written. A checkpoint records n, m and a caller's
+``tag`` (e.g. data fingerprint, kernel and solver) and refuses to resume another problem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from muflow.exceptions import MuflowInputError
+
+FILENAME = "checkpoint.npz"
+
+
+@dataclass
+class Checkpoint:
+    """A saved solver state.
+
+    Attributes
+    ----------
+    alpha : ndarray of shape (n, m)
+    bias : ndarray of shape (m,)
+    iteration : int
+        Iterations done in total (across resumed runs).
+    objective : ndarray of shape (m,)
+    tag : dict
+    finished : bool
+        True when written by :meth:`Checkpointer.finish` (the run completed).
+    """
+
+    alpha: np.ndarray
+    bias: np.ndarray
+    iteration: int
+    objective: np.ndarray
+    tag: dict
+    finished: bool = False
+
+    @property
+    def init(self):
+        """The warm start for ``solve(..., init=...)``."""
+        return (self.alpha, self.bias)
+
+
+def _write_atomic(path: str, **arrays):
+    directory = os.path.dirname(path) or "."
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    try:  # make the rename itself durable
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:  # pragma: no cover - platforms without directory fsync
+        pass
+
+
+def save_checkpoint(run_dir, alpha, bias, iteration, objective, tag=None, finished=False) -> str:
+    """Write a checkpoint atomically; returns its path."""
+    os.makedirs(run_dir, exist_ok=True)
+    path = os.path.join(run_dir, FILENAME)
+    alpha = np.asarray(alpha, dtype=np.float64)
+    if alpha.ndim == 1:
+        alpha = alpha[:, None]
+    meta = {"iteration": int(iteration), "tag": tag or {}, "finished": bool(finished),
+            "n": alpha.shape[0], "m": alpha.shape[1]}
+    _write_atomic(path, alpha=alpha, bias=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
+                  objective=np.atleast_1d(np.asarray(objective, dtype=np.float64)),
+                  meta=np.array(json.dumps(meta)))
+    return path
+
+
+def load_checkpoint(run_dir, *, tag=None, n=None, m=None) -> Checkpoint | None:
+    """The checkpoint in ``run_dir``, or None when there is none.
+
+    Raises
+    ------
+    MuflowInputError
+        When the checkpoint is unreadable or was written for another problem (other n, m
+        or tag); the message says which.
+    """
+    path = os.path.join(run_dir, FILENAME)
+    if not os.path.exists(path):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            meta = json.loads(str(data["meta"]))
+            ckpt = Checkpoint(alpha=data["alpha"], bias=data["bias"], iteration=meta["iteration"],
+                              objective=data["objective"], tag=meta.get("tag", {}),
+                              finished=meta.get("finished", False))
+    except Exception as exc:
+        raise MuflowInputError(f"checkpoint {path} is unreadable ({exc}); delete it to start over") from None
+    problems = []
+    if n is not None and ckpt.alpha.shape[0] != n:
+        problems.append(f"it has {ckpt.alpha.shape[0]} samples, the problem {n}")
+    if m is not None and ckpt.alpha.shape[1] != m:
+        problems.append(f"it has {ckpt.alpha.shape[1]} problems (columns), this run {m}")
+    if tag is not None:
+        for key, value in tag.items():
+            if key in ckpt.tag and ckpt.tag[key] != value:
+                problems.append(f"its {key} is {ckpt.tag[key]!r}, this run's {value!r}")
+    if problems:
+        raise MuflowInputError(f"checkpoint {path} belongs to another run: " + "; ".join(problems)
+                               + "; use another run directory or delete it")
+    return ckpt
+
+
+class Checkpointer:
+    """A solver callback that saves the state every ``every`` iterations.
+
+    Parameters
+    ----------
+    run_dir : str
+    every : int, default=100
+    problem : DualProblem, optional
+        Used to compute the bias of a saved alpha (one product per checkpoint); without
+        it the bias is saved as 0.
+    tag : dict, optional
+        JSON values identifying the run (checked on resume).
+    resume : Checkpoint, optional
+        The checkpoint this run resumes from; iterations count on from it.
+    stop_after : int, optional
+        Return True (stop the solver) at this total iteration; for tests and time limits.
+    """
+
+    def __init__(self, run_dir, every=100, *, problem=None, tag=None, resume=None, stop_after=None):
+        if int(every) < 1:
+            raise MuflowInputError(f"checkpoint interval must be >= 1 iteration, got {every}")
+        self.run_dir = str(run_dir)
+        self.every = int(every)
+        self.problem = problem
+        self.tag = dict(tag or {})
+        self.start_iteration = int(resume.iteration) if resume is not None else 0
+        self.stop_after = stop_after
+        self.saved = []
+
+    def _bias(self, alpha):
+        if self.problem is None:
+            return np.zeros(alpha.shape[1] if alpha.ndim == 2 else 1)
+        return self.problem.kkt_violation(alpha)[1]
+
+    def __call__(self, iteration, alpha, objective):
+        total = self.start_iteration + int(iteration)
+        if iteration > 0 and total % self.every == 0:
+            save_checkpoint(self.run_dir, alpha, self._bias(alpha), total, objective, self.tag)
+            self.saved.append(total)
+        return self.stop_after is not None and total >= self.stop_after
+
+    def finish(self, solution):
+        """Save the final state (marked finished) after the solver returns."""
+        return save_checkpoint(self.run_dir, solution.alpha, solution.bias,
+                               self.start_iteration + solution.n_iter,
+                               solution.objective_curve[-1], self.tag, finished=True)

@@ -1,0 +1,83 @@
+"""``python -m muflow gram``: build (or reuse) the blocked Gram store of a data file."""
+
+from __future__ import annotations
+
+import sys
+
+from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_gamma
+from muflow.exceptions import MuflowInputError
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "gram",
+        help="build or reuse the Gram matrix K(X, X) as a zarr store, computed on a Dask cluster",
+        description=(
+            "Compute the Gram matrix K(X, X) of a data file tile by tile on Dask workers and "
+            "write it to a zarr v3 store (plain zarr.open_array opens it; its attributes, plain "
+            "JSON, hold the kernel, a fingerprint of the data, dtype, tile size and the "
+            "complete tiles). A store that already matches the data and kernel is reused "
+            "without computing anything; a partial one (an interrupted build, missing chunks) "
+            "gets only its missing tiles. A store built for other data or another kernel is "
+            "refused. Without --scheduler a local cluster of worker processes sized to this "
+            "machine is started."),
+    )
+    add_data_options(p)
+    add_kernel_options(p)
+    p.add_argument("--offset", type=float, default=0.0,
+                   help="constant added to every kernel value (1 for the 'regularized' "
+                        "intercept of fit; default: 0)")
+    p.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                   help="stored precision: float32 (default, half the memory and disk) or float64")
+    p.add_argument("--tile", type=int, metavar="N",
+                   help="side of the square tiles (chunks) of the store; default: chosen from the "
+                        "number of samples and the workers' memory")
+    p.add_argument("--out", metavar="PATH",
+                   help="where to write the store: a directory path such as K.zarr or an fsspec "
+                        "URL (s3://bucket/K.zarr); default: a store named after the data and "
+                        "kernel inside --cache-dir")
+    p.add_argument("--cache-dir", metavar="DIR",
+                   help="cache directory mapping (data fingerprint, kernel, dtype) to a store; "
+                        "with --out, a pointer to the store is recorded there too")
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help="address of a running Dask scheduler, e.g. tcp://host:8786 (start one with "
+                        "`dask scheduler` and workers with `dask worker ADDR`); default: a local cluster")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for --scheduler to answer (default: 10)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="local cluster only: number of worker processes (default: one per core)")
+    p.add_argument("--deep-check", action="store_true",
+                   help="read every recorded tile of an existing store to find damaged chunks "
+                        "(default: only check that they exist)")
+    return p
+
+
+def run(args) -> int:
+    from muflow.cluster import client_for
+    from muflow.gram.build import ensure_gram
+    from muflow.gram.store import check_dtype
+    from muflow.kernels import Kernel, resolve_gamma
+
+    if args.out is None and args.cache_dir is None:
+        raise MuflowInputError("give --out PATH (the store to write) or --cache-dir DIR")
+    if args.tile is not None and args.tile < 1:
+        raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
+    X, _ = load_from_args(args)
+    kernel = Kernel(args.kernel, gamma=resolve_gamma(parse_gamma(args.gamma), X),
+                    degree=args.degree, coef0=args.coef0, offset=args.offset)
+    dtype = check_dtype(args.dtype)
+    cluster = {} if args.workers is None else {"n_workers": args.workers}
+    with client_for(args.scheduler, timeout=args.timeout, **cluster) as client:
+        gram, report = ensure_gram(X, kernel, client=client, store=args.out,
+                                   cache_dir=args.cache_dir, dtype=dtype, tile=args.tile,
+                                   deep_check=args.deep_check)
+    state = ("reused (complete, nothing computed)" if report.reused else
+             f"built: computed {len(report.computed)} of {report.total} tiles in {report.seconds:.1f} s")
+    print(f"Gram store: {gram.url}")
+    print(f"  {state}")
+    print(f"  n={gram.n}  tile={gram.tile}  dtype={gram.dtype}  "
+          f"{', '.join(f'{k}={v}' for k, v in kernel.params().items())}  "
+          f"size={gram.nbytes / 2**20:.1f} MiB")
+    sys.stdout.flush()
+    return 0
+
