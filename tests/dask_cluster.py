@@ -1,0 +1,28 @@
+"""A real Dask LocalCluster of worker processes for the distributed tests (one per module)."""
+
+from __future__ import annotations
+
+import contextlib
+
+
+@contextlib.contextmanager
+def local_client(n_workers=2, **kwargs):
+    """A ``LocalCluster(n_workers, processes=True, threads_per_worker=1)`` and its client."""
+    from distributed import Client, LocalCluster
+
+    kwargs.setdefault("memory_limit", "2GiB")
+    with LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1,
+                      dashboard_address=None, **kwargs) as cluster:
+        with Client(cluster) as client:
+            client.wait_for_workers(n_workers)
+            yield client
+
+
+def breast_cancer():
+    """Breast cancer features scaled to [0, 1] and labels +1 / -1 (read when called)."""
+    import numpy as np
+
+    import muflow.datasets
+
+    X, y = muflow.datasets.load_breast_cancer()
+    return X / 10.0, np.where(y == 4, 1.0, -1.0)
