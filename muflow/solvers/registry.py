@@ -102,3 +102,25 @@ def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool) -> Sol
 
 #: Solvers ``"auto"`` prefers per intercept mode when they are registered.
 AUTO_PREFERENCE: dict[str, tuple] = {}
+
+
+# -- subset and coordinate solvers (issue 3) ---------------------------------------------
+from muflow.solvers.adatron import solve_adatron  # noqa: E402
+from muflow.solvers.coordinate import solve_coordinate  # noqa: E402
+from muflow.solvers.hybrid import solve_hybrid  # noqa: E402
+from muflow.solvers.smo import solve_smo  # noqa: E402
+
+register(SolverInfo(
+    "smo", solve_smo, INTERCEPTS, False,
+    "SMO with second-order working-set selection (Fan, Chen & Lin 2005) and shrinking; "
+    "exact bias via pair steps, greedy single steps without the sum constraint"))
+register(SolverInfo(
+    "cd", solve_coordinate, ("regularized", "none"), False,
+    "dual coordinate descent (LIBLINEAR style, variants paper eq. 4): random permutation, "
+    "shrinking; weighted and drifted SVM through U and p"))
+register(SolverInfo(
+    "adatron", solve_adatron, ("regularized", "none"), False,
+    "Kernel Adatron (Friess, Cristianini & Campbell 1998): sequential sweeps, rate 1/K_ii"))
+register(SolverInfo(
+    "hybrid", solve_hybrid, INTERCEPTS, False,
+    "multiplicative passes until the support set settles, then SMO on it with KKT-driven growth"))
