@@ -1,0 +1,93 @@
+"""Shared fixtures: real data sets (read when a test asks, never at import) and references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def shared_data(name: str) -> Path:
+    path = SHARED_DATA / name
+    if not path.exists():
+        pytest.skip(f"{path} not present (the shared data folder sits beside the repository)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def breast_cancer_split():
+    """Breast cancer, standardised to [0, 1] features, stratified 80/20 split (seed 0)."""
+    from sklearn.model_selection import train_test_split
+
+    import muflow
+
+    X, y = muflow.datasets.load_breast_cancer()
+    X = X / 10.0
+    return train_test_split(X, np.where(y == 4, 1, -1), test_size=0.2, random_state=0, stratify=y)
+
+
+@pytest.fixture(scope="session")
+def sonar_split():
+    """Sonar, stratified 50/50 split (seed 0), labels +1 (M) / -1 (R)."""
+    from sklearn.model_selection import train_test_split
+
+    import muflow
+
+    X, y = muflow.datasets.load_sonar()
+    y = np.where(y == "M", 1, -1)
+    return train_test_split(X, y, test_size=0.5, random_state=0, stratify=y)
+
+
+@pytest.fixture(scope="session")
+def generated_split():
+    """Two overlapping Gaussian blobs with signed features, 240 points, 50/50 split."""
+    from sklearn.model_selection import train_test_split
+
+    rng = np.random.default_rng(7)
+    n = 240
+    y = np.where(rng.random(n) < 0.5, 1, -1)
+    X = rng.normal(size=(n, 4)) + 1.2 * y[:, None] * np.array([1.0, -0.5, 0.3, 0.0])
+    return train_test_split(X, y, test_size=0.5, random_state=0, stratify=y)
+
+
+def dual_objective(K, y, alpha):
+    """1/2 a'Qa - sum a with Q = diag(y) K diag(y)."""
+    ya = y * alpha
+    return 0.5 * ya @ K @ ya - alpha.sum()
+
+
+def reference_box_qp(K, y, upper):
+    """The bias-free dual (box constraints only) solved to high precision with SciPy.
+
+    L-BFGS-B with the exact gradient and tolerances at machine precision; the problem is a
+    convex QP, so its minimiser is the reference for intercept "none" and "regularized".
+    """
+    from scipy.optimize import minimize
+
+    Q = (y[:, None] * y[None, :]) * K
+    n = len(y)
+    upper = np.broadcast_to(np.asarray(upper, dtype=float), (n,))
+    bounds = [(0.0, None if not np.isfinite(u) else float(u)) for u in upper]
+
+    def f(a):
+        qa = Q @ a
+        return 0.5 * a @ qa - a.sum(), qa - 1.0
+
+    x0 = np.zeros(n)
+    res = minimize(f, x0, jac=True, method="L-BFGS-B", bounds=bounds,
+                   options={"maxiter": 100_000, "maxfun": 200_000, "ftol": 1e-16, "gtol": 1e-11,
+                            "maxcor": 50})
+    return res.x
+
+
+def reference_libsvm(K, y, C):
+    """libsvm's exact-bias solution through scikit-learn's SVC(kernel="precomputed")."""
+    from sklearn.svm import SVC
+
+    ref = SVC(kernel="precomputed", C=C, tol=1e-10, max_iter=10**8).fit(K, y)
+    alpha = np.zeros(len(y))
+    alpha[ref.support_] = np.abs(ref.dual_coef_[0])
+    return alpha, ref
