@@ -1,0 +1,151 @@
+"""muflow.LinearSVC against liblinear and against the SciPy primal for the variants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from scipy.optimize import minimize
+
+from muflow.exceptions import MuflowInputError
+from muflow.linear import LinearSVC
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def a8a_sparse():
+    from sklearn.datasets import load_svmlight_file
+
+    path = SHARED / "a8a"
+    if not path.exists():
+        pytest.skip("a8a not present")
+    X, y = load_svmlight_file(str(path), n_features=123)
+    X = sp.csr_matrix(X[:3000])
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
+    return X[:2000], X[2000:], y[:2000], y[2000:]
+
+
+def primal(model_coef, b, X, y, C_i, offset, regularized_b):
+    hinge = np.maximum(0.0, 1.0 - y * (X @ model_coef + b + offset))
+    return 0.5 * model_coef @ model_coef + (0.5 * b * b if regularized_b else 0.0) + C_i @ hinge
+
+
+def primal_reference(X, y, upper, offset, positive):
+    """min 1/2||beta||^2 + sum C_i xi_i s.t. y_i (x_i'beta + d_i) >= 1 - xi_i (beta >= 0)."""
+    n, d = X.shape
+    A = np.hstack([y[:, None] * X, np.eye(n)])
+    rhs = 1.0 - y * offset
+
+    def f(z):
+        return 0.5 * z[:d] @ z[:d] + upper @ z[d:], np.concatenate([z[:d], upper])
+
+    res = minimize(f, np.zeros(d + n), jac=True, method="SLSQP",
+                   bounds=[(0.0 if positive else None, None)] * d + [(0.0, None)] * n,
+                   constraints=[{"type": "ineq", "fun": lambda z: A @ z - rhs, "jac": lambda z: A}],
+                   options={"ftol": 1e-13, "maxiter": 3000})
+    # status 8 (no descent direction left) is SLSQP at the limit of its precision
+    assert res.success or res.status == 8, res.message
+    assert np.min(A @ res.x - rhs) > -1e-7
+    return res.x[:d], res.fun
+
+
+@pytest.mark.parametrize("intercept, fit_intercept", [("none", False), ("regularized", True)])
+def test_matches_liblinear_on_a8a(a8a_sparse, intercept, fit_intercept):
+    from sklearn.svm import LinearSVC as LiblinearSVC
+
+    Xtr, Xte, ytr, yte = a8a_sparse
+    ours = LinearSVC(C=0.5, intercept=intercept, tol=1e-4, max_iter=20_000, random_state=0).fit(Xtr, ytr)
+    ref = LiblinearSVC(C=0.5, loss="hinge", dual=True, fit_intercept=fit_intercept,
+                       intercept_scaling=1.0, tol=1e-8, max_iter=200_000).fit(Xtr, ytr)
+    yy = np.where(ytr > 0, 1.0, -1.0)
+    C_i = np.full(len(yy), 0.5)
+    p_ours = primal(ours.coef_[0], ours.intercept_[0], Xtr, yy, C_i, 0.0, fit_intercept)
+    p_ref = primal(ref.coef_[0], float(np.ravel(ref.intercept_)[0]), Xtr, yy, C_i, 0.0, fit_intercept)
+    assert abs(p_ours - p_ref) <= 1e-3 * p_ref
+    assert abs(-ours.objective_[0] - p_ref) <= 1e-3 * p_ref
+    np.testing.assert_allclose(ours.primal_objective(Xtr, ytr), p_ours)
+    assert np.mean(ours.predict(Xte) == ref.predict(Xte)) >= 0.99
+    assert ours.kkt_violation_[0] <= 1e-4
+
+
+def test_dense_and_sparse_agree(a8a_sparse):
+    Xtr, _, ytr, _ = a8a_sparse
+    Xtr, ytr = Xtr[:500], ytr[:500]
+    a = LinearSVC(intercept="regularized", tol=1e-5, random_state=3).fit(Xtr, ytr)
+    b = LinearSVC(intercept="regularized", tol=1e-5, random_state=3).fit(Xtr.toarray(), ytr)
+    np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-10)
+    np.testing.assert_allclose(a.intercept_, b.intercept_, atol=1e-10)
+
+
+@pytest.mark.parametrize("positive, weighted, drifted", [
+    (False, True, False), (False, False, True), (False, True, True), (True, False, True), (True, True, False),
+])
+def test_variants_match_scipy_primal(breast_cancer_split, positive, weighted, drifted):
+    Xtr, Xte, ytr, _ = breast_cancer_split
+    # signed features, three of them reversed, so that beta >= 0 is an active constraint
+    flip = np.array([-1.0, -1, -1, 1, 1, 1, 1, 1, 1])
+    X = (Xtr[:150] - 0.4) * flip
+    y = ytr[:150].astype(float)
+    rng = np.random.default_rng(17)
+    w = rng.uniform(0.2, 3.0, len(y)) if weighted else np.ones(len(y))
+    d = rng.normal(scale=0.5, size=len(y)) if drifted else np.zeros(len(y))
+    model = LinearSVC(C=0.7, positive=positive, tol=1e-5, max_iter=50_000, random_state=0)
+    model.fit(X, y, sample_weight=w, offset=d)
+    beta_ref, p_ref = primal_reference(X, y, 0.7 * w, d, positive)
+    p_ours = primal(model.coef_[0], 0.0, X, y, 0.7 * w, d, False)
+    assert abs(p_ours - p_ref) <= 1e-3 * p_ref
+    assert abs(-model.objective_[0] - p_ref) <= 1e-3 * p_ref
+    if positive:
+        assert np.all(model.coef_ >= 0) and np.any(beta_ref < 1e-8)
+    Xt = (Xte - 0.4) * flip
+    assert np.mean(np.sign(Xt @ model.coef_[0]) == np.sign(Xt @ beta_ref)) >= 0.99
+
+
+def test_multiclass_one_vs_rest():
+    from sklearn.svm import LinearSVC as LiblinearSVC
+
+    rng = np.random.default_rng(0)
+    centers = np.array([[2.0, 0, 0], [0, 2.0, 0], [0, 0, 2.0]])
+    labels = rng.integers(0, 3, 300)
+    X = centers[labels] + rng.normal(size=(300, 3))
+    y = np.array(["a", "b", "c"])[labels]
+    ours = LinearSVC(C=1.0, intercept="regularized", tol=1e-5, random_state=0).fit(X, y)
+    ref = LiblinearSVC(C=1.0, loss="hinge", dual=True, tol=1e-8, max_iter=100_000).fit(X, y)
+    assert ours.coef_.shape == (3, 3) and ours.intercept_.shape == (3,)
+    assert ours.decision_function(X).shape == (300, 3)
+    assert np.mean(ours.predict(X) == ref.predict(X)) >= 0.99
+    assert ours.score(X, y) > 0.8
+
+
+def test_bad_input():
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    y = np.array([1, -1] * 5)
+    with pytest.raises(MuflowInputError, match="offset"):
+        LinearSVC().fit(X, y, offset=np.zeros(9))
+    with pytest.raises(MuflowInputError, match="sample_weight"):
+        LinearSVC().fit(X, y, sample_weight=np.ones(3))
+    with pytest.raises(MuflowInputError, match="smo"):
+        LinearSVC(intercept="exact").fit(X, y)
+    with pytest.raises(MuflowInputError, match="C must"):
+        LinearSVC(C=-1).fit(X, y)
+    with pytest.raises(MuflowInputError, match="single class"):
+        LinearSVC().fit(X, np.ones(10))
+    with pytest.raises(MuflowInputError, match="NaN"):
+        LinearSVC().fit(np.where(X > 1, np.nan, X), y)
+    model = LinearSVC().fit(X, y)
+    with pytest.raises(MuflowInputError, match="features"):
+        model.predict(np.zeros((2, 3)))
+    with pytest.raises(ValueError):  # MuflowInputError is a ValueError (sklearn convention)
+        LinearSVC(max_iter=0).fit(X, y)
+
+
+def test_sklearn_conventions():
+    from sklearn.base import clone
+
+    model = LinearSVC(C=2.0, positive=True)
+    assert clone(model).get_params()["C"] == 2.0
+    assert not hasattr(model, "coef_")
