@@ -1,0 +1,35 @@
+"""Warm starts along C: the same solution as a cold fit, in fewer iterations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from muflow.kernels import Kernel
+from muflow.operators import DenseGram
+from muflow.solvers.problem import DualProblem
+from muflow.solvers.registry import get_solver
+
+
+@pytest.mark.parametrize("name, equality", [
+    ("smo", True), ("smo", False), ("cd", False), ("adatron", False), ("hybrid", True),
+])
+def test_warm_start_along_C(breast_cancer_split, name, equality):
+    Xtr, _, ytr, _ = breast_cancer_split
+    y = ytr.astype(float)
+    K = Kernel("rbf", gamma=0.5, offset=0.0 if equality else 1.0).block(Xtr, Xtr)
+    solve = get_solver(name).solve
+
+    def problem(C):
+        return DualProblem(DenseGram(K), y, upper=C, equality=equality)
+
+    first = solve(problem(1.0), tol=1e-4, max_iter=10_000, callback=None)
+    cold = solve(problem(1.3), tol=1e-4, max_iter=10_000, callback=None)
+    warm = solve(problem(1.3), init=(first.alpha, first.bias), tol=1e-4, max_iter=10_000,
+                 callback=None)
+    assert warm.converged.all() and cold.converged.all()
+    np.testing.assert_allclose(warm.objective, cold.objective, rtol=1e-4)
+    assert warm.n_iter < cold.n_iter
+    # a DualSolution is accepted as init as well
+    again = solve(problem(1.3), init=warm, tol=1e-4, max_iter=10_000, callback=None)
+    assert again.n_iter <= 1 or again.n_iter < warm.n_iter
