@@ -181,6 +181,14 @@ class SVC(ClassifierMixin, BaseEstimator):
         weights = self._check_vector(sample_weight, n, "sample_weight", default=1.0)
         if np.any(weights < 0):
             raise MuflowInputError("sample_weight must be >= 0 (negative weights have no meaning for C_i)")
+        if not np.any(weights > 0):
+            raise MuflowInputError("sample_weight is zero for every sample; give some samples a positive weight")
+        weighted_classes = np.unique(y_encoded[weights > 0])
+        if len(weighted_classes) < 2:
+            raise MuflowInputError(
+                "after dropping the samples with zero sample_weight only one class is left; a "
+                "classifier needs samples of at least 2 classes with positive weight"
+            )
         drift = self._check_vector(offset, n, "offset", default=0.0)
 
         kernel = self._kernel_for(X)
