@@ -261,8 +261,14 @@ class DaskGram:
     def _gather(self, method, *args):
         """Call ``method`` on every actor, one round trip; recover lost shards and retry."""
         for attempt in range(self.max_retries + 1):
-            calls = {s: getattr(a, method)(*args) for s, (_, a, _) in self._actors.items()}
+            calls, lost = {}, set()
+            for shard, (_, actor, _) in self._actors.items():
+                try:
+                    calls[shard] = getattr(actor, method)(*args)
+                except Exception:  # "Worker holding Actor was lost"
+                    lost.add(shard)
             failed, results = self._collect(calls)
+            failed |= lost
             if not failed:
                 return results
             if attempt == self.max_retries:

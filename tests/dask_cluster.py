@@ -12,7 +12,7 @@ def local_client(n_workers=2, **kwargs):
 
     kwargs.setdefault("memory_limit", "2GiB")
     with LocalCluster(n_workers=n_workers, processes=True, threads_per_worker=1,
-                      dashboard_address=None, **kwargs) as cluster:
+                      dashboard_address=":0", **kwargs) as cluster:
         with Client(cluster) as client:
             client.wait_for_workers(n_workers)
             yield client
