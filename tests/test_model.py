@@ -1,0 +1,171 @@
+"""muflow.SVC behaviour: attributes, multi-class, weights, offsets, persistence, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.svm import SVC as LibsvmSVC
+
+import muflow
+from muflow.exceptions import MuflowInputError
+from muflow.kernels import Kernel
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    rng = np.random.default_rng(5)
+    y = np.repeat([0, 1, 2], 30)
+    centres = np.array([[0, 0], [3, 0], [0, 3]])
+    X = centres[y] + rng.normal(scale=0.8, size=(90, 2))
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def binary(blobs):
+    X, y = blobs
+    keep = y < 2
+    return X[keep], np.where(y[keep] == 1, "yes", "no")
+
+
+def test_binary_attributes_follow_sklearn_conventions(binary):
+    X, y = binary
+    model = muflow.SVC(kernel="rbf", gamma=0.5, C=1.0, solver="munk").fit(X, y)
+    assert list(model.classes_) == ["no", "yes"]
+    n_sv = len(model.support_)
+    assert model.dual_coef_.shape == (1, n_sv)
+    assert model.support_vectors_.shape == (n_sv, 2)
+    assert model.intercept_.shape == (1,)
+    assert model.objective_curve_.shape[1] == 1
+    assert model.kkt_violation_[0] <= model.tol
+    # dual_coef_ = y_i alpha_i: positive for the class classes_[1], bounded by C
+    y_sv = np.where(y[model.support_] == "yes", 1, -1)
+    assert np.all(np.sign(model.dual_coef_[0]) == y_sv)
+    assert np.all(np.abs(model.dual_coef_) <= 1.0 + 1e-12)
+    # decision sign as libsvm's: positive means classes_[1]
+    ref = LibsvmSVC(kernel="rbf", gamma=0.5, C=1.0).fit(X, y)
+    assert np.mean(np.sign(model.decision_function(X)) == np.sign(ref.decision_function(X))) >= 0.99
+    np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=5e-3)
+
+
+def test_multiclass_one_vs_rest_shares_one_gram(blobs):
+    X, y = blobs
+    model = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk").fit(X, y)
+    assert model.dual_coef_.shape[0] == 3
+    assert model.decision_function(X).shape == (90, 3)
+    assert model.objective_curve_.shape[1] == 3  # three columns advanced together
+    assert model.score(X, y) > 0.9
+
+
+def test_sample_weight_scales_C_per_sample(binary):
+    X, y = binary
+    w = np.where(np.arange(len(y)) % 2 == 0, 0.5, 2.0)
+    model = muflow.SVC(kernel="rbf", gamma=0.5, C=1.0, solver="munk", tol=1e-5).fit(X, y, sample_weight=w)
+    alpha = np.zeros(len(y))
+    alpha[model.support_] = np.abs(model.dual_coef_[0])
+    assert np.all(alpha <= w + 1e-9)
+    ref = LibsvmSVC(kernel="rbf", gamma=0.5, C=1.0, tol=1e-8).fit(X, y, sample_weight=w)
+    assert np.mean(model.predict(X) == ref.predict(X)) >= 0.99
+
+
+def test_drifted_offset_changes_the_linear_term(binary):
+    X, y = binary
+    d = np.linspace(-0.5, 0.5, len(y))
+    plain = muflow.SVC(kernel="rbf", gamma=0.5, intercept="none", solver="munk").fit(X, y)
+    drifted = muflow.SVC(kernel="rbf", gamma=0.5, intercept="none", solver="munk").fit(X, y, offset=d)
+    assert not np.allclose(plain.objective_, drifted.objective_)
+    with pytest.raises(MuflowInputError, match="offset has length 3"):
+        muflow.SVC().fit(X, y, offset=[0, 1, 2])
+
+
+def test_precomputed_kernel(binary):
+    X, y = binary
+    K = Kernel("rbf", gamma=0.5).block(X)
+    model = muflow.SVC(kernel="precomputed", solver="munk").fit(K, y)
+    direct = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk").fit(X, y)
+    np.testing.assert_allclose(model.decision_function(K), direct.decision_function(X), atol=1e-8)
+    with pytest.raises(MuflowInputError, match="square"):
+        muflow.SVC(kernel="precomputed").fit(K[:, :10], y)
+    with pytest.raises(MuflowInputError, match="K\\(X_test, X_train\\)"):
+        model.predict(K[:, :10])
+
+
+def test_sparse_input_gives_the_dense_result(binary):
+    X, y = binary
+    dense = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk").fit(X, y)
+    sparse = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk").fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(dense.objective_, sparse.objective_, rtol=1e-10)
+
+
+def test_save_and_load_round_trip_without_pickle(binary, tmp_path):
+    X, y = binary
+    model = muflow.SVC(kernel="poly", degree=2, gamma=0.5, coef0=1.0, solver="m3").fit(X, y)
+    path = muflow.save(model, tmp_path / "model")
+    meta = json.loads((path / "model.json").read_text())
+    assert meta["format_version"] == 1 and meta["estimator"] == "SVC"
+    with np.load(path / "arrays.npz", allow_pickle=False) as data:
+        assert "dual_coef_" in data.files
+    loaded = muflow.load(path)
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_allclose(loaded.decision_function(X), model.decision_function(X))
+    # saving again replaces the model atomically; no temporary folders are left behind
+    muflow.save(model, path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_load_refuses_what_is_not_a_model(tmp_path):
+    with pytest.raises(MuflowInputError, match="not a muflow model"):
+        muflow.load(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), y), "NaN or infinite"),
+        (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.inf, X), y), "NaN or infinite"),
+        (lambda X, y: (X, np.full(len(y), "no")), "only one class"),
+        (lambda X, y: (X[:-1], y), "inconsistent numbers of samples"),
+    ],
+    ids=["nan", "inf", "one-class", "length-mismatch"],
+)
+def test_bad_training_data_is_refused_clearly(binary, make, match):
+    X, y = make(*binary)
+    with pytest.raises(ValueError, match=match):
+        muflow.SVC().fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"C": 0.0}, "C must be a positive number"),
+        ({"C": -1.0}, "C must be a positive number"),
+        ({"kernel": "cubic"}, "unknown kernel 'cubic'"),
+        ({"solver": "newton"}, "unknown solver 'newton'.*m3"),
+        ({"intercept": "maybe"}, "intercept must be one of"),
+        ({"tol": 0}, "tol must be positive"),
+    ],
+)
+def test_bad_parameters_are_refused_clearly(binary, params, match):
+    X, y = binary
+    with pytest.raises(MuflowInputError, match=match):
+        muflow.SVC(**params).fit(X, y)
+
+
+def test_negative_sample_weight_is_refused(binary):
+    X, y = binary
+    with pytest.raises(MuflowInputError, match="sample_weight must be >= 0"):
+        muflow.SVC().fit(X, y, sample_weight=-np.ones(len(y)))
+
+
+def test_predict_on_a_different_number_of_features_is_refused(binary):
+    X, y = binary
+    model = muflow.SVC(solver="munk").fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.ones((3, 5)))
+
+
+def test_unbounded_hard_margin_is_reported_not_returned():
+    X = np.array([[0.0], [0.0], [1.0], [1.0]])
+    y = np.array([1, -1, 1, -1])  # identical points with opposite labels: not separable
+    with pytest.raises(muflow.MuflowError, match="finite C"):
+        muflow.SVC(kernel="linear", C=float("inf"), intercept="none", solver="m3").fit(X, y)
