@@ -1,0 +1,700 @@
+"""Maximizing the margin in the input space (input-space-margin.txt, Akaho).
+
+The ordinary SVM maximizes the margin in the kernel's feature space. This module measures
+and maximizes it where the inputs live, in a metric ``||x - x_i||_{G_i}^2 = (x - x_i)^T G_i
+(x - x_i)`` that may differ per sample (section 2).
+
+- :func:`input_space_margin` estimates, for a fitted binary classifier, the projection of each
+  sample on the decision boundary by the iteration of eq. (12), slowed down where the point
+  is unstable (section 3.4), and the per-sample distances and the margin (eq. 3).
+- :class:`InputMarginSVC` trains the discriminant of eq. (2),
+  ``f(x) = sum_i {a_i k(x_hat_i, x) + b_i^T k_x(x_hat_i, x)} + f_0``, by Algorithm 1
+  (``method="full"``) or by the simplified algorithm of section 6 (``method="simplified"``).
+  Every QP step is posed as a :class:`muflow.solvers.DualProblem` and solved by a registered
+  muflow solver.
+
+Notation follows the paper: ``p_i = omega . phi(x_hat_i) = f(x_hat_i) - f_0``,
+``q_i = omega . psi(x_hat_i) = grad f(x_hat_i)``, ``r = omega . omega``,
+``d_hat_i = x_hat_i - x_i``, ``g_i = ||q_i||_{G_i^-1} / sqrt(r)`` (eq. 6).
+
+Notes
+-----
+Algorithm 1 holds the (n, n, m, m) array of ``K_xy(x_hat_i, x_hat_j)``: memory scales as
+``8 * n^2 * m^2`` bytes (section 3.6, O(m^2 n^2)). Above ``max_bytes`` it refuses unless
+``force=True``; ``method="simplified"`` needs only ``8 * n^2 * m`` bytes.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from muflow.data import check_finite
+from muflow.exceptions import MuflowInputError
+from muflow.kernel_derivatives import (
+    check_differentiable,
+    kernel_cross_hessian,
+    kernel_gradient,
+    kernel_value,
+)
+from muflow.kernels import Kernel, resolve_gamma
+from muflow.operators import DenseGram
+from muflow.solvers import DualProblem
+from muflow.solvers.registry import SOLVERS
+
+#: Default bound on the temporary arrays of Algorithm 1 (bytes).
+DEFAULT_MAX_BYTES = 2**30
+
+_TINY = 1e-300
+
+
+def default_qp_solver() -> str:
+    """The solver for the QP steps: SMO (exact bias, robust on the ill-conditioned hard-margin
+    problems of smooth kernels) when registered, else M3."""
+    return "smo" if "smo" in SOLVERS else "m3"
+
+
+# ---------------------------------------------------------------------------------------
+# The discriminant of eq. (2)
+# ---------------------------------------------------------------------------------------
+@dataclass
+class Discriminant:
+    """``f(x) = sum_i {a_i k(c_i, x) + b_i^T k_x(c_i, x)} + f0`` (eq. 2), ``c_i = x_hat_i``.
+
+    Attributes
+    ----------
+    kernel : Kernel
+    centers : ndarray of shape (n_b, m)
+        The bases x_hat_i.
+    a : ndarray of shape (n_b,)
+    b : ndarray of shape (n_b, m)
+    f0 : float
+    """
+
+    kernel: Kernel
+    centers: np.ndarray
+    a: np.ndarray
+    b: np.ndarray
+    f0: float
+
+    def value(self, X) -> np.ndarray:
+        """f(x) for every row of X, shape (n,)."""
+        out = kernel_value(self.kernel, X, self.centers) @ self.a
+        if np.any(self.b):
+            # k_x(c_j, x) = dk(c_j, x)/dc_j = kernel_gradient(C, X)[j, i]
+            out = out + np.einsum("jis,js->i", kernel_gradient(self.kernel, self.centers, X), self.b)
+        return out + self.f0
+
+    def gradient(self, X) -> np.ndarray:
+        """grad f(x) = sum_j a_j k_x(x, c_j) + K_xy(x, c_j) b_j (the q of eq. 12), shape (n, m)."""
+        out = np.einsum("ijs,j->is", kernel_gradient(self.kernel, X, self.centers), self.a)
+        if np.any(self.b):
+            out = out + np.einsum("ijst,jt->is", kernel_cross_hessian(self.kernel, X, self.centers), self.b)
+        return out
+
+    def hessian(self, X, step=1e-5) -> np.ndarray:
+        """Hessian of f by central differences of the analytic gradient, shape (n, m, m).
+
+        Only the slow-down of section 3.4 uses it, to classify a point as stable or not, so
+        O(step^2) accuracy is ample.
+        """
+        X = np.asarray(X, dtype=np.float64)
+        n, m = X.shape
+        H = np.empty((n, m, m))
+        for t in range(m):
+            e = np.zeros(m)
+            e[t] = step
+            H[:, :, t] = (self.gradient(X + e) - self.gradient(X - e)) / (2 * step)
+        return 0.5 * (H + np.transpose(H, (0, 2, 1)))
+
+    def squared_norm(self) -> float:
+        """``r = omega . omega = sum_i a_i p_i + b_i^T q_i`` (section 3.3)."""
+        C = self.centers
+        p = kernel_value(self.kernel, C, C) @ self.a
+        if np.any(self.b):
+            p = p + np.einsum("jis,js->i", kernel_gradient(self.kernel, C, C), self.b)
+        q = self.gradient(C)
+        return float(self.a @ p + np.einsum("is,is->", self.b, q))
+
+
+# ---------------------------------------------------------------------------------------
+# Metric
+# ---------------------------------------------------------------------------------------
+def check_metric(metric, n: int, m: int):
+    """Validate ``metric`` and return ``(G, G_inv, L)`` per sample, each of shape (n, m, m),
+    with ``G_i = L_i L_i^T`` (Cholesky).
+
+    ``None`` is the Euclidean metric; one (m, m) matrix is shared by all samples; an
+    (n, m, m) array gives G_i per sample (section 2). Each must be symmetric positive definite.
+    """
+    if metric is None:
+        G = np.broadcast_to(np.eye(m), (n, m, m))
+        return G, G, G
+    G = np.asarray(metric, dtype=np.float64)
+    if G.ndim == 2:
+        if G.shape != (m, m):
+            raise MuflowInputError(
+                f"metric has shape {G.shape}; expected ({m}, {m}) for one matrix shared by all "
+                f"samples or ({n}, {m}, {m}) for one per sample"
+            )
+        G = np.broadcast_to(G, (n, m, m))
+    elif G.ndim != 3 or G.shape != (n, m, m):
+        raise MuflowInputError(
+            f"metric has shape {G.shape}; expected ({m}, {m}) or ({n}, {m}, {m}) "
+            "(one symmetric positive definite matrix per sample)"
+        )
+    if not np.all(np.isfinite(G)):
+        raise MuflowInputError("metric contains NaN or infinite values")
+    if not np.allclose(G, np.transpose(G, (0, 2, 1)), rtol=1e-10, atol=1e-12 * max(1.0, np.abs(G).max())):
+        raise MuflowInputError("metric must be symmetric: G_i = G_i^T for every sample")
+    try:
+        L = np.linalg.cholesky(G)
+    except np.linalg.LinAlgError:
+        raise MuflowInputError(
+            "metric must be positive definite (every G_i); add a small multiple of the identity"
+        ) from None
+    return G, np.linalg.inv(G), L
+
+
+def _check_memory(n, n_b, m, max_bytes, force, what):
+    needed = 8 * n * n_b * m * m
+    if needed > max_bytes and not force:
+        raise MuflowInputError(
+            f"{what} needs about {needed / 2**20:.0f} MiB for the (n, n, m, m) array of second "
+            f"kernel derivatives (O(m^2 n^2) memory: n = {n}, m = {m}), above the limit of "
+            f"{max_bytes / 2**20:.0f} MiB; raise max_bytes, pass force=True, or use "
+            "method='simplified' (O(m n^2))"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Projection on the boundary (eq. 12, section 3.4) and the margin (eq. 3)
+# ---------------------------------------------------------------------------------------
+def _slow_down(step, x_hat, X, grad, hess, L):
+    """Shrink the tangential movement where the iteration (12) is unstable at a local
+    minimum of the distance (section 3.4, Proposition 1).
+
+    In whitened coordinates z = L^T x (where G = L L^T and the metric is Euclidean), with
+    d = z_hat - z_i, lambda from grad f ~ lambda d (eq. 13) and c_j the curvatures of f in an
+    orthonormal basis of the tangent space (eq. 16), the iteration multiplies the tangential
+    error by c_j / lambda (eq. 17). The point is a local minimum of the distance when
+    c_j / lambda < 1 for all j; it is then unstable along the axes with c_j / lambda <= -1,
+    where the movement is multiplied by e_j = |lambda| / (2 |c_j|) (0 < e_j < |lambda|/|c_j|),
+    which makes the error factor 1 + e_j (c_j/lambda - 1) lie in (0, 1/2).
+    Local maxima and saddle points are left unstable so that the iteration leaves them.
+    """
+    n, m = X.shape
+    if m < 2:
+        return step
+    Linv = np.linalg.inv(L)
+    d = np.einsum("nts,nt->ns", L, x_hat - X)  # L^T d
+    gz = np.einsum("nst,nt->ns", Linv, grad)
+    Hz = Linv @ hess @ np.transpose(Linv, (0, 2, 1))
+    dd = np.einsum("ns,ns->n", d, d)
+    ok = dd > 1e-24
+    lam = np.where(ok, np.einsum("ns,ns->n", gz, d) / np.where(ok, dd, 1.0), 0.0)
+    ok &= np.abs(lam) > _TINY
+    u = d / np.sqrt(np.where(ok, dd, 1.0))[:, None]
+    # Householder reflector mapping e_1 to u: its columns 2..m span the tangent space.
+    v = u.copy()
+    v[:, 0] -= 1.0
+    vv = np.einsum("ns,ns->n", v, v)
+    R = np.broadcast_to(np.eye(m), (n, m, m)).copy()
+    big = vv > 1e-20
+    R[big] -= 2.0 * v[big, :, None] * v[big, None, :] / vv[big, None, None]
+    P = R[:, :, 1:]
+    C = np.transpose(P, (0, 2, 1)) @ Hz @ P
+    c, V = np.linalg.eigh(C)
+    ratio = c / np.where(ok, lam, 1.0)[:, None]
+    local_min = ok & np.all(ratio < 1.0, axis=1)
+    unstable = local_min[:, None] & (ratio <= -1.0)
+    if not np.any(unstable):
+        return step
+    e = np.where(unstable, 0.5 / np.maximum(np.abs(ratio), 1.0), 1.0)
+    W = P @ V  # tangent eigen-directions, (n, m, m-1)
+    dz = np.einsum("nts,nt->ns", L, step)
+    along = np.einsum("ns,ns->n", u, dz)[:, None] * u
+    coef = np.einsum("nsk,ns->nk", W, dz)
+    dz_new = along + np.einsum("nsk,nk->ns", W, e * coef)
+    new = np.einsum("nst,nt->ns", np.transpose(Linv, (0, 2, 1)), dz_new)
+    return np.where(unstable.any(axis=1)[:, None], new, step)
+
+
+def project_onto_boundary(disc: Discriminant, X, G_inv, L, x_start=None, *, max_iter=50,
+                          tol=1e-10, slow_down=True):
+    """Estimate the projection x*_i of every x_i on {f = 0} by iterating eq. (12).
+
+    ``x_hat[l+1] = x_i - G_i^-1 q / ||q||^2_{G_i^-1} [p - (x_hat[l] - x_i)^T q + f0]``, with
+    ``p = f(x_hat[l]) - f0`` and ``q = grad f(x_hat[l])``: the closest point to x_i, in G_i,
+    on the linearisation of the boundary at x_hat[l]. (The paper prints ``q`` for
+    ``G_i^-1 q``; the two agree for G_i = I, and only ``G_i^-1 q`` makes the rule invariant
+    under a change of metric, as the proof of Proposition 1 uses.)
+
+    Returns
+    -------
+    x_hat : ndarray of shape (n, m)
+    n_iter : int
+    converged : ndarray of bool, shape (n,)
+    """
+    X = np.asarray(X, dtype=np.float64)
+    x_hat = X.copy() if x_start is None else np.array(x_start, dtype=np.float64)
+    scale = max(1.0, float(np.abs(X).max()))
+    converged = np.zeros(X.shape[0], dtype=bool)
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):
+        f = disc.value(x_hat)
+        q = disc.gradient(x_hat)
+        Gq = np.einsum("nst,nt->ns", G_inv, q)
+        N = np.maximum(np.einsum("ns,ns->n", q, Gq), _TINY)
+        level = f - np.einsum("ns,ns->n", x_hat - X, q)  # = p - d_hat^T q + f0
+        target = X - Gq * (level / N)[:, None]
+        step = target - x_hat
+        if slow_down and n_iter > 1:
+            step = _slow_down(step, x_hat, X, q, disc.hessian(x_hat), L)
+        x_hat = x_hat + step
+        moved = np.sqrt(np.einsum("ns,ns->n", step, step))
+        converged = (moved <= tol * scale) & (np.abs(disc.value(x_hat)) <= 1e-9 * max(1.0, abs(disc.f0)))
+        if np.all(converged):
+            break
+    return x_hat, n_iter, converged
+
+
+def _distances(disc, X, y, x_hat, G_inv):
+    """Signed distances by eq. (3): |f(x_hat) - q^T d_hat| / ||q||_{G^-1}, positive for
+    correctly classified samples."""
+    q = disc.gradient(x_hat)
+    N = np.einsum("ns,nst,nt->n", q, G_inv, q)
+    level = disc.value(x_hat) - np.einsum("ns,ns->n", x_hat - X, q)
+    dist = np.abs(level) / np.sqrt(np.maximum(N, _TINY))
+    side = np.where(y * disc.value(X) > 0, 1.0, -1.0)
+    return side * dist
+
+
+@dataclass
+class InputMargin:
+    """What :func:`input_space_margin` returns.
+
+    Attributes
+    ----------
+    projections : ndarray of shape (n, m)
+        Estimated projection point x*_i of each sample on the decision boundary.
+    distances : ndarray of shape (n,)
+        Distance from x_i to x*_i in the metric G_i (eq. 3), negative for misclassified samples.
+    margin : float
+        The smallest distance.
+    converged : ndarray of bool, shape (n,)
+        Whether the iteration (12) settled on the boundary for each sample.
+    n_iter : int
+    """
+
+    projections: np.ndarray
+    distances: np.ndarray
+    margin: float
+    converged: np.ndarray
+    n_iter: int
+
+
+def _discriminant_of(model) -> Discriminant:
+    check_is_fitted(model)
+    if isinstance(model, InputMarginSVC):
+        return model.discriminant_
+    if len(getattr(model, "classes_", ())) != 2:
+        raise MuflowInputError("the input-space margin is defined for binary classifiers (two classes)")
+    kernel = getattr(model, "kernel_", None)
+    if not isinstance(kernel, Kernel):
+        raise MuflowInputError("input_space_margin needs a fitted muflow SVC or InputMarginSVC")
+    if kernel.name == "precomputed":
+        raise MuflowInputError("a precomputed kernel has no input space; fit on the features")
+    check_differentiable(kernel)
+    sv = np.asarray(model.support_vectors_, dtype=np.float64)
+    if hasattr(sv, "toarray"):
+        sv = sv.toarray()
+    a = np.asarray(model.dual_coef_, dtype=np.float64)[0]
+    return Discriminant(kernel.with_offset(0.0), sv, a, np.zeros_like(sv), float(model.intercept_[0]))
+
+
+def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-10,
+                       slow_down=True, max_bytes=DEFAULT_MAX_BYTES, force=False) -> InputMargin:
+    """Margin of a fitted binary classifier in the input space (input-space-margin.txt).
+
+    Parameters
+    ----------
+    model : fitted muflow.SVC or InputMarginSVC
+        Binary, with a kernel among rbf, poly, linear.
+    X : array-like of shape (n, m)
+    y : array-like of shape (n,)
+        Labels in ``model.classes_``; they sign the distances.
+    metric : None, array-like of shape (m, m) or (n, m, m), default=None
+        G_i: Euclidean, one matrix for all samples, or one per sample.
+    x_start : array-like of shape (n, m), optional
+        Starting points of the iteration (12); default the samples themselves.
+    max_iter : int, default=50
+        Iterations of (12) at most.
+    tol : float, default=1e-10
+        Stop when no point moves more than ``tol`` (times the data's scale) and all lie on
+        the boundary.
+    slow_down : bool, default=True
+        Apply the slow-down of section 3.4 where a local minimum is unstable.
+    max_bytes : int, default=2**30
+    force : bool, default=False
+        Proceed above ``max_bytes``.
+
+    Returns
+    -------
+    InputMargin
+        ``.projections``, ``.distances`` (eq. 3 at the projection, in G_i), ``.margin``.
+    """
+    disc = _discriminant_of(model)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != disc.centers.shape[1]:
+        raise MuflowInputError(f"X must have shape (n, {disc.centers.shape[1]}), got {X.shape}")
+    check_finite(X)
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise MuflowInputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    classes = model.classes_
+    if not np.all(np.isin(y, classes)):
+        raise MuflowInputError(f"y holds labels outside the model's classes {list(classes)}")
+    y_pm = np.where(y == classes[1], 1.0, -1.0)
+    n, m = X.shape
+    if np.any(disc.b):
+        _check_memory(n, len(disc.centers), m, max_bytes, force, "input_space_margin")
+    _, G_inv, L = check_metric(metric, n, m)
+    x_hat, n_iter, converged = project_onto_boundary(
+        disc, X, G_inv, L, x_start, max_iter=max_iter, tol=tol, slow_down=slow_down)
+    dist = _distances(disc, X, y_pm, x_hat, G_inv)
+    return InputMargin(x_hat, dist, float(dist.min()), converged, n_iter)
+
+
+# ---------------------------------------------------------------------------------------
+# Algorithm 1: the pieces of one step
+# ---------------------------------------------------------------------------------------
+def project_hyperplane(old: Discriminant, new_centers, X, support) -> Discriminant:
+    """Re-express omega_hat on the new bases x_hat_new (section 3.5, eq. 18).
+
+    Least squares over T = {x_i, x_hat_old_i, x_hat_new_i}: find a, b (on the bases in
+    ``support``) and f0 minimising ``sum_{x in T} (f_new(x) - f_old(x))^2``; the minimum-norm
+    solution when the system is underdetermined.
+    """
+    kernel = old.kernel
+    C = new_centers[support]
+    T = np.vstack([X, old.centers, new_centers])
+    target = old.value(T)
+    n_b, m = C.shape
+    design = np.empty((T.shape[0], n_b * (m + 1) + 1))
+    design[:, :n_b] = kernel_value(kernel, T, C)
+    design[:, n_b:n_b * (m + 1)] = np.transpose(kernel_gradient(kernel, C, T), (1, 0, 2)).reshape(T.shape[0], n_b * m)
+    design[:, -1] = 1.0
+    coef = np.linalg.lstsq(design, target, rcond=None)[0]
+    a = np.zeros(new_centers.shape[0])
+    b = np.zeros_like(new_centers)
+    a[support] = coef[:n_b]
+    b[support] = coef[n_b:n_b * (m + 1)].reshape(n_b, m)
+    return Discriminant(kernel, new_centers.copy(), a, b, float(coef[-1]))
+
+
+@dataclass
+class QPStep:
+    """The temporaries of one QP step (section 3.3) and the posed problem.
+
+    ``gram[i, j] = z_i . z_j`` with ``z_i = phi_tilde_i - y_i eta_i`` and ``phi_tilde_i =
+    phi(x_hat_i) - psi(x_hat_i)^T d_hat_i``, so that ``y_i y_j gram_ij`` is the quadratic form
+    of eq. (8): ``y_i y_j s_ij - y_j t_ij - y_i t_ji + u_ij``. The linear term is ``-g_hat``.
+    """
+
+    gram: np.ndarray
+    g: np.ndarray
+    q: np.ndarray
+    Gq: np.ndarray
+    r: float
+    d_hat: np.ndarray
+    problem: DualProblem
+
+
+def full_step_problem(disc: Discriminant, X, y, G_inv, upper, *, identity=False) -> QPStep:
+    """Pose the QP of eq. (8) (constraints (9), or (21) with a finite C) as a DualProblem.
+
+    Maximising W(alpha) = sum_i g_i alpha_i - 1/2 sum_ij alpha_i alpha_j (y_i y_j s_ij -
+    y_j t_ij - y_i t_ji + u_ij) is minimising 1/2 alpha' Q alpha + p' alpha with
+    ``Q = diag(y) K' diag(y)``, ``K'_ij = s_ij - y_i t_ij - y_j t_ji + y_i y_j u_ij`` (the
+    Gram matrix of z_i = phi_tilde_i - y_i eta_i, symmetric positive semidefinite) and
+    ``p = -g``: muflow's dual with the equality constraint sum_i y_i alpha_i = 0.
+    The bias of that dual is f_0 of eq. (11) (constraint (5) holds with equality on the
+    support set), so the solver's bias is f_0^(k+1).
+
+    Parameters
+    ----------
+    disc : Discriminant
+        omega_hat and f_0 on the bases x_hat (already projected, eq. 18).
+    identity : bool, default=False
+        The special case of section 3.2: x_hat_i = x_i, eta_i = 0, g_i = 1. The QP is then
+        exactly the ordinary SVM's.
+    """
+    kernel = disc.kernel
+    x_hat = disc.centers
+    n = X.shape[0]
+    d_hat = x_hat - X
+    k = kernel_value(kernel, x_hat, x_hat)
+    kx = kernel_gradient(kernel, x_hat, x_hat)  # kx[i, j] = k_x(x_hat_i, x_hat_j)
+    Kxy = kernel_cross_hessian(kernel, x_hat, x_hat)
+    s = (k + np.einsum("is,ijst,jt->ij", d_hat, Kxy, d_hat)
+         - np.einsum("is,ijs->ij", d_hat, kx) - np.einsum("js,jis->ij", d_hat, kx))
+    if identity:
+        gram = s
+        g = np.ones(n)
+        q = Gq = np.zeros_like(X)
+        r = 1.0
+    else:
+        q = disc.gradient(x_hat)
+        p = disc.value(x_hat) - disc.f0
+        r = disc.squared_norm()
+        if not r > 0:
+            raise MuflowInputError("the discriminant is constant (omega = 0); no margin to maximise")
+        Gq = np.einsum("nst,nt->ns", G_inv, q)
+        N = np.einsum("ns,ns->n", q, Gq)
+        g = np.sqrt(np.maximum(N, 0.0) / r)
+        g_safe = np.maximum(g, 1e-12 * max(1.0, g.max()))
+        # t_ij = eta_i . phi_tilde_j
+        t = (np.einsum("is,ijs->ij", Gq, kx) - np.einsum("is,ijst,jt->ij", Gq, Kxy, d_hat)
+             - (N / r)[:, None] * (p - np.einsum("js,js->j", d_hat, q))[None, :]) / (g_safe * r)[:, None]
+        # u_ij = eta_i . eta_j
+        u = (np.einsum("is,ijst,jt->ij", Gq, Kxy, Gq) - np.outer(N, N) / r) / (np.outer(g_safe, g_safe) * r**2)
+        gram = s - y[:, None] * t - y[None, :] * t.T + np.outer(y, y) * u
+    gram = 0.5 * (gram + gram.T)
+    problem = DualProblem(DenseGram(gram), y, upper=upper, linear=-g, equality=True)
+    return QPStep(gram, g, q, Gq, r, d_hat, problem)
+
+
+def update_parameters(disc: Discriminant, step: QPStep, alpha, bias, y) -> Discriminant:
+    """Eq. (10): ``a_i = alpha_i y_i + beta a_hat_i``, ``b_i = -alpha_i (y_i d_hat_i +
+    G_i^-1 q_i / (g_i r)) + beta b_hat_i`` with ``beta = sum_j alpha_j ||q_j||^2_{G_j^-1} /
+    (g_j r^2)`` (the paper prints G_i^-1 inside the sum for G_j^-1); f_0 from the QP's bias
+    (eq. 11)."""
+    g_safe = np.maximum(step.g, 1e-12 * max(1.0, step.g.max()))
+    N = np.einsum("ns,ns->n", step.q, step.Gq)
+    beta = float(np.sum(alpha * N / g_safe) / step.r**2)
+    a = alpha * y + beta * disc.a
+    b = -alpha[:, None] * (y[:, None] * step.d_hat + step.Gq / (g_safe * step.r)[:, None]) + beta * disc.b
+    return Discriminant(disc.kernel, disc.centers.copy(), a, b, float(bias))
+
+
+def simplified_g(disc: Discriminant, X, G_inv) -> np.ndarray:
+    """Eq. (22): ``g_i = ||sum_j a_j k_x(x_i, x_j)||_{G_i^-1} / sqrt(sum_jk a_j a_k k(x_j, x_k))``
+    (the paper's ``a_i`` in the numerator is a misprint for ``a_j``)."""
+    q = disc.gradient(X)
+    N = np.einsum("ns,nst,nt->n", q, G_inv, q)
+    r = disc.squared_norm()
+    if not r > 0:
+        raise MuflowInputError("the discriminant is constant (omega = 0); no margin to maximise")
+    return np.sqrt(np.maximum(N, 0.0) / r)
+
+
+# ---------------------------------------------------------------------------------------
+# The estimator
+# ---------------------------------------------------------------------------------------
+class InputMarginSVC(ClassifierMixin, BaseEstimator):
+    """Kernel classifier that maximizes the margin in the input space (input-space-margin.txt).
+
+    Parameters
+    ----------
+    kernel : {"rbf", "poly", "linear"}, default="rbf"
+        A kernel with derivatives (:mod:`muflow.kernel_derivatives`).
+    C : float, default=float("inf")
+        ``inf``: the hard margin of the paper's main text; finite: the soft margin of
+        section 5 (constraint 21, ``0 <= alpha_i <= C``).
+    gamma : {"scale", "auto"} or float, default="scale"
+        Kernel scale; the paper's sigma is ``muflow.kernels.gamma_from_sigma(sigma)``.
+    degree : int, default=3
+    coef0 : float, default=0.0
+    metric : None, array-like of shape (m, m) or (n_samples, m, m), default=None
+        G_i of section 2: Euclidean, one matrix for all samples, or one per training sample.
+    method : {"full", "simplified"}, default="full"
+        "full": Algorithm 1 (section 3.6). "simplified": section 6 (x_hat_i = x_i, eta_i = 0,
+        only g_i of eq. 22 kept).
+    n_steps : int, default=5
+        Steps of the algorithm; the best of steps 0..n_steps by estimated margin is kept
+        (section 3.6; step 0 is the ordinary SVM).
+    n_projection_iter : int, default=10
+        Iterations of eq. (12) per step to update x_hat (the paper's figures use 10).
+    qp_solver : str or None, default=None
+        Registered solver for the QP steps; None picks SMO when registered, else M3.
+    qp_tol : float, default=1e-8
+        KKT tolerance of the QP steps (relative to the largest g_i).
+    max_iter : int, default=1_000_000
+        Iterations of the QP solver at most.
+    max_bytes : int, default=2**30
+        Refuse Algorithm 1 when its (n, n, m, m) temporaries exceed this many bytes.
+    force : bool, default=False
+        Proceed above ``max_bytes``.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    a_ : ndarray of shape (n_bases,)
+        Coefficients a_i of eq. (2).
+    b_ : ndarray of shape (n_bases, n_features)
+        Coefficients b_i of eq. (2).
+    x_hat_ : ndarray of shape (n_bases, n_features)
+        Bases x_hat_i of eq. (2) (estimated projection points of the support vectors).
+    f0_ : float
+    support_ : ndarray of shape (n_bases,)
+        Training indices i of the bases.
+    kernel_ : Kernel
+    discriminant_ : Discriminant
+    input_margin_ : float
+        Estimated input-space margin of the kept step.
+    margin_history_ : ndarray of shape (n_steps + 1,)
+        Estimated margin after each step; entry 0 is the ordinary SVM.
+    best_step_ : int
+    initial_margin_ : float
+        ``margin_history_[0]``.
+    projections_ : ndarray of shape (n_samples, n_features)
+        Projection points of the training samples on the kept boundary.
+    svm_ : muflow.SVC
+        The ordinary SVM of the initialisation step.
+
+    Notes
+    -----
+    Algorithm 1 needs O(m^2 n^2) memory and O(m^3 n^2) time per step for the temporaries
+    (section 3.6); the QP has the size of the ordinary SVM's. The iteration is not monotone
+    and keeps the best step, as the paper's simulation does.
+    """
+
+    def __init__(self, kernel="rbf", *, C=float("inf"), gamma="scale", degree=3, coef0=0.0,
+                 metric=None, method="full", n_steps=5, n_projection_iter=10, qp_solver=None,
+                 qp_tol=1e-8, max_iter=1_000_000, max_bytes=DEFAULT_MAX_BYTES, force=False):
+        self.kernel = kernel
+        self.C = C
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.metric = metric
+        self.method = method
+        self.n_steps = n_steps
+        self.n_projection_iter = n_projection_iter
+        self.qp_solver = qp_solver
+        self.qp_tol = qp_tol
+        self.max_iter = max_iter
+        self.max_bytes = max_bytes
+        self.force = force
+
+    # -- validation ------------------------------------------------------------------
+    def _check_params(self):
+        check_differentiable(Kernel(self.kernel))
+        if self.method not in ("full", "simplified"):
+            raise MuflowInputError(f"method must be 'full' or 'simplified', got {self.method!r}")
+        if not isinstance(self.C, numbers.Real) or not self.C > 0:
+            raise MuflowInputError(f"C must be positive (float('inf') for the hard margin), got {self.C!r}")
+        if not isinstance(self.n_steps, numbers.Integral) or self.n_steps < 0:
+            raise MuflowInputError(f"n_steps must be a non-negative integer, got {self.n_steps!r}")
+        if not isinstance(self.n_projection_iter, numbers.Integral) or self.n_projection_iter < 1:
+            raise MuflowInputError(f"n_projection_iter must be a positive integer, got {self.n_projection_iter!r}")
+        if not self.qp_tol > 0:
+            raise MuflowInputError(f"qp_tol must be positive, got {self.qp_tol!r}")
+        solver = self.qp_solver or default_qp_solver()
+        if solver not in SOLVERS:
+            raise MuflowInputError(f"unknown qp_solver {solver!r}; choose one of {', '.join(SOLVERS)}")
+        return solver
+
+    # -- fit -------------------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit by Algorithm 1 or the simplified algorithm.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Two classes.
+
+        Returns
+        -------
+        self
+        """
+        from muflow.model import SVC
+
+        solver = self._check_params()
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
+        check_classification_targets(y)
+        self.classes_, y_enc = np.unique(y, return_inverse=True)
+        if len(self.classes_) != 2:
+            raise MuflowInputError(
+                f"InputMarginSVC is binary (the input-space margin of one boundary); got "
+                f"{len(self.classes_)} classes"
+            )
+        y_pm = np.where(y_enc == 1, 1.0, -1.0)
+        n, m = X.shape
+        if self.method == "full":
+            _check_memory(n, n, m, self.max_bytes, self.force, "Algorithm 1 (method='full')")
+        _, G_inv, L = check_metric(self.metric, n, m)
+        upper = float(self.C)
+
+        self.svm_ = SVC(self.kernel, C=upper, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
+                        solver=solver, intercept="exact", tol=self.qp_tol, max_iter=self.max_iter).fit(X, y)
+        kernel = self.svm_.kernel_.with_offset(0.0)
+        self.kernel_ = kernel
+        a0 = np.zeros(n)
+        a0[self.svm_.support_] = self.svm_.dual_coef_[0]
+        disc = Discriminant(kernel, X.copy(), a0, np.zeros_like(X), float(self.svm_.intercept_[0]))
+
+        history, states, projections = [], [], []
+        x_hat = X.copy()
+        for k in range(self.n_steps + 1):
+            # Step 1 (and the margin estimate of step k): x_hat by eq. (12) on the current f.
+            x_new, _, _ = project_onto_boundary(disc, X, G_inv, L, x_hat, max_iter=self.n_projection_iter)
+            dist = _distances(disc, X, y_pm, x_new, G_inv)
+            margin = float(dist.min())
+            history.append(margin)
+            states.append(disc)
+            projections.append(x_new)
+            if k == self.n_steps or not np.all(np.isfinite(x_new)):
+                break
+            if self.method == "full":
+                support = np.flatnonzero((disc.a != 0) | np.any(disc.b != 0, axis=1))
+                projected = project_hyperplane(disc, x_new, X, support)  # step 2, eq. (18)
+                step = full_step_problem(projected, X, y_pm, G_inv, upper)  # step 3, eq. (8)
+                sol = self._solve(solver, step.problem, step.g)
+                disc = update_parameters(projected, step, sol.alpha[:, 0], sol.bias[0], y_pm)  # eq. (10-11)
+                x_hat = x_new
+            else:
+                g = simplified_g(disc, X, G_inv)  # eq. (22)
+                problem = DualProblem(DenseGram(kernel.block(X)), y_pm, upper=upper, linear=-g, equality=True)
+                sol = self._solve(solver, problem, g)
+                disc = Discriminant(kernel, X.copy(), sol.alpha[:, 0] * y_pm, np.zeros_like(X), float(sol.bias[0]))
+
+        self.margin_history_ = np.asarray(history)
+        self.best_step_ = int(np.argmax(self.margin_history_))
+        best = states[self.best_step_]
+        keep = np.flatnonzero((best.a != 0) | np.any(best.b != 0, axis=1))
+        self.support_ = keep.astype(np.int32)
+        self.a_ = best.a[keep].copy()
+        self.b_ = best.b[keep].copy()
+        self.x_hat_ = best.centers[keep].copy()
+        self.f0_ = float(best.f0)
+        self.discriminant_ = Discriminant(kernel, self.x_hat_, self.a_, self.b_, self.f0_)
+        self.input_margin_ = float(self.margin_history_[self.best_step_])
+        self.initial_margin_ = float(self.margin_history_[0])
+        self.projections_ = projections[self.best_step_]
+        return self
+
+    def _solve(self, solver, problem, g):
+        tol = float(self.qp_tol) * max(1.0, float(np.max(g)))
+        sol = SOLVERS[solver].solve(problem, tol=tol, max_iter=int(self.max_iter))
+        return sol
+
+    # -- predict ---------------------------------------------------------------------
+    def decision_function(self, X):
+        """f(x) of eq. (2), shape (n_samples,); positive for ``classes_[1]``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
+        return self.discriminant_.value(X)
+
+    def predict(self, X):
+        """Class labels by the sign of eq. (2)."""
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
