@@ -48,7 +48,7 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
         memory_limit = int(memory * memory_fraction / n_workers)
     return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                         processes=True, memory_limit=memory_limit,
-                        dashboard_address=kwargs.pop("dashboard_address", None), **kwargs)
+                        dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
 
 
 def connect(address: str, *, timeout: float = 10.0):
