@@ -28,6 +28,9 @@ STATE_NEED = 2    # the missing row
 STATE_SHRINK = 3  # updates since the last shrinking
 STATE_CURVE = 4   # next free position in the objective buffer
 STATE_POS = 5     # position in the epoch's order (coordinate descent)
+STATE_PEND_I = 6  # SMO: working index i already selected, waiting for its row (-1: none)
+STATE_PEND_J = 7  # SMO: working index j already selected, waiting for its row (-1: none)
+STATE_SIZE = 8
 
 _TAU = 1e-12
 
@@ -59,37 +62,48 @@ def _shrink_pair(y, U, alpha, G, act, n_act):
                 gmax2 = -G[t]
             if alpha[t] > 0.0 and G[t] > gmax1:
                 gmax1 = G[t]
-    k = 0
-    while k < n_act:
+    return _compact(act, n_act, _pair_drop(y, U, alpha, G, act, n_act, gmax1, gmax2))
+
+
+@njit(cache=True)
+def _pair_drop(y, U, alpha, G, act, n_act, gmax1, gmax2):
+    drop = np.zeros(n_act, dtype=np.bool_)
+    for k in range(n_act):
         t = act[k]
-        drop = False
         if alpha[t] >= U[t]:
-            drop = (-G[t] > gmax1) if y[t] > 0 else (-G[t] > gmax2)
+            drop[k] = (-G[t] > gmax1) if y[t] > 0 else (-G[t] > gmax2)
         elif alpha[t] <= 0.0:
-            drop = (G[t] > gmax2) if y[t] > 0 else (G[t] > gmax1)
-        if drop:
-            n_act -= 1
-            act[k] = act[n_act]
-            act[n_act] = t
+            drop[k] = (G[t] > gmax2) if y[t] > 0 else (G[t] > gmax1)
+    return drop
+
+
+@njit(cache=True)
+def _compact(act, n_act, drop):
+    """Move the dropped indices behind the kept ones, keeping both in index order:
+    sweeps over act[:n_act] then read memory in order (swapping would scatter them)."""
+    dropped = np.empty(n_act, dtype=np.int64)
+    kept = 0
+    nd = 0
+    for k in range(n_act):
+        if drop[k]:
+            dropped[nd] = act[k]
+            nd += 1
         else:
-            k += 1
-    return n_act
+            act[kept] = act[k]
+            kept += 1
+    for k in range(nd):
+        act[kept + k] = dropped[k]
+    return kept
 
 
 @njit(cache=True)
 def _shrink_single(U, alpha, G, act, n_act, gm):
     """Drop bounded variables whose gradient pushes them outward by more than ``gm``."""
-    k = 0
-    while k < n_act:
+    drop = np.zeros(n_act, dtype=np.bool_)
+    for k in range(n_act):
         t = act[k]
-        drop = (alpha[t] <= 0.0 and G[t] > gm) or (alpha[t] >= U[t] and -G[t] > gm)
-        if drop:
-            n_act -= 1
-            act[k] = act[n_act]
-            act[n_act] = t
-        else:
-            k += 1
-    return n_act
+        drop[k] = (alpha[t] <= 0.0 and G[t] > gm) or (alpha[t] >= U[t] and -G[t] > gm)
+    return _compact(act, n_act, drop)
 
 
 @njit(cache=True)
@@ -112,6 +126,7 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
             return CURVE_FULL
         if shrinking and state[STATE_SHRINK] >= shrink_every:
             state[STATE_SHRINK] = 0
+            state[STATE_PEND_I] = -1
             if equality:
                 n_act = _shrink_pair(y, U, alpha, G, act, n_act)
             else:
@@ -161,30 +176,38 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
                 t = act[k]
                 G[t] += y[t] * dy * Ki[t]
         else:
-            gmax = -np.inf
-            i = -1
-            for k in range(n_act):
-                t = act[k]
-                if y[t] > 0:
-                    if alpha[t] < U[t] and -G[t] >= gmax:
-                        gmax = -G[t]
-                        i = t
-                else:
-                    if alpha[t] > 0.0 and G[t] >= gmax:
-                        gmax = G[t]
-                        i = t
+            # a step interrupted by a cache miss resumes with its pair: no second selection
+            i = state[STATE_PEND_I]
+            j = state[STATE_PEND_J]
+            state[STATE_PEND_I] = -1
+            state[STATE_PEND_J] = -1
             if i < 0:
-                return DONE
+                gmax = -np.inf
+                for k in range(n_act):
+                    t = act[k]
+                    if y[t] > 0:
+                        if alpha[t] < U[t] and -G[t] >= gmax:
+                            gmax = -G[t]
+                            i = t
+                    else:
+                        if alpha[t] > 0.0 and G[t] >= gmax:
+                            gmax = G[t]
+                            i = t
+                if i < 0:
+                    return DONE
+            else:
+                gmax = -G[i] if y[i] > 0 else G[i]
             si = _slot(i, slot_of, stamp, clock)
             if si < 0:
                 state[STATE_NEED] = i
+                state[STATE_PEND_I] = i
                 return NEED_ROW
             Ki = data[si]
             yi = y[i]
             gmax2 = -np.inf
             obj_min = np.inf
-            j = -1
-            for k in range(n_act):
+            resumed = j >= 0
+            for k in range(0 if resumed else n_act):
                 t = act[k]
                 if y[t] > 0:
                     if alpha[t] > 0.0:
@@ -212,11 +235,13 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
                             if od <= obj_min:
                                 j = t
                                 obj_min = od
-            if gmax + gmax2 < gap_tol or j < 0:
+            if j < 0 or (not resumed and gmax + gmax2 < gap_tol):
                 return DONE
             sj = _slot(j, slot_of, stamp, clock)
             if sj < 0:
                 state[STATE_NEED] = j
+                state[STATE_PEND_I] = i
+                state[STATE_PEND_J] = j
                 return NEED_ROW
             Kj = data[sj]
             yj = y[j]
@@ -281,9 +306,28 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
                      + di * dj * qij)
             ci = di * yi
             cj = dj * yj
+            # the gradient update and the next step's choice of i share one sweep
+            nxt = -1
+            gnext = -np.inf
             for k in range(n_act):
                 t = act[k]
-                G[t] += y[t] * (ci * Ki[t] + cj * Kj[t])
+                g = G[t] + y[t] * (ci * Ki[t] + cj * Kj[t])
+                G[t] = g
+                if y[t] > 0:
+                    if alpha[t] < U[t] and -g >= gnext:
+                        gnext = -g
+                        nxt = t
+                else:
+                    if alpha[t] > 0.0 and g >= gnext:
+                        gnext = g
+                        nxt = t
+            state[STATE_PEND_I] = nxt
+            if nxt < 0:
+                state[STATE_ITER] += 1
+                state[STATE_SHRINK] += 1
+                curve[state[STATE_CURVE]] = F[0]
+                state[STATE_CURVE] += 1
+                return DONE
         state[STATE_ITER] += 1
         state[STATE_SHRINK] += 1
         curve[state[STATE_CURVE]] = F[0]

@@ -48,7 +48,7 @@ def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, ma
     QD = col.problem.operator.diagonal().astype(np.float64)
     active = valid.copy()
     bounds = np.array([np.inf, -np.inf, -np.inf, np.inf])
-    state = np.zeros(6, dtype=np.int64)
+    state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
     data, slot_of, stamp, clock = cache.arrays
     batch = max(1, min(cache.slots // 2, 256))
     stale = False

@@ -62,6 +62,7 @@ class RowCache:
         self.row_of = np.full(self.slots, -1, dtype=np.int64)
         self.stamp = np.zeros(self.slots, dtype=np.int64)
         self.clock = np.zeros(1, dtype=np.int64)
+        self.used = 0
         self.fetches = 0
         self.rows_fetched = 0
         self.seconds = 0.0
@@ -74,14 +75,19 @@ class RowCache:
     def fetch(self, idx) -> None:
         """Bring rows ``idx`` (those not yet cached; at most ``slots``) into the cache."""
         t = time.perf_counter()
+        if len(idx) == 1:
+            self._fetch_one(int(idx[0]))
+            self.seconds += time.perf_counter() - t
+            return
         idx = np.unique(np.asarray(idx, dtype=np.int64))
         idx = idx[self.slot_of[idx] < 0][: self.slots]
         k = idx.size
         if k == 0:
             return
-        free = np.flatnonzero(self.row_of < 0)
-        if free.size >= k:
-            slots = free[:k]
+        free = self.slots - self.used
+        if free >= k:
+            slots = np.arange(self.used, self.used + k)
+            self.used += k
         else:
             slots = np.argpartition(self.stamp, k - 1)[:k] if k < self.slots else np.arange(self.slots)
         evicted = self.row_of[slots]
@@ -94,6 +100,23 @@ class RowCache:
         self.fetches += 1
         self.rows_fetched += k
         self.seconds += time.perf_counter() - t
+
+    def _fetch_one(self, i: int) -> None:
+        if self.slot_of[i] >= 0:
+            return
+        if self.used < self.slots:
+            slot = self.used
+            self.used += 1
+        else:
+            slot = int(np.argmin(self.stamp))
+            self.slot_of[self.row_of[slot]] = -1
+        self.data[slot] = self.operator.rows(np.array([i]))[0]
+        self.row_of[slot] = i
+        self.slot_of[i] = slot
+        self.clock[0] += 1
+        self.stamp[slot] = self.clock[0]
+        self.fetches += 1
+        self.rows_fetched += 1
 
     def stats(self) -> dict:
         return {"cache_slots": self.slots, "row_fetches": self.fetches,

@@ -64,7 +64,8 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     QD = col.problem.operator.diagonal().astype(np.float64)
     member = valid.copy() if subset is None else (np.asarray(subset, bool) & valid)
     act = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)]).astype(np.int64)
-    state = np.zeros(6, dtype=np.int64)
+    state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
+    state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
     state[sc.STATE_NACT] = int(member.sum())
     gap_tol = (2.0 if col.equality else 1.0) * tol
     buf = np.empty(chunk)
@@ -81,6 +82,8 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         if status == sc.NEED_ROW:
             cache.fetch([state[sc.STATE_NEED]])
             continue
+        # a pending choice of i belongs to the loop that made it: recompute after a pause
+        state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
         curve.extend(buf[: state[sc.STATE_CURVE]].tolist())
         state[sc.STATE_CURVE] = 0
         if status == sc.CURVE_FULL:

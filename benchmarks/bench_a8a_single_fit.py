@@ -1,0 +1,190 @@
+"""One kernel SVM fit on a8a / a8a.t, muflow's solvers against scikit-learn's SVC (libsvm).
+
+RBF gamma = 0.05, C = 1, exact intercept. muflow's time includes building the Gram matrix
+(dense float32, blockwise NumPy: a8a is sparse binary, so X X' on dense float32 is fast).
+Every solver runs in this process, one after the other; the table gives time, ratio to
+SVC, test accuracy, relative difference of the dual objective to libsvm's and peak memory
+(resident-set growth during the fit, sampled). Multiplicative solvers, far slower on
+n = 22696, run under a time cap and are reported as capped.
+
+``cd`` and ``adatron`` have no sum constraint: they solve the "regularized" problem
+(kernel + 1), a different dual, so their objective is not compared with libsvm's.
+
+Run: python benchmarks/bench_a8a_single_fit.py [--cap SECONDS] [--only smo,hybrid]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _memory import PeakMemory  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+GAMMA, C = 0.05, 1.0
+
+
+def load():
+    from sklearn.datasets import load_svmlight_file
+
+    Xtr, ytr = load_svmlight_file(str(DATA / "a8a"), n_features=123)
+    Xte, yte = load_svmlight_file(str(DATA / "a8a.t"), n_features=123)
+    return Xtr, ytr, Xte, yte
+
+
+def _rbf_inplace(blk, na, nb, gamma):
+    """blk <- exp(-gamma max(na_i + nb_j - 2 blk_ij, 0)), one fused pass (numba, threads)."""
+    from numba import njit, prange
+
+    global _rbf_kernel
+    if _rbf_kernel is None:
+        @njit(parallel=True, fastmath=True, cache=True)
+        def kern(blk, na, nb, g):
+            for i in prange(blk.shape[0]):
+                row = blk[i]
+                a = na[i]
+                for j in range(row.shape[0]):
+                    d = a + nb[j] - np.float32(2.0) * row[j]
+                    if d < 0:
+                        d = np.float32(0.0)
+                    row[j] = np.exp(-g * d)
+        _rbf_kernel = kern
+    _rbf_kernel(blk, na, nb, np.float32(gamma))
+
+
+_rbf_kernel = None
+
+
+def rbf_gram(A, B=None, gamma=GAMMA, block=2048, out=None):
+    """exp(-gamma ||a - b||^2) in float32: BLAS X X' per block of rows, then one fused pass."""
+    A = np.asarray(A, dtype=np.float32)
+    B = A if B is None else np.asarray(B, dtype=np.float32)
+    na = np.einsum("ij,ij->i", A, A)
+    nb = na if B is A else np.einsum("ij,ij->i", B, B)
+    K = np.empty((A.shape[0], B.shape[0]), dtype=np.float32) if out is None else out
+    for s in range(0, A.shape[0], block):
+        blk = K[s: s + block]
+        np.matmul(A[s: s + block], B.T, out=blk)
+        _rbf_inplace(blk, na[s: s + block], nb, gamma)
+    return K
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cap", type=float, default=60.0, help="time cap (s) for multiplicative solvers")
+    ap.add_argument("--only", default="", help="comma-separated muflow solvers to run")
+    ap.add_argument("--cache-mb", type=float, default=2048.0)
+    ap.add_argument("--skip-svc", action="store_true")
+    args = ap.parse_args(argv)
+
+    from sklearn.svm import SVC
+
+    from muflow.operators import DenseGram
+    from muflow.solvers.problem import DualProblem
+    from muflow.solvers.registry import SOLVERS
+
+    Xtr_s, ytr, Xte_s, yte = load()
+    Xtr = Xtr_s.toarray().astype(np.float32)
+    Xte = Xte_s.toarray().astype(np.float32)
+    n = len(ytr)
+    print(f"a8a: n_train={n}, n_test={len(yte)}, d=123, RBF gamma={GAMMA}, C={C}, exact intercept")
+    rows = []
+
+    # -- libsvm ---------------------------------------------------------------------------
+    svc = None
+    if not args.skip_svc:
+        with PeakMemory() as pm:
+            t = time.perf_counter()
+            svc = SVC(kernel="rbf", gamma=GAMMA, C=C).fit(Xtr_s, ytr)
+            t_svc = time.perf_counter() - t
+        acc_svc = svc.score(Xte_s, yte)
+        rows.append(("sklearn SVC (libsvm)", t_svc, acc_svc, 0.0, pm.peak_mb, ""))
+        try:
+            from sklearnex.svm import SVC as XSVC
+
+            with PeakMemory() as pmx:
+                t = time.perf_counter()
+                xsvc = XSVC(kernel="rbf", gamma=GAMMA, C=C).fit(Xtr_s, ytr)
+                t_x = time.perf_counter() - t
+            rows.append(("sklearnex SVC", t_x, xsvc.score(Xte_s, yte), np.nan, pmx.peak_mb, ""))
+        except ImportError:
+            print("sklearnex not installed: sklearnex.svm.SVC not timed")
+
+    def predict(alpha, bias, y, kern_offset=0.0):
+        sv = np.flatnonzero(alpha > 0)
+        Kt = rbf_gram(Xte, Xtr[sv])
+        f = Kt.astype(np.float64) @ (y[sv] * alpha[sv]) + kern_offset * (y[sv] * alpha[sv]).sum() + bias
+        return np.mean(np.where(f > 0, 1.0, -1.0) == yte)
+
+    # -- muflow: Gram build once, timed, added to every solver's time ----------------------
+    with PeakMemory() as pm_gram:
+        t = time.perf_counter()
+        K = rbf_gram(Xtr)
+        t_gram = time.perf_counter() - t
+    print(f"Gram build (float32, {K.nbytes / 2**30:.2f} GiB): {t_gram:.2f} s")
+    op = DenseGram(K)
+    y = np.where(ytr > 0, 1.0, -1.0)
+    f_ref = None
+    if svc is not None:
+        a_ref = np.zeros(n)
+        a_ref[svc.support_] = np.abs(svc.dual_coef_[0])
+        f_ref = DualProblem(op, y, upper=C, equality=True).objective(a_ref[:, None])[0]
+
+    only = [s for s in args.only.split(",") if s]
+    exact = ["smo", "hybrid", "m3", "m3_flipped", "munk"]
+    boxed = ["cd", "adatron"]
+    capped = {"m3", "m3_flipped", "munk", "musik", "seminmf"}
+    for name in exact:
+        if only and name not in only:
+            continue
+        problem = DualProblem(op, y, upper=C, equality=True)
+        kw = {"cache_mb": args.cache_mb} if name in ("smo", "hybrid") else {}
+        t0 = [None]
+
+        def cap(it, alpha, obj):
+            return time.perf_counter() - t0[0] > args.cap
+
+        with PeakMemory() as pm:
+            t0[0] = time.perf_counter()
+            sol = SOLVERS[name].solve(problem, tol=1e-3, max_iter=100_000,
+                                      callback=cap if name in capped else None, **kw)
+            t_fit = time.perf_counter() - t0[0]
+        note = "" if sol.converged.all() else f"capped at {args.cap:.0f}s, kkt={sol.kkt_violation[0]:.2g}"
+        rel = abs(sol.objective[0] - f_ref) / abs(f_ref) if f_ref is not None else np.nan
+        rows.append((f"muflow {name}", t_gram + t_fit, predict(sol.alpha[:, 0], sol.bias[0], y), rel,
+                     max(pm.peak_mb, 0) + pm_gram.peak_mb, note or f"fit {t_fit:.2f}s + gram {t_gram:.2f}s"))
+        print(rows[-1], sol.timings, flush=True)
+    # "regularized" solvers on K + 1 (in place: no second Gram in memory)
+    if not only or any(b in only for b in boxed):
+        t = time.perf_counter()
+        K += 1.0
+        t_off = time.perf_counter() - t
+        op = DenseGram(K)
+        for name in boxed:
+            if only and name not in only:
+                continue
+            problem = DualProblem(op, y, upper=C)
+            with PeakMemory() as pm:
+                t = time.perf_counter()
+                sol = SOLVERS[name].solve(problem, tol=1e-3, max_iter=100_000, callback=None,
+                                          cache_mb=args.cache_mb)
+                t_fit = time.perf_counter() - t
+            note = f"regularized intercept; fit {t_fit:.2f}s" + ("" if sol.converged.all() else " NOT converged")
+            rows.append((f"muflow {name}", t_gram + t_off + t_fit, predict(sol.alpha[:, 0], 0.0, y, 1.0),
+                         np.nan, pm.peak_mb + pm_gram.peak_mb, note))
+            print(rows[-1], sol.timings, flush=True)
+
+    t_svc = rows[0][1] if svc is not None else np.nan
+    print()
+    print(f"{'solver':26s} {'time (s)':>9s} {'SVC/this':>9s} {'test acc':>9s} {'obj rel diff':>13s} {'peak MB':>9s}  note")
+    for name, tt, acc, rel, mem, note in rows:
+        print(f"{name:26s} {tt:9.2f} {t_svc / tt:9.2f} {100 * acc:8.2f}% {rel:13.2e} {mem:9.0f}  {note}")
+
+
+if __name__ == "__main__":
+    main()
