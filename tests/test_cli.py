@@ -1,0 +1,81 @@
+"""The command line: fit and predict on every data format, exit codes, no partial output."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from muflow.cli import main
+
+FEATURES = np.array([[0.0, 0.1], [0.2, 0.0], [0.1, 0.3], [2.0, 2.1], [2.2, 1.9], [1.9, 2.3]])
+LABELS = np.array([0, 0, 0, 1, 1, 1])
+
+
+@pytest.fixture
+def csv_file(tmp_path):
+    path = tmp_path / "train.csv"
+    lines = ["x1,x2,target"] + [f"{a},{b},{c}" for (a, b), c in zip(FEATURES, LABELS)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_fit_then_predict_csv_with_named_label_column(csv_file, tmp_path, capsys):
+    out = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--label-column", "target", "--kernel", "rbf",
+                 "--gamma", "0.5", "--C", "1", "--solver", "munk", "--out", str(out)]) == 0
+    assert (out / "model.json").exists()
+    assert main(["predict", "--model", str(out), "--data", str(csv_file), "--label-column", "target"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert [int(p) for p in printed[-6:]] == list(LABELS)
+
+
+def test_fit_svmlight_and_npz(tmp_path):
+    svm = tmp_path / "train.svm"
+    svm.write_text("".join(f"{2 * c - 1} 1:{a} 2:{b}\n" for (a, b), c in zip(FEATURES, LABELS)))
+    npz = tmp_path / "train.npz"
+    np.savez(npz, X=FEATURES, y=LABELS)
+    for data in (svm, npz):
+        assert main(["fit", "--data", str(data), "--out", str(tmp_path / f"m-{data.suffix[1:]}")]) == 0
+    pred_csv = tmp_path / "pred.csv"
+    assert main(["predict", "--model", str(tmp_path / "m-npz"), "--data", str(npz), "--out", str(pred_csv)]) == 0
+    assert pred_csv.read_text().splitlines()[0].startswith("prediction,decision_0")
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "muflow", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file):
+    out = tmp_path / "model"
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x1,x2,y\n1,2,0\n3,oops,1\n")
+    signed = tmp_path / "signed.csv"
+    signed.write_text("x1,x2,y\n-1,2,0\n1,-2,1\n-2,1,0\n2,-1,1\n")
+    cases = [
+        (["fit", "--data", str(tmp_path / "missing.csv"), "--out", str(out)], "does not exist"),
+        (["fit", "--data", str(bad), "--out", str(out)], "line 3: 'oops' is not a number"),
+        (["fit", "--data", str(csv_file), "--C", "-1", "--out", str(out)], "--C must be positive"),
+        (["fit", "--data", str(csv_file), "--solver", "nope", "--out", str(out)], "unknown solver"),
+        (["fit", "--data", str(signed), "--kernel", "linear", "--solver", "munk", "--out", str(out)],
+         "non-negative"),
+        (["fit", "--out", str(out)], "required"),
+    ]
+    for args, message in cases:
+        result = _run(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model")]
+
+
+def test_help_explains_every_command():
+    result = _run("--help")
+    assert result.returncode == 0
+    for command in ("run", "fit", "predict"):
+        assert command in result.stdout
+    fit_help = _run("fit", "--help").stdout
+    for option in ("--data", "--label-column", "--kernel", "--gamma", "--C", "--solver", "--out"):
+        assert option in fit_help
