@@ -46,7 +46,15 @@ def _run(*args):
     return subprocess.run([sys.executable, "-m", "muflow", *args], capture_output=True, text=True, timeout=300)
 
 
-def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file):
+def _run_in_process(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as exc:  # argparse usage errors
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file, capsys):
     out = tmp_path / "model"
     bad = tmp_path / "bad.csv"
     bad.write_text("x1,x2,y\n1,2,0\n3,oops,1\n")
@@ -62,12 +70,15 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file):
         (["fit", "--out", str(out)], "required"),
     ]
     for args, message in cases:
-        result = _run(*args)
-        assert result.returncode == 2, (args, result.stderr)
-        assert message in result.stderr
-        assert "Traceback" not in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
+        code, stderr = _run_in_process(args, capsys)
+        assert code == 2, (args, stderr)
+        assert message in stderr
+        assert len(stderr.strip().splitlines()) == 1
         assert not out.exists()
+    # the real process: exit status 2, one line, no traceback
+    result = _run(*cases[1][0])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model")]
 
 
