@@ -18,6 +18,8 @@ _PUBLIC = {
     "DualProblem": "muflow.solvers.problem",
     "DualSolution": "muflow.solvers.problem",
     "DenseGram": "muflow.operators",
+    "InputMarginSVC": "muflow.input_margin",
+    "input_space_margin": "muflow.input_margin",
     "datasets": "muflow.datasets",
     "MuflowError": "muflow.exceptions",
     "MuflowInputError": "muflow.exceptions",
