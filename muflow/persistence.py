@@ -28,7 +28,7 @@ from muflow.kernels import Kernel
 FORMAT = "muflow-model"
 FORMAT_VERSION = 1
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
-           "objective_curve_", "kkt_violation_", "converged_")
+           "objective_curve_", "kkt_violation_", "converged_", "coef_")
 
 
 def _json_classes(classes: np.ndarray):
@@ -87,8 +87,10 @@ def save(model, path) -> Path:
         "shape_fit": list(getattr(model, "shape_fit_", ())),
     }
     arrays = {name: np.asarray(getattr(model, name)) for name in _ARRAYS if hasattr(model, name)}
-    sv = model.support_vectors_
-    if sp.issparse(sv):
+    sv = getattr(model, "support_vectors_", None)
+    if sv is None:
+        meta["support_vectors"] = None
+    elif sp.issparse(sv):
         sv = sv.tocsr()
         arrays.update(sv_data=sv.data, sv_indices=sv.indices, sv_indptr=sv.indptr,
                       sv_shape=np.asarray(sv.shape))
@@ -154,6 +156,6 @@ def load(path):
             model.support_vectors_ = sp.csr_matrix(
                 (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
             )
-        else:
+        elif meta.get("support_vectors") == "dense":
             model.support_vectors_ = data["support_vectors_"]
     return model

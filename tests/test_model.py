@@ -169,3 +169,11 @@ def test_unbounded_hard_margin_is_reported_not_returned():
     y = np.array([1, -1, 1, -1])  # identical points with opposite labels: not separable
     with pytest.raises(muflow.MuflowError, match="finite C"):
         muflow.SVC(kernel="linear", C=float("inf"), intercept="none", solver="m3").fit(X, y)
+
+
+def test_linear_svc_round_trips_through_save_and_load(binary, tmp_path):
+    X, y = binary
+    model = muflow.LinearSVC().fit(X, y)
+    loaded = muflow.load(muflow.save(model, tmp_path / "linear"))
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    np.testing.assert_allclose(loaded.coef_, model.coef_)
