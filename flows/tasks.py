@@ -1,0 +1,108 @@
+"""Prefect tasks: small typed verbs, each a few lines calling :mod:`muflow.pipeline`.
+
+No maths here. Every stage persists its own output in the run directory
+(:mod:`muflow.pipeline`), so a retried task or a retried flow run finds the finished
+stages' files and skips them; Prefect's own result persistence and caching are therefore
+off (``NO_CACHE``, ``persist_result=False``): the run directory is the single record of
+what is done, readable without Prefect.
+
+Dask: a task that needs the cluster opens a ``distributed.Client`` to the scheduler
+address it is given and closes it when done (rather than ``prefect-dask``'s
+``DaskTaskRunner``). The Prefect tasks of this pipeline are few and sequential; the
+parallel work (Gram tiles, the batched solves) is inside muflow's own Dask graphs and
+actors, which a DaskTaskRunner would not see. A client per task keeps one cluster for the
+whole flow run (started by the flow, or an existing scheduler), adds no dependency, and
+works the same on a laptop, a process worker and a remote cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prefect import task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from muflow import pipeline as stages
+from muflow.config import RunConfig
+
+#: Work that touches storage is retried: a transient file-system or object-store error
+#: should not cost a run.
+_STORAGE = dict(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE, persist_result=False)
+_COMPUTE = dict(cache_policy=NO_CACHE, persist_result=False)
+
+
+@task(name="prepare-data", **_STORAGE)
+def prepare_data(cfg: RunConfig, run_dir: str) -> dict:
+    """Load and validate the data set; write the stratified train/test split."""
+    return stages.prepare_data(cfg, run_dir)
+
+
+@task(name="build-gram", **_STORAGE)
+def build_gram(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
+    """Build (or reuse) the Gram store of every kernel of the grid on the cluster."""
+    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+        return stages.build_gram_stores(cfg, run_dir, client)
+
+
+@task(name="fit-grid", retries=1, retry_delay_seconds=2, **_COMPUTE)
+def fit_grid(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
+    """Cross-validate the grid (resuming finished kernel settings) on the cluster."""
+    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+        return stages.sweep(cfg, run_dir, client)
+
+
+@task(name="refit-best", **_STORAGE)
+def refit_best(cfg: RunConfig, run_dir: str, params: dict | None = None) -> dict:
+    """The best configuration (or ``params``) fitted on the whole training set."""
+    return stages.refit_best(cfg, run_dir, params)
+
+
+@task(name="evaluate", **_COMPUTE)
+def evaluate(cfg: RunConfig, run_dir: str) -> dict:
+    """Test-set metrics of the refitted model."""
+    return stages.evaluate(cfg, run_dir)
+
+
+@task(name="write-report", **_STORAGE)
+def write_report(cfg: RunConfig, run_dir: str) -> str:
+    """report.md linking the results table, plots, model and metrics."""
+    return str(stages.write_report(cfg, run_dir))
+
+
+def _key(text: str) -> str:
+    """An artifact key: lowercase letters, digits and dashes only."""
+    out = "".join(c if c.isalnum() else "-" for c in text.lower())
+    return "-".join(p for p in out.split("-") if p)
+
+
+@task(name="publish-artifacts", **_COMPUTE)
+def publish_artifacts(run_dir: str, key_prefix: str = "muflow") -> list[str]:
+    """Prefect artifacts of a run: the sweep results (Markdown table), the best configuration
+    with its test metrics, and links to the plots and the report."""
+    run_dir = Path(run_dir)
+    rows = stages.summary_rows(run_dir)
+    keys = []
+
+    def publish(create, key, **kwargs):
+        create(key=key, **kwargs)
+        keys.append(key)
+
+    if (run_dir / "sweep-summary.json").exists():
+        publish(create_markdown_artifact, f"{key_prefix}-sweep-results",
+                markdown="# Sweep results\n\n" + stages.results_markdown(run_dir),
+                description=f"cross-validation results of every configuration ({run_dir})")
+    publish(create_markdown_artifact, f"{key_prefix}-best",
+            markdown="# Best configuration and test metrics\n\n| item | value |\n|---|---|\n"
+                     + "\n".join(f"| {k} | {v} |" for k, v in rows),
+            description="best configuration and its test metrics")
+    publish(create_table_artifact, f"{key_prefix}-summary",
+            table=[{"item": k, "value": v} for k, v in rows], description="the run's summary table")
+    for plot in stages.plot_paths(run_dir):
+        publish(create_link_artifact, _key(f"{key_prefix}-plot-{plot.stem}"),
+                link=plot.resolve().as_uri(), link_text=plot.name, description=f"plot {plot.name}")
+    if (run_dir / "report.md").exists():
+        publish(create_link_artifact, f"{key_prefix}-report",
+                link=(run_dir / "report.md").resolve().as_uri(), link_text="report.md",
+                description="the run's report")
+    return keys

@@ -1,0 +1,487 @@
+"""The stages of the main job, as plain functions over a run directory.
+
+``python -m muflow run`` and the Prefect flows in ``flows/`` call these; this module never
+imports Prefect. Each stage reads what earlier stages wrote into the run directory and
+writes its own output there, atomically (a temporary name, then a rename), so
+
+- a stage whose output exists is finished: calling it again returns that output without
+  computing anything (a retried or resumed run skips finished stages);
+- a stage that fails leaves no half-written output behind.
+
+Every call appends one line to ``stages.log`` in the run directory (``<stage> computed`` or
+``<stage> reused``), which is how a person or a test sees what a rerun recomputed.
+
+Run directory::
+
+    config.json            the validated run configuration
+    data.npz, data.json    the stratified train/test split and its description
+    gram.json              Gram stores of every kernel of the grid (in gram/ by default)
+    sweep/                 results.csv, best.json, plots (PNG), ... from muflow.sweep
+    sweep-summary.json     the sweep's best configuration, counts and the paths of its outputs
+    model/                 the best configuration refitted on the whole training set
+    metrics.json           test-set metrics of that model
+    objective.png          its dual objective curve
+    report.md              the report, linking all of the above
+    summary.json           the rows of the summary table the command line prints
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from muflow.config import RunConfig
+from muflow.exceptions import MuflowInputError
+
+STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
+_SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _write_json(path: Path, obj) -> Path:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def _read_json(path: Path):
+    return json.loads(Path(path).read_text())
+
+
+def log_stage(run_dir, stage: str, state: str, seconds: float = 0.0):
+    """Append ``<stage> <state> <seconds>`` to the run directory's ``stages.log``."""
+    with open(Path(run_dir) / "stages.log", "a") as fh:
+        fh.write(f"{stage} {state} {seconds:.2f}\n")
+
+
+def stage_log(run_dir) -> list[tuple[str, str]]:
+    """``[(stage, "computed" | "reused"), ...]`` in the order they ran."""
+    path = Path(run_dir) / "stages.log"
+    if not path.exists():
+        return []
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
+
+
+def start_run(cfg: RunConfig, run_dir) -> Path:
+    """Create the run directory (or reopen it) and record the configuration.
+
+    A run directory that holds another configuration is refused: resuming it would mix
+    the outputs of two runs.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.json"
+    if path.exists():
+        if _read_json(path) != json.loads(json.dumps(cfg.to_dict())):
+            raise MuflowInputError(
+                f"run directory {str(run_dir)!r} holds a run of another configuration; "
+                "resume it with its own configuration or choose a new directory")
+    else:
+        _write_json(path, cfg.to_dict())
+    return run_dir
+
+
+def gram_dir(cfg: RunConfig, run_dir) -> str:
+    """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``."""
+    return cfg.gram.cache_dir or str(Path(run_dir) / "gram")
+
+
+@contextlib.contextmanager
+def dask_scheduler(cfg: RunConfig):
+    """The scheduler address the stages connect to: ``cluster.scheduler`` (checked to answer
+    within ``cluster.timeout``) or a LocalCluster of ``cluster.workers`` processes started
+    here and closed on exit. Yields ``(address, dashboard_link or None)``."""
+    from muflow.cluster import connect, local_cluster
+
+    if cfg.cluster.scheduler:
+        client = connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout)
+        try:
+            yield cfg.cluster.scheduler, _dashboard(client)
+        finally:
+            client.close()
+        return
+    kwargs = {"n_workers": cfg.cluster.workers} if cfg.cluster.workers else {}
+    with local_cluster(**kwargs) as cluster:
+        yield cluster.scheduler_address, _dashboard(cluster)
+
+
+def _dashboard(obj):
+    try:
+        import bokeh  # noqa: F401  (distributed serves a dashboard only with bokeh)
+    except ImportError:
+        return None
+    try:
+        return obj.dashboard_link
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def client_of(address: str | None, timeout: float = 10.0):
+    """A client connected to ``address`` (None: no client, the stages compute in process)."""
+    if not address:
+        yield None
+        return
+    from muflow.cluster import connect
+
+    client = connect(address, timeout=timeout)
+    try:
+        # Current in this thread: the actors of muflow.distributed.DaskGram find their
+        # client through distributed.get_client(), and connect() does not make the client
+        # the process-wide default (a Prefect task runs in a worker thread).
+        with client.as_current():
+            yield client
+    finally:
+        client.close()
+
+
+def load_split(run_dir):
+    """``(X_train, X_test, y_train, y_test)`` written by :func:`prepare_data`."""
+    import scipy.sparse as sp
+
+    run_dir = Path(run_dir)
+    with np.load(run_dir / "data.npz", allow_pickle=False) as d:
+        out = {k: d[k] for k in d.files}
+    for part in ("X_train", "X_test"):
+        if f"{part}_data" in out:  # CSR
+            out[part] = sp.csr_matrix((out[f"{part}_data"], out[f"{part}_indices"], out[f"{part}_indptr"]),
+                                      shape=tuple(out[f"{part}_shape"]))
+    return out["X_train"], out["X_test"], out["y_train"], out["y_test"]
+
+
+def gram_dtype(cfg: RunConfig) -> str:
+    """The dtype of the stores the sweep reads: float32 for the Dask operator
+    (:func:`muflow.gram.operator_for`), float64 when K is solved in this process."""
+    return "float32" if cfg.sweep.on_cluster else "float64"
+
+
+def _sweep_grid(cfg: RunConfig):
+    try:
+        from muflow.sweep import SweepGrid
+    except ImportError as exc:  # pragma: no cover - a build without the sweep
+        raise RuntimeError(f"muflow.sweep is not available in this build ({exc})") from None
+    return SweepGrid(**cfg.grid.as_sweep_grid()).validate()
+
+
+def _kernel(setting: dict, X):
+    """The kernel :func:`muflow.sweep.run_sweep` builds for ``setting`` (exact intercept),
+    so that the stores built here are the ones the sweep finds in the cache."""
+    from muflow.kernels import Kernel, resolve_gamma
+
+    return Kernel(setting["kernel"], gamma=resolve_gamma(setting.get("gamma", 1.0), X),
+                  degree=setting.get("degree", 3), coef0=setting.get("coef0", 0.0))
+
+
+# ----------------------------------------------------------------------------- stages
+
+def prepare_data(cfg: RunConfig, run_dir) -> dict:
+    """Stage ``data``: load and validate the data set, split it 80/20 (stratified).
+
+    Output: ``data.npz`` (X_train, X_test, y_train, y_test) and ``data.json``.
+    """
+    import scipy.sparse as sp
+    from sklearn.model_selection import train_test_split
+
+    run_dir = Path(run_dir)
+    done = run_dir / "data.json"
+    if done.exists():
+        log_stage(run_dir, "data", "reused")
+        return _read_json(done)
+    t0 = time.perf_counter()
+    if cfg.data.bundled:
+        import muflow.datasets as ds
+
+        X, y = getattr(ds, f"load_{cfg.data.bundled}")()
+        source = f"bundled {cfg.data.bundled.replace('_', ' ')}"
+    else:
+        from muflow.data import load_data
+
+        X, y = load_data(cfg.data.path, label_column=cfg.data.label_column, fmt=cfg.data.format,
+                         n_features=cfg.data.n_features)
+        source = cfg.data.path
+    classes, counts = np.unique(y, return_counts=True)
+    if len(classes) < 2:
+        raise MuflowInputError(f"data.path = {cfg.data.path!r}: needs at least two classes, found {len(classes)}")
+    if counts.min() < max(2, cfg.sweep.folds):
+        raise MuflowInputError(
+            f"data.path = {cfg.data.path!r}: class {classes[counts.argmin()]!r} has {counts.min()} samples; "
+            f"stratified {cfg.sweep.folds}-fold cross-validation needs at least {cfg.sweep.folds}")
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=cfg.data.test_size, random_state=cfg.data.seed, stratify=y)
+    arrays = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
+    for name, part in (("X_train", X_train), ("X_test", X_test)):
+        if sp.issparse(part):
+            part = sp.csr_matrix(part)
+            arrays.update({f"{name}_data": part.data, f"{name}_indices": part.indices,
+                           f"{name}_indptr": part.indptr, f"{name}_shape": np.asarray(part.shape)})
+        else:
+            arrays[name] = np.asarray(part)
+    tmp = run_dir / f".data.{os.getpid()}.tmp.npz"
+    np.savez(tmp, **arrays)
+    os.replace(tmp, run_dir / "data.npz")
+    info = {"source": source, "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
+            "n_train": int(X_train.shape[0]), "n_test": int(X_test.shape[0]),
+            "classes": [c.item() if hasattr(c, "item") else c for c in classes]}
+    _write_json(done, info)
+    log_stage(run_dir, "data", "computed", time.perf_counter() - t0)
+    return info
+
+
+def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
+    """Stage ``gram``: build or reuse the Gram store of K(X_train, X_train) of every kernel
+    of the grid, in :func:`gram_dir`. Output: ``gram.json`` (store, tiles computed)."""
+    from muflow.gram import ensure_gram
+
+    run_dir = Path(run_dir)
+    done = run_dir / "gram.json"
+    if done.exists():
+        log_stage(run_dir, "gram", "reused")
+        return _read_json(done)
+    t0 = time.perf_counter()
+    X_train, _, _, _ = load_split(run_dir)
+    X_train = np.asarray(X_train, dtype=np.float64) if not hasattr(X_train, "indptr") else X_train
+    stores = []
+    for setting in _sweep_grid(cfg).kernel_settings():
+        kernel = _kernel(setting, X_train)
+        gram, report = ensure_gram(X_train, kernel, client=client, cache_dir=gram_dir(cfg, run_dir),
+                                   dtype=gram_dtype(cfg))
+        stores.append({"kernel": setting, "store": gram.url, "tiles": report.total,
+                       "computed": len(report.computed), "seconds": round(report.seconds, 3)})
+    info = {"cache_dir": gram_dir(cfg, run_dir), "stores": stores}
+    _write_json(done, info)
+    log_stage(run_dir, "gram", "computed", time.perf_counter() - t0)
+    return info
+
+
+def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
+    """Stage ``sweep``: cross-validate every configuration of the grid with
+    :func:`muflow.sweep.run_sweep` into ``sweep/``. The solves run on the cluster behind
+    ``client`` only with ``sweep.on_cluster = true`` (multiplicative solvers on the Dask
+    operator: one round trip per iteration, worth it when K does not fit here); otherwise
+    K is read from the Gram store into memory and solved here (SMO by default), which on
+    small and medium data is much faster. Always ``resume=True``: after a
+    failure, the kernel settings it finished (``sweep/kernels/``) are read back, not
+    recomputed, and the Gram stores come from :func:`gram_dir`. Output:
+    ``sweep-summary.json`` (best configuration, test metrics of the sweep's best model,
+    the paths of the sweep's outputs and its counts of Grams built and settings resumed)."""
+    run_dir = Path(run_dir)
+    done = run_dir / "sweep-summary.json"
+    if done.exists():
+        log_stage(run_dir, "sweep", "reused")
+        return _read_json(done)
+    grid = _sweep_grid(cfg)
+    from muflow.sweep import run_sweep
+
+    t0 = time.perf_counter()
+    X_train, X_test, y_train, y_test = load_split(run_dir)
+    result = run_sweep(
+        X_train, y_train, grid, folds=cfg.sweep.folds,
+        seed=cfg.sweep.seed, out_dir=str(run_dir / "sweep"), X_test=X_test, y_test=y_test,
+        solver=cfg.sweep.solver, tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter,
+        client=client if cfg.sweep.on_cluster else None,
+        cache_dir=gram_dir(cfg, run_dir), resume=True, progress=progress)
+    paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
+             for k, v in dict(result.paths).items()}
+    info = {"best": dict(result.best), "test_metrics": result.test_metrics, "paths": paths,
+            "n_configurations": int(len(result.table)), "counts": dict(result.counts),
+            "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
+            "seconds": round(time.perf_counter() - t0, 3)}
+    _write_json(done, info)
+    log_stage(run_dir, "sweep", "computed", time.perf_counter() - t0)
+    return info
+
+
+def best_params(sweep_info: dict) -> dict:
+    """SVC keyword arguments of the sweep's best configuration."""
+    best = sweep_info["best"]
+    params = {k: best[k] for k in _SVC_KEYS if k in best and best[k] is not None}
+    if "kernel" not in params:
+        raise MuflowInputError(f"the sweep's best configuration names no kernel: {best}")
+    return params
+
+
+def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
+    """Stage ``refit``: the best configuration fitted on the whole training set.
+
+    After a sweep this is the sweep's own best model: :func:`muflow.sweep.run_sweep` solves
+    the all-samples problem of every configuration in the same batch as the folds, so the
+    refit needs no new Gram and no new solve; it is loaded and saved as ``model/``. With
+    ``params`` (the ``train`` flow) an :class:`muflow.SVC` is fitted here instead.
+    Output: ``model/`` (:func:`muflow.save`), ``objective.png``, ``refit.json``.
+    """
+    import muflow
+
+    run_dir = Path(run_dir)
+    done = run_dir / "refit.json"
+    if done.exists():
+        log_stage(run_dir, "refit", "reused")
+        return _read_json(done)
+    t0 = time.perf_counter()
+    if params is None:
+        sw = _read_json(run_dir / "sweep-summary.json")
+        params = best_params(sw)
+        model = muflow.load(sw["paths"]["best_model"])
+        source = "the sweep's all-samples solve"
+    else:
+        X_train, _, y_train, _ = load_split(run_dir)
+        model = muflow.SVC(**params, solver=cfg.sweep.solver, tol=cfg.sweep.tol,
+                           max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
+        source = "fitted by the train stage"
+    muflow.save(model, run_dir / "model")
+    from muflow.report import plot_objective_curves
+
+    plot_objective_curves(model.objective_curve_, run_dir / "objective.png",
+                          title=f"refit: {model.solver_}, {params}")
+    info = {"params": params, "source": source, "solver": model.solver_, "iterations": int(np.max(model.n_iter_)),
+            "kkt_violation": float(np.max(model.kkt_violation_)),
+            "support_vectors": int(len(model.support_)), "seconds": round(time.perf_counter() - t0, 3)}
+    _write_json(done, info)
+    log_stage(run_dir, "refit", "computed", time.perf_counter() - t0)
+    return info
+
+
+def evaluate(cfg: RunConfig, run_dir) -> dict:
+    """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``.
+    Output: ``metrics.json``."""
+    import muflow
+    from sklearn.metrics import balanced_accuracy_score, confusion_matrix
+
+    run_dir = Path(run_dir)
+    done = run_dir / "metrics.json"
+    if done.exists():
+        log_stage(run_dir, "evaluate", "reused")
+        return _read_json(done)
+    t0 = time.perf_counter()
+    _, X_test, _, y_test = load_split(run_dir)
+    model = muflow.load(run_dir / "model")
+    pred = model.predict(X_test)
+    metrics = {"n_test": int(len(y_test)), "accuracy": float(np.mean(pred == y_test)),
+               "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
+               "classes": [c.item() if hasattr(c, "item") else c for c in model.classes_],
+               "confusion_matrix": confusion_matrix(y_test, pred, labels=model.classes_).tolist()}
+    _write_json(done, metrics)
+    log_stage(run_dir, "evaluate", "computed", time.perf_counter() - t0)
+    return metrics
+
+
+def results_markdown(run_dir, *, max_rows: int = 50) -> str:
+    """The sweep's results table (``results.csv``) as a Markdown table."""
+    import csv
+
+    info = _read_json(Path(run_dir) / "sweep-summary.json")
+    path = info["paths"].get("results")
+    if not path or not Path(path).exists():
+        return "_no results table_\n"
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    if not rows:
+        return "_empty results table_\n"
+    head, body = rows[0], rows[1:]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_short(v) for v in r) + " |" for r in body[:max_rows]]
+    if len(body) > max_rows:
+        lines.append(f"\n_{len(body) - max_rows} more rows in results.csv_")
+    return "\n".join(lines) + "\n"
+
+
+def _short(v: str) -> str:
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return v if f.is_integer() and "." not in v else f"{f:.4g}"
+
+
+def plot_paths(run_dir) -> list[Path]:
+    """The PNG plots of a run: the sweep's and the refit's objective curve."""
+    run_dir = Path(run_dir)
+    found = sorted((run_dir / "sweep").rglob("*.png")) if (run_dir / "sweep").exists() else []
+    if (run_dir / "objective.png").exists():
+        found.append(run_dir / "objective.png")
+    return found
+
+
+def summary_rows(run_dir) -> list[tuple[str, str]]:
+    """``(item, value)`` rows of the run's summary (what the command line prints)."""
+    run_dir = Path(run_dir)
+    data = _read_json(run_dir / "data.json")
+    rows = [("data", f"{data['source']} ({data['n_samples']} x {data['n_features']}, "
+                     f"{data['n_train']} train / {data['n_test']} test)")]
+    if (run_dir / "sweep-summary.json").exists():
+        sw = _read_json(run_dir / "sweep-summary.json")
+        rows.append(("configurations", f"{sw['n_configurations']} ({sw['counts'].get('kernels_resumed', 0)} "
+                                       f"kernel settings resumed, {sw['counts'].get('kernels_solved', 0)} solved)"))
+        rows.append(("best CV accuracy", f"{float(sw['best']['cv_accuracy']):.4f} "
+                                         f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}"))
+    if (run_dir / "refit.json").exists():
+        rf = _read_json(run_dir / "refit.json")
+        rows += [("best configuration", ", ".join(f"{k}={v}" for k, v in rf["params"].items())),
+                 ("solver", rf["solver"]), ("iterations", str(rf["iterations"])),
+                 ("support vectors", str(rf["support_vectors"]))]
+    if (run_dir / "metrics.json").exists():
+        m = _read_json(run_dir / "metrics.json")
+        rows += [("test accuracy", f"{m['accuracy']:.4f}"),
+                 ("test balanced accuracy", f"{m['balanced_accuracy']:.4f}")]
+    return rows
+
+
+def write_report(cfg: RunConfig, run_dir) -> Path:
+    """Stage ``report``: ``report.md`` linking the results table, the plots, the model
+    and the metrics (relative links, so the run directory can be moved), and
+    ``summary.json``."""
+    run_dir = Path(run_dir)
+    done = run_dir / "report.md"
+    if done.exists():
+        log_stage(run_dir, "report", "reused")
+        return done
+    rows = summary_rows(run_dir)
+    _write_json(run_dir / "summary.json", rows)
+    lines = ["# muflow run", "", "| item | value |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in rows]
+    lines += ["", "## Files", ""]
+
+    def rel(p):
+        p = Path(p)
+        try:
+            return p.resolve().relative_to(run_dir.resolve()).as_posix()
+        except ValueError:
+            return p.as_posix()
+
+    sw = _read_json(run_dir / "sweep-summary.json") if (run_dir / "sweep-summary.json").exists() else None
+    if sw:
+        for key, what in (("results", "sweep results (CSV)"), ("best", "best configuration"),
+                          ("best_model", "sweep's best model"), ("test_metrics", "sweep test metrics")):
+            if key in sw["paths"]:
+                lines.append(f"- {what}: [{rel(sw['paths'][key])}]({rel(sw['paths'][key])})")
+    lines += ["- refitted model: [model/](model/)", "- test metrics: [metrics.json](metrics.json)",
+              "- configuration: [config.json](config.json)", ""]
+    if sw:
+        lines += ["## Sweep results", "", results_markdown(run_dir), ""]
+    m = _read_json(run_dir / "metrics.json")
+    lines += ["## Test set", "", f"classes {m['classes']}, confusion matrix (rows: true, "
+              f"columns: predicted): `{m['confusion_matrix']}`", "", "## Plots", ""]
+    lines += [f"![{p.stem}]({rel(p)})" for p in plot_paths(run_dir)]
+    tmp = run_dir / f".report.md.{os.getpid()}.tmp"
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, done)
+    log_stage(run_dir, "report", "computed")
+    return done
