@@ -347,10 +347,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
     if len(classes) < 2:
-        raise MuflowInputError(f"the data hold only one class ({classes[0]!r}); a sweep needs at least 2")
+        raise MuflowInputError(f"the data hold only one class ({str(classes[0])!r}); a sweep needs at least 2")
     if counts.min() < folds:
         raise MuflowInputError(
-            f"folds={folds} but the smallest class ({classes[counts.argmin()]!r}) has only "
+            f"folds={folds} but the smallest class ({str(classes[counts.argmin()])!r}) has only "
             f"{counts.min()} samples; use at most {counts.min()} folds")
     if (X_test is None) != (y_test is None):
         raise MuflowInputError("give both X_test and y_test, or neither")
@@ -766,6 +766,9 @@ def _write_text(path: Path, text: str) -> Path:
     try:
         with os.fdopen(fd, "w", newline="") as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -1,0 +1,147 @@
+"""``python -m muflow sweep``: cross-validate a grid of kernels x parameters x C values."""
+
+from __future__ import annotations
+
+from muflow.commands._common import add_data_options, load_from_args, parse_C, parse_gamma
+from muflow.exceptions import MuflowInputError
+
+
+def add_parser(subparsers):
+    p = subparsers.add_parser(
+        "sweep",
+        help="model selection: cross-validate kernels x kernel parameters x C, refit the best",
+        description=(
+            "Cross-validate every configuration of a grid (kernels and their parameters x C "
+            "values) on stratified, seeded folds. For one kernel setting, every (C, fold, "
+            "class) problem is a column of one batch over the same Gram matrix: held-out "
+            "samples are pinned at zero, not copied out. Writes into --out: results.csv (one "
+            "row per configuration), best.json, best_model/ (refitted on all data, readable "
+            "by `predict`), test_metrics.json (with --test-data), heatmap_<kernel>.png and "
+            "convergence.png. The grid comes from the options below or from --config "
+            "grid.toml (options given on the command line win)."),
+    )
+    add_data_options(p, required=True)
+    p.add_argument("--config", metavar="TOML", help="grid and options from a TOML file ([sweep] table)")
+    p.add_argument("--kernel", help="comma-separated kernels, e.g. rbf,poly (default: rbf)")
+    p.add_argument("--gamma", help="comma-separated gamma values (numbers, 'scale', 'auto'); "
+                                   "used by every listed kernel that takes gamma")
+    p.add_argument("--degree", help="comma-separated degrees for poly")
+    p.add_argument("--coef0", help="comma-separated coef0 values for poly and sigmoid")
+    p.add_argument("--C", help="comma-separated C values, e.g. 0.01,0.1,1,10 (default: 1)")
+    p.add_argument("--folds", type=int, help="stratified folds (default: 5)")
+    p.add_argument("--seed", type=int, help="seed of the fold shuffle (default: 0)")
+    p.add_argument("--solver", help="solver name, or auto (default: SMO with continuation along C "
+                                    "when K is in memory, a multiplicative solver on a cluster)")
+    p.add_argument("--path", choices=("auto", "batched", "continuation", "compare"),
+                   help="batched: all C in one solve; continuation: ascending C with warm "
+                        "starts; compare: time both on the first kernel setting and keep the "
+                        "faster (default: auto)")
+    p.add_argument("--intercept", choices=("exact", "regularized", "none"), help="default: exact")
+    p.add_argument("--tol", type=float, help="KKT tolerance of every problem (default: 1e-3)")
+    p.add_argument("--max-iter", type=int, help="solver budget per solve (default: 10000)")
+    p.add_argument("--halving", type=int, metavar="ETA",
+                   help="successive halving with factor ETA >= 2 (batched path; off by default)")
+    p.add_argument("--test-data", metavar="PATH", help="test set, same format as --data")
+    p.add_argument("--out", required=True, metavar="DIR", help="run directory")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted sweep in DIR: finished kernel settings are not redone")
+    p.add_argument("--cache-dir", metavar="DIR", help="Gram store cache (see `gram --help`)")
+    p.add_argument("--scheduler", metavar="ADDR",
+                   help="address of a running Dask scheduler (tcp://host:8786): Grams are built "
+                        "and multiplied on its workers; default: everything in this process")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for --scheduler to answer (default: 10)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _split(text):
+    return [t.strip() for t in str(text).split(",") if t.strip()]
+
+
+def _numbers(text, name, convert=float):
+    out = []
+    for t in _split(text):
+        try:
+            out.append(convert(t))
+        except ValueError:
+            raise MuflowInputError(f"--{name} must be comma-separated numbers, got {t!r}") from None
+    return out
+
+
+def grid_from_args(args):
+    """The grid and options from --config and the command line (the command line wins)."""
+    from muflow.kernels import KERNEL_PARAMETERS
+    from muflow.sweep import SweepGrid, load_grid_toml
+
+    options = {}
+    grid = None
+    if args.config:
+        grid, options = load_grid_toml(args.config)
+    if args.kernel or args.gamma or args.degree or args.coef0 or grid is None:
+        kernels = _split(args.kernel or "rbf")
+        if not kernels:
+            raise MuflowInputError("--kernel is empty; give e.g. --kernel rbf,poly")
+        given = {}
+        if args.gamma:
+            given["gamma"] = [parse_gamma(t) for t in _split(args.gamma)]
+        if args.degree:
+            given["degree"] = _numbers(args.degree, "degree", int)
+        if args.coef0:
+            given["coef0"] = _numbers(args.coef0, "coef0")
+        for key in given:
+            if not any(key in KERNEL_PARAMETERS.get(k, ()) for k in kernels):
+                raise MuflowInputError(f"--{key} is given but none of the kernels "
+                                       f"({', '.join(kernels)}) takes {key}")
+        specs = [dict({"kernel": k}, **{key: v for key, v in given.items()
+                                        if key in KERNEL_PARAMETERS.get(k, ())}) for k in kernels]
+        grid = SweepGrid(kernels=specs, C=grid.C if grid is not None else [1.0])
+    if args.C:
+        grid.C = [parse_C(t) for t in _split(args.C)]
+        if not grid.C:
+            raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
+    for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving", "cache_dir"):
+        value = getattr(args, key)
+        if value is not None:
+            options[key] = value
+    return grid.validate(), options
+
+
+def run(args) -> int:
+    from muflow.sweep import run_sweep
+
+    grid, options = grid_from_args(args)
+    X, y = load_from_args(args)
+    test = {}
+    if args.test_data:
+        X_test, y_test = load_from_args(args, path=args.test_data)
+        test = {"X_test": X_test, "y_test": y_test}
+    options.setdefault("folds", 5)
+    if args.scheduler:
+        from muflow.cluster import connect
+
+        client = connect(args.scheduler, timeout=args.timeout)
+        try:
+            result = run_sweep(X, y, grid, out_dir=args.out, client=client, resume=args.resume,
+                               progress=not args.no_progress, **test, **options)
+        finally:
+            client.close()
+    else:
+        result = run_sweep(X, y, grid, out_dir=args.out, resume=args.resume,
+                           progress=not args.no_progress, **test, **options)
+    best = result.best
+    params = ", ".join(f"{k}={v}" for k, v in best.items() if k not in ("cv_accuracy", "cv_accuracy_std"))
+    print(f"best: {params}  CV accuracy {best['cv_accuracy']:.4f} (+/- {best['cv_accuracy_std']:.4f})")
+    if result.test_metrics:
+        print(f"test accuracy {result.test_metrics['accuracy']:.4f} on {result.test_metrics['n_samples']} samples")
+    t = result.timings
+    print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
+          f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
+          f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, other {t['overhead']:.1f} s)")
+    if "compare" in result.path_report:
+        c = result.path_report["compare"]
+        print(f"paths on the first kernel setting ({c['solver']}): batched {c['batched_seconds']:.2f} s, "
+              f"continuation {c['continuation_seconds']:.2f} s -> {c['faster']}")
+    for name, path in result.paths.items():
+        print(f"  {name}: {path}")
+    return 0

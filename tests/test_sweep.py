@@ -1,0 +1,340 @@
+"""muflow.sweep: grid validation, batched CV against one-configuration fits and GridSearchCV,
+outputs, resume, successive halving and the CLI.
+
+Every sweep here runs the real solvers on real data (breast cancer scaled by 1/10, sonar,
+iris), on subsets of about 200 rows and small grids. BLAS is held to one thread: the
+products are tiny and the CI machine is shared, where BLAS threads only contend.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from sklearn.model_selection import StratifiedKFold
+
+import muflow
+from muflow.exceptions import MuflowInputError
+from muflow.sweep import SweepGrid, load_grid_toml, run_sweep
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def breast_cancer_200():
+    """200 rows of breast cancer (seeded draw), features / 10, labels 2 / 4."""
+    X, y = muflow.datasets.load_breast_cancer()
+    idx = np.random.default_rng(0).choice(len(y), 200, replace=False)
+    return X[idx] / 10.0, y[idx]
+
+
+@pytest.fixture(scope="module")
+def sonar():
+    """All 208 rows of sonar, labels "M" / "R"."""
+    return muflow.datasets.load_sonar()
+
+
+@pytest.fixture(scope="module")
+def iris():
+    """Iris: three classes (one-vs-rest columns), 150 rows."""
+    from sklearn.datasets import load_iris
+
+    X, y = load_iris(return_X_y=True)
+    return X, y
+
+
+def _alone_fold_accuracies(X, y, row, folds, seed, **svc):
+    """Fit the row's configuration alone with muflow.SVC on each training fold."""
+    params = {k: row[k] for k in ("gamma", "degree", "coef0") if row.get(k, "") != ""}
+    accs = []
+    for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
+        model = muflow.SVC(kernel=row["kernel"], C=row["C"], **params, **svc).fit(X[train], y[train])
+        accs.append(model.score(X[test], y[test]))
+    return np.array(accs)
+
+
+# -- the grid -----------------------------------------------------------------------------
+def test_grid_expands_kernel_settings_and_C_in_ascending_order():
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.1, 1]},
+                      {"kernel": "poly", "degree": [2, 3], "coef0": 1.0}], C=[10, 0.1])
+    settings = grid.validate().kernel_settings()
+    assert settings == [{"kernel": "rbf", "gamma": 0.1}, {"kernel": "rbf", "gamma": 1.0},
+                        {"kernel": "poly", "gamma": "scale", "degree": 2, "coef0": 1.0},
+                        {"kernel": "poly", "gamma": "scale", "degree": 3, "coef0": 1.0}]
+    configs = grid.configurations()
+    assert len(configs) == 8
+    assert [c["C"] for c in configs[:2]] == [0.1, 10.0]
+
+
+@pytest.mark.parametrize("grid, message", [
+    (SweepGrid([], C=[1.0]), "no kernels"),
+    (SweepGrid([{"kernel": "rbf"}], C=[]), "no C values"),
+    (SweepGrid([{"kernel": "rbf"}], C=[1.0, 0.0]), "positive finite"),
+    (SweepGrid([{"kernel": "rbf"}], C=[-1.0]), "positive finite"),
+    (SweepGrid([{"kernel": "rbf"}], C=[float("nan")]), "positive finite"),
+    (SweepGrid([{"kernel": "rbf", "degree": [2]}], C=[1.0]), "no parameter 'degree'"),
+    (SweepGrid([{"kernel": "linear", "gamma": [1.0]}], C=[1.0]), "takes no parameters"),
+    (SweepGrid([{"kernel": "rbf", "gamma": []}], C=[1.0]), "list is empty"),
+    (SweepGrid([{"kernel": "rbf", "gamma": [-1.0]}], C=[1.0]), "positive number"),
+    (SweepGrid([{"kernel": "poly", "degree": [2.5]}], C=[1.0]), "positive integer"),
+    (SweepGrid([{"kernel": "tanh"}], C=[1.0]), "unknown kernel"),
+])
+def test_bad_grid_is_refused_before_any_work(grid, message, breast_cancer_200, tmp_path):
+    X, y = breast_cancer_200
+    with pytest.raises(MuflowInputError, match=message):
+        run_sweep(X, y, grid, out_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_more_folds_than_the_smallest_class_is_refused(breast_cancer_200, tmp_path):
+    X, y = breast_cancer_200
+    y = y.copy()
+    y[np.flatnonzero(y == 4)[3:]] = 2  # 3 samples left in class 4
+    with pytest.raises(MuflowInputError, match="smallest class .* only 3 samples"):
+        run_sweep(X, y, SweepGrid([{"kernel": "rbf"}], C=[1.0]), folds=5,
+                  out_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
+def test_grid_from_toml(tmp_path):
+    path = tmp_path / "grid.toml"
+    path.write_text('[sweep]\nC = [0.1, 1]\nfolds = 3\nsolver = "smo"\n\n'
+                    '[[sweep.kernels]]\nkernel = "rbf"\ngamma = [0.5]\n\n'
+                    '[[sweep.kernels]]\nkernel = "poly"\ndegree = [2]\ncoef0 = [1.0]\n')
+    grid, options = load_grid_toml(path)
+    assert options == {"folds": 3, "solver": "smo"}
+    assert len(grid.configurations()) == 4
+    path.write_text('[sweep]\nC = [1]\nfold = 3\n[[sweep.kernels]]\nkernel = "rbf"\n')
+    with pytest.raises(MuflowInputError, match="unknown sweep option"):
+        load_grid_toml(path)
+    path.write_text('[sweep]\nC = [1]\n[[sweep.kernels]]\nkernel = "rbf"\ncoef0 = [1]\n')
+    with pytest.raises(MuflowInputError, match="no parameter 'coef0'"):
+        load_grid_toml(path)
+
+
+# -- batched CV against one configuration at a time -----------------------------------------
+@pytest.mark.parametrize("path", ["continuation", "batched"])
+def test_every_configuration_matches_svc_fitted_alone_breast_cancer(breast_cancer_200, tmp_path, path):
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]},
+                      {"kernel": "poly", "degree": [2], "gamma": [0.5], "coef0": [1.0]}],
+                     C=[0.1, 1.0, 10.0])
+    result = run_sweep(X, y, grid, folds=5, seed=3, out_dir=tmp_path, solver="smo", path=path,
+                       tol=1e-5, progress=False)
+    assert len(result.table) == 6
+    for row in result.table:
+        alone = _alone_fold_accuracies(X, y, row, 5, 3, solver="smo", tol=1e-5)
+        batched = np.array([row[f"split{f}_accuracy"] for f in range(5)])
+        np.testing.assert_allclose(batched, alone, atol=1e-12, err_msg=str(row))
+        assert row["mean_cv_accuracy"] == pytest.approx(alone.mean())
+
+
+def test_every_configuration_matches_svc_fitted_alone_sonar(sonar, tmp_path):
+    X, y = sonar
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05, 0.2]}], C=[1.0, 10.0])
+    result = run_sweep(X, y, grid, folds=4, seed=0, out_dir=tmp_path, tol=1e-5, progress=False)
+    assert {row["path"] for row in result.table} == {"continuation"}
+    for row in result.table:
+        alone = _alone_fold_accuracies(X, y, row, 4, 0, solver="smo", tol=1e-5)
+        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(4)], alone,
+                                   atol=1e-12, err_msg=str(row))
+
+
+def test_multiplicative_batch_matches_svc_alone(breast_cancer_200, tmp_path):
+    """The m3 batch: all (C, fold) columns advance with one K @ V per pass."""
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="m3", path="batched",
+                       tol=1e-3, max_iter=3000, progress=False)
+    assert {row["solver"] for row in result.table} == {"m3"}
+    for row in result.table:
+        alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="m3", tol=1e-3, max_iter=3000)
+        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(3)], alone,
+                                   atol=1e-12, err_msg=str(row))
+
+
+def test_multiclass_one_vs_rest_columns_match_svc_alone(iris, tmp_path):
+    X, y = iris
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.2]}], C=[0.5, 5.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, tol=1e-5, progress=False)
+    for row in result.table:
+        alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="smo", tol=1e-5)
+        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(3)], alone, atol=1e-12)
+    assert result.best_model.dual_coef_.shape[0] == 3
+
+
+@pytest.mark.parametrize("dataset", ["breast_cancer_200", "sonar"])
+def test_best_configuration_agrees_with_gridsearchcv(dataset, request, tmp_path):
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.svm import SVC as LibsvmSVC
+
+    X, y = request.getfixturevalue(dataset)
+    gammas, Cs = [0.05, 0.5], [0.1, 1.0, 10.0]
+    result = run_sweep(X, y, SweepGrid([{"kernel": "rbf", "gamma": gammas}], C=Cs), folds=5,
+                       seed=0, out_dir=tmp_path, progress=False)
+    cv = StratifiedKFold(5, shuffle=True, random_state=0)
+    search = GridSearchCV(LibsvmSVC(), {"C": Cs, "gamma": gammas}, cv=cv).fit(X, y)
+    ours = {(row["gamma"], row["C"]): row["mean_cv_accuracy"] for row in result.table}
+    theirs = {(p["gamma"], p["C"]): s for p, s in zip(search.cv_results_["params"],
+                                                      search.cv_results_["mean_test_score"])}
+    best = result.best
+    same = (best["gamma"], best["C"]) == (search.best_params_["gamma"], search.best_params_["C"])
+    # the acceptance rule: the same best configuration, or one within 0.2 points of it
+    assert same or abs(best["cv_accuracy"] - search.best_score_) <= 0.002
+    # libsvm's CV accuracy of our pick is also within 0.2 points of its best
+    assert theirs[(best["gamma"], best["C"])] >= search.best_score_ - 0.002
+    # and the whole tables agree to within one held-out sample per fold
+    one_sample = 1.0 / (len(y) // 5)
+    for key, acc in ours.items():
+        assert abs(acc - theirs[key]) <= one_sample, key
+
+
+# -- outputs ------------------------------------------------------------------------------
+def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
+    X, y = breast_cancer_200
+    Xtr, ytr, Xte, yte = X[:150], y[:150], X[150:], y[150:]
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5, 2.0]}], C=[0.1, 1.0])
+    result = run_sweep(Xtr, ytr, grid, folds=3, out_dir=tmp_path / "run", X_test=Xte, y_test=yte,
+                       tol=1e-5, progress=True)
+    paths = result.paths
+    with open(paths["results"]) as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 4
+    assert {"kernel", "gamma", "C", "mean_cv_accuracy", "std_cv_accuracy", "n_iter", "n_support",
+            "time_s"} <= set(rows[0])
+    best = json.loads(paths["best"].read_text())
+    assert set(best) == {"kernel", "gamma", "C", "cv_accuracy", "cv_accuracy_std"}
+    assert best["cv_accuracy"] == max(float(r["mean_cv_accuracy"]) for r in rows)
+    # the best model is the refit on all training data: as muflow.SVC fitted there
+    loaded = muflow.load(paths["best_model"])
+    refit = muflow.SVC(kernel="rbf", gamma=best["gamma"], C=best["C"], solver="smo", tol=1e-5).fit(Xtr, ytr)
+    np.testing.assert_allclose(loaded.decision_function(Xte), refit.decision_function(Xte), atol=1e-3)
+    np.testing.assert_array_equal(result.best_model.predict(Xte), refit.predict(Xte))
+    metrics = json.loads(paths["test_metrics"].read_text())
+    assert metrics["accuracy"] == pytest.approx(refit.score(Xte, yte))
+    for name in ("heatmap_rbf", "convergence"):
+        assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
+    t = result.timings
+    assert t["total"] == pytest.approx(t["gram"] + t["solve"] + t["overhead"])
+
+
+def test_compare_path_times_both_and_keeps_the_faster(breast_cancer_200, tmp_path):
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5, 2.0]}], C=[0.1, 1.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="smo", path="compare",
+                       progress=False)
+    report = result.path_report["compare"]
+    assert report["faster"] in ("batched", "continuation")
+    assert report["batched_seconds"] > 0 and report["continuation_seconds"] > 0
+    assert result.path_report["settings"][1]["path"] == report["faster"]
+
+
+# -- resume -------------------------------------------------------------------------------
+class _Interrupted(Exception):
+    pass
+
+
+def test_resume_skips_the_finished_kernel(breast_cancer_200, tmp_path, monkeypatch):
+    """Interrupted after the first kernel setting, the resumed sweep neither rebuilds its Gram
+    nor solves its configurations again; the final table equals an uninterrupted run's."""
+    import muflow.gram.build
+    from muflow.solvers.registry import SOLVERS
+
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5, 2.0]}], C=[0.1, 1.0])
+    grams, solves = [], []
+    real_gram, real_smo = muflow.gram.build.numpy_gram, SOLVERS["smo"]
+
+    def counting_gram(X, kernel, **kw):
+        grams.append(kernel.gamma)
+        return real_gram(X, kernel, **kw)
+
+    def counting_solve(problem, **kw):
+        solves.append(problem.m)
+        return real_smo.solve(problem, **kw)
+
+    monkeypatch.setattr(muflow.gram.build, "numpy_gram", counting_gram)
+    monkeypatch.setitem(SOLVERS, "smo", dataclasses.replace(real_smo, solve=counting_solve))
+
+    def fail_after_first(setting, rows):
+        raise _Interrupted(setting)
+
+    run = tmp_path / "run"
+    with pytest.raises(_Interrupted):
+        run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False,
+                  on_kernel_done=fail_after_first)
+    assert grams == [0.5] and len(solves) == 2  # one solve per C (continuation)
+    assert not (run / "results.csv").exists()
+    grams.clear(), solves.clear()
+    resumed = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False, resume=True)
+    assert grams == [2.0] and len(solves) == 2
+    assert resumed.counts == {"grams_built": 1, "kernels_solved": 1, "kernels_resumed": 1}
+    fresh = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "fresh", solver="smo", progress=False)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
+    assert strip(resumed.table) == strip(fresh.table)
+    assert resumed.best == fresh.best
+    # other options than the interrupted run's are refused rather than mixed in
+    with pytest.raises(MuflowInputError, match="other settings"):
+        run_sweep(X, y, grid, folds=4, out_dir=run, solver="smo", progress=False, resume=True)
+
+
+# -- successive halving -------------------------------------------------------------------
+def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_path):
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.01, 0.1, 1.0, 10.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="m3", path="batched",
+                       halving=2, halving_min_iter=5, max_iter=400, progress=False)
+    stopped = [row["stopped_early"] for row in result.table]
+    # rung 1 keeps ceil(4/2) = 2, rung 2 keeps 1: three configurations stop early
+    assert sum(stopped) == 3
+    best_row = max(result.table, key=lambda r: r["mean_cv_accuracy"])
+    assert not best_row["stopped_early"]
+    assert best_row["n_iter"] > max(r["n_iter"] for r in result.table if r["stopped_early"])
+    with pytest.raises(MuflowInputError, match="halving"):
+        run_sweep(X, y, grid, out_dir=tmp_path / "b", path="continuation", halving=2, progress=False)
+
+
+# -- command line -------------------------------------------------------------------------
+def test_cli_sweep_writes_the_run_directory(breast_cancer_200, tmp_path, capsys):
+    from muflow.cli import main
+
+    X, y = breast_cancer_200
+    np.savez(tmp_path / "train.npz", X=X[:150], y=y[:150])
+    np.savez(tmp_path / "test.npz", X=X[150:], y=y[150:])
+    out = tmp_path / "out"
+    code = main(["sweep", "--data", str(tmp_path / "train.npz"), "--test-data", str(tmp_path / "test.npz"),
+                 "--kernel", "rbf,poly", "--gamma", "0.5", "--degree", "2", "--C", "0.1,1",
+                 "--folds", "3", "--out", str(out), "--no-progress"])
+    assert code == 0
+    best = json.loads((out / "best.json").read_text())
+    assert best["kernel"] in ("rbf", "poly") and "cv_accuracy" in best
+    assert len(list(csv.DictReader(open(out / "results.csv")))) == 4
+    assert "best:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--C", "0,1"], "--C must be positive"),
+    (["--kernel", "rbf", "--degree", "2"], "none of the kernels"),
+    (["--folds", "500"], "smallest class"),
+    (["--kernel", "rbf", "--gamma", "-1"], "--gamma must be positive"),
+])
+def test_cli_bad_input_exits_2(breast_cancer_200, tmp_path, capsys, argv, message):
+    from muflow.cli import main
+
+    X, y = breast_cancer_200
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    code = main(["sweep", "--data", str(tmp_path / "train.npz"), "--out", str(tmp_path / "out"),
+                 "--no-progress", *argv])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
