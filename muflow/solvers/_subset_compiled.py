@@ -414,20 +414,38 @@ def _beta(v, nonneg, j):
     return b
 
 
-@njit(cache=True)
-def _linear_grad_dense(X, y, p, v, nonneg, i):
+@njit(cache=True, inline="always")
+def _linear_grad_dense(X, y, p, v, nonneg, i, any_nonneg):
     s = 0.0
-    for j in range(X.shape[1]):
-        s += X[i, j] * _beta(v, nonneg, j)
+    if any_nonneg:
+        for j in range(X.shape[1]):
+            s += X[i, j] * _beta(v, nonneg, j)
+    else:
+        for j in range(X.shape[1]):
+            s += X[i, j] * v[j]
     return y[i] * s + p[i]
 
 
-@njit(cache=True)
-def _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i):
+@njit(cache=True, inline="always")
+def _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i, any_nonneg):
     s = 0.0
-    for k in range(indptr[i], indptr[i + 1]):
-        s += data[k] * _beta(v, nonneg, indices[k])
+    if any_nonneg:
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * _beta(v, nonneg, indices[k])
+    else:
+        for k in range(indptr[i], indptr[i + 1]):
+            s += data[k] * v[indices[k]]
     return y[i] * s + p[i]
+
+
+@njit(cache=True, inline="always")
+def _xorshift(state):
+    x = state[0]
+    x ^= (x << np.uint64(13))
+    x ^= (x >> np.uint64(7))
+    x ^= (x << np.uint64(17))
+    state[0] = x
+    return x
 
 
 @njit(cache=True)
@@ -447,7 +465,12 @@ def _linear_cd(dense, X, data, indices, indptr, y, p, U, alpha, v, nonneg, QD, t
     active set) is within ``tol``. ``info`` receives (epochs, violation, updates).
     """
     n = y.shape[0]
-    np.random.seed(seed)
+    rng = np.empty(1, dtype=np.uint64)
+    rng[0] = np.uint64(seed) * np.uint64(2654435761) + np.uint64(88172645463325252)
+    any_nonneg = False
+    for j in range(nonneg.shape[0]):
+        if nonneg[j]:
+            any_nonneg = True
     act = np.empty(n, dtype=np.int64)
     n_act = 0
     for i in range(n):
@@ -465,7 +488,7 @@ def _linear_cd(dense, X, data, indices, indptr, y, p, U, alpha, v, nonneg, QD, t
     while epoch < max_epochs:
         if shuffle:
             for k in range(n_act - 1, 0, -1):
-                r = np.random.randint(0, k + 1)
+                r = np.int64(_xorshift(rng) % np.uint64(k + 1))
                 tmp = act[k]
                 act[k] = act[r]
                 act[r] = tmp
@@ -475,9 +498,9 @@ def _linear_cd(dense, X, data, indices, indptr, y, p, U, alpha, v, nonneg, QD, t
         while k < n_act:
             i = act[k]
             if dense:
-                g = _linear_grad_dense(X, y, p, v, nonneg, i)
+                g = _linear_grad_dense(X, y, p, v, nonneg, i, any_nonneg)
             else:
-                g = _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i)
+                g = _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i, any_nonneg)
             pg = 0.0
             if alpha[i] <= 0.0:
                 if shrinking and g > pg_max_old:
@@ -537,9 +560,9 @@ def _linear_cd(dense, X, data, indices, indptr, y, p, U, alpha, v, nonneg, QD, t
                 if U[i] <= 0.0:
                     continue
                 if dense:
-                    g = _linear_grad_dense(X, y, p, v, nonneg, i)
+                    g = _linear_grad_dense(X, y, p, v, nonneg, i, any_nonneg)
                 else:
-                    g = _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i)
+                    g = _linear_grad_csr(data, indices, indptr, y, p, v, nonneg, i, any_nonneg)
                 t = alpha[i] - g
                 if t < 0.0:
                     t = 0.0
