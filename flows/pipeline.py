@@ -34,6 +34,25 @@ from muflow import pipeline as stages
 DEFAULT_RUNS_ROOT = "muflow-runs"
 
 
+def check_prefect_api(timeout: float = 5.0) -> str | None:
+    """None when flows can run: no API URL is configured (Prefect then starts a temporary
+    local server) or the configured one answers ``/health``; otherwise a message that says
+    which URL does not answer and what to do."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return None
+    try:
+        httpx.get(url.rstrip("/") + "/health", timeout=timeout).raise_for_status()
+    except Exception as exc:
+        return (f"the Prefect API at {url} does not answer ({type(exc).__name__}: {exc}); start a "
+                "server with `prefect server start`, or unset PREFECT_API_URL to run on a temporary "
+                "local server")
+    return None
+
+
 def _setup(config, out_dir, scheduler):
     """The validated configuration (with ``scheduler`` applied) and the run directory."""
     cfg = run_config.resolve(config)

@@ -1,95 +1,161 @@
-"""``python -m muflow run``: the main job on the embedded default or a data file.
+"""``python -m muflow run [CONFIG.toml] [--scheduler ADDRESS] [--out DIR] [--resume]``:
+the main job, run as the Prefect ``pipeline`` flow (``flows/pipeline.py``).
 
-With no arguments: the bundled breast-cancer data (683 x 9), a stratified 80/20 split,
-an RBF SVC, a summary table, and a run directory under ``./muflow-runs/`` holding the saved
-model, the objective curve (PNG) and a Markdown report that links them.
+Stages: load and validate the data -> build or reuse the Gram stores (on a Dask cluster)
+-> sweep the grid -> refit the best -> evaluate it on the test set -> write the report.
+With no arguments it runs the embedded default (:data:`muflow.config.DEFAULT_TOML`): a
+LocalCluster on this machine, the bundled breast-cancer data, a small RBF and polynomial
+grid; it prints a summary table and where the report is.
+
+Prefect is imported only when the command runs (``import muflow`` never imports it).
+Without ``PREFECT_API_URL`` Prefect runs the flow against a temporary local server; with
+it, against that server (checked first: one that does not answer is exit code 1, with
+nothing written).
+
+Everything that can be checked before work starts is checked before the run directory
+is created: the configuration, the data path, the run directory, the Dask scheduler, the
+Prefect API. Each stage writes its outputs atomically, so a failed run leaves only
+finished stages behind, which ``--resume --out DIR`` continues from.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_C, parse_gamma
+from muflow.exceptions import MuflowInputError
+
+EXIT_FAILURE = 1
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
-        "run", help="run the main job (default: bundled breast-cancer data, fit and report)",
-        description="Fit an SVC on a training set, evaluate it on a held-out test set and write a "
-                    "report. With no options it runs the embedded default on the bundled "
-                    "breast-cancer data set.",
+        "run", help="run the main pipeline as a Prefect flow (default: bundled breast cancer, "
+                    "RBF + poly grid, on a local Dask cluster)",
+        description=(
+            "Run the pipeline flow: load and validate the data, build or reuse the Gram "
+            "stores on a Dask cluster, cross-validate the grid, refit the best "
+            "configuration, evaluate it on the held-out test set and write a report. "
+            "With no arguments it runs the embedded default (bundled breast-cancer data, a "
+            "small RBF and polynomial grid, a local cluster). The run directory holds "
+            "results.csv, PNG plots, the saved best model and report.md linking them. "
+            "Exit codes: 0 success, 2 bad input or configuration, 1 failure (also an "
+            "unreachable scheduler or Prefect API)."),
+        epilog=(
+            "CONFIG.toml tables and keys (all optional; see muflow/config.py): "
+            "[data] path, label_column, format, n_features, test_size, seed; "
+            "[grid] C, kernels; [sweep] folds, solver, tol, max_iter, seed, on_cluster; "
+            "[cluster] scheduler, workers, timeout; [gram] cache_dir. Prefect: set "
+            "PREFECT_API_URL to run against a server, otherwise a temporary local one is used."),
     )
-    add_data_options(p, required=False)
-    add_kernel_options(p)
-    p.add_argument("--C", default="1.0", help="penalty per unit slack (default: 1)")
-    p.add_argument("--solver", default="auto", help="solver name (default: auto)")
-    p.add_argument("--test-size", type=float, default=0.2, help="held-out fraction (default: 0.2)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the train/test split (default: 0)")
+    p.add_argument("config", nargs="?", metavar="CONFIG.toml",
+                   help="run configuration (TOML); default: the embedded default")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="address of a running Dask scheduler, e.g. tcp://host:8786 (overrides "
+                        "cluster.scheduler); default: a LocalCluster on this machine")
     p.add_argument("--out", metavar="DIR",
-                   help="run directory (default: a new folder under ./muflow-runs/)")
+                   help="run directory (default: a new folder under ./muflow-runs/); must be new "
+                        "or empty unless --resume")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out DIR: finished stages are not recomputed, the "
+                        "sweep resumes its finished kernel settings")
     return p
 
 
+def _run_dir(args) -> tuple[Path, bool]:
+    """The run directory and whether it is new; refused before anything is written."""
+    if args.resume:
+        if not args.out:
+            raise MuflowInputError("--resume needs --out DIR, the run directory to continue")
+        out = Path(args.out)
+        if not (out / "config.json").is_file():
+            raise MuflowInputError(f"--out {str(out)!r} holds no muflow run to resume (no config.json)")
+        return out, False
+    if args.out:
+        out = Path(args.out)
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise MuflowInputError(
+                f"--out {str(out)!r} exists and is not empty; add --resume to continue that run "
+                "or choose a new directory")
+        return out, not out.exists()
+    out = Path("muflow-runs") / datetime.now().strftime("run-%Y%m%d-%H%M%S")
+    while out.exists():
+        out = out.with_name(out.name + "-1")
+    return out, True
+
+
+def _has_finished_stage(out: Path) -> bool:
+    from muflow.pipeline import stage_log
+
+    return bool(stage_log(out))
+
+
 def run(args) -> int:
-    import numpy as np
+    # No telemetry from a library command, and room for a slow start of Prefect's temporary
+    # server on a loaded machine (the default, 20 s, is too short on two busy cores).
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+    from muflow.cluster import SchedulerUnreachableError, connect
+    from muflow.config import check_data_exists, default_config, load_config
+
+    cfg = load_config(args.config) if args.config else default_config()
+    if args.scheduler:
+        cfg = cfg.with_overrides(cluster={"scheduler": args.scheduler})
+    check_data_exists(cfg)
+    out, created = _run_dir(args)
+
+    if cfg.cluster.scheduler:
+        try:
+            connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout).close()
+        except SchedulerUnreachableError as exc:
+            print(f"muflow run: error: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+
+    import logging
+
+    import distributed  # noqa: F401  (its import sets its loggers' levels; quieten them after)
+
+    from flows.pipeline import check_prefect_api, pipeline
+
+    problem = check_prefect_api()
+    if problem:
+        print(f"muflow run: error: {problem}", file=sys.stderr)
+        return EXIT_FAILURE
+    logging.getLogger("distributed").setLevel(logging.WARNING)  # keep the console to the stages
+
+    print(f"muflow run: run directory {out}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
+            config=cfg.to_dict(), out_dir=str(out))
+    except BaseException as exc:
+        if created and out.exists() and not _has_finished_stage(out):
+            shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
+        elif out.exists():
+            print(f"muflow run: the finished stages are kept in {out}; continue with "
+                  f"`python -m muflow run{' ' + args.config if args.config else ''} --out {out} --resume`",
+                  file=sys.stderr)
+        if isinstance(exc, SchedulerUnreachableError):
+            print(f"muflow run: error: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
+        raise
+    seconds = time.perf_counter() - t0
+
     from rich.console import Console
     from rich.table import Table
-    from sklearn.model_selection import train_test_split
 
-    import muflow
-    from muflow.exceptions import MuflowInputError
-    from muflow.persistence import write_atomically
-    from muflow.report import plot_objective_curves
-
-    console = Console()
-    if args.data:
-        X, y = load_from_args(args)
-        source = args.data
-    else:
-        X, y = muflow.datasets.load_breast_cancer()
-        source = "bundled breast cancer (683 x 9)"
-    if not 0 < args.test_size < 1:
-        raise MuflowInputError(f"--test-size must be between 0 and 1, got {args.test_size}")
-    X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=args.test_size, random_state=args.seed, stratify=y)
-    model = muflow.SVC(kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma),
-                       degree=args.degree, coef0=args.coef0, solver=args.solver)
-    with console.status(f"fitting on {X_train.shape[0]} samples ..."):
-        t0 = time.perf_counter()
-        model.fit(X_train, y_train)
-        seconds = time.perf_counter() - t0
-    accuracy = model.score(X_test, y_test)
-
-    out = Path(args.out) if args.out else Path("muflow-runs") / datetime.now().strftime("run-%Y%m%d-%H%M%S")
-
-    def write(tmp: Path):
-        muflow.save(model, tmp / "model")
-        plot_objective_curves(model.objective_curve_, tmp / "objective.png",
-                              title=f"{model.solver_} on {source}")
-        rows = [
-            ("data", source), ("kernel", model.kernel), ("C", f"{model.C:g}"),
-            ("solver", model.solver_), ("iterations", str(int(model.n_iter_.max()))),
-            ("KKT violation", f"{model.kkt_violation_.max():.2e}"),
-            ("support vectors", str(len(model.support_))),
-            ("fit time (s)", f"{seconds:.2f}"), ("test accuracy", f"{accuracy:.4f}"),
-        ]
-        table = "\n".join(f"| {k} | {v} |" for k, v in rows)
-        (tmp / "report.md").write_text(
-            "# muflow run\n\n| item | value |\n|---|---|\n" + table
-            + "\n\n![objective](objective.png)\n\nModel: [model/](model/)\n"
-        )
-        np.savetxt(tmp / "objective_curve.csv", model.objective_curve_, delimiter=",")
-
-    write_atomically(out, write)
     table = Table(title="muflow run")
     table.add_column("item")
     table.add_column("value")
-    for k, v in [("data", source), ("solver", model.solver_), ("iterations", str(int(model.n_iter_.max()))),
-                 ("support vectors", str(len(model.support_))), ("fit time (s)", f"{seconds:.2f}"),
-                 ("test accuracy", f"{accuracy:.4f}")]:
+    for k, v in result["summary"]:
         table.add_row(k, v)
+    table.add_row("wall time (s)", f"{seconds:.1f}")
+    console = Console()
     console.print(table)
-    console.print(f"report: {out / 'report.md'}")
+    console.print(f"report: {result['report']}")
     return 0
