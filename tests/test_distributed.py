@@ -211,3 +211,19 @@ def test_incomplete_store_is_refused(client, bc_data, tmp_path):
     gram.record_tiles(set(list(gram.recorded_tiles())[:3]))
     with pytest.raises(MuflowInputError, match="incomplete.*build it first"):
         DaskGram(gram, client)
+
+
+def test_map_rows_computes_blockwise_on_the_cluster(client):
+    import dask.array as da
+
+    from muflow.distributed import is_dask_array, map_rows
+
+    X = np.random.default_rng(2).normal(size=(500, 6))
+    Xd = da.from_array(X, chunks=(128, 3))
+    sv = X[:7]
+    kernel = Kernel("rbf", gamma=0.3)
+    scores = map_rows(lambda b: kernel.block(b, sv) @ np.arange(7.0), Xd)
+    both = map_rows(lambda b: kernel.block(b, sv)[:, :2], Xd, n_outputs=2)
+    assert is_dask_array(scores) and not is_dask_array(X)
+    np.testing.assert_allclose(client.compute(scores).result(), kernel.block(X, sv) @ np.arange(7.0))
+    np.testing.assert_allclose(client.compute(both).result(), kernel.block(X, sv)[:, :2])
