@@ -36,7 +36,7 @@ def factor(rule, P, N, c):
     return (num + N) / (den + N)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _new_value(rule, w, P, N, c, floor, upper, flipped):
     v = w * factor(rule, P, N, c)
     if v < floor:
@@ -47,43 +47,46 @@ def _new_value(rule, w, P, N, c, floor, upper, flipped):
 
 
 @njit(cache=True)
-def _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, lam):
+def _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, lam):
     total = 0.0
     for i in range(w.shape[0]):
-        a = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j] + lam * z[i, j],
-                       floor[i, j], upper[i, j], s[i, j] < 0)
-        total += y[i, j] * a
+        a = _new_value(rule, w[i], P[i], N[i], c[i] + lam * z[i],
+                       floor[i], upper[i], s[i] < 0)
+        total += y[i] * a
     return total
 
 
 @njit(cache=True)
-def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, j, lam0):
-    """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2)."""
+def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
+    """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2).
+
+    Works on one column held in contiguous vectors (see :func:`multiplicative_step`).
+    """
     n = w.shape[0]
     scale = 1.0
     total = 1.0
     for i in range(n):
-        ac = abs(c[i, j])
+        ac = abs(c[i])
         if ac > scale:
             scale = ac
-        if upper[i, j] < 1e300:
-            total += upper[i, j]
+        if upper[i] < 1e300:
+            total += upper[i]
         else:
-            total += abs(w[i, j])
+            total += abs(w[i])
     a = lam0 - scale
     b = lam0 + scale
-    ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, a)
-    hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, b)
+    ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, a)
+    hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, b)
     for _ in range(200):
         if ha >= 0.0 and hb <= 0.0:
             break
         width = b - a
         if ha < 0.0:
             a -= width
-            ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, a)
+            ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, a)
         if hb > 0.0:
             b += width
-            hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, b)
+            hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, b)
     lam = 0.5 * (a + b)
     side = 0
     for _ in range(200):
@@ -92,7 +95,7 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, j, lam0):
             lam = (a * (-hb) + b * ha) / denom
         if not (lam > a and lam < b):
             lam = 0.5 * (a + b)
-        hl = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, j, lam)
+        hl = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, lam)
         if abs(hl) <= 1e-14 * total or (b - a) <= 1e-15 * max(1.0, abs(lam)):
             break
         if hl < 0.0:
@@ -110,48 +113,77 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, j, lam0):
 
 @njit(cache=True)
 def multiplicative_step(rule, w, P, N, c, z, y, s, floor, upper, equality, lam, out):
-    """One update of every column into ``out``; solves lambda in place when ``equality``."""
+    """One update of every column into ``out``; solves lambda in place when ``equality``.
+
+    The arrays are (n, m) and row-major, so a column is strided; the root finding visits
+    each column tens of times, so the column is first copied into contiguous vectors
+    (with m > 1 a strided pass touches one cache line per element).
+    """
     n, m = w.shape
-    for j in range(m):
-        if equality:
-            lam[j] = _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, j, lam[j])
-        shift = lam[j] if equality else 0.0
+    if not equality:
         for i in range(n):
-            out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j] + shift * z[i, j],
-                                   floor[i, j], upper[i, j], s[i, j] < 0)
+            for j in range(m):
+                out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
+                                       floor[i, j], upper[i, j], s[i, j] < 0)
+        return
+    wj = np.empty(n)
+    Pj = np.empty(n)
+    Nj = np.empty(n)
+    cj = np.empty(n)
+    zj = np.empty(n)
+    yj = np.empty(n)
+    sj = np.empty(n)
+    fj = np.empty(n)
+    uj = np.empty(n)
+    for j in range(m):
+        for i in range(n):
+            wj[i] = w[i, j]
+            Pj[i] = P[i, j]
+            Nj[i] = N[i, j]
+            cj[i] = c[i, j]
+            zj[i] = z[i, j]
+            yj[i] = y[i, j]
+            sj[i] = s[i, j]
+            fj[i] = floor[i, j]
+            uj[i] = upper[i, j]
+        lam[j] = _solve_lambda(rule, wj, Pj, Nj, cj, zj, yj, sj, fj, uj, lam[j])
+        shift = lam[j]
+        for i in range(n):
+            out[i, j] = _new_value(rule, wj[i], Pj[i], Nj[i], cj[i] + shift * zj[i],
+                                   fj[i], uj[i], sj[i] < 0)
 
 
 @njit(cache=True)
-def _residual_max(alpha, grad, y, upper, j, b):
+def _residual_max(alpha, grad, y, upper, b):
     worst = 0.0
     for i in range(alpha.shape[0]):
-        t = alpha[i, j] - (grad[i, j] + y[i, j] * b)
-        u = upper[i, j]
+        t = alpha[i] - (grad[i] + y[i] * b)
+        u = upper[i]
         if t < 0.0:
             t = 0.0
         if t > u:
             t = u
-        r = abs(alpha[i, j] - t)
+        r = abs(alpha[i] - t)
         if r > worst:
             worst = r
     return worst
 
 
 @njit(cache=True)
-def _bias_interval(alpha, grad, y, upper, j, tau):
+def _bias_interval(alpha, grad, y, upper, tau):
     lo_b = -np.inf
     hi_b = np.inf
     for i in range(alpha.shape[0]):
-        u = upper[i, j]
+        u = upper[i]
         if u <= 0.0:
             continue
-        a = alpha[i, j]
-        base = a - grad[i, j]
+        a = alpha[i]
+        base = a - grad[i]
         lo_t = a - tau if a - tau > 0.0 else -np.inf
         hi_t = a + tau if a + tau < u else np.inf
         yb_lo = base - hi_t
         yb_hi = base - lo_t
-        if y[i, j] > 0:
+        if y[i] > 0:
             blo, bhi = yb_lo, yb_hi
         else:
             blo, bhi = -yb_hi, -yb_lo
@@ -163,27 +195,125 @@ def _bias_interval(alpha, grad, y, upper, j, tau):
 
 
 @njit(cache=True)
+def _split_bounds(L, T, lo, hi, idx, count, const, sign):
+    """Fold samples whose bound is active at every level in (lo, hi) into ``const``.
+
+    A sample bounds b (``sign`` = +1: from below, by L_i - tau; -1: from above, by
+    L_i + tau) while tau < T_i. For levels in (lo, hi): T_i >= hi means always active
+    (folded into ``const``, the running max of sign * L), T_i <= lo never active
+    (dropped). The undecided rest stays in ``idx[:count]``, compacted in place.
+    """
+    kept = 0
+    for k in range(count):
+        i = idx[k]
+        t = T[i]
+        if t >= hi:
+            v = sign * L[i]
+            if v > const:
+                const = v
+        elif t > lo:
+            idx[kept] = i
+            kept += 1
+    return kept, const
+
+
+@njit(cache=True)
+def _undecided_extreme(L, T, tau, idx, count, const, sign):
+    """max of sign * L_i over ``const`` and the undecided samples active at tau."""
+    best = const
+    for k in range(count):
+        i = idx[k]
+        if tau < T[i]:
+            v = sign * L[i]
+            if v > best:
+                best = v
+    return best
+
+
+@njit(cache=True)
 def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
-    """Natural-residual KKT violation per column, bias minimising it (see kkt.py)."""
+    """Natural-residual KKT violation per column, bias minimising it (see kkt.py).
+
+    Each column is copied into contiguous vectors first: the bisection visits it tens of
+    times, and a strided column of a row-major (n, m) array costs a cache line per element.
+    The bisection tests levels on per-sample thresholds computed once per column (the
+    same intervals as :func:`_bias_interval`, which gives the bias itself).
+    """
     n, m = alpha.shape
-    for j in range(m):
-        if not equality:
+    if not equality:
+        # one row-major pass; the gathering below pays off only for the bisection
+        for j in range(m):
             bias[j] = 0.0
-            violation[j] = _residual_max(alpha, grad, y, upper, j, 0.0)
-            continue
+            violation[j] = 0.0
+        for i in range(n):
+            for j in range(m):
+                t = alpha[i, j] - grad[i, j]
+                u = upper[i, j]
+                if t < 0.0:
+                    t = 0.0
+                if t > u:
+                    t = u
+                r = abs(alpha[i, j] - t)
+                if r > violation[j]:
+                    violation[j] = r
+        return
+    aj = np.empty(n)
+    gj = np.empty(n)
+    yj = np.empty(n)
+    uj = np.empty(n)
+    L = np.empty(n)
+    A = np.empty(n)
+    B = np.empty(n)
+    il = np.empty(n, dtype=np.int64)
+    iu = np.empty(n, dtype=np.int64)
+    for j in range(m):
+        for i in range(n):
+            aj[i] = alpha[i, j]
+            gj[i] = grad[i, j]
+            yj[i] = y[i, j]
+            uj[i] = upper[i, j]
+        # b >= L_i - tau while alpha_i + tau < U_i (y > 0) or alpha_i - tau > 0 (y < 0),
+        # b <= L_i + tau while alpha_i - tau > 0 (y > 0) or alpha_i + tau < U_i (y < 0),
+        # with L_i = -y_i g_i; pinned samples (U_i <= 0) bound nothing
+        for i in range(n):
+            a = aj[i]
+            u = uj[i]
+            if u <= 0.0:
+                L[i] = 0.0
+                A[i] = -np.inf
+                B[i] = -np.inf
+            elif yj[i] > 0:
+                L[i] = -gj[i]
+                A[i] = u - a
+                B[i] = a
+            else:
+                L[i] = gj[i]
+                A[i] = a
+                B[i] = u - a
         b0 = hint[j]
-        hi = _residual_max(alpha, grad, y, upper, j, b0)
+        hi = _residual_max(aj, gj, yj, uj, b0)
         lo = 0.0
+        # the bisection narrows (lo, hi); a sample whose threshold leaves that window is
+        # decided for good, so each step only scans the still undecided ones
+        nl, nu = n, n
+        for i in range(n):
+            il[i] = i
+            iu[i] = i
+        nl, clo = _split_bounds(L, A, lo, hi, il, nl, -np.inf, 1.0)
+        nu, chi = _split_bounds(L, B, lo, hi, iu, nu, -np.inf, -1.0)
         for _ in range(100):
             if hi - lo <= 1e-12 * max(1e-3, hi):
                 break
             mid = 0.5 * (lo + hi)
-            blo, bhi = _bias_interval(alpha, grad, y, upper, j, mid)
-            if blo <= bhi:
+            lo_b = _undecided_extreme(L, A, mid, il, nl, clo, 1.0)
+            hi_b = -_undecided_extreme(L, B, mid, iu, nu, chi, -1.0)
+            if lo_b - mid <= hi_b + mid:
                 hi = mid
             else:
                 lo = mid
-        blo, bhi = _bias_interval(alpha, grad, y, upper, j, hi)
+            nl, clo = _split_bounds(L, A, lo, hi, il, nl, clo, 1.0)
+            nu, chi = _split_bounds(L, B, lo, hi, iu, nu, chi, -1.0)
+        blo, bhi = _bias_interval(aj, gj, yj, uj, hi)
         if np.isfinite(blo) and np.isfinite(bhi):
             b = 0.5 * (blo + bhi)
         elif np.isfinite(blo):
@@ -192,9 +322,60 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
             b = bhi
         else:
             b = b0
-        r = _residual_max(alpha, grad, y, upper, j, b)
-        r0 = _residual_max(alpha, grad, y, upper, j, b0)
+        r = _residual_max(aj, gj, yj, uj, b)
+        r0 = _residual_max(aj, gj, yj, uj, b0)
         if r0 <= r:
             b, r = b0, r0
         bias[j] = b
         violation[j] = r
+
+
+@njit(cache=True)
+def split_by_class(w, z, V):
+    """``V = [w * (z > 0), w * (z <= 0)]`` in one pass, V of shape (n, 2m).
+
+    The operand of MUNK's one product per pass on a non-negative kernel: the same-class
+    and cross-class blocks of munk eq. (7) come from K times these two halves.
+    """
+    n, m = w.shape
+    for i in range(n):
+        for j in range(m):
+            v = w[i, j]
+            if z[i, j] > 0:
+                V[i, j] = v
+                V[i, m + j] = 0.0
+            else:
+                V[i, j] = 0.0
+                V[i, m + j] = v
+
+
+@njit(cache=True)
+def class_products(KV, z, y, P, N, q_alpha):
+    """P, N and Q alpha from ``KV = K @ split_by_class(w, z)`` in one pass.
+
+    With Kp = K (w z+) and Kn = K (w z-): P = Kp, N = Kn on the positive class and the
+    other way round on the negative one, and Q alpha = y * (Kp - Kn).
+    """
+    n, m = z.shape
+    for i in range(n):
+        for j in range(m):
+            kp = KV[i, j]
+            kn = KV[i, m + j]
+            if z[i, j] > 0:
+                P[i, j] = kp
+                N[i, j] = kn
+            else:
+                P[i, j] = kn
+                N[i, j] = kp
+            q_alpha[i, j] = y[i, j] * (kp - kn)
+
+
+@njit(cache=True)
+def objective_columns(alpha, q_alpha, linear, out):
+    """F_j = sum_i alpha_ij (q_ij / 2 + p_ij) per column, without an (n, m) temporary."""
+    n, m = alpha.shape
+    for j in range(m):
+        out[j] = 0.0
+    for i in range(n):
+        for j in range(m):
+            out[j] += alpha[i, j] * (0.5 * q_alpha[i, j] + linear[i, j])

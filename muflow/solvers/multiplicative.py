@@ -51,7 +51,13 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowError
-from muflow.solvers._compiled import RULE_IDS, multiplicative_step
+from muflow.solvers._compiled import (
+    RULE_IDS,
+    class_products,
+    multiplicative_step,
+    objective_columns,
+    split_by_class,
+)
 from muflow.solvers.kkt import kkt_violation
 from muflow.solvers.problem import DualProblem, DualSolution
 
@@ -68,6 +74,9 @@ class _Products:
         m = problem.m
         flipped = s < 0
         self.s = s
+        if problem.operator.nonnegative and not flipped.any():
+            self._unflipped_nonnegative(problem, alpha)
+            return
         self.z = z = s * y
         self.w = np.where(flipped, U - alpha, alpha) if flipped.any() else alpha
         pos = z > 0
@@ -99,6 +108,34 @@ class _Products:
         Au = y * K_yu if u is not None else 0.0
         self.c = s * (Au + problem.linear)
         self.u = u
+
+    def _unflipped_nonnegative(self, problem: DualProblem, alpha):
+        """The common case (clipped box, K >= 0) as two fused passes around the product.
+
+        Without flips s = 1, so z = y, w = alpha and c = p, and the general path's
+        np.where / concatenate / temporaries over (n, m) arrays reduce to one loop that
+        splits alpha by class and one that unpacks K @ V into P, N and Q alpha.
+        """
+        y = problem.y
+        n, m = alpha.shape
+        self.z = y
+        self.w = alpha
+        V = np.empty((n, 2 * m))
+        split_by_class(alpha, y, V)
+        KV = np.ascontiguousarray(problem.operator.matmul(V), dtype=np.float64)
+        self.P = np.empty((n, m))
+        self.N = np.empty((n, m))
+        self.q_alpha = np.empty((n, m))
+        class_products(KV, y, y, self.P, self.N, self.q_alpha)
+        self.c = problem.linear
+        self.u = None
+
+
+def _objective(problem: DualProblem, alpha, q_alpha):
+    """:meth:`DualProblem.objective` from the products of the pass, fused into one loop."""
+    out = np.empty(problem.m)
+    objective_columns(alpha, q_alpha, problem.linear, out)
+    return out
 
 
 def _step(rule, prod: _Products, problem: DualProblem, lam, floor):
@@ -212,7 +249,7 @@ def solve_multiplicative(
     prod = products(alpha)
     if bias0 is None and init is None:
         alpha = _rescale(problem, alpha, prod)
-    objective = problem.objective(alpha, prod.q_alpha)
+    objective = _objective(problem, alpha, prod.q_alpha)
     curve = [objective]
     prev = None
     violation = np.full(m, np.inf)
@@ -249,7 +286,7 @@ def solve_multiplicative(
         prev = (alpha, prod, objective)
         alpha = new_alpha
         prod = products(alpha)
-        objective = problem.objective(alpha, prod.q_alpha)
+        objective = _objective(problem, alpha, prod.q_alpha)
         n_iter += 1
     timings["total"] = time.perf_counter() - t_start
     return DualSolution(
