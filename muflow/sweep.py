@@ -7,8 +7,10 @@ problem is a column of the dual batch (:class:`muflow.solvers.DualProblem`):
   classes, as :func:`muflow.model.binary_problems`);
 - its upper bounds are ``U_ij = C_j`` for the training samples of its fold and ``0`` for
   the held-out ones, which pins them at alpha = 0: a fold is a mask, not a copy of K;
-- one more "fold" per (C, class) holds every sample: it is the refit on all data, so the
-  best model comes out of the sweep without another Gram build or solve.
+- after the folds, each kernel setting's best C is refitted on all samples while its Gram
+  is still in memory, warm-started from the mean of the fold solutions (a feasible point
+  close to the answer); the best model of the sweep is one of these refits, so it needs no
+  Gram build of its own.
 
 Two paths solve the batch:
 
@@ -42,8 +44,8 @@ configuration standing runs to convergence (or ``max_iter`` iterations in all).
 Notes
 -----
 Memory per kernel setting: K (``8 n^2`` bytes in memory; a Dask operator keeps it on the
-workers) plus ``3 * 8 * n * m`` bytes of iterates, with m = (folds + 1) * classes * len(C)
-(batched) or (folds + 1) * classes (continuation).
+workers) plus ``3 * 8 * n * m`` bytes of iterates, with m = folds * classes * len(C)
+(batched) or folds * classes (continuation).
 """
 
 from __future__ import annotations
@@ -368,10 +370,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 
     n = X.shape[0]
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(n), y_enc))
-    masks = np.zeros((n, folds + 1), dtype=bool)
+    masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(splits):
         masks[train, f] = True
-    masks[:, folds] = True  # the refit on all data
     Y = binary_problems(y_enc, len(classes))
 
     out_dir = Path(out_dir)
@@ -421,14 +422,20 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 res = _solve_kernel(operator, Y, masks, Cs, info, kpath, intercept, tol, max_iter,
                                     halving, halving_min_iter, bar)
                 timings["solve"] += res["solve_seconds"]
-            del operator
-            counts_out["kernels_solved"] += 1
             rows = _rows_for(setting, Cs, res, splits, classes, y_enc)
+            c_best = _best_index([{"rows": rows}])[1]
+            refit = _refit(operator, Y, Cs[c_best], res, c_best, info, intercept, tol, max_iter)
+            timings["solve"] += refit["seconds"]
+            del operator, res["decision"]
+            counts_out["kernels_solved"] += 1
             record = {"setting": setting, "rows": rows, "kernel": kernel.to_dict(),
                       "solver": info.name, "path": res["path"],
-                      "solve_seconds": res["solve_seconds"],
-                      "alpha_full": res["alpha_full"], "bias_full": res["bias_full"],
-                      "viol_full": res["viol_full"], "curves": res["curves"]}
+                      "solve_seconds": res["solve_seconds"] + refit["seconds"],
+                      "refit_C_index": c_best, "refit_n_iter": refit["n_iter"],
+                      "refit_seconds": refit["seconds"],
+                      "alpha_full": refit["alpha"], "bias_full": refit["bias"],
+                      "viol_full": refit["viol"], "refit_curve": refit["curve"],
+                      "curves": res["curves"]}
             _save_kernel(kdir, record, meta)
             per_kernel.append(record)
             bar.advance_configs(len(Cs))
@@ -448,7 +455,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         best[key] = best_row[key]
     best.update(C=best_row["C"], cv_accuracy=best_row["mean_cv_accuracy"],
                 cv_accuracy_std=best_row["std_cv_accuracy"])
-    model = _best_model(X, Y, classes, per_kernel[k_best], c_best, intercept, tol, max_iter)
+    model = _best_model(X, Y, classes, per_kernel[k_best], intercept, tol, max_iter)
 
     paths = {}
     paths["results"] = _write_text(out_dir / "results.csv", _csv_text(table, folds))
@@ -514,14 +521,18 @@ def _gram(X, setting, intercept, client, cache_dir):
 
 
 def _columns(Y, masks, Cs):
-    """Labels and upper bounds of the columns (C, fold, class), class fastest."""
+    """Labels and upper bounds of the columns (C, fold, class), class fastest.
+
+    Column ``(c * folds + f) * P + p``: labels of binary problem p, ``U = C_c`` on the
+    training samples of fold f and 0 on its held-out samples.
+    """
     n, P = Y.shape
-    F1 = masks.shape[1]
-    ycols = np.tile(Y, (1, len(Cs) * F1))
+    F = masks.shape[1]
+    ycols = np.tile(Y, (1, len(Cs) * F))
     upper = np.empty_like(ycols)
     j = 0
     for C in Cs:
-        for f in range(F1):
+        for f in range(F):
             upper[:, j:j + P] = np.where(masks[:, f], C, 0.0)[:, None]
             j += P
     return ycols, upper
@@ -533,8 +544,8 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     from muflow.solvers import DualProblem
 
     n, P = Y.shape
-    F1 = masks.shape[1]
-    per_c = F1 * P
+    F = masks.shape[1]
+    per_c = F * P
     equality = intercept == "exact"
     alpha = np.zeros((n, len(Cs) * per_c))
     bias = np.zeros(len(Cs) * per_c)
@@ -556,7 +567,7 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
             seconds[c] = time.perf_counter() - t
             alpha[:, cols], bias[cols], viol[cols] = sol.alpha, sol.bias, sol.kkt_violation
             n_iter[c] = sol.n_iter
-            curves[c] = sol.objective_curve[:, -P:]
+            curves[c] = sol.objective_curve[:, :P]  # fold 0's columns
             init = (sol.alpha, sol.bias)
     else:
         active = list(range(len(Cs)))
@@ -574,7 +585,7 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
             for k, c in enumerate(active):
                 n_iter[c] = spent
                 seconds[c] += dt / len(active)
-                curve = sol.objective_curve[:, (k + 1) * per_c - P:(k + 1) * per_c]
+                curve = sol.objective_curve[:, k * per_c:k * per_c + P]  # fold 0's columns
                 curves[c] = curve if curves[c] is None else np.vstack([curves[c], curve[1:]])
             if halving is None or sol.converged.all() or spent >= max_iter:
                 break
@@ -592,16 +603,33 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     solve_seconds = time.perf_counter() - t0
     # decision values of every column at every sample: ONE product with K
     D = operator.matmul(ycols * alpha) + bias[None, :]
-    full = [slice(c * per_c + (F1 - 1) * P, (c + 1) * per_c) for c in range(len(Cs))]
     return {
         "path": path, "solver": info.name, "solve_seconds": solve_seconds,
         "decision": D, "alpha": alpha, "ycols": ycols, "per_c": per_c, "P": P,
         "n_iter": n_iter, "seconds": seconds, "stopped": stopped,
-        "alpha_full": np.stack([alpha[:, s] for s in full], axis=1),   # (n, nC, P)
-        "bias_full": np.stack([bias[s] for s in full]),                # (nC, P)
-        "viol_full": np.stack([viol[s] for s in full]),                # (nC, P)
-        "curves": curves,
+        "bias": bias, "curves": curves,
     }
+
+
+def _refit(operator, Y, C, res, c, info, intercept, tol, max_iter):
+    """Solve the configuration (this Gram, C) on all samples while K is in memory.
+
+    Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
+    (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
+    convex, so their mean is feasible too; it is close to the full solution because each
+    sample is a training sample in folds - 1 of the folds.
+    """
+    from muflow.solvers import DualProblem
+
+    P, per_c = res["P"], res["per_c"]
+    F = per_c // P
+    block = res["alpha"][:, c * per_c:(c + 1) * per_c].reshape(-1, F, P)
+    init = (block.mean(axis=1), res["bias"][c * per_c:(c + 1) * per_c].reshape(F, P).mean(axis=0))
+    problem = DualProblem(operator, Y, float(C), equality=intercept == "exact")
+    t = time.perf_counter()
+    sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter)
+    return {"alpha": sol.alpha, "bias": sol.bias, "viol": sol.kkt_violation, "n_iter": int(sol.n_iter),
+            "curve": sol.objective_curve, "seconds": time.perf_counter() - t}
 
 
 def _fold_predictions(D_cf, P):
@@ -612,13 +640,13 @@ def _fold_predictions(D_cf, P):
 def _cv_accuracy(operator, ycols, alpha, bias, masks, P):
     """Mean validation accuracy per configuration of a batch (used by halving)."""
     D = operator.matmul(ycols * alpha) + bias[None, :]
-    F1 = masks.shape[1]
-    per_c = F1 * P
+    F = masks.shape[1]
+    per_c = F * P
     y_enc = np.where(ycols[:, :P] > 0)[1] if P > 1 else (ycols[:, 0] > 0).astype(int)
     out = []
     for k in range(D.shape[1] // per_c):
         accs = []
-        for f in range(F1 - 1):
+        for f in range(F):
             held = ~masks[:, f]
             pred = _fold_predictions(D[held, k * per_c + f * P:k * per_c + (f + 1) * P], P)
             accs.append(np.mean(pred == y_enc[held]))
@@ -664,34 +692,32 @@ def _best_index(per_kernel):
     return where
 
 
-def _best_model(X, Y, classes, rec, c, intercept, tol, max_iter):
-    """A fitted :class:`muflow.SVC` from the all-samples columns of the best configuration.
+def _best_model(X, Y, classes, rec, intercept, tol, max_iter):
+    """A fitted :class:`muflow.SVC` from the refit of the best configuration on all samples.
 
-    The refit on all data is part of the batch (fold index ``folds``), so no Gram is built
-    and nothing is solved here; the estimator's own ``_store_solution`` sets the fitted
-    attributes exactly as ``SVC.fit`` would.
+    The refit ran while the Gram was in memory (:func:`_refit`), so nothing is built or
+    solved here; the estimator's own ``_store_solution`` sets the fitted attributes exactly
+    as ``SVC.fit`` would.
     """
     from muflow.kernels import Kernel
     from muflow.model import SVC
     from muflow.solvers import DualSolution
 
     kernel = Kernel.from_dict(rec["kernel"])
-    setting = rec["setting"]
-    model = SVC(kernel=setting["kernel"], C=float(rec["rows"][c]["C"]),
+    c = int(rec["refit_C_index"])
+    model = SVC(kernel=rec["setting"]["kernel"], C=float(rec["rows"][c]["C"]),
                 gamma=kernel.gamma, degree=kernel.degree, coef0=kernel.coef0,
                 solver=rec["solver"], intercept=intercept, tol=tol, max_iter=max_iter)
-    curve = np.asarray(rec["curves"][c], dtype=np.float64)
-    if curve.ndim == 1:
-        curve = curve[:, None]
-    viol = np.asarray(rec["viol_full"][c])
-    solution = DualSolution(alpha=np.asarray(rec["alpha_full"][:, c, :]), bias=np.asarray(rec["bias_full"][c]),
-                            n_iter=int(rec["rows"][c]["n_iter"]), objective_curve=curve,
+    viol = np.asarray(rec["viol_full"])
+    solution = DualSolution(alpha=np.asarray(rec["alpha_full"]), bias=np.asarray(rec["bias_full"]),
+                            n_iter=int(rec["refit_n_iter"]),
+                            objective_curve=np.asarray(rec["refit_curve"], dtype=np.float64),
                             kkt_violation=viol, converged=viol <= tol, solver=rec["solver"])
     model.classes_ = classes
     model.n_features_in_ = X.shape[1]
     model._store_solution(X, Y, solution, kernel)
     model.solver_ = rec["solver"]
-    model.fit_time_ = float(rec["rows"][c]["time_s"])
+    model.fit_time_ = float(rec["refit_seconds"])
     return model
 
 
@@ -733,9 +759,10 @@ def _save_kernel(kdir: Path, rec: dict, meta: dict):
 
     def write(tmp: Path):
         np.savez(tmp / "arrays.npz", alpha_full=rec["alpha_full"], bias_full=rec["bias_full"],
-                 viol_full=rec["viol_full"], curves=padded,
+                 viol_full=rec["viol_full"], refit_curve=rec["refit_curve"], curves=padded,
                  curve_lengths=np.array([len(c) for c in curves]))
-        info = {k: rec[k] for k in ("setting", "rows", "kernel", "solver", "path", "solve_seconds")}
+        info = {k: rec[k] for k in ("setting", "rows", "kernel", "solver", "path", "solve_seconds",
+                                    "refit_C_index", "refit_n_iter", "refit_seconds")}
         info["meta"] = meta
         (tmp / "kernel.json").write_text(json.dumps(info, indent=2) + "\n")
 
@@ -838,7 +865,7 @@ def _plots(out_dir: Path, per_kernel, Cs) -> dict:
         curve = curve[:, 0] if curve.ndim == 2 else curve
         curves[f"{_setting_label(rec['setting'])}, C={rec['rows'][c]['C']:g}"] = curve - curve.min()
     tmp = out_dir / ".convergence.tmp.png"
-    plot_objective_curves(curves, tmp, title="convergence of the best configurations (refit on all data)")
+    plot_objective_curves(curves, tmp, title="convergence of the best configurations (fold 1)")
     os.replace(tmp, out_dir / "convergence.png")
     paths["convergence"] = out_dir / "convergence.png"
     return paths

@@ -273,11 +273,11 @@ def test_resume_skips_the_finished_kernel(breast_cancer_200, tmp_path, monkeypat
     with pytest.raises(_Interrupted):
         run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False,
                   on_kernel_done=fail_after_first)
-    assert grams == [0.5] and len(solves) == 2  # one solve per C (continuation)
+    assert grams == [0.5] and len(solves) == 3  # one solve per C (continuation), one refit
     assert not (run / "results.csv").exists()
     grams.clear(), solves.clear()
     resumed = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False, resume=True)
-    assert grams == [2.0] and len(solves) == 2
+    assert grams == [2.0] and len(solves) == 3
     assert resumed.counts == {"grams_built": 1, "kernels_solved": 1, "kernels_resumed": 1}
     fresh = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "fresh", solver="smo", progress=False)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
