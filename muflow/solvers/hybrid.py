@@ -39,7 +39,7 @@ def _support(alpha, upper, threshold):
 def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: int = 10_000,
                  callback=None, cache_mb: float = DEFAULT_CACHE_MB, rule: str | None = None,
                  box: str = "clip", check_every: int = 5, stable_checks: int = 2,
-                 max_passes: int = 100, threshold: float = 1e-3) -> DualSolution:
+                 max_passes: int = 20, threshold: float = 1e-3) -> DualSolution:
     """Multiplicative phase, then SMO on the support set with KKT-driven growth.
 
     Parameters
@@ -64,8 +64,9 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     stable_checks : int, default=2
         Consecutive unchanged comparisons that end the multiplicative phase (a change of at
         most 1% of n counts as unchanged).
-    max_passes : int, default=100
-        Cap on the multiplicative phase.
+    max_passes : int, default=20
+        Cap on the multiplicative phase (in memory a pass costs about as much as a few
+        dozen SMO steps, so a long phase does not pay; see benchmarks/).
     threshold : float, default=1e-3
         A coefficient counts as support when above threshold * C_i (hard margin: times the
         column's largest coefficient).

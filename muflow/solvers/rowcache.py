@@ -31,10 +31,12 @@ class RowCache:
     cache_mb : float, default=256
         Memory for cached rows, in MB (2**20 bytes). At least two rows are always kept
         (a working pair), at most n.
+    dtype : numpy dtype, optional
+        Storage type; default float32 when the operator holds K in float32, else float64.
 
     Attributes
     ----------
-    data : ndarray of shape (slots, n)
+    data : ndarray of shape (slots, n), float32 or float64
     slot_of : ndarray of shape (n,), int64
         Slot of each row, -1 when not cached.
     stamp : ndarray of shape (slots,), int64
@@ -46,18 +48,23 @@ class RowCache:
 
     Notes
     -----
-    Memory use is ``slots * n * 8`` bytes, ``slots = clip(cache_mb * 2**20 / (8 n), 2, n)``.
+    Memory use is ``slots * n * itemsize`` bytes, ``slots = clip(cache_mb * 2**20 / (itemsize n), 2, n)``.
     """
 
-    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB):
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None):
         if not np.isfinite(cache_mb) or cache_mb <= 0:
             raise MuflowInputError(f"cache_mb must be a positive number of megabytes, got {cache_mb!r}")
         n = operator.n
         self.operator = operator
         self.n = n
-        slots = int(cache_mb * 2**20 // (8 * max(n, 1)))
+        if dtype is None:
+            # rows of a float32 K lose nothing in a float32 cache, which holds twice as many
+            held = getattr(getattr(operator, "K", None), "dtype", None)
+            dtype = np.float32 if held == np.float32 else np.float64
+        self.dtype = np.dtype(dtype)
+        slots = int(cache_mb * 2**20 // (self.dtype.itemsize * max(n, 1)))
         self.slots = max(2, min(n, slots))
-        self.data = np.empty((self.slots, n), dtype=np.float64)
+        self.data = np.empty((self.slots, n), dtype=self.dtype)
         self.slot_of = np.full(n, -1, dtype=np.int64)
         self.row_of = np.full(self.slots, -1, dtype=np.int64)
         self.stamp = np.zeros(self.slots, dtype=np.int64)
