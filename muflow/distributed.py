@@ -246,16 +246,29 @@ class DaskGram:
         resident = (not limit) or (rows + held) * self.n * self.dtype.itemsize <= limit * self.resident_fraction
         future = self.client.submit(
             PanelServer, self.store.url, [shard], resident, self.store.tile, actor=True,
-            workers=[address], allow_other_workers=False, pure=False,
+            workers=[address], allow_other_workers=True, pure=False,
             key=f"muflow-panels-{uuid.uuid4().hex[:8]}-{shard[0]}-{shard[1]}")
         self._actors[shard] = (future, None, address)
         self._resident_of[shard] = resident
 
-    def _wait_started(self, shards):
+    def _wait_started(self, shards, attempts=3):
+        """Wait for the new actors (their panels loaded); restart those whose worker died."""
+        lost = set()
         for shard in shards:
             future, _, address = self._actors[shard]
-            actor = future.result()
-            self._actors[shard] = (future, actor, address)
+            try:
+                actor = future.result()
+            except Exception:
+                if attempts <= 0:
+                    raise MuflowError(
+                        f"could not start the panel server of rows {shard[0]}:{shard[1]} on any "
+                        "worker (workers keep dying while loading; check their memory)") from None
+                lost.add(shard)
+                continue
+            # the scheduler may have placed it elsewhere when the chosen worker went away
+            self._actors[shard] = (future, actor, getattr(actor, "_address", address))
+        if lost:
+            self._recover(lost, attempts=attempts - 1)
 
     # -- calls with recovery ----------------------------------------------------------------
     def _gather(self, method, *args):
@@ -301,7 +314,7 @@ class DaskGram:
                     task.cancel()
         return failed, results
 
-    def _recover(self, failed):
+    def _recover(self, failed, attempts=3):
         self.recoveries += 1
         for shard in failed:
             future, _, _ = self._actors.pop(shard)
@@ -328,7 +341,7 @@ class DaskGram:
             address = min(load, key=load.get)
             load[address] += shard[1] - shard[0]
             self._start(shard, address, limits)
-        self._wait_started(sorted(failed))
+        self._wait_started(sorted(failed), attempts=attempts)
 
     # -- GramOperator -----------------------------------------------------------------
     def _assemble(self, pieces, m):

@@ -44,7 +44,7 @@ def test_sparse_a8a_rows_on_the_cluster(client, tmp_path):
     from sklearn.datasets import load_svmlight_file
 
     X, _ = load_svmlight_file(str(shared_data("a8a")), n_features=123)
-    X = X[:1500]
+    X = X[:800]
     kernel = Kernel("rbf", gamma=0.05)
     gram, _ = ensure_gram(X, kernel, client=client, store=str(tmp_path / "A.zarr"), tile=256)
     np.testing.assert_allclose(gram.read(), kernel.block(X), rtol=0, atol=1e-6)
