@@ -1,0 +1,125 @@
+"""The Prefect flows of flows/pipeline.py under one prefect_test_harness."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from muflow.exceptions import MuflowInputError
+from muflow.pipeline import stage_log
+
+
+def _mtimes(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_pipeline_writes_report_results_plots_model_and_artifacts(tmp_path, small_config, scheduler_address):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    from flows.pipeline import pipeline
+
+    state = pipeline(config=small_config, out_dir=str(tmp_path / "run"), scheduler=scheduler_address,
+                     return_state=True)
+    assert state.is_completed()
+    result = state.result()
+    run = Path(result["run_dir"])
+    report = (run / "report.md").read_text()
+    for link in ("sweep/results.csv", "model/", "metrics.json", "sweep/convergence.png", "objective.png"):
+        assert f"({link})" in report, link
+        assert (run / link).exists(), link
+    assert (run / "model" / "model.json").is_file()
+    assert [s for s, _ in stage_log(run)] == ["data", "gram", "sweep", "refit", "evaluate", "report"]
+    assert dict(result["summary"])["configurations"].startswith("4 ")
+    gram = json.loads((run / "gram.json").read_text())
+    assert len(gram["stores"]) == 2 and all(s["computed"] == s["tiles"] for s in gram["stores"])
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    by_key = {a.key: a for a in artifacts}
+    assert "| kernel |" in by_key["muflow-sweep-results"].data
+    assert "test accuracy" in by_key["muflow-best"].data
+    assert any(k.startswith("muflow-plot-heatmap") for k in by_key)
+    assert by_key["muflow-report"].type == "link"
+
+
+def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
+        tmp_path, small_config, scheduler_address, monkeypatch):
+    """The sweep stage fails after its first kernel setting, and its retry fails at once;
+    the flow run fails. Rerunning it on the same run directory completes: the data and
+    Gram stages are reused (Gram store files untouched), and the sweep resumes the finished
+    kernel setting and solves only the other one."""
+    import muflow.sweep
+    from flows.pipeline import pipeline
+
+    real = muflow.sweep.run_sweep
+    attempts = []
+
+    def failing_sweep(*args, **kwargs):
+        attempts.append(1)
+        if len(attempts) > 1:
+            raise OSError("injected failure: storage unavailable")
+
+        def fail_after_first(setting, rows):
+            raise RuntimeError(f"injected failure after {setting}")
+
+        return real(*args, on_kernel_done=fail_after_first, **kwargs)
+
+    run = tmp_path / "run"
+    monkeypatch.setattr(muflow.sweep, "run_sweep", failing_sweep)
+    state = pipeline(config=small_config, out_dir=str(run), scheduler=scheduler_address, return_state=True)
+    assert state.is_failed()
+    assert len(attempts) == 2  # the task's own retry met the same failure
+    assert not (run / "sweep-summary.json").exists() and not (run / "report.md").exists()
+    assert len(list((run / "sweep" / "kernels").iterdir())) == 1  # the finished setting
+    gram_files = _mtimes(run / "gram")
+    first_log = stage_log(run)
+
+    monkeypatch.setattr(muflow.sweep, "run_sweep", real)
+    state = pipeline(config=small_config, out_dir=str(run), scheduler=scheduler_address, return_state=True)
+    assert state.is_completed()
+    rerun = stage_log(run)[len(first_log):]
+    assert rerun[:3] == [("data", "reused"), ("gram", "reused"), ("sweep", "computed")]
+    counts = json.loads((run / "sweep-summary.json").read_text())["counts"]
+    assert counts["kernels_resumed"] == 1 and counts["kernels_solved"] == 1
+    assert _mtimes(run / "gram") == gram_files  # no Gram store rewritten
+    assert (run / "report.md").is_file()
+
+
+def test_gram_flow_reuses_the_cache_of_an_earlier_run(tmp_path, small_config, scheduler_address):
+    from flows.pipeline import gram
+
+    config = dict(small_config, gram={"cache_dir": str(tmp_path / "cache")})
+    first = gram(config=config, out_dir=str(tmp_path / "a"), scheduler=scheduler_address)
+    second = gram(config=config, out_dir=str(tmp_path / "b"), scheduler=scheduler_address)
+    assert [s["computed"] for s in first["stores"]] == [s["tiles"] for s in first["stores"]]
+    assert [s["computed"] for s in second["stores"]] == [0, 0]
+    assert [s["store"] for s in first["stores"]] == [s["store"] for s in second["stores"]]
+
+
+def test_train_flow_fits_given_parameters_without_a_sweep(tmp_path):
+    from flows.pipeline import train
+
+    result = train(out_dir=str(tmp_path / "t"), params={"kernel": "poly", "degree": 2, "C": 1.0,
+                                                        "gamma": 0.01, "coef0": 1.0})
+    assert result["metrics"]["accuracy"] > 0.9
+    report = Path(result["report"]).read_text()
+    assert "kernel=poly" in report and "Sweep results" not in report
+
+
+def test_sweep_flow_publishes_the_results_table(tmp_path, small_config, scheduler_address):
+    from flows.pipeline import sweep
+
+    result = sweep(config=small_config, out_dir=str(tmp_path / "s"), scheduler=scheduler_address)
+    assert result["n_configurations"] == 4 and Path(result["paths"]["results"]).is_file()
+
+
+def test_a_bad_configuration_fails_the_flow_naming_the_key(tmp_path):
+    from flows.pipeline import pipeline
+
+    with pytest.raises(MuflowInputError, match=r"sweep\.folds"):
+        pipeline(config={"sweep": {"folds": 1}}, out_dir=str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()

@@ -1,0 +1,76 @@
+"""muflow.config: the run configuration, its defaults and its messages."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from muflow.config import DEFAULT_TOML, default_config, from_dict, load_config, resolve
+from muflow.exceptions import MuflowInputError
+
+
+def test_the_default_is_the_embedded_toml_and_round_trips():
+    import tomllib
+
+    cfg = default_config()
+    assert cfg == from_dict(tomllib.loads(DEFAULT_TOML)) == from_dict(cfg.to_dict())
+    assert cfg.data.bundled == "breast_cancer" and cfg.cluster.scheduler == ""
+    assert {k["kernel"] for k in cfg.grid.kernels} == {"rbf", "poly"}
+
+
+def test_keys_left_out_take_the_default():
+    cfg = from_dict({"sweep": {"folds": 5}})
+    assert cfg.sweep.folds == 5 and cfg.grid == default_config().grid
+
+
+@pytest.mark.parametrize("d, key, allowed", [
+    ({"sweep": {"folds": 1}}, "sweep.folds", "an integer >= 2"),
+    ({"sweep": {"folds": True}}, "sweep.folds", "an integer >= 2"),
+    ({"data": {"test_size": 1.0}}, "data.test_size", "strictly between 0 and 1"),
+    ({"grid": {"C": []}}, "grid.C", "a non-empty list"),
+    ({"grid": {"C": [0.0]}}, "grid.C[0]", "a positive number"),
+    ({"grid": {"kernels": [{"kernel": "cosine"}]}}, "grid.kernels[0].kernel", "'rbf'"),
+    ({"grid": {"kernels": [{"kernel": "rbf", "gamma": ["huge"]}]}}, "grid.kernels[0].gamma[0]", "positive"),
+    ({"cluster": {"scheduler": "host:8786"}}, "cluster.scheduler", "tcp://host:8786"),
+    ({"sweep": {"on_cluster": "yes"}}, "sweep.on_cluster", "true or false"),
+    ({"data": {"path": "bundled:iris"}}, "data.path", "bundled:breast_cancer"),
+])
+def test_a_bad_value_names_the_key_the_value_and_what_is_allowed(d, key, allowed):
+    with pytest.raises(MuflowInputError) as err:
+        from_dict(d)
+    message = str(err.value)
+    assert f"config key '{key}' = " in message and "is not allowed; expected" in message
+    assert allowed in message
+
+
+@pytest.mark.parametrize("d, key", [
+    ({"sweeep": {}}, "sweeep"),
+    ({"sweep": {"fold": 3}}, "sweep.fold"),
+    ({"grid": {"kernels": [{"kernel": "rbf", "degree": [2]}]}}, "grid.kernels[0].degree"),
+])
+def test_an_unknown_key_is_refused_with_the_known_ones(d, key):
+    with pytest.raises(MuflowInputError, match=rf"unknown config key '{re.escape(key)}'.*allowed keys here"):
+        from_dict(d)
+
+
+def test_a_file_names_itself_and_relative_data_paths_follow_it(tmp_path):
+    (tmp_path / "d.csv").write_text("a,label\n1,0\n")
+    path = tmp_path / "run.toml"
+    path.write_text('[data]\npath = "d.csv"\n')
+    assert load_config(path).data.path == str(tmp_path / "d.csv")
+    path.write_text("[data\n")
+    with pytest.raises(MuflowInputError, match="not valid TOML"):
+        load_config(path)
+    path.write_text("[sweep]\nfolds = 0\n")
+    with pytest.raises(MuflowInputError, match=rf"{path}: config key 'sweep.folds'"):
+        load_config(path)
+    with pytest.raises(MuflowInputError, match="does not exist"):
+        resolve(str(tmp_path / "nope.toml"))
+
+
+def test_with_overrides_validates_like_a_file():
+    cfg = default_config().with_overrides(cluster={"scheduler": "tcp://h:8786"})
+    assert cfg.cluster.scheduler == "tcp://h:8786"
+    with pytest.raises(MuflowInputError, match="cluster.scheduler"):
+        default_config().with_overrides(cluster={"scheduler": "h"})

@@ -1,0 +1,116 @@
+"""``python -m muflow run`` in a subprocess: the embedded default, and every refusal."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def muflow(*args, cwd, env_extra=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(Path(cwd) / ".prefect"),
+               COLUMNS="120")
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "muflow", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_default_run_prints_the_summary_and_writes_the_report(tmp_path):
+    out = tmp_path / "run"
+    res = muflow("run", "--out", str(out), cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-4000:]
+    for row in ("bundled breast cancer (683 x 9", "configurations", "best CV accuracy",
+                "best configuration", "test accuracy", "wall time (s)"):
+        assert row in res.stdout, row
+    assert f"report: {out / 'report.md'}" in res.stdout.replace("\n", "")
+    report = (out / "report.md").read_text()
+    for link in ("sweep/results.csv", "model/", "sweep/convergence.png", "sweep/heatmap_rbf.png",
+                 "sweep/heatmap_poly.png", "objective.png"):
+        assert f"({link})" in report and (out / link).exists(), link
+    assert "| rbf |" in report and "| poly |" in report  # the results table, both kernels
+    assert (out / "model" / "model.json").is_file()
+    assert not list(out.rglob(".*tmp*"))  # no temporary leftovers
+
+
+def _config(tmp_path, text) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, key", [
+    ("[sweep]\nfoldz = 3\n", "sweep.foldz"),
+    ("[sweep]\nfolds = 1\n", "sweep.folds"),
+    ("[grid]\nC = [-1.0]\n", "grid.C[0]"),
+    ("[grid]\nkernels = [{ kernel = \"rbf\", degree = [2] }]\n", "grid.kernels[0].degree"),
+    ("[cluster]\nscheduler = \"localhost\"\n", "cluster.scheduler"),
+])
+def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, text, key):
+    out = tmp_path / "run"
+    res = muflow("run", str(_config(tmp_path, text)), "--out", str(out), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert f"'{key}'" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_a_missing_data_file_exits_2(tmp_path):
+    cfg = _config(tmp_path, "[data]\npath = \"no-such.csv\"\n")
+    res = muflow("run", str(cfg), "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and "data.path" in res.stderr and "no-such.csv" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_unreachable_scheduler_exits_1_with_a_clear_message(tmp_path):
+    cfg = _config(tmp_path, "[cluster]\ntimeout = 2.0\n")
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    res = muflow("run", str(cfg), "--scheduler", address, "--out", str(tmp_path / "run"),
+                 cwd=tmp_path, timeout=60)
+    assert res.returncode == 1, res.stderr
+    assert f"no Dask scheduler answered at {address}" in res.stderr and "dask scheduler" in res.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_prefect_api_that_does_not_answer_exits_1_and_writes_nothing(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/api"
+    res = muflow("run", "--out", str(tmp_path / "run"), cwd=tmp_path,
+                 env_extra={"PREFECT_API_URL": url}, timeout=90)
+    assert res.returncode == 1, res.stderr
+    assert f"the Prefect API at {url} does not answer" in res.stderr and "prefect server start" in res.stderr
+    assert not (tmp_path / "run").exists() and not (tmp_path / "muflow-runs").exists()
+
+
+def test_a_non_empty_out_dir_needs_resume(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "something").write_text("x")
+    res = muflow("run", "--out", str(out), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and "--resume" in res.stderr
+    res = muflow("run", "--resume", "--out", str(tmp_path / "nothing"), cwd=tmp_path, timeout=60)
+    assert res.returncode == 2 and "no muflow run to resume" in res.stderr
+
+
+def test_help_explains_the_options(tmp_path):
+    res = muflow("run", "--help", cwd=tmp_path, timeout=60)
+    assert res.returncode == 0
+    for option in ("CONFIG.toml", "--scheduler", "--out", "--resume", "Exit codes"):
+        assert option in res.stdout
+
+
+def test_importing_muflow_does_not_import_prefect(tmp_path):
+    code = "import sys, muflow, muflow.config, muflow.pipeline, muflow.cli; print('prefect' in sys.modules)"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert res.stdout.strip() == "False", res.stderr
