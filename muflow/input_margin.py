@@ -183,9 +183,11 @@ def _slow_down(step, x_hat, X, grad, hess, L):
     d = z_hat - z_i, lambda from grad f ~ lambda d (eq. 13) and c_j the curvatures of f in an
     orthonormal basis of the tangent space (eq. 16), the iteration multiplies the tangential
     error by c_j / lambda (eq. 17). The point is a local minimum of the distance when
-    c_j / lambda < 1 for all j; it is then unstable along the axes with c_j / lambda <= -1,
-    where the movement is multiplied by e_j = |lambda| / (2 |c_j|) (0 < e_j < |lambda|/|c_j|),
-    which makes the error factor 1 + e_j (c_j/lambda - 1) lie in (0, 1/2).
+    c_j / lambda < 1 for all j; it is then unstable along the axes with c_j / lambda <= -1
+    and oscillates slowly along those with c_j / lambda near -1. Along every axis with
+    c_j / lambda < 0 the movement is multiplied by e_j = 1 / (1 - c_j / lambda), inside the
+    paper's range 0 < e_j < |lambda| / |c_j|, which cancels the linearised error factor
+    1 + e_j (c_j / lambda - 1) of eq. (17).
     Local maxima and saddle points are left unstable so that the iteration leaves them.
     """
     n, m = X.shape
@@ -212,10 +214,10 @@ def _slow_down(step, x_hat, X, grad, hess, L):
     c, V = np.linalg.eigh(C)
     ratio = c / np.where(ok, lam, 1.0)[:, None]
     local_min = ok & np.all(ratio < 1.0, axis=1)
-    unstable = local_min[:, None] & (ratio <= -1.0)
+    unstable = local_min[:, None] & (ratio < 0.0)
     if not np.any(unstable):
         return step
-    e = np.where(unstable, 0.5 / np.maximum(np.abs(ratio), 1.0), 1.0)
+    e = np.where(unstable, 1.0 / (1.0 - np.minimum(ratio, 0.0)), 1.0)
     W = P @ V  # tangent eigen-directions, (n, m, m-1)
     dz = np.einsum("nts,nt->ns", L, step)
     along = np.einsum("ns,ns->n", u, dz)[:, None] * u
@@ -226,7 +228,7 @@ def _slow_down(step, x_hat, X, grad, hess, L):
 
 
 def project_onto_boundary(disc: Discriminant, X, G_inv, L, x_start=None, *, max_iter=50,
-                          tol=1e-10, slow_down=True):
+                          tol=1e-9, slow_down=True):
     """Estimate the projection x*_i of every x_i on {f = 0} by iterating eq. (12).
 
     ``x_hat[l+1] = x_i - G_i^-1 q / ||q||^2_{G_i^-1} [p - (x_hat[l] - x_i)^T q + f0]``, with
@@ -258,7 +260,10 @@ def project_onto_boundary(disc: Discriminant, X, G_inv, L, x_start=None, *, max_
             step = _slow_down(step, x_hat, X, q, disc.hessian(x_hat), L)
         x_hat = x_hat + step
         moved = np.sqrt(np.einsum("ns,ns->n", step, step))
-        converged = (moved <= tol * scale) & (np.abs(disc.value(x_hat)) <= 1e-9 * max(1.0, abs(disc.f0)))
+        # |f| / ||grad f|| estimates the distance of x_hat to the boundary, whatever the
+        # scale of f (hard-margin RBF coefficients reach 1e9 and f carries their round-off)
+        off = np.abs(f) / np.sqrt(N)
+        converged = (moved <= tol * scale) & (off <= tol * scale)
         if np.all(converged):
             break
     return x_hat, n_iter, converged
@@ -318,7 +323,7 @@ def _discriminant_of(model) -> Discriminant:
     return Discriminant(kernel.with_offset(0.0), sv, a, np.zeros_like(sv), float(model.intercept_[0]))
 
 
-def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-10,
+def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-9,
                        slow_down=True, max_bytes=DEFAULT_MAX_BYTES, force=False) -> InputMargin:
     """Margin of a fitted binary classifier in the input space (input-space-margin.txt).
 
@@ -335,9 +340,9 @@ def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, t
         Starting points of the iteration (12); default the samples themselves.
     max_iter : int, default=50
         Iterations of (12) at most.
-    tol : float, default=1e-10
-        Stop when no point moves more than ``tol`` (times the data's scale) and all lie on
-        the boundary.
+    tol : float, default=1e-9
+        Stop when no point moves more than ``tol`` (times the data's scale) and every point
+        is within that distance of the boundary (|f| / ||grad f||, before its last move).
     slow_down : bool, default=True
         Apply the slow-down of section 3.4 where a local minimum is unstable.
     max_bytes : int, default=2**30
