@@ -123,6 +123,15 @@ def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: s
     os.replace(tmp, path)
 
 
+def normalize_url(url) -> str:
+    """A store location as zarr and the workers open it: ``file://`` URLs become paths
+    (fsspec's local filesystem does not create the chunk directories)."""
+    url = os.fspath(url) if not isinstance(url, str) else url
+    if url.startswith("file://"):
+        url = url[len("file://"):]
+    return url
+
+
 def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name if "://" in base else os.path.join(base, name)
 
@@ -153,7 +162,7 @@ class GramStore:
     """
 
     def __init__(self, url: str, array):
-        self.url = str(url)
+        self.url = normalize_url(url)
         self.array = array
         attrs = dict(array.attrs)
         try:
@@ -192,8 +201,9 @@ class GramStore:
             "tiles_complete": [],
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
+        url = normalize_url(url)
         array = zarr.create_array(
-            store=str(url), shape=(n, n), chunks=(tile, tile), dtype=dtype,
+            store=url, shape=(n, n), chunks=(tile, tile), dtype=dtype,
             compressors=None, fill_value=np.nan, zarr_format=3, attributes=attrs,
             overwrite=True, storage_options=storage_options,
         )
@@ -201,8 +211,9 @@ class GramStore:
 
     @classmethod
     def open(cls, url, mode="r+", storage_options=None) -> "GramStore":
+        url = normalize_url(url)
         try:
-            array = zarr.open_array(str(url), mode=mode, storage_options=storage_options)
+            array = zarr.open_array(url, mode=mode, storage_options=storage_options)
         except FileNotFoundError:
             raise MuflowInputError(f"no Gram store at {url}") from None
         except Exception as exc:  # zarr raises several types for a non-array path
@@ -290,7 +301,7 @@ class GramStore:
 
     def __repr__(self):
         return (f"GramStore({self.url!r}, n={self.n}, tile={self.tile}, dtype={self.dtype}, "
-                f"kernel={_kernel_text(self.kernel.to_dict())})")
+                f"{_kernel_text(self.kernel.to_dict())})")
 
 
 def open_store(url, *, mode="r+", storage_options=None) -> GramStore:
@@ -300,7 +311,7 @@ def open_store(url, *, mode="r+", storage_options=None) -> GramStore:
 
 def store_exists(url, storage_options=None) -> bool:
     try:
-        zarr.open_array(str(url), mode="r", storage_options=storage_options)
+        zarr.open_array(normalize_url(url), mode="r", storage_options=storage_options)
     except Exception:
         return False
     return True

@@ -130,3 +130,14 @@ def test_float64_store_and_sparse_rows(tmp_path, rbf):
     assert K.dtype == np.float64
     np.testing.assert_allclose(K, rbf.block(X), rtol=0, atol=1e-12)
     np.testing.assert_allclose(numpy_gram(X, rbf, dtype="float64", block_rows=50), K, atol=1e-12)
+
+
+def test_fsspec_urls(tmp_path, data, rbf):
+    gram, report = ensure_gram(data, rbf, store="memory://muflow-test/K.zarr", tile=128)
+    assert len(report.computed) == 6 and gram.missing_tiles() == []
+    _, again = ensure_gram(data, rbf, store="memory://muflow-test/K.zarr")
+    assert again.reused
+    url = "file://" + str(tmp_path / "F.zarr")
+    gram, _ = ensure_gram(data, rbf, store=url, tile=128)
+    assert gram.url == str(tmp_path / "F.zarr")
+    np.testing.assert_allclose(zarr.open_array(gram.url)[...], rbf.block(data), atol=1e-6)
