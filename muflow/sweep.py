@@ -188,7 +188,7 @@ def load_grid_toml(path) -> tuple[SweepGrid, dict]:
     The file holds a ``[sweep]`` table (or top-level keys) with ``C`` and a list of
     ``[[sweep.kernels]]`` tables; every other key is an option of :func:`run_sweep`
     (``folds``, ``seed``, ``solver``, ``path``, ``intercept``, ``tol``, ``max_iter``,
-    ``halving``, ``cache_dir``)::
+    ``halving``, ``halving_min_iter``, ``cache_dir``, ``n_jobs``)::
 
         [sweep]
         C = [0.01, 0.1, 1, 10, 100]
@@ -224,7 +224,7 @@ def load_grid_toml(path) -> tuple[SweepGrid, dict]:
                                "[[sweep.kernels]] table with `kernel = \"rbf\"`")
     grid = SweepGrid(kernels=list(table.pop("kernels")), C=table.pop("C"))
     known = {"folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-             "halving_min_iter", "cache_dir"}
+             "halving_min_iter", "cache_dir", "n_jobs"}
     unknown = set(table) - known
     if unknown:
         raise MuflowInputError(f"{path}: unknown sweep option(s) {', '.join(sorted(unknown))}; "
@@ -274,7 +274,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
               intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
-              halving: int | None = None, halving_min_iter: int = 10,
+              halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
               on_kernel_done=None) -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
@@ -316,6 +316,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Successive-halving factor eta >= 2 (off by default); see the module docstring.
     halving_min_iter : int, default=10
         Iterations of the first halving rung.
+    n_jobs : int, default=1
+        Continuation path with K in memory: solve the folds' chains in this many forked
+        processes (they share K copy-on-write). Other paths ignore it.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
 
@@ -340,6 +343,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         raise MuflowInputError(f"tol must be positive, got {tol!r}")
     if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise MuflowInputError(f"max_iter must be a positive integer, got {max_iter!r}")
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs < 1:
+        raise MuflowInputError(f"n_jobs must be a positive integer, got {n_jobs!r}")
     if halving is not None:
         if isinstance(halving, bool) or not isinstance(halving, numbers.Integral) or halving < 2:
             raise MuflowInputError(f"halving (eta) must be an integer >= 2, got {halving!r}")
@@ -410,7 +415,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 res_b = _solve_kernel(operator, Y, masks, Cs, info, "batched", intercept, tol,
                                       max_iter, None, halving_min_iter, bar)
                 res_c = _solve_kernel(operator, Y, masks, Cs, info, "continuation", intercept,
-                                      tol, max_iter, None, halving_min_iter, bar)
+                                      tol, max_iter, None, halving_min_iter, bar, n_jobs)
                 tb, tc = res_b["solve_seconds"], res_c["solve_seconds"]
                 chosen_path = "batched" if tb <= tc else "continuation"
                 path_report["compare"] = {"setting": setting, "solver": info.name,
@@ -420,7 +425,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 timings["solve"] += tb + tc
             else:
                 res = _solve_kernel(operator, Y, masks, Cs, info, kpath, intercept, tol, max_iter,
-                                    halving, halving_min_iter, bar)
+                                    halving, halving_min_iter, bar, n_jobs)
                 timings["solve"] += res["solve_seconds"]
             rows = _rows_for(setting, Cs, res, splits, classes, y_enc)
             c_best = _best_index([{"rows": rows}])[1]
@@ -539,7 +544,7 @@ def _columns(Y, masks, Cs):
 
 
 def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, halving,
-                  halving_min_iter, bar):
+                  halving_min_iter, bar, n_jobs=1):
     """Solve every (C, fold, class) column of one Gram; return alpha, bias, curves, timings."""
     from muflow.solvers import DualProblem
 
@@ -558,17 +563,23 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     ycols, upper = _columns(Y, masks, Cs)
     t0 = time.perf_counter()
     if path == "continuation":
-        init = None
-        for c in range(len(Cs)):
-            cols = slice(c * per_c, (c + 1) * per_c)
-            problem = DualProblem(operator, ycols[:, cols], upper[:, cols], equality=equality)
-            t = time.perf_counter()
-            sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, callback=callback)
-            seconds[c] = time.perf_counter() - t
-            alpha[:, cols], bias[cols], viol[cols] = sol.alpha, sol.bias, sol.kkt_violation
-            n_iter[c] = sol.n_iter
-            curves[c] = sol.objective_curve[:, :P]  # fold 0's columns
-            init = (sol.alpha, sol.bias)
+        F = per_c // P
+        groups = [[f * P + p for f in range(F) if f % n_jobs == w for p in range(P)]
+                  for w in range(min(n_jobs, F))]
+        if len(groups) == 1:
+            chains = [_continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[0], info,
+                                          equality, tol, max_iter, callback)]
+        else:
+            chains = _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
+                                    tol, max_iter)
+        for local, chain in zip(groups, chains):
+            for c in range(len(Cs)):
+                cols = [c * per_c + j for j in local]
+                alpha[:, cols], bias[cols], viol[cols] = chain["alpha"][c], chain["bias"][c], chain["viol"][c]
+                n_iter[c] = max(n_iter[c], chain["n_iter"][c])
+                seconds[c] = max(seconds[c], chain["seconds"][c])
+                if local[0] == 0:
+                    curves[c] = chain["curves"][c]
     else:
         active = list(range(len(Cs)))
         init = None
@@ -609,6 +620,65 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
         "n_iter": n_iter, "seconds": seconds, "stopped": stopped,
         "bias": bias, "curves": curves,
     }
+
+
+def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equality, tol,
+                        max_iter, callback=None):
+    """Solve the columns ``local`` (indices within one C's block) for every C, ascending.
+
+    Each C starts from the previous C's solution scaled by C / C_prev ("alpha seeding",
+    DeCoste & Wagstaff, KDD 2000): scaling keeps 0 <= alpha <= C and sum_i y_i alpha_i = 0,
+    and the samples at the old bound (the margin errors, which mostly stay errors) land on
+    the new bound.
+    """
+    from muflow.solvers import DualProblem
+
+    out = {"alpha": [], "bias": [], "viol": [], "n_iter": [], "seconds": [], "curves": []}
+    init = None
+    for c, C in enumerate(Cs):
+        cols = [c * per_c + j for j in local]
+        problem = DualProblem(operator, ycols[:, cols], upper[:, cols], equality=equality)
+        t = time.perf_counter()
+        sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, callback=callback)
+        out["seconds"].append(time.perf_counter() - t)
+        out["alpha"].append(sol.alpha)
+        out["bias"].append(sol.bias)
+        out["viol"].append(sol.kkt_violation)
+        out["n_iter"].append(int(sol.n_iter))
+        out["curves"].append(sol.objective_curve[:, :P] if local[0] == 0 else None)
+        if c + 1 < len(Cs):
+            init = (sol.alpha * (Cs[c + 1] / C), sol.bias)
+    return out
+
+
+#: What forked workers read: set just before the fork, so K is shared copy-on-write.
+_FORK_STATE = None
+
+
+def _chain_in_child(k):
+    operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter = _FORK_STATE
+    return _continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[k], info, equality,
+                               tol, max_iter)
+
+
+def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter):
+    """Run the continuation chains of the column groups in forked processes.
+
+    The chains are independent (a column's warm start comes from the same column at the
+    previous C), and the subset solvers hold the GIL, so processes rather than threads;
+    fork shares the in-memory K with the children without a copy.
+    """
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _FORK_STATE
+    _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter)
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:
+            return list(pool.map(_chain_in_child, range(len(groups))))
+    finally:
+        _FORK_STATE = None
 
 
 def _refit(operator, Y, C, res, c, info, intercept, tol, max_iter):

@@ -228,6 +228,19 @@ def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
     assert t["total"] == pytest.approx(t["gram"] + t["solve"] + t["overhead"])
 
 
+def test_forked_continuation_equals_one_process(breast_cancer_200, tmp_path):
+    """n_jobs=2 splits the folds' continuation chains over two forked processes; the
+    chains are independent, so the results are those of one process."""
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0, 10.0])
+    one = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "one", solver="smo", progress=False)
+    two = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "two", solver="smo", progress=False,
+                    n_jobs=2)
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
+    assert strip(one.table) == strip(two.table)
+    np.testing.assert_array_equal(one.best_model.dual_coef_, two.best_model.dual_coef_)
+
+
 def test_compare_path_times_both_and_keeps_the_faster(breast_cancer_200, tmp_path):
     X, y = breast_cancer_200
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5, 2.0]}], C=[0.1, 1.0])

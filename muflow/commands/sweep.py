@@ -41,6 +41,9 @@ def add_parser(subparsers):
     p.add_argument("--max-iter", type=int, help="solver budget per solve (default: 10000)")
     p.add_argument("--halving", type=int, metavar="ETA",
                    help="successive halving with factor ETA >= 2 (batched path; off by default)")
+    p.add_argument("--n-jobs", dest="n_jobs", type=int,
+                   help="continuation path: solve the folds in this many forked processes sharing K "
+                        "(default: 1)")
     p.add_argument("--test-data", metavar="PATH", help="test set, same format as --data")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory")
     p.add_argument("--resume", action="store_true",
@@ -100,7 +103,8 @@ def grid_from_args(args):
         grid.C = [parse_C(t) for t in _split(args.C)]
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
-    for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving", "cache_dir"):
+    for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
+                "cache_dir", "n_jobs"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
