@@ -15,6 +15,7 @@ from muflow.gram.store import (
     GramStore,
     StoreMismatchError,
     cache_path,
+    default_cache_dir,
     fingerprint,
     open_store,
 )
@@ -33,7 +34,8 @@ def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float3
     store : str, optional
         Path or fsspec URL of the zarr store; by default one in ``cache_dir``.
     cache_dir : str, optional
-        Cache directory mapping (fingerprint of X, kernel, dtype) to a store.
+        Cache directory mapping (fingerprint of X, kernel, dtype) to a store; default
+        :func:`muflow.gram.store.default_cache_dir` when ``store`` is not given either.
     dtype : {"float32", "float64"}, default="float32"
     tile : int, optional
         Tile size; chosen from n and the workers' memory when omitted.
@@ -47,6 +49,8 @@ def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float3
     """
     from muflow.distributed import DaskGram
 
+    if store is None and cache_dir is None:
+        cache_dir = default_cache_dir()
     gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
                           dtype=dtype, tile=tile)
     kwargs = {} if resident_fraction is None else {"resident_fraction": resident_fraction}
@@ -55,6 +59,6 @@ def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float3
 
 __all__ = [
     "BuildReport", "GramStore", "StoreMismatchError", "build_gram", "cache_path",
-    "choose_tile", "ensure_gram", "fingerprint", "numpy_gram", "open_store", "operator_for",
+    "choose_tile", "default_cache_dir", "ensure_gram", "fingerprint", "numpy_gram", "open_store", "operator_for",
     "tile_pairs",
 ]

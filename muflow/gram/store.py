@@ -90,6 +90,15 @@ def cache_path(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
     return _join(str(cache_dir), f"gram-{cache_key(fp, kernel, dtype)}.zarr")
 
 
+def default_cache_dir() -> str:
+    """``$MUFLOW_CACHE_DIR`` or ``~/.cache/muflow/gram``: where stores go by default.
+
+    With a remote cluster this must be a path (or URL) that the workers can reach too.
+    """
+    return os.environ.get("MUFLOW_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "muflow", "gram")
+
+
 def lookup_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
     """The store the cache directory holds for (fingerprint, kernel, dtype): its own
     ``gram-<key>.zarr``, or the store a ``gram-<key>.json`` pointer names when that one
