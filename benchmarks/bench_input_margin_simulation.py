@@ -160,6 +160,10 @@ def main(argv=None):
         ax.set_xlabel(f"{name}, original SVM")
         ax.set_ylabel(f"{name}, input-space margin")
         ax.legend()
+    from matplotlib.ticker import NullFormatter
+
+    axes[1, 0].xaxis.set_minor_formatter(NullFormatter())
+    axes[1, 0].yaxis.set_minor_formatter(NullFormatter())
     axes[1, 0].set_title("margins over runs (Fig. 4)")
     axes[1, 1].set_title("test errors over runs (Fig. 5)")
     axes[0, 0].legend(loc="best", fontsize=8)

@@ -27,10 +27,12 @@ Algorithm 1 holds the (n, n, m, m) array of ``K_xy(x_hat_i, x_hat_j)``: memory s
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -42,7 +44,7 @@ from muflow.kernel_derivatives import (
     kernel_gradient,
     kernel_value,
 )
-from muflow.kernels import Kernel, resolve_gamma
+from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import SOLVERS
@@ -690,6 +692,12 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
     def _solve(self, solver, problem, g):
         tol = float(self.qp_tol) * max(1.0, float(np.max(g)))
         sol = SOLVERS[solver].solve(problem, tol=tol, max_iter=int(self.max_iter))
+        if not np.all(sol.converged):
+            warnings.warn(
+                f"the QP step stopped at max_iter={self.max_iter} with KKT violation "
+                f"{float(np.max(sol.kkt_violation)):.3g} > {tol:.3g}; raise max_iter or qp_tol "
+                "(a hard margin on data the kernel barely separates is ill-conditioned)",
+                ConvergenceWarning, stacklevel=3)
         return sol
 
     # -- predict ---------------------------------------------------------------------
