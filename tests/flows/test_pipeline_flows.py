@@ -43,7 +43,7 @@ def test_pipeline_writes_report_results_plots_model_and_artifacts(tmp_path, smal
     assert "| kernel |" in by_key["muflow-sweep-results"].data
     assert "test accuracy" in by_key["muflow-best"].data
     assert any(k.startswith("muflow-plot-heatmap") for k in by_key)
-    assert by_key["muflow-report"].type == "link"
+    assert "report.md" in by_key["muflow-report"].data  # a link artifact (stored as Markdown)
 
 
 def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
