@@ -52,7 +52,7 @@ def muflow_worker(args):
     with tempfile.TemporaryDirectory() as out:
         t = time.perf_counter()
         r = run_sweep(X, y, grid, folds=FOLDS, seed=SEED, out_dir=out, solver=args.solver,
-                      path=args.path, tol=args.tol, progress=False)
+                      path=args.path, tol=args.tol, n_jobs=args.jobs, progress=False)
         seconds = time.perf_counter() - t
     print(json.dumps({"best": r.best, "timings": r.timings, "imports": t_imports,
                       "sweep_seconds": seconds, "path_report": r.path_report,
@@ -62,7 +62,8 @@ def muflow_worker(args):
 
 def run_muflow(args, path):
     cmd = [sys.executable, __file__, "--worker", "--rows", str(args.rows or 0), "--path", path,
-           "--solver", args.solver, "--tol", str(args.tol), "--data", str(args.data)]
+           "--solver", args.solver, "--tol", str(args.tol), "--data", str(args.data),
+           "--jobs", str(args.jobs)]
     t = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t
@@ -97,6 +98,8 @@ def main():
                    help="comma-separated muflow paths to time, each in its own process (default: auto)")
     p.add_argument("--tol", type=float, default=1e-3)
     p.add_argument("--n-jobs", type=int, default=2, help="GridSearchCV n_jobs (default: 2)")
+    p.add_argument("--jobs", type=int, default=2,
+                   help="muflow n_jobs: forked processes for the folds' columns (default: 2, as GridSearchCV)")
     p.add_argument("--skip-sklearn", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -113,7 +116,7 @@ def main():
         results[path] = m = run_muflow(args, path)
         t = m["timings"]
         settings = m["path_report"]["settings"]
-        print(f"muflow [{path} -> {settings[0]['path']}, solver {settings[0]['solver']}]: "
+        print(f"muflow [{path} -> {settings[0]['path']}, solver {settings[0]['solver']}, n_jobs {args.jobs}]: "
               f"{m['wall']:.2f} s wall (process start + imports {m['wall'] - m['sweep_seconds']:.2f} s, "
               f"of which import muflow.sweep {m['imports']:.2f} s)")
         overhead = m["wall"] - t["gram"] - t["solve"]

@@ -317,8 +317,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     halving_min_iter : int, default=10
         Iterations of the first halving rung.
     n_jobs : int, default=1
-        Continuation path with K in memory: solve the folds' chains in this many forked
-        processes (they share K copy-on-write). Other paths ignore it.
+        Subset solvers with K in memory: solve the folds' columns in this many forked
+        processes (they share K copy-on-write). Multiplicative solvers ignore it (their
+        batch is one product per iteration).
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
 
@@ -562,16 +563,21 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     callback = bar.iteration_callback()
     ycols, upper = _columns(Y, masks, Cs)
     t0 = time.perf_counter()
-    if path == "continuation":
+    # subset solvers solve column by column anyway: in "batched" their columns are cold,
+    # independent solves, run (and timed, and shared out to forked processes) per C like
+    # the chains
+    chained = path == "continuation" or (halving is None and info.name in SUBSET_SOLVERS)
+    if chained:
+        warm = path == "continuation"
         F = per_c // P
         groups = [[f * P + p for f in range(F) if f % n_jobs == w for p in range(P)]
                   for w in range(min(n_jobs, F))]
         if len(groups) == 1:
             chains = [_continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[0], info,
-                                          equality, tol, max_iter, callback)]
+                                          equality, tol, max_iter, warm, callback)]
         else:
             chains = _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
-                                    tol, max_iter)
+                                    tol, max_iter, warm)
         for local, chain in zip(groups, chains):
             for c in range(len(Cs)):
                 cols = [c * per_c + j for j in local]
@@ -623,10 +629,10 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
 
 
 def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equality, tol,
-                        max_iter, callback=None):
+                        max_iter, warm=True, callback=None):
     """Solve the columns ``local`` (indices within one C's block) for every C, ascending.
 
-    Each C starts from the previous C's solution scaled by C / C_prev ("alpha seeding",
+    With ``warm``, each C starts from the previous C's solution scaled by C / C_prev ("alpha seeding",
     DeCoste & Wagstaff, KDD 2000): scaling keeps 0 <= alpha <= C and sum_i y_i alpha_i = 0,
     and the samples at the old bound (the margin errors, which mostly stay errors) land on
     the new bound.
@@ -646,7 +652,7 @@ def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equal
         out["viol"].append(sol.kkt_violation)
         out["n_iter"].append(int(sol.n_iter))
         out["curves"].append(sol.objective_curve[:, :P] if local[0] == 0 else None)
-        if c + 1 < len(Cs):
+        if warm and c + 1 < len(Cs):
             init = (sol.alpha * (Cs[c + 1] / C), sol.bias)
     return out
 
@@ -656,12 +662,13 @@ _FORK_STATE = None
 
 
 def _chain_in_child(k):
-    operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter = _FORK_STATE
+    operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter, warm = _FORK_STATE
     return _continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[k], info, equality,
-                               tol, max_iter)
+                               tol, max_iter, warm)
 
 
-def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter):
+def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter,
+                   warm):
     """Run the continuation chains of the column groups in forked processes.
 
     The chains are independent (a column's warm start comes from the same column at the
@@ -672,7 +679,7 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
     from concurrent.futures import ProcessPoolExecutor
 
     global _FORK_STATE
-    _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter)
+    _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter, warm)
     try:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:

@@ -152,12 +152,14 @@ def test_every_configuration_matches_svc_fitted_alone_sonar(sonar, tmp_path):
 def test_multiplicative_batch_matches_svc_alone(breast_cancer_200, tmp_path):
     """The m3 batch: all (C, fold) columns advance with one K @ V per pass."""
     X, y = breast_cancer_200
+    X, y = X[:120], y[:120]
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0])
     result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="m3", path="batched",
-                       tol=1e-3, max_iter=3000, progress=False)
+                       tol=1e-2, max_iter=3000, progress=False)
+    assert result.best_model.converged_.all()
     assert {row["solver"] for row in result.table} == {"m3"}
     for row in result.table:
-        alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="m3", tol=1e-3, max_iter=3000)
+        alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="m3", tol=1e-2, max_iter=3000)
         np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(3)], alone,
                                    atol=1e-12, err_msg=str(row))
 
@@ -228,14 +230,16 @@ def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
     assert t["total"] == pytest.approx(t["gram"] + t["solve"] + t["overhead"])
 
 
-def test_forked_continuation_equals_one_process(breast_cancer_200, tmp_path):
-    """n_jobs=2 splits the folds' continuation chains over two forked processes; the
-    chains are independent, so the results are those of one process."""
+@pytest.mark.parametrize("path", ["continuation", "batched"])
+def test_forked_columns_equal_one_process(breast_cancer_200, tmp_path, path):
+    """n_jobs=2 splits the folds' columns (continuation chains, or cold solves) over two
+    forked processes; the columns are independent, so the results are those of one process."""
     X, y = breast_cancer_200
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0, 10.0])
-    one = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "one", solver="smo", progress=False)
-    two = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "two", solver="smo", progress=False,
-                    n_jobs=2)
+    one = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "one", solver="smo", path=path,
+                    progress=False)
+    two = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "two", solver="smo", path=path,
+                    progress=False, n_jobs=2)
     strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
     assert strip(one.table) == strip(two.table)
     np.testing.assert_array_equal(one.best_model.dual_coef_, two.best_model.dual_coef_)
