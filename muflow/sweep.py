@@ -414,7 +414,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             bar.describe(_setting_label(setting))
             if kpath == "compare":
                 res_b = _solve_kernel(operator, Y, masks, Cs, info, "batched", intercept, tol,
-                                      max_iter, None, halving_min_iter, bar)
+                                      max_iter, None, halving_min_iter, bar, n_jobs)
                 res_c = _solve_kernel(operator, Y, masks, Cs, info, "continuation", intercept,
                                       tol, max_iter, None, halving_min_iter, bar, n_jobs)
                 tb, tc = res_b["solve_seconds"], res_c["solve_seconds"]
@@ -678,6 +678,11 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
+    from muflow.operators import DenseGram
+    from muflow.solvers import DualProblem
+
+    # load the solver's compiled loops here once, not in every child
+    info.solve(DualProblem(DenseGram(np.eye(2)), [1.0, -1.0], 1.0, equality=equality), tol=tol, max_iter=5)
     global _FORK_STATE
     _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter, warm)
     try:
