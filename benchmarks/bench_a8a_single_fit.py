@@ -1,7 +1,8 @@
 """One kernel SVM fit on a8a / a8a.t, muflow's solvers against scikit-learn's SVC (libsvm).
 
 RBF gamma = 0.05, C = 1, exact intercept. muflow's time includes building the Gram matrix
-(dense float32, blockwise NumPy: a8a is sparse binary, so X X' on dense float32 is fast).
+(float32; for sparse X each row of K sums the rows of X' at the sample's nonzeros and
+takes the exponential in the same pass, numba threads over rows: ``rbf_gram_sparse``).
 Every solver runs in this process, one after the other; the table gives time, ratio to
 SVC, test accuracy, relative difference of the dual objective to libsvm's and peak memory
 (resident-set growth during the fit, sampled). Multiplicative solvers, far slower on
@@ -63,6 +64,47 @@ def _rbf_inplace(blk, na, nb, gamma):
 _rbf_kernel = None
 
 
+_rbf_csr_kernel = None
+
+
+def rbf_gram_sparse(A, B=None, gamma=GAMMA):
+    """exp(-gamma ||a - b||^2) in float32 for CSR ``A``: each row of K is the sum of the
+    rows of B' at the nonzeros of a (14 of 123 on a8a, so 9x fewer operations than the
+    dense product), then exp, in one pass per row (numba, threads over rows)."""
+    import scipy.sparse as sp
+    from numba import njit, prange
+
+    global _rbf_csr_kernel
+    if _rbf_csr_kernel is None:
+        @njit(parallel=True, fastmath=True, cache=True)
+        def kern(indptr, indices, data, BT, na, nb, g, out):
+            n = BT.shape[1]
+            for i in prange(out.shape[0]):
+                row = out[i]
+                for j in range(n):
+                    row[j] = np.float32(0.0)
+                for k in range(indptr[i], indptr[i + 1]):
+                    f = indices[k]
+                    v = data[k]
+                    for j in range(n):
+                        row[j] += v * BT[f, j]
+                a = na[i]
+                for j in range(n):
+                    d = a + nb[j] - np.float32(2.0) * row[j]
+                    if d < 0:
+                        d = np.float32(0.0)
+                    row[j] = np.exp(-g * d)
+        _rbf_csr_kernel = kern
+    A = sp.csr_matrix(A, dtype=np.float32)
+    Bd = (A if B is None else sp.csr_matrix(B, dtype=np.float32)).toarray()
+    na = np.asarray(A.multiply(A).sum(axis=1), dtype=np.float32).ravel()
+    nb = np.einsum("ij,ij->i", Bd, Bd).astype(np.float32)
+    out = np.empty((A.shape[0], Bd.shape[0]), dtype=np.float32)
+    _rbf_csr_kernel(A.indptr.astype(np.int64), A.indices.astype(np.int64), A.data,
+                    np.ascontiguousarray(Bd.T), na, nb, np.float32(gamma), out)
+    return out
+
+
 def rbf_gram(A, B=None, gamma=GAMMA, block=2048, out=None):
     """exp(-gamma ||a - b||^2) in float32: BLAS X X' per block of rows, then one fused pass."""
     A = np.asarray(A, dtype=np.float32)
@@ -107,8 +149,7 @@ def main(argv=None):
     Xtr_s, ytr, Xte_s, yte = load()
     if args.n:
         Xtr_s, ytr = Xtr_s[: args.n], ytr[: args.n]
-    Xtr = Xtr_s.toarray().astype(np.float32)
-    Xte = Xte_s.toarray().astype(np.float32)
+    rbf_gram_sparse(Xtr_s[:50])  # load the compiled Gram loop
     n = len(ytr)
     print(f"a8a: n_train={n}, n_test={len(yte)}, d=123, RBF gamma={GAMMA}, C={C}, exact intercept")
     rows = []
@@ -136,14 +177,14 @@ def main(argv=None):
 
     def predict(alpha, bias, y, kern_offset=0.0):
         sv = np.flatnonzero(alpha > 0)
-        Kt = rbf_gram(Xte, Xtr[sv])
+        Kt = rbf_gram_sparse(Xte_s, Xtr_s[sv])
         f = Kt.astype(np.float64) @ (y[sv] * alpha[sv]) + kern_offset * (y[sv] * alpha[sv]).sum() + bias
         return np.mean(np.where(f > 0, 1.0, -1.0) == yte)
 
     # -- muflow: Gram build once, timed, added to every solver's time ----------------------
     with PeakMemory() as pm_gram:
         t = time.perf_counter()
-        K = rbf_gram(Xtr)
+        K = rbf_gram_sparse(Xtr_s)
         t_gram = time.perf_counter() - t
     print(f"Gram build (float32, {K.nbytes / 2**30:.2f} GiB): {t_gram:.2f} s", flush=True)
     op = DenseGram(K)
