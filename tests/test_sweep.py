@@ -355,3 +355,29 @@ def test_cli_bad_input_exits_2(breast_cancer_200, tmp_path, capsys, argv, messag
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, monkeypatch):
+    """With cache_dir, each kernel setting's Gram goes to the zarr store cache of muflow.gram;
+    a second sweep over the same data reads the stores and computes no tile."""
+    import muflow.gram.build
+
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5, 2.0]}], C=[0.1, 1.0])
+    reports = []
+    real_build = muflow.gram.build.build_gram
+
+    def recording_build(*args, **kwargs):
+        reports.append(real_build(*args, **kwargs))
+        return reports[-1]
+
+    monkeypatch.setattr(muflow.gram.build, "build_gram", recording_build)
+    first = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "a", cache_dir=tmp_path / "cache",
+                      progress=False)
+    assert len(reports) == 2 and all(r.computed for r in reports)
+    assert len(list((tmp_path / "cache").glob("gram-*.zarr"))) == 2
+    reports.clear()
+    second = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache",
+                       progress=False)
+    assert len(reports) == 2 and not any(r.computed for r in reports)
+    assert [r["mean_cv_accuracy"] for r in first.table] == [r["mean_cv_accuracy"] for r in second.table]
