@@ -66,6 +66,12 @@ class SVC(ClassifierMixin, BaseEstimator):
         Passes over K (multiplicative) or epochs (coordinate) at most.
     verbose : bool, default=False
         Print progress every few hundred passes.
+    client : distributed.Client or str, optional
+        Train on a Dask cluster: the Gram store of K(X, X) is built (or reused) on the
+        cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must reach) and every solver
+        iteration is served by the workers (:class:`muflow.distributed.DaskGram`). A
+        scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
+        survives scikit-learn's ``clone``. None (default) keeps everything in process.
 
     Attributes
     ----------
@@ -98,6 +104,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         tol=1e-3,
         max_iter=10_000,
         verbose=False,
+        client=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -109,6 +116,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.tol = tol
         self.max_iter = max_iter
         self.verbose = verbose
+        self.client = client
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -192,8 +200,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         drift = self._check_vector(offset, n, "offset", default=0.0)
 
         kernel = self._kernel_for(X)
-        K = kernel.block(X)
-        operator = DenseGram(K)
+        operator = self._gram_operator(X, kernel)
         info = choose_solver(self.solver, intercept=self.intercept,
                              kernel_nonnegative=operator.nonnegative)
         Y = binary_problems(y_encoded, len(self.classes_))
@@ -203,12 +210,36 @@ class SVC(ClassifierMixin, BaseEstimator):
             linear=-1.0 + Y * drift[:, None],
             equality=self.intercept == "exact",
         )
-        solution = info.solve(problem, tol=float(self.tol), max_iter=int(self.max_iter),
-                              callback=self._progress if self.verbose else None)
+        try:
+            solution = info.solve(problem, tol=float(self.tol), max_iter=int(self.max_iter),
+                                  callback=self._progress if self.verbose else None)
+        finally:
+            if hasattr(operator, "close"):
+                operator.close()
         self._store_solution(X, Y, solution, kernel)
         self.solver_ = info.name
         self.fit_time_ = time.perf_counter() - t0
         return self
+
+    def _gram_operator(self, X, kernel):
+        """K in process (DenseGram), or on the cluster of ``client`` (DaskGram)."""
+        if self.client is None or self.kernel == "precomputed":
+            return DenseGram(kernel.block(X))
+        from muflow.cluster import connect
+        from muflow.gram import operator_for
+
+        if isinstance(self.client, str):
+            client = connect(self.client)
+            operator = operator_for(X, kernel, client=client)
+            close = operator.close
+
+            def close_all():  # the client opened here closes with the operator
+                close()
+                client.close()
+
+            operator.close = close_all
+            return operator
+        return operator_for(X, kernel, client=self.client)
 
     @staticmethod
     def _check_vector(values, n, name, default):
@@ -259,6 +290,11 @@ class SVC(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) for two classes, (n_samples, n_classes) otherwise.
         """
         check_is_fitted(self)
+        from muflow.distributed import is_dask_array, map_rows
+
+        if is_dask_array(X):  # blockwise, against the support vectors only
+            n_out = None if len(self.classes_) == 2 else len(self.classes_)
+            return map_rows(self.decision_function, X, n_outputs=n_out)
         X = self._validate_for_predict(X)
         if self.kernel == "precomputed":
             K = X[:, self.support_]
@@ -269,6 +305,11 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Class labels: the sign of the decision function, or the largest one-vs-rest score."""
+        from muflow.distributed import is_dask_array, map_rows
+
+        if is_dask_array(X):
+            check_is_fitted(self)
+            return map_rows(self.predict, X, dtype=self.classes_.dtype)
         scores = self.decision_function(X)
         if len(self.classes_) == 2:
             return self.classes_[(scores > 0).astype(int)]
