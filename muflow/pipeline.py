@@ -120,14 +120,22 @@ def dask_scheduler(cfg: RunConfig):
             client.close()
         return
     kwargs = {"n_workers": cfg.cluster.workers} if cfg.cluster.workers else {}
+    if _has_bokeh():
+        kwargs["dashboard_address"] = ":0"  # a free port; printed by the flow
     with local_cluster(**kwargs) as cluster:
         yield cluster.scheduler_address, _dashboard(cluster)
 
 
-def _dashboard(obj):
+def _has_bokeh() -> bool:
     try:
         import bokeh  # noqa: F401  (distributed serves a dashboard only with bokeh)
     except ImportError:
+        return False
+    return True
+
+
+def _dashboard(obj):
+    if not _has_bokeh():
         return None
     try:
         return obj.dashboard_link
