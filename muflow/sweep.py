@@ -293,8 +293,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     X_test, y_test : optional
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
-        A registered solver; "auto" takes SMO when registered and K is in memory,
-        otherwise what :func:`muflow.solvers.registry.choose_solver` picks.
+        A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
+        picks with K in memory (SMO for the exact intercept), and a multiplicative solver
+        (MUNK on a non-negative kernel, else M3) with a Dask client.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
         See the module docstring.
     intercept : {"exact", "regularized", "none"}, default="exact"
@@ -487,14 +488,15 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 def _pick_solver(name, path, setting, X, intercept, client):
     """The solver and path for one kernel setting (refusing impossible combinations)."""
     from muflow.kernels import Kernel, resolve_gamma
-    from muflow.solvers.registry import SOLVERS, choose_solver
+    from muflow.solvers.registry import choose_solver
 
     kernel = Kernel(setting["kernel"], gamma=resolve_gamma(setting.get("gamma", 1.0), X),
                     degree=setting.get("degree", 3), coef0=setting.get("coef0", 0.0),
                     offset=1.0 if intercept == "regularized" else 0.0)
     nonneg = kernel.is_nonnegative(X)
-    if name == "auto" and client is None and "smo" in SOLVERS:
-        name = "smo"
+    if name == "auto" and client is not None:
+        # the Dask operator serves products only: a multiplicative solver
+        name = "munk" if nonneg else "m3"
     info = choose_solver(name, intercept=intercept, kernel_nonnegative=nonneg)
     if client is not None and info.name in SUBSET_SOLVERS:
         raise MuflowInputError(
