@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.solvers._compiled import kkt_columns
+from muflow.solvers._compiled import kkt_columns, kkt_within_columns
 
 
 def natural_residual(alpha, grad, y, upper, bias) -> np.ndarray:
@@ -57,3 +57,19 @@ def kkt_violation(problem, alpha, grad, bias_hint=None):
         problem.y, problem.upper, bool(problem.equality), hint, violation, bias,
     )
     return violation, bias
+
+
+def kkt_within(problem, alpha, grad, tol) -> np.ndarray:
+    """Whether :func:`kkt_violation` is at most ``tol``, per column, in one pass.
+
+    The same measure (with the equality constraint: the bias intervals at level ``tol``
+    intersect exactly when the minimised violation is <= tol), without the bisection that
+    finds its value: the per-pass stopping test of iterative solvers.
+    """
+    out = np.empty(alpha.shape[1], dtype=np.bool_)
+    kkt_within_columns(
+        np.ascontiguousarray(alpha, dtype=np.float64),
+        np.ascontiguousarray(grad, dtype=np.float64),
+        problem.y, problem.upper, bool(problem.equality), float(tol), out,
+    )
+    return out
