@@ -39,6 +39,16 @@ def binary_problems(y_encoded: np.ndarray, n_classes: int) -> np.ndarray:
     return np.where(y_encoded[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0)
 
 
+def _chain(*callbacks):
+    """One solver callback calling several; stops when any asks to."""
+    active = [c for c in callbacks if c is not None]
+
+    def call(iteration, alpha, objective):
+        return any([c(iteration, alpha, objective) for c in active])
+
+    return call
+
+
 class SVC(ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
@@ -145,7 +155,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         return Kernel(self.kernel, gamma=gamma, degree=self.degree, coef0=float(self.coef0), offset=offset)
 
     # -- fit ---------------------------------------------------------------------------
-    def fit(self, X, y, sample_weight=None, offset=None):
+    def fit(self, X, y, sample_weight=None, offset=None, checkpoint_dir=None, checkpoint_every=100):
         """Fit the classifier.
 
         Parameters
@@ -159,6 +169,11 @@ class SVC(ClassifierMixin, BaseEstimator):
             Fixed per-sample intercepts d_i of the drifted SVM
             (svm-variants-coordinate-descent.txt, section 2): the linear term becomes
             -(1 - y_i d_i).
+        checkpoint_dir : str or Path, optional
+            Save the solver state (alpha, bias, iteration) there atomically every
+            ``checkpoint_every`` iterations; a fit given a directory that holds a checkpoint
+            of the same problem continues from it (:mod:`muflow.checkpoint`).
+        checkpoint_every : int, default=100
 
         Returns
         -------
@@ -210,9 +225,17 @@ class SVC(ClassifierMixin, BaseEstimator):
             linear=-1.0 + Y * drift[:, None],
             equality=self.intercept == "exact",
         )
+        callback = self._progress if self.verbose else None
+        init, checkpointer = None, None
+        if checkpoint_dir is not None:
+            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
+            callback = _chain(checkpointer, callback)
+        max_iter = int(self.max_iter) - (checkpointer.start_iteration if checkpointer else 0)
         try:
-            solution = info.solve(problem, tol=float(self.tol), max_iter=int(self.max_iter),
-                                  callback=self._progress if self.verbose else None)
+            solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 1),
+                                  callback=callback)
+            if checkpointer is not None:
+                checkpointer.finish(solution)
         finally:
             if hasattr(operator, "close"):
                 operator.close()
@@ -240,6 +263,15 @@ class SVC(ClassifierMixin, BaseEstimator):
             operator.close = close_all
             return operator
         return operator_for(X, kernel, client=self.client)
+
+    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
+        from muflow.checkpoint import Checkpointer, load_checkpoint
+
+        tag = {"solver": solver, "kernel": kernel.to_dict(), "C": float(self.C),
+               "intercept": self.intercept}
+        ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
+        checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
+        return (None if ckpt is None else ckpt.init), checkpointer
 
     @staticmethod
     def _check_vector(values, n, name, default):

@@ -90,3 +90,37 @@ def test_help_explains_every_command():
     fit_help = _run("fit", "--help").stdout
     for option in ("--data", "--label-column", "--kernel", "--gamma", "--C", "--solver", "--out"):
         assert option in fit_help
+
+
+def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path):
+    import os
+    import signal
+    import time
+
+    import muflow
+    from muflow.datasets import data_path
+
+    data = str(data_path("breast_cancer.csv"))
+    out = tmp_path / "model"
+    args = ["fit", "--data", data, "--label-column", "class", "--solver", "munk", "--tol", "1e-4",
+            "--max-iter", "200000", "--checkpoint-every", "25", "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-m", "muflow", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    checkpoint = tmp_path / "model.checkpoint" / "checkpoint.npz"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    if not checkpoint.exists():
+        pytest.skip("the fit finished before its first checkpoint; nothing to resume")
+    assert not out.exists()
+    # a plain rerun refuses to overwrite the interrupted state; --resume continues it
+    assert main(args) == 2
+    assert main(args + ["--resume"]) == 0
+    assert not checkpoint.parent.exists()
+    resumed = muflow.load(out)
+    X, y = muflow.datasets.load_breast_cancer()
+    fresh = muflow.SVC(solver="munk", tol=1e-4, max_iter=200000).fit(X, y)
+    assert resumed.objective_[0] == pytest.approx(fresh.objective_[0], rel=1e-4)
+    assert np.mean(resumed.predict(X) == fresh.predict(X)) >= 0.99

@@ -24,10 +24,18 @@ def add_parser(subparsers):
     p.add_argument("--out", required=True, metavar="MODEL_DIR",
                    help="directory to write the model into (replaced atomically if it exists)")
     p.add_argument("--verbose", action="store_true", help="print solver progress")
+    p.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
+                   help="save the solver state every N iterations into MODEL_DIR.checkpoint/ "
+                        "(atomically; removed once the model is saved; default: 100)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue an interrupted fit from MODEL_DIR.checkpoint/")
     return p
 
 
 def run(args) -> int:
+    import shutil
+    from pathlib import Path
+
     import muflow
     from muflow.exceptions import MuflowInputError
 
@@ -40,8 +48,18 @@ def run(args) -> int:
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,
         max_iter=args.max_iter, verbose=args.verbose,
-    ).fit(X, y)
+    )
+    checkpoint_dir = Path(args.out).with_name(Path(args.out).name + ".checkpoint")
+    if checkpoint_dir.exists() and not args.resume:
+        raise MuflowInputError(
+            f"{checkpoint_dir} holds the checkpoint of an interrupted fit; pass --resume to "
+            "continue it, or delete it to start over"
+        )
+    if args.resume and not checkpoint_dir.exists():
+        raise MuflowInputError(f"--resume: no checkpoint at {checkpoint_dir}; run without --resume")
+    model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
     path = muflow.save(model, args.out)
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
     converged = "converged" if model.converged_.all() else "NOT converged (raise --max-iter)"
     print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations, {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "
