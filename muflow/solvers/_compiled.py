@@ -231,6 +231,16 @@ def _undecided_extreme(L, T, tau, idx, count, const, sign):
 
 
 @njit(cache=True)
+def _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj):
+    """Copy column j of the KKT inputs into contiguous vectors (row-major columns are strided)."""
+    for i in range(alpha.shape[0]):
+        aj[i] = alpha[i, j]
+        gj[i] = grad[i, j]
+        yj[i] = y[i, j]
+        uj[i] = upper[i, j]
+
+
+@njit(cache=True)
 def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     """Natural-residual KKT violation per column, bias minimising it (see kkt.py).
 
@@ -267,11 +277,7 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     il = np.empty(n, dtype=np.int64)
     iu = np.empty(n, dtype=np.int64)
     for j in range(m):
-        for i in range(n):
-            aj[i] = alpha[i, j]
-            gj[i] = grad[i, j]
-            yj[i] = y[i, j]
-            uj[i] = upper[i, j]
+        _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
         # b >= L_i - tau while alpha_i + tau < U_i (y > 0) or alpha_i - tau > 0 (y < 0),
         # b <= L_i + tau while alpha_i - tau > 0 (y > 0) or alpha_i + tau < U_i (y < 0),
         # with L_i = -y_i g_i; pinned samples (U_i <= 0) bound nothing
@@ -395,11 +401,7 @@ def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
     yj = np.empty(n)
     uj = np.empty(n)
     for j in range(m):
-        for i in range(n):
-            aj[i] = alpha[i, j]
-            gj[i] = grad[i, j]
-            yj[i] = y[i, j]
-            uj[i] = upper[i, j]
+        _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
         if equality:
             lo, hi = _bias_interval(aj, gj, yj, uj, tol)
             out[j] = lo <= hi
