@@ -50,19 +50,15 @@ from pathlib import Path
 from typing import Any
 
 from muflow.exceptions import MuflowInputError
+from muflow.kernels import KERNEL_PARAMETERS
 
 #: ``data.path`` value that names the bundled breast-cancer set.
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = ("breast_cancer", "sonar")
-KERNELS = ("rbf", "poly", "linear", "sigmoid", "laplacian")
-#: Grid keys each kernel takes (besides ``kernel``).
-KERNEL_KEYS = {
-    "rbf": ("gamma",),
-    "laplacian": ("gamma",),
-    "poly": ("gamma", "degree", "coef0"),
-    "sigmoid": ("gamma", "coef0"),
-    "linear": (),
-}
+#: Kernels a grid may name (a precomputed Gram has no place in a sweep) and the keys each
+#: takes besides ``kernel``: the kernels' own parameter lists.
+KERNELS = tuple(k for k in KERNEL_PARAMETERS if k != "precomputed")
+KERNEL_KEYS = KERNEL_PARAMETERS
 
 DEFAULT_TOML = """\
 [data]

@@ -110,3 +110,23 @@ def check_dense_operator(problem, solver):
             "cannot return them; wrap K in muflow.operators.DenseGram or use a "
             "multiplicative solver ('m3'), which only needs products K @ V"
         )
+
+
+def column_callback(callback, problem, alphas, curves, j, alpha):
+    """Adapt a solver ``callback(iteration, alpha, objective)`` to a per-column subset solver.
+
+    Columns are solved one after another: the adapter shows the finished columns, the live
+    ``alpha`` of column j and NaN objectives for the columns still to come.
+    """
+    if callback is None:
+        return None
+
+    def on_progress(iteration, F):
+        full = np.zeros((problem.n, problem.m))
+        for k, a in enumerate(alphas):
+            full[:, k] = a
+        full[:, j] = alpha
+        obj = np.array([c[-1] for c in curves] + [F] + [np.nan] * (problem.m - j - 1))
+        return bool(callback(iteration, full, obj))
+
+    return on_progress

@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, assemble, check_dense_operator
+from muflow.solvers._subset import Column, assemble, check_dense_operator, column_callback
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 
@@ -154,15 +154,7 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
-        on_epoch = None
-        if callback is not None:
-            def on_epoch(epoch, F, alpha=alpha, j=j):
-                full = np.zeros((problem.n, problem.m))
-                for k, a in enumerate(alphas):
-                    full[:, k] = a
-                full[:, j] = alpha
-                obj = np.array([c[-1] for c in curves] + [F] + [np.nan] * (problem.m - j - 1))
-                return bool(callback(epoch, full, obj))
+        on_epoch = column_callback(callback, problem, alphas, curves, j, alpha)
         a, b, curve, v, ep, upd = cd_column(col, cache, alpha, tol=tol, max_epochs=max_iter,
                                             rng=rng, shuffle=shuffle, shrinking=shrinking,
                                             eta=eta, on_epoch=on_epoch, timings=timings)

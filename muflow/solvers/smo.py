@@ -29,7 +29,7 @@ import time
 import numpy as np
 
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, assemble, check_dense_operator
+from muflow.solvers._subset import Column, assemble, check_dense_operator, column_callback
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 
@@ -154,16 +154,7 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
-        on_chunk = None
-        if callback is not None:
-
-            def on_chunk(updates, F, alpha=alpha, j=j):
-                full = np.zeros((problem.n, problem.m))
-                for k, a in enumerate(alphas):
-                    full[:, k] = a
-                full[:, j] = alpha
-                obj = np.array([c[-1] for c in curves] + [F] + [np.nan] * (problem.m - j - 1))
-                return bool(callback(updates, full, obj))
+        on_chunk = column_callback(callback, problem, alphas, curves, j, alpha)
         a, b, curve, v, it = smo_column(
             col, cache, alpha, tol=tol, max_updates=max(1, max_iter) * max(problem.n, 1),
             shrinking=shrinking, on_chunk=on_chunk,
