@@ -9,7 +9,7 @@ a step costs one sparse row. The same loop solves the paper's variants:
 - drifted SVM (section 2): fixed per-sample intercepts d_i (``fit(..., offset=d)``), the
   linear term of the dual becomes -(e - dbar), dbar_i = y_i d_i;
 - nonnegative drifted SVM (section 3, ``positive=True``): beta >= 0 through the rho
-  updates of dual (6); see :func:`muflow.solvers._subset_compiled._linear_cd`.
+  updates of dual (6); see :func:`muflow.solvers._linear_compiled._linear_cd`.
 
 ``intercept="regularized"`` appends a constant feature 1 (liblinear's bias feature,
 ``intercept_scaling=1``), whose weight is the intercept and is penalised with the others;
@@ -27,7 +27,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
 from muflow.exceptions import MuflowInputError
-from muflow.solvers._subset_compiled import linear_cd
+from muflow.solvers._linear_compiled import linear_cd
 
 _INTERCEPTS = ("none", "regularized")
 
