@@ -8,6 +8,10 @@ misses returns to Python, which calls :meth:`RowCache.fetch` and resumes the loo
 
 Rows are of K, not of Q = diag(y) K diag(y), so the m columns of a batch (one-vs-rest
 classes, folds) share one cache.
+
+When the operator already holds K in this process's memory (:class:`~muflow.operators.DenseGram`
+over a C-ordered float array) the "cache" is K itself: every row is a hit, nothing is
+copied and ``cache_mb`` is not spent.
 """
 
 from __future__ import annotations
@@ -57,6 +61,24 @@ class RowCache:
         n = operator.n
         self.operator = operator
         self.n = n
+        self.fetches = 0
+        self.rows_fetched = 0
+        self.seconds = 0.0
+        held = getattr(operator, "K", None)
+        if _readable_in_place(held, n, dtype):
+            # K is already in this process's memory: the loops read its rows where they
+            # are (every row "cached", nothing copied, nothing evicted)
+            self.dtype = held.dtype
+            self.slots = n
+            self.data = held
+            self.slot_of = np.arange(n, dtype=np.int64)
+            self.row_of = self.slot_of.copy()
+            self.stamp = np.zeros(n, dtype=np.int64)
+            self.clock = np.zeros(1, dtype=np.int64)
+            self.used = n
+            self.in_place = True
+            return
+        self.in_place = False
         if dtype is None:
             # rows of a float32 K lose nothing in a float32 cache, which holds twice as many
             held = getattr(getattr(operator, "K", None), "dtype", None)
@@ -70,9 +92,6 @@ class RowCache:
         self.stamp = np.zeros(self.slots, dtype=np.int64)
         self.clock = np.zeros(1, dtype=np.int64)
         self.used = 0
-        self.fetches = 0
-        self.rows_fetched = 0
-        self.seconds = 0.0
 
     @property
     def arrays(self):
@@ -127,4 +146,12 @@ class RowCache:
 
     def stats(self) -> dict:
         return {"cache_slots": self.slots, "row_fetches": self.fetches,
-                "rows_fetched": self.rows_fetched, "fetch_seconds": self.seconds}
+                "rows_fetched": self.rows_fetched, "fetch_seconds": self.seconds,
+                "rows_in_place": self.in_place}
+
+
+def _readable_in_place(K, n, dtype) -> bool:
+    """Whether the loops can read rows of ``K`` directly: an in-memory, C-ordered float
+    array of the operator's shape (and of the requested dtype, when one is asked)."""
+    return (isinstance(K, np.ndarray) and K.shape == (n, n) and K.dtype in (np.float32, np.float64)
+            and K.flags.c_contiguous and (dtype is None or np.dtype(dtype) == K.dtype))

@@ -12,6 +12,7 @@ from muflow.operators import DenseGram
 from muflow.solvers.coordinate import solve_coordinate
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.registry import choose_solver
+from tests.solvers._operators import RowsOnlyGram
 
 TOL = 1e-4
 
@@ -94,7 +95,7 @@ def test_cd_with_tiny_cache_matches_large_cache(sonar_split):
     Xtr, _, ytr, _ = sonar_split
     y = ytr.astype(float)
     K = Kernel("rbf", gamma=1.0, offset=1.0).block(Xtr, Xtr)
-    problem = DualProblem(DenseGram(K), y, upper=5.0)
+    problem = DualProblem(RowsOnlyGram(K), y, upper=5.0)
     small = solve_coordinate(problem, tol=TOL, cache_mb=0.002, random_state=4)
     large = solve_coordinate(problem, tol=TOL, cache_mb=64, random_state=4)
     np.testing.assert_allclose(small.alpha, large.alpha, atol=1e-12)

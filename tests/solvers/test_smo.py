@@ -14,6 +14,7 @@ from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.smo import solve_smo
+from tests.solvers._operators import RowsOnlyGram
 
 TOL = 1e-3
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
@@ -138,7 +139,7 @@ def test_smo_feasible_and_certified(seed, C, n):
     y[0], y[1] = 1.0, -1.0
     upper = C * rng.uniform(0.0, 2.0, n)
     upper[:2] = C
-    problem = DualProblem(DenseGram(rbf(X, X, 0.7)), y, upper=upper, equality=True)
+    problem = DualProblem(RowsOnlyGram(rbf(X, X, 0.7)), y, upper=upper, equality=True)
     sol = solve_smo(problem, tol=1e-4, cache_mb=0.001)  # two rows: eviction on every step
     a = sol.alpha[:, 0]
     assert np.all(a >= 0) and np.all(a <= upper)

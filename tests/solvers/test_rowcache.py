@@ -1,0 +1,44 @@
+"""The row cache: rows read in place from an in-memory K, fetched and evicted otherwise."""
+
+import numpy as np
+import pytest
+
+from muflow.kernels import Kernel
+from muflow.operators import DenseGram
+from muflow.solvers.problem import DualProblem
+from muflow.solvers.rowcache import RowCache
+from muflow.solvers.smo import solve_smo
+from tests.solvers._operators import RowsOnlyGram
+
+
+@pytest.fixture
+def gram(sonar_split):
+    Xtr, _, ytr, _ = sonar_split
+    return Kernel("rbf", gamma=1.0).block(Xtr, Xtr), ytr.astype(float)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_in_memory_K_is_read_in_place(gram, dtype):
+    K = np.ascontiguousarray(gram[0], dtype=dtype)
+    cache = RowCache(DenseGram(K), cache_mb=0.001)
+    assert cache.in_place and cache.data is K
+    assert np.all(cache.slot_of == np.arange(K.shape[0]))
+
+
+def test_fortran_ordered_or_hidden_K_is_cached(gram):
+    K = gram[0]
+    assert not RowCache(DenseGram(np.asfortranarray(K)), 1.0).in_place
+    cache = RowCache(RowsOnlyGram(K), cache_mb=0.001)
+    assert not cache.in_place and cache.slots == 2
+    cache.fetch([3])
+    np.testing.assert_array_equal(cache.data[cache.slot_of[3]], K[3])
+
+
+def test_smo_same_solution_in_place_and_through_a_tiny_cache(gram):
+    K, y = gram
+    in_place = solve_smo(DualProblem(DenseGram(K), y, upper=2.0, equality=True), tol=1e-6)
+    fetched = solve_smo(DualProblem(RowsOnlyGram(K), y, upper=2.0, equality=True), tol=1e-6,
+                        cache_mb=0.001)
+    assert in_place.timings["row_fetches"] == 0 and fetched.timings["row_fetches"] > 100
+    np.testing.assert_allclose(in_place.alpha, fetched.alpha, atol=1e-12)
+    assert in_place.n_iter == fetched.n_iter
