@@ -121,6 +121,77 @@ class Kernel:
         """
         if B is None:
             B = A
+        if self.name == "precomputed":
+            K = np.array(_dense(A), dtype=np.float64)
+            if self.offset:
+                K += self.offset
+            return K
+        out = np.empty((A.shape[0], B.shape[0]))
+        return self.block_into(A, B, out)
+
+    __call__ = block
+
+    def block_into(self, A, B, out, *, BT=None, sq_A=None, sq_B=None, scratch=None):
+        """Evaluate ``K(A, B)`` into ``out`` (float32 or float64), in place.
+
+        The kernels built on inner products (linear, poly, rbf, sigmoid) take one BLAS
+        product into a float64 ``scratch`` block and finish it in place there, so that a
+        block costs one product and a few passes over memory, and rounding happens once,
+        when the float64 values are stored into ``out``.
+
+        Parameters
+        ----------
+        A, B : ndarray or sparse matrix
+        out : ndarray of shape (len(A), len(B)), float32 or float64
+        BT : ndarray, optional
+            ``B.T`` as a C-ordered array (dense B only), computed once by callers that
+            evaluate many blocks against the same B.
+        sq_A, sq_B : ndarray, optional
+            Squared row norms of A and B (rbf), likewise.
+        scratch : ndarray, optional
+            float64 work space with at least ``out.size`` elements, reused across calls.
+        """
+        name = self.name
+        if name in ("laplacian", "precomputed") or sp.issparse(A) or sp.issparse(B):
+            out[...] = self.block_reference(A, B)
+            return out
+        A = np.asarray(A, dtype=np.float64)
+        if scratch is None or scratch.size < out.size:
+            G = out if out.dtype == np.float64 else np.empty(out.shape)
+        else:
+            G = scratch.reshape(-1)[: out.size].reshape(out.shape)
+        if BT is None:
+            BT = np.ascontiguousarray(np.asarray(B, dtype=np.float64).T)
+        # not ``A @ A.T``: NumPy sends that to syrk, which OpenBLAS runs many times slower
+        np.matmul(A, BT, out=G)
+        if name == "rbf":
+            # -gamma ||a - b||^2 = 2 gamma a.b - gamma ||a||^2 - gamma ||b||^2, clipped at 0
+            sq_A = _row_sq_norms(A) if sq_A is None else sq_A
+            sq_B = _row_sq_norms(np.asarray(B, dtype=np.float64)) if sq_B is None else sq_B
+            G *= 2.0 * self.gamma
+            G -= (self.gamma * sq_A)[:, None]
+            G -= (self.gamma * sq_B)[None, :]
+            np.minimum(G, 0.0, out=G)
+            np.exp(G, out=G)
+        elif name == "poly":
+            G *= self.gamma
+            G += self.coef0
+            np.power(G, int(self.degree), out=G)
+        elif name == "sigmoid":
+            G *= self.gamma
+            G += self.coef0
+            np.tanh(G, out=G)
+        if self.offset:
+            G += self.offset
+        if G is not out:
+            out[...] = G
+        return out
+
+    def block_reference(self, A, B=None) -> np.ndarray:
+        """``K(A, B)`` by the textbook formulas, as float64 (laplacian, sparse input and the
+        tests' reference)."""
+        if B is None:
+            B = A
         name = self.name
         if name == "precomputed":
             K = np.array(_dense(A), dtype=np.float64)
@@ -138,8 +209,6 @@ class Kernel:
         if self.offset:
             K += self.offset
         return K
-
-    __call__ = block
 
     def diagonal(self, A) -> np.ndarray:
         """``K(a_i, a_i)`` for every row, without building the block."""

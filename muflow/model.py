@@ -247,7 +247,11 @@ class SVC(ClassifierMixin, BaseEstimator):
     def _gram_operator(self, X, kernel):
         """K in process (DenseGram), or on the cluster of ``client`` (DaskGram)."""
         if self.client is None or self.kernel == "precomputed":
-            return DenseGram(kernel.block(X))
+            if kernel.name == "precomputed":
+                return DenseGram(kernel.block(X))
+            from muflow.inmemory import numpy_gram
+
+            return DenseGram(numpy_gram(X, kernel, dtype="float64"))
         from muflow.cluster import connect
         from muflow.gram import operator_for
 

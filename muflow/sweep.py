@@ -524,7 +524,7 @@ def _gram(X, setting, intercept, client, cache_dir):
 
         gram, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
         return kernel, DenseGram(np.asarray(gram.read(), dtype=np.float64))
-    from muflow.gram.build import numpy_gram
+    from muflow.inmemory import numpy_gram
 
     return kernel, DenseGram(numpy_gram(X, kernel, dtype="float64"))
 

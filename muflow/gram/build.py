@@ -28,13 +28,8 @@ from muflow.gram.store import (
     store_exists,
 )
 from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
+from muflow.inmemory import block_input, numpy_gram
 from muflow.kernels import Kernel
-
-#: Sparse data with at most this many features are densified once before the build: a
-#: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
-#: dense anyway (a8a: 123 binary features).
-DENSIFY_MAX_FEATURES = 4096
-
 
 @dataclass
 class BuildReport:
@@ -60,15 +55,6 @@ class BuildReport:
         return not self.computed
 
 
-def block_input(X):
-    """X as the tiles want it: small-feature sparse data densified, dense as float64."""
-    if sp.issparse(X):
-        if X.shape[1] <= DENSIFY_MAX_FEATURES:
-            return np.asarray(X.toarray(), dtype=np.float64)
-        return sp.csr_matrix(X, dtype=np.float64)
-    return np.ascontiguousarray(np.asarray(X, dtype=np.float64))
-
-
 _OPEN_ARRAYS: dict = {}
 
 
@@ -85,7 +71,7 @@ def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, d
     """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I)."""
     r0, r1 = tile_bounds(i, n, tile)
     c0, c1 = tile_bounds(j, n, tile)
-    block = Kernel.from_dict(kernel).block(X[r0:r1], X[c0:c1]).astype(dtype)
+    block = Kernel.from_dict(kernel).block_into(X[r0:r1], X[c0:c1], np.empty((r1 - r0, c1 - c0), dtype))
     array = _open_for_write(url)
     array[r0:r1, c0:c1] = block
     if i != j:
@@ -229,16 +215,6 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     missing = gram.missing_tiles(deep=deep_check)
     report = build_gram(X, gram, client=client, tiles=missing, on_tile=on_tile)
     return gram, report
-
-
-def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 2048) -> np.ndarray:
-    """Single-process reference: K(X, X) by row panels into one in-memory array."""
-    Xb = block_input(X)
-    n = Xb.shape[0]
-    K = np.empty((n, n), dtype=dtype)
-    for start in range(0, n, block_rows):
-        K[start:start + block_rows] = kernel.block(Xb[start:start + block_rows], Xb)
-    return K
 
 
 __all__ = ["BuildReport", "build_gram", "ensure_gram", "numpy_gram", "compute_tile",
