@@ -29,7 +29,9 @@ class Column:
         if not np.any(alpha):
             return self.p.copy()
         ya = (self.y * alpha)[:, None]
-        return np.ascontiguousarray(self.y * self.problem.operator.matmul(ya)[:, 0] + self.p)
+        op = self.problem.operator
+        product = getattr(op, "matmul_precise", op.matmul)(ya)
+        return np.ascontiguousarray(self.y * product[:, 0] + self.p)
 
     def objective(self, alpha, G) -> float:
         """F = 1/2 alpha'Q alpha + p'alpha = 1/2 alpha'(G + p)."""

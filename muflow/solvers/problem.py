@@ -86,8 +86,10 @@ class DualProblem:
         return self.y.shape[1]
 
     def q_matmul(self, alpha: np.ndarray) -> np.ndarray:
-        """``Q_j alpha_j`` for every column: ``y * (K @ (y * alpha))`` in one product."""
-        return self.y * self.operator.matmul(self.y * alpha)
+        """``Q_j alpha_j`` for every column: ``y * (K @ (y * alpha))`` in one product,
+        accumulated in float64 where the operator can (the certificate's gradient)."""
+        op = self.operator
+        return self.y * getattr(op, "matmul_precise", op.matmul)(self.y * alpha)
 
     def objective(self, alpha: np.ndarray, q_alpha: np.ndarray | None = None) -> np.ndarray:
         """F_j(alpha_j) = 1/2 alpha' Q alpha + p' alpha per column, shape (m,)."""
