@@ -46,19 +46,162 @@ def _new_value(rule, w, P, N, c, floor, upper, flipped):
     return upper - v if flipped else v
 
 
-@njit(cache=True)
-def _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, lam):
+# Loops over one contiguous column, compiled once per rule (the rule a constant, so that
+# only its branch remains) for SIMD: error_model="numpy" drops the zero-division checks
+# (every division is guarded or its lane discarded) that keep LLVM from vectorising,
+# and "reassoc" lets a sum be accumulated in vector lanes (a different rounding order,
+# nothing else: no assumption about inf or NaN, which hard-margin bounds contain).
+_SIMD = {"cache": True, "error_model": "numpy", "fastmath": {"reassoc"}}
+
+
+@njit(cache=True, inline="always")
+def factor_slope(rule, P, N, c):
+    """:func:`factor` and its derivative in c, ``(r, dr/dc)``, written branch-free.
+
+    Every rule's factor decreases in c and is smooth except at c = 0 (the max(+-c, 0) of
+    MUNK, semi-NMF and MUSIK), where the right-hand derivative is taken. For M3,
+    d/dc (-c + root) / (2P) = -r / root with root = sqrt(c^2 + 4 P N), in either form.
+    """
+    P = _TINY if P < _TINY else P
+    if rule == 0:
+        root = math.sqrt(c * c + 4.0 * P * N)
+        den = c + root
+        r_pos = 2.0 * N / den if den > _TINY else 0.0
+        r = (root - c) / (2.0 * P) if c <= 0.0 else r_pos
+        dr = -r / root if root > _TINY else -0.5 / P
+        return r, dr
+    neg = c < 0.0
+    num = N - c if neg else N
+    den = P if neg else P + c
+    if rule == 3:
+        num = num + N
+        den = den + N
+    inv = 1.0 / den
+    r = num * inv
+    dr = -inv if neg else -r * inv
+    if rule == 2:
+        g = r
+        r = math.sqrt(g)
+        dr = 0.5 * dr / r if r > _TINY else 0.0
+    return r, dr
+
+
+@njit(cache=True, inline="always")
+def _sum_slope_loop(rule, w, P, N, c, z, y, s, floor, upper, lam):
     total = 0.0
+    slope = 0.0
     for i in range(w.shape[0]):
-        a = _new_value(rule, w[i], P[i], N[i], c[i] + lam * z[i],
-                       floor[i], upper[i], s[i] < 0)
-        total += y[i] * a
-    return total
+        zi = z[i]
+        r, dr = factor_slope(rule, P[i], N[i], c[i] + lam * zi)
+        wi = w[i]
+        v = wi * r
+        d = wi * dr * zi
+        fl = floor[i]
+        u = upper[i]
+        low = v < fl
+        v = fl if low else v
+        d = 0.0 if low else d
+        high = v > u
+        v = u if high else v
+        d = 0.0 if high else d
+        flip = s[i] < 0.0
+        v = u - v if flip else v
+        d = -d if flip else d
+        yi = y[i]
+        total += yi * v
+        slope += yi * d
+    return total, slope
+
+
+@njit(**_SIMD)
+def _sum_slope_m3(w, P, N, c, z, y, s, floor, upper, lam):
+    return _sum_slope_loop(0, w, P, N, c, z, y, s, floor, upper, lam)
+
+
+@njit(**_SIMD)
+def _sum_slope_munk(w, P, N, c, z, y, s, floor, upper, lam):
+    return _sum_slope_loop(1, w, P, N, c, z, y, s, floor, upper, lam)
+
+
+@njit(**_SIMD)
+def _sum_slope_seminmf(w, P, N, c, z, y, s, floor, upper, lam):
+    return _sum_slope_loop(2, w, P, N, c, z, y, s, floor, upper, lam)
+
+
+@njit(**_SIMD)
+def _sum_slope_musik(w, P, N, c, z, y, s, floor, upper, lam):
+    return _sum_slope_loop(3, w, P, N, c, z, y, s, floor, upper, lam)
+
+
+@njit(cache=True)
+def _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam):
+    """h(lambda) = sum_i y_i alpha_i(lambda) and dh/dlambda, in one pass.
+
+    alpha_i(lambda) is the clipped (and, where s_i < 0, flipped back) update with the linear
+    term c_i + lambda z_i; a clipped coefficient contributes no slope. Each term is
+    non-increasing in lambda (z_i = s_i y_i), hence so is h (M3 Theorem 2).
+    """
+    if rule == 0:
+        return _sum_slope_m3(w, P, N, c, z, y, s, floor, upper, lam)
+    if rule == 1:
+        return _sum_slope_munk(w, P, N, c, z, y, s, floor, upper, lam)
+    if rule == 2:
+        return _sum_slope_seminmf(w, P, N, c, z, y, s, floor, upper, lam)
+    return _sum_slope_musik(w, P, N, c, z, y, s, floor, upper, lam)
+
+
+@njit(cache=True, inline="always")
+def _update_loop(rule, w, P, N, c, z, s, floor, upper, lam, out):
+    for i in range(w.shape[0]):
+        out[i] = _new_value(rule, w[i], P[i], N[i], c[i] + lam * z[i], floor[i], upper[i],
+                            s[i] < 0.0)
+
+
+@njit(cache=True, error_model="numpy")
+def _update_m3(w, P, N, c, z, s, floor, upper, lam, out):
+    _update_loop(0, w, P, N, c, z, s, floor, upper, lam, out)
+
+
+@njit(cache=True, error_model="numpy")
+def _update_munk(w, P, N, c, z, s, floor, upper, lam, out):
+    _update_loop(1, w, P, N, c, z, s, floor, upper, lam, out)
+
+
+@njit(cache=True, error_model="numpy")
+def _update_seminmf(w, P, N, c, z, s, floor, upper, lam, out):
+    _update_loop(2, w, P, N, c, z, s, floor, upper, lam, out)
+
+
+@njit(cache=True, error_model="numpy")
+def _update_musik(w, P, N, c, z, s, floor, upper, lam, out):
+    _update_loop(3, w, P, N, c, z, s, floor, upper, lam, out)
+
+
+@njit(cache=True)
+def _update_column(rule, w, P, N, c, z, s, floor, upper, lam, out):
+    """``out = alpha(lambda)`` for one contiguous column (the values of :func:`_new_value`)."""
+    if rule == 0:
+        _update_m3(w, P, N, c, z, s, floor, upper, lam, out)
+    elif rule == 1:
+        _update_munk(w, P, N, c, z, s, floor, upper, lam, out)
+    elif rule == 2:
+        _update_seminmf(w, P, N, c, z, s, floor, upper, lam, out)
+    else:
+        _update_musik(w, P, N, c, z, s, floor, upper, lam, out)
 
 
 @njit(cache=True)
 def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
     """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2).
+
+    Safeguarded Newton from the previous pass's multiplier ``lam0`` with the analytic slope
+    (:func:`_constraint_sum_slope`): near the solution lambda moves little between passes,
+    so two or three evaluations of the sum usually reach the tolerance. Until the root is
+    bracketed, steps go downhill with at least doubling length when the last one did not
+    halve the residual; once it is bracketed, a Newton step outside the bracket becomes
+    regula falsi, and bisection whenever the bracket has not halved in two steps. The
+    root is unique up to a flat stretch on which no alpha_i changes (each term is
+    monotone), so the updated alpha is that of any other root finder at this tolerance.
 
     Works on one column held in contiguous vectors (see :func:`multiplicative_step`).
     """
@@ -73,84 +216,149 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
             total += upper[i]
         else:
             total += abs(w[i])
-    a = lam0 - scale
-    b = lam0 + scale
-    ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, a)
-    hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, b)
-    for _ in range(200):
-        if ha >= 0.0 and hb <= 0.0:
-            break
-        width = b - a
-        if ha < 0.0:
-            a -= width
-            ha = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, a)
-        if hb > 0.0:
-            b += width
-            hb = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, b)
-    lam = 0.5 * (a + b)
-    side = 0
-    for _ in range(200):
-        denom = ha - hb
-        if denom != 0.0:
-            lam = (a * (-hb) + b * ha) / denom
-        if not (lam > a and lam < b):
-            lam = 0.5 * (a + b)
-        hl = _constraint_sum(rule, w, P, N, c, z, y, s, floor, upper, lam)
-        if abs(hl) <= 1e-14 * total or (b - a) <= 1e-15 * max(1.0, abs(lam)):
-            break
-        if hl < 0.0:
-            b, hb = lam, hl
-            if side == 1:
-                ha *= 0.5
-            side = 1
+    tol = 1e-14 * total
+    lam = lam0
+    h, d = _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam)
+    if abs(h) <= tol or not math.isfinite(h):
+        return lam
+    # the bracket: h(a) >= 0 >= h(b)
+    a = -np.inf
+    b = np.inf
+    ha = 0.0
+    hb = 0.0
+    if h > 0.0:
+        a, ha = lam, h
+    else:
+        b, hb = lam, h
+    step = 0.0
+    w1 = np.inf
+    w2 = np.inf
+    h_prev = h
+    for _ in range(400):
+        if a > -np.inf and b < np.inf:
+            x = lam - h / d if d < 0.0 else np.nan
+            if not (x > a and x < b):
+                x = (a * (-hb) + b * ha) / (ha - hb)
+                if not (x > a and x < b):
+                    x = 0.5 * (a + b)
+            if b - a > 0.5 * w2:
+                x = 0.5 * (a + b)
+            w2 = w1
+            w1 = b - a
         else:
-            a, ha = lam, hl
-            if side == -1:
-                hb *= 0.5
-            side = -1
+            # Newton's step length, downhill (h > 0: lambda up, h < 0: down)
+            dist = -h / d if d < 0.0 else 0.0
+            if h < 0.0:
+                dist = -dist
+            if not (dist > 0.0 and dist < np.inf):
+                dist = 2.0 * step if step > 0.0 else scale
+            elif step > 0.0 and dist < 2.0 * step and abs(h) > 0.5 * abs(h_prev):
+                dist = 2.0 * step
+            step = dist
+            x = lam + dist if h > 0.0 else lam - dist
+        h_prev = h
+        lam = x
+        h, d = _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam)
+        if abs(h) <= tol:
+            return lam
+        if h > 0.0:
+            a, ha = lam, h
+        else:
+            b, hb = lam, h
+        if (b - a) <= 1e-15 * max(1.0, abs(lam)):
+            return lam
     return lam
 
 
+_BLOCK = 8  # columns gathered together (one cache line of a row-major float64 row)
+
+
+@njit(cache=True, inline="always")
+def _gather(x, dst, jb, nb):
+    """``dst[k] = x[:, jb + k]`` for k < nb: one column at a time, so writes are contiguous.
+
+    (Row by row, the nb writes per row land n * 8 bytes apart, which for n near a power
+    of two maps every one of them to the same cache set.)
+    """
+    n = x.shape[0]
+    for k in range(nb):
+        j = jb + k
+        for i in range(n):
+            dst[k, i] = x[i, j]
+
+
+@njit(cache=True, nogil=True)
+def step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, j0, j1):
+    """The equality-constrained update of columns ``j0:j1`` (see :func:`multiplicative_step`).
+
+    Free of the GIL, so that callers may run disjoint column ranges on several threads.
+    The (n, m) arrays are row-major, so a column is strided, and the root finder visits it
+    several times: columns are copied ``_BLOCK`` at a time into contiguous vectors (the
+    block's cache lines are fetched once and reused across its columns), solved there,
+    and the updates copied back the same way.
+    """
+    n = w.shape[0]
+    B = _BLOCK
+    wb = np.empty((B, n))
+    Pb = np.empty((B, n))
+    Nb = np.empty((B, n))
+    cb = np.empty((B, n))
+    yb = np.empty((B, n))
+    sb = np.empty((B, n))
+    ub = np.empty((B, n))
+    zj = np.empty(n)
+    fj = np.empty(n)
+    oj = np.empty((B, n))
+    for jb in range(j0, j1, B):
+        nb = min(B, j1 - jb)
+        _gather(w, wb, jb, nb)
+        _gather(P, Pb, jb, nb)
+        _gather(N, Nb, jb, nb)
+        _gather(c, cb, jb, nb)
+        _gather(y, yb, jb, nb)
+        _gather(s, sb, jb, nb)
+        _gather(upper, ub, jb, nb)
+        for k in range(nb):
+            j = jb + k
+            wk = wb[k]
+            Pk = Pb[k]
+            Nk = Nb[k]
+            ck = cb[k]
+            yk = yb[k]
+            sk = sb[k]
+            uk = ub[k]
+            ok = oj[k]
+            fl = floor[j]
+            for i in range(n):
+                zj[i] = sk[i] * yk[i]
+                fj[i] = fl if fl < uk[i] else uk[i]
+            shift = _solve_lambda(rule, wk, Pk, Nk, ck, zj, yk, sk, fj, uk, lam[j])
+            lam[j] = shift
+            _update_column(rule, wk, Pk, Nk, ck, zj, sk, fj, uk, shift, ok)
+        for k in range(nb):
+            j = jb + k
+            ok = oj[k]
+            for i in range(n):
+                out[i, j] = ok[i]
+
+
 @njit(cache=True)
-def multiplicative_step(rule, w, P, N, c, z, y, s, floor, upper, equality, lam, out):
+def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out):
     """One update of every column into ``out``; solves lambda in place when ``equality``.
 
-    The arrays are (n, m) and row-major, so a column is strided; the root finding visits
-    each column tens of times, so the column is first copied into contiguous vectors
-    (with m > 1 a strided pass touches one cache line per element).
+    ``floor`` holds one value per column; sample i's floor is min(floor_j, upper_ij).
+    The labels of the (possibly flipped) basis are z = s * y.
     """
     n, m = w.shape
     if not equality:
         for i in range(n):
             for j in range(m):
+                u = upper[i, j]
+                f = floor[j] if floor[j] < u else u
                 out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
-                                       floor[i, j], upper[i, j], s[i, j] < 0)
+                                       f, u, s[i, j] < 0)
         return
-    wj = np.empty(n)
-    Pj = np.empty(n)
-    Nj = np.empty(n)
-    cj = np.empty(n)
-    zj = np.empty(n)
-    yj = np.empty(n)
-    sj = np.empty(n)
-    fj = np.empty(n)
-    uj = np.empty(n)
-    for j in range(m):
-        for i in range(n):
-            wj[i] = w[i, j]
-            Pj[i] = P[i, j]
-            Nj[i] = N[i, j]
-            cj[i] = c[i, j]
-            zj[i] = z[i, j]
-            yj[i] = y[i, j]
-            sj[i] = s[i, j]
-            fj[i] = floor[i, j]
-            uj[i] = upper[i, j]
-        lam[j] = _solve_lambda(rule, wj, Pj, Nj, cj, zj, yj, sj, fj, uj, lam[j])
-        shift = lam[j]
-        for i in range(n):
-            out[i, j] = _new_value(rule, wj[i], Pj[i], Nj[i], cj[i] + shift * zj[i],
-                                   fj[i], uj[i], sj[i] < 0)
+    step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, 0, m)
 
 
 @njit(cache=True)
@@ -389,21 +597,51 @@ def objective_columns(alpha, q_alpha, linear, out):
 
 @njit(cache=True)
 def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
-    """Whether the KKT violation of each column is at most ``tol`` (one pass per column).
+    """Whether the KKT violation of each column is at most ``tol`` (one row-major pass).
 
     The cheap form of :func:`kkt_columns` for a per-pass stopping test: with the equality
     constraint, the violation is <= tol exactly when the bias intervals allowed at level tol
-    intersect, so no bisection is needed.
+    intersect (:func:`_bias_interval`, accumulated for all columns at once), so no
+    bisection is needed; without it, the residual at b = 0 (:func:`_residual_max`).
     """
     n, m = alpha.shape
-    aj = np.empty(n)
-    gj = np.empty(n)
-    yj = np.empty(n)
-    uj = np.empty(n)
+    if not equality:
+        worst = np.zeros(m)
+        for i in range(n):
+            for j in range(m):
+                a = alpha[i, j]
+                t = a - grad[i, j]
+                u = upper[i, j]
+                if t < 0.0:
+                    t = 0.0
+                if t > u:
+                    t = u
+                r = abs(a - t)
+                if r > worst[j]:
+                    worst[j] = r
+        for j in range(m):
+            out[j] = worst[j] <= tol
+        return
+    lo_b = np.full(m, -np.inf)
+    hi_b = np.full(m, np.inf)
+    for i in range(n):
+        for j in range(m):
+            u = upper[i, j]
+            if u <= 0.0:
+                continue
+            a = alpha[i, j]
+            base = a - grad[i, j]
+            lo_t = a - tol if a - tol > 0.0 else -np.inf
+            hi_t = a + tol if a + tol < u else np.inf
+            yb_lo = base - hi_t
+            yb_hi = base - lo_t
+            if y[i, j] > 0:
+                blo, bhi = yb_lo, yb_hi
+            else:
+                blo, bhi = -yb_hi, -yb_lo
+            if blo > lo_b[j]:
+                lo_b[j] = blo
+            if bhi < hi_b[j]:
+                hi_b[j] = bhi
     for j in range(m):
-        _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
-        if equality:
-            lo, hi = _bias_interval(aj, gj, yj, uj, tol)
-            out[j] = lo <= hi
-        else:
-            out[j] = _residual_max(aj, gj, yj, uj, 0.0) <= tol
+        out[j] = lo_b[j] <= hi_b[j]

@@ -141,9 +141,11 @@ def _objective(problem: DualProblem, alpha, q_alpha):
 def _step(rule, prod: _Products, problem: DualProblem, lam, floor):
     """alpha after one update (lambda solved in place when the sum constraint is on)."""
     out = np.empty_like(prod.w)
+    shape = prod.w.shape
     multiplicative_step(
-        RULE_IDS[rule], prod.w, prod.P, prod.N, prod.c, prod.z, problem.y, prod.s,
-        np.ascontiguousarray(np.broadcast_to(floor, prod.w.shape)), problem.upper,
+        RULE_IDS[rule], prod.w, prod.P, prod.N,
+        np.ascontiguousarray(np.broadcast_to(prod.c, shape)), problem.y,
+        np.ascontiguousarray(np.broadcast_to(prod.s, shape)), floor, problem.upper,
         bool(problem.equality), lam, out,
     )
     return out
@@ -234,10 +236,10 @@ def solve_multiplicative(
     can_flip = (box == "flip") & np.isfinite(U) & (U > 0)
 
     def floor_of(a):
-        f = _RELATIVE_FLOOR * np.maximum(a.max(axis=0), 1e-8)
-        return np.minimum(f[None, :], U)
+        """Per column; sample i's floor is min(floor_j, U_ij) (applied by the update)."""
+        return _RELATIVE_FLOOR * np.maximum(a.max(axis=0), 1e-8)
 
-    alpha = np.maximum(alpha, floor_of(alpha))
+    alpha = np.maximum(alpha, np.minimum(floor_of(alpha)[None, :], U))
     s = np.ones_like(alpha)
 
     def products(a):
