@@ -96,17 +96,17 @@ class DenseGram:
 
         The subset solvers certify their point with an exact gradient; a float32 product
         carries errors of order ``1e-7 * sum_j |K_ij V_j|`` (about 1e-2 at C = 100 on a8a),
-        larger than the tolerance it is checked against. float32 K is widened one row
-        panel at a time.
+        larger than the tolerance it is checked against. A C-ordered K is read where it
+        is, only at the rows where V is non-zero (:mod:`muflow._matvec`).
         """
         V = np.asarray(V, dtype=np.float64)
-        if self.K.dtype == np.float64:
-            return self.matmul(V)
         t = time.perf_counter()
-        out = np.empty((self.n, V.shape[1]))
-        for start in range(0, self.n, self.block_rows):
-            stop = min(start + self.block_rows, self.n)
-            out[start:stop] = self.K[start:stop].astype(np.float64) @ V
+        if self.K.flags.c_contiguous:
+            from muflow._matvec import symmetric_matmul_float64
+
+            out = symmetric_matmul_float64(self.K, V)
+        else:
+            out = np.asarray(self.K, dtype=np.float64) @ V
         self.seconds += time.perf_counter() - t
         self.products += 1
         return out

@@ -42,3 +42,14 @@ def test_smo_same_solution_in_place_and_through_a_tiny_cache(gram):
     assert in_place.timings["row_fetches"] == 0 and fetched.timings["row_fetches"] > 100
     np.testing.assert_allclose(in_place.alpha, fetched.alpha, atol=1e-12)
     assert in_place.n_iter == fetched.n_iter
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_precise_product_sums_in_float64_over_nonzero_rows(gram, dtype):
+    K = np.ascontiguousarray(gram[0], dtype=dtype)
+    rng = np.random.default_rng(0)
+    V = rng.normal(size=(K.shape[0], 3)) * 100.0
+    V[rng.random(K.shape[0]) < 0.6] = 0.0
+    exact = K.astype(np.float64) @ V
+    np.testing.assert_allclose(DenseGram(K).matmul_precise(V), exact, rtol=1e-13, atol=1e-10)
+    np.testing.assert_allclose(DenseGram(np.asfortranarray(K)).matmul_precise(V), exact, rtol=1e-13, atol=1e-10)
