@@ -145,9 +145,30 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             raise MuflowInputError(f"{name} contains NaN or infinity")
         return v
 
+    @staticmethod
+    def _check_init(init, n_problems, n):
+        if init is None:
+            return None
+        if isinstance(init, LinearSVC):
+            check_is_fitted(init, "dual_coef_")
+            init = init.dual_coef_
+        try:
+            alpha = np.asarray(init, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise MuflowInputError(f"init must be an array of dual variables: {exc}") from None
+        if alpha.ndim == 1:
+            alpha = alpha[None, :]
+        if alpha.shape != (n_problems, n):
+            raise MuflowInputError(
+                f"init must have shape ({n},) or ({n_problems}, {n}) (one alpha per sample and "
+                f"problem), got {np.shape(init)}")
+        if not np.all(np.isfinite(alpha)):
+            raise MuflowInputError("init contains NaN or infinity")
+        return alpha
+
     # -- fitting ------------------------------------------------------------------------
 
-    def fit(self, X, y, sample_weight=None, offset=None):
+    def fit(self, X, y, sample_weight=None, offset=None, init=None):
         """Fit the linear SVM.
 
         Parameters
@@ -159,6 +180,11 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         offset : array-like of shape (n_samples,), default=None
             Fixed per-sample intercepts d_i (drifted SVM): the margin of sample i is
             y_i (x_i' beta + b + d_i). Applies to every one-vs-rest problem.
+        init : array-like of shape (n_samples,) or (n_problems, n_samples), or a fitted
+            LinearSVC, default=None
+            Warm start: the dual variables alpha to start from (``dual_coef_`` of an earlier
+            fit on the same samples, e.g. at a neighbouring C); values are clipped to
+            [0, C_i]. The primal vector is rebuilt from them.
 
         Returns
         -------
@@ -182,12 +208,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.n_features_in_ = d
         self.classes_ = classes
         bias = self.intercept == "regularized"
-        if bias:
-            ones = np.ones((n, 1))
-            Xa = sp.hstack([X, sp.csr_matrix(ones)], format="csr") if sp.issparse(X) else np.hstack([X, ones])
-        else:
-            Xa = X
-        da = Xa.shape[1]
+        da = d + 1 if bias else d  # the bias feature is implicit in the compiled loop
         nonneg = np.zeros(da, dtype=np.bool_)
         if self.positive:
             nonneg[:d] = True
@@ -195,17 +216,16 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         seed = np.random.RandomState(self.random_state).randint(0, 2**31 - 1) \
             if not isinstance(self.random_state, numbers.Integral) else int(self.random_state)
         problems = [classes[1]] if classes.size == 2 else list(classes)
+        alpha0 = self._check_init(init, len(problems), n)
         coefs, dual, objectives, violations, iters = [], [], [], [], 0
-        for c in problems:
+        for k, c in enumerate(problems):
             yc = np.where(y == c, 1.0, -1.0)
             p = -1.0 + yc * offset
-            alpha = np.zeros(n)
-            v = np.zeros(da)
-            curve = np.empty(self.max_iter + 1)
-            curve[0] = 0.0
-            F, info = linear_cd(Xa, yc, p, U, alpha, v, nonneg, tol=float(self.tol),
+            alpha = np.zeros(n) if alpha0 is None else alpha0[k].copy()
+            v = np.empty(da)
+            F, info = linear_cd(X, yc, p, U, alpha, v, nonneg, tol=float(self.tol),
                                 max_epochs=int(self.max_iter), seed=seed,
-                                shrinking=bool(self.shrinking))
+                                shrinking=bool(self.shrinking), bias=1.0 if bias else 0.0)
             beta = np.where(nonneg, np.maximum(v, 0.0), v)
             coefs.append(beta)
             dual.append(alpha)
