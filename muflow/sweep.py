@@ -7,10 +7,11 @@ problem is a column of the dual batch (:class:`muflow.solvers.DualProblem`):
   classes, as :func:`muflow.model.binary_problems`);
 - its upper bounds are ``U_ij = C_j`` for the training samples of its fold and ``0`` for
   the held-out ones, which pins them at alpha = 0: a fold is a mask, not a copy of K;
-- after the folds, each kernel setting's best C is refitted on all samples while its Gram
-  is still in memory, warm-started from the mean of the fold solutions (a feasible point
-  close to the answer); the best model of the sweep is one of these refits, so it needs no
-  Gram build of its own.
+- after the folds, a kernel setting whose best C beats every earlier setting is refitted
+  on all samples while its Gram is still in memory, warm-started from the mean of the fold
+  solutions (a feasible point close to the answer); the best model of the sweep is the
+  last of these refits, so it needs no Gram build of its own, and settings that cannot be
+  the best are not refitted.
 
 Two paths solve the batch:
 
@@ -397,6 +398,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     per_kernel = []
     chosen_path = None
     bar = _Progress(progress, total=len(settings) * len(Cs))
+    buffer = None
     try:
         for i, setting in enumerate(settings):
             kdir = out_dir / "kernels" / f"{i:03d}-{setting['kernel']}"
@@ -410,7 +412,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             if chosen_path is not None:
                 kpath = chosen_path
             t = time.perf_counter()
-            kernel, operator = _gram(X, setting, intercept, client, cache_dir)
+            kernel, operator = _gram(X, setting, intercept, client, cache_dir, buffer)
+            buffer = getattr(operator, "K", None)
             timings["gram"] += time.perf_counter() - t
             counts_out["grams_built"] += 1
             bar.describe(_setting_label(setting))
@@ -432,8 +435,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 timings["solve"] += res["solve_seconds"]
             rows = _rows_for(setting, Cs, res, splits, classes, y_enc)
             c_best = _best_index([{"rows": rows}])[1]
-            refit = _refit(operator, Y, Cs[c_best], res, c_best, info, intercept, tol, max_iter)
-            timings["solve"] += refit["seconds"]
+            if _beats(rows[c_best], per_kernel):
+                refit = _refit(operator, Y, Cs[c_best], res, c_best, info, intercept, tol, max_iter)
+                timings["solve"] += refit["seconds"]
+            else:  # an earlier setting is better: this one's model would never be used
+                c_best, refit = -1, _NO_REFIT
             del operator, res["decision"]
             counts_out["kernels_solved"] += 1
             record = {"setting": setting, "rows": rows, "kernel": kernel.to_dict(),
@@ -507,8 +513,15 @@ def _pick_solver(name, path, setting, X, intercept, client):
     return info, path
 
 
-def _gram(X, setting, intercept, client, cache_dir):
-    """The kernel and an operator for K(X, X): store cache / Dask when asked, else in memory."""
+#: In-memory sweeps keep K in float64 up to this many samples (K: 128 MiB) and in float32
+#: above, which halves the memory the row reads stream through; the subset solvers'
+#: certificates sum in float64 either way (:meth:`DenseGram.matmul_precise`).
+FLOAT64_GRAM_MAX_SAMPLES = 4096
+
+
+def _gram(X, setting, intercept, client, cache_dir, buffer=None):
+    """The kernel and an operator for K(X, X): store cache / Dask when asked, else in memory
+    (into ``buffer``, the previous setting's K, when it has the right shape and dtype)."""
     from muflow.kernels import Kernel, resolve_gamma
     from muflow.operators import DenseGram
 
@@ -526,7 +539,11 @@ def _gram(X, setting, intercept, client, cache_dir):
         return kernel, DenseGram(np.asarray(gram.read(), dtype=np.float64))
     from muflow.inmemory import numpy_gram
 
-    return kernel, DenseGram(numpy_gram(X, kernel, dtype="float64"))
+    n = X.shape[0]
+    dtype = np.float64 if n <= FLOAT64_GRAM_MAX_SAMPLES else np.float32
+    if buffer is None or buffer.shape != (n, n) or buffer.dtype != dtype:
+        buffer = None
+    return kernel, DenseGram(numpy_gram(X, kernel, dtype=dtype, out=buffer))
 
 
 def _columns(Y, masks, Cs):
@@ -696,6 +713,17 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
         _FORK_STATE = None
 
 
+_NO_REFIT = {"alpha": np.zeros((0, 0)), "bias": np.zeros(0), "viol": np.zeros(0), "n_iter": 0,
+             "curve": np.zeros((1, 0)), "seconds": 0.0}
+
+
+def _beats(row, per_kernel) -> bool:
+    """Whether ``row`` is better than every configuration of the settings done before it
+    (the rule of :func:`_best_index`); only then is its setting refitted on all data."""
+    earlier = [r["mean_cv_accuracy"] for rec in per_kernel for r in rec["rows"]]
+    return not earlier or row["mean_cv_accuracy"] > max(earlier) + 1e-12
+
+
 def _refit(operator, Y, C, res, c, info, intercept, tol, max_iter):
     """Solve the configuration (this Gram, C) on all samples while K is in memory.
 
@@ -790,6 +818,7 @@ def _best_model(X, Y, classes, rec, intercept, tol, max_iter):
 
     kernel = Kernel.from_dict(rec["kernel"])
     c = int(rec["refit_C_index"])
+    assert c >= 0, "the best setting is always refitted (see _beats)"
     model = SVC(kernel=rec["setting"]["kernel"], C=float(rec["rows"][c]["C"]),
                 gamma=kernel.gamma, degree=kernel.degree, coef0=kernel.coef0,
                 solver=rec["solver"], intercept=intercept, tol=tol, max_iter=max_iter)
