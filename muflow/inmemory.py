@@ -35,6 +35,22 @@ def block_input(X):
     return np.ascontiguousarray(np.asarray(X, dtype=np.float64))
 
 
+#: K in float64 up to this many samples (128 MiB) and in float32 above, which halves the
+#: memory to map and the bytes every row read streams; the subset solvers' certificates
+#: sum in float64 either way (:meth:`muflow.operators.DenseGram.matmul_precise`).
+FLOAT64_GRAM_MAX_SAMPLES = 4096
+GRAM_DTYPES = ("auto", "float64", "float32")
+
+
+def gram_dtype(n: int, requested: str = "auto") -> np.dtype:
+    """The dtype of an in-memory K of n samples: ``requested``, or by size for "auto"."""
+    if requested not in GRAM_DTYPES:
+        raise MuflowInputError(f"gram_dtype must be one of {', '.join(GRAM_DTYPES)}, got {requested!r}")
+    if requested == "auto":
+        return np.dtype(np.float64 if n <= FLOAT64_GRAM_MAX_SAMPLES else np.float32)
+    return np.dtype(requested)
+
+
 def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 512, out=None,
                n_threads: int | None = None) -> np.ndarray:
     """K(X, X) into one in-memory array, row panel by row panel on ``n_threads`` threads.
@@ -90,4 +106,4 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 512, out=No
     return out
 
 
-__all__ = ["block_input", "numpy_gram", "DENSIFY_MAX_FEATURES"]
+__all__ = ["block_input", "numpy_gram", "gram_dtype", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]

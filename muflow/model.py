@@ -82,6 +82,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         iteration is served by the workers (:class:`muflow.distributed.DaskGram`). A
         scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
         survives scikit-learn's ``clone``. None (default) keeps everything in process.
+    gram_dtype : {"auto", "float64", "float32"}, default="auto"
+        Storage of K in process memory: "auto" is float64 up to 4096 samples and float32
+        above (half the memory; the solvers' gradients and certificates still sum in
+        float64).
 
     Attributes
     ----------
@@ -115,6 +119,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         max_iter=10_000,
         verbose=False,
         client=None,
+        gram_dtype="auto",
     ):
         self.kernel = kernel
         self.C = C
@@ -127,6 +132,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.max_iter = max_iter
         self.verbose = verbose
         self.client = client
+        self.gram_dtype = gram_dtype
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -144,6 +150,9 @@ class SVC(ClassifierMixin, BaseEstimator):
             raise MuflowInputError(f"unknown solver {self.solver!r}; choose 'auto' or one of {', '.join(SOLVERS)}")
         if not isinstance(self.C, numbers.Real) or not self.C > 0:
             raise MuflowInputError(f"C must be a positive number (float('inf') for the hard margin), got {self.C!r}")
+        from muflow.inmemory import gram_dtype
+
+        gram_dtype(1, self.gram_dtype)
         if not isinstance(self.tol, numbers.Real) or not self.tol > 0:
             raise MuflowInputError(f"tol must be positive, got {self.tol!r}")
         if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
@@ -249,9 +258,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         if self.client is None or self.kernel == "precomputed":
             if kernel.name == "precomputed":
                 return DenseGram(kernel.block(X))
-            from muflow.inmemory import numpy_gram
+            from muflow.inmemory import gram_dtype, numpy_gram
 
-            return DenseGram(numpy_gram(X, kernel, dtype="float64"))
+            return DenseGram(numpy_gram(X, kernel, dtype=gram_dtype(X.shape[0], self.gram_dtype)))
         from muflow.cluster import connect
         from muflow.gram import operator_for
 

@@ -513,12 +513,6 @@ def _pick_solver(name, path, setting, X, intercept, client):
     return info, path
 
 
-#: In-memory sweeps keep K in float64 up to this many samples (K: 128 MiB) and in float32
-#: above, which halves the memory the row reads stream through; the subset solvers'
-#: certificates sum in float64 either way (:meth:`DenseGram.matmul_precise`).
-FLOAT64_GRAM_MAX_SAMPLES = 4096
-
-
 def _gram(X, setting, intercept, client, cache_dir, buffer=None):
     """The kernel and an operator for K(X, X): store cache / Dask when asked, else in memory
     (into ``buffer``, the previous setting's K, when it has the right shape and dtype)."""
@@ -537,10 +531,10 @@ def _gram(X, setting, intercept, client, cache_dir, buffer=None):
 
         gram, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
         return kernel, DenseGram(np.asarray(gram.read(), dtype=np.float64))
-    from muflow.inmemory import numpy_gram
+    from muflow.inmemory import gram_dtype, numpy_gram
 
     n = X.shape[0]
-    dtype = np.float64 if n <= FLOAT64_GRAM_MAX_SAMPLES else np.float32
+    dtype = gram_dtype(n)
     if buffer is None or buffer.shape != (n, n) or buffer.dtype != dtype:
         buffer = None
     return kernel, DenseGram(numpy_gram(X, kernel, dtype=dtype, out=buffer))

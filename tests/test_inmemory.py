@@ -52,3 +52,19 @@ def test_block_into_agrees_with_block_for_rectangular_blocks(X):
     out = np.empty((40, 90), dtype=np.float32)
     kernel.block_into(X[:40], X[100:190], out)
     np.testing.assert_allclose(out, kernel.block_reference(X[:40], X[100:190]), rtol=1e-6)
+
+
+def test_gram_dtype_rule_and_svc_option(breast_cancer_split):
+    from muflow import SVC
+    from muflow.inmemory import FLOAT64_GRAM_MAX_SAMPLES, gram_dtype
+
+    assert gram_dtype(FLOAT64_GRAM_MAX_SAMPLES) == np.float64
+    assert gram_dtype(FLOAT64_GRAM_MAX_SAMPLES + 1) == np.float32
+    assert gram_dtype(10, "float32") == np.float32
+    Xtr, Xte, ytr, yte = breast_cancer_split
+    with pytest.raises(MuflowInputError, match="gram_dtype must be one of"):
+        SVC(gram_dtype="float16").fit(Xtr, ytr)
+    a = SVC(gamma=0.5, solver="smo", tol=1e-6).fit(Xtr, ytr)
+    b = SVC(gamma=0.5, solver="smo", tol=1e-6, gram_dtype="float32").fit(Xtr, ytr)
+    np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-5)
+    assert np.mean(a.predict(Xte) == b.predict(Xte)) >= 0.99
