@@ -288,46 +288,41 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, j0, j1):
-    """The equality-constrained update of columns ``j0:j1`` (see :func:`multiplicative_step`).
+def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, lam, out):
+    """The update of every column with lambda solved per column (sum constraint on).
 
-    Free of the GIL, so that callers may run disjoint column ranges on several threads.
-    The (n, m) arrays are row-major, so a column is strided, and the root finder visits it
-    several times: columns are copied ``_BLOCK`` at a time into contiguous vectors (the
-    block's cache lines are fetched once and reused across its columns), solved there,
-    and the updates copied back the same way.
+    ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
+    root finder visits it several times: their columns are copied ``_BLOCK`` at a time
+    into contiguous vectors (the block's cache lines are fetched once and reused across
+    its columns), solved there, and the updates copied back the same way. The linear
+    term, labels, flip signs and upper bounds come transposed, (m, n): the solver keeps
+    those copies for as long as they do not change (all run long without flips). ``floor``
+    holds one value per column (sample i's floor is min(floor_j, upper_ij)); the labels of
+    the (possibly flipped) basis are z = s * y. Free of the GIL.
     """
-    n = w.shape[0]
+    n, m = w.shape
     B = _BLOCK
     wb = np.empty((B, n))
     Pb = np.empty((B, n))
     Nb = np.empty((B, n))
-    cb = np.empty((B, n))
-    yb = np.empty((B, n))
-    sb = np.empty((B, n))
-    ub = np.empty((B, n))
+    ob = np.empty((B, n))
     zj = np.empty(n)
     fj = np.empty(n)
-    oj = np.empty((B, n))
-    for jb in range(j0, j1, B):
-        nb = min(B, j1 - jb)
+    for jb in range(0, m, B):
+        nb = min(B, m - jb)
         _gather(w, wb, jb, nb)
         _gather(P, Pb, jb, nb)
         _gather(N, Nb, jb, nb)
-        _gather(c, cb, jb, nb)
-        _gather(y, yb, jb, nb)
-        _gather(s, sb, jb, nb)
-        _gather(upper, ub, jb, nb)
         for k in range(nb):
             j = jb + k
             wk = wb[k]
             Pk = Pb[k]
             Nk = Nb[k]
-            ck = cb[k]
-            yk = yb[k]
-            sk = sb[k]
-            uk = ub[k]
-            ok = oj[k]
+            ok = ob[k]
+            ck = cT[j]
+            yk = yT[j]
+            sk = sT[j]
+            uk = uT[j]
             fl = floor[j]
             for i in range(n):
                 zj[i] = sk[i] * yk[i]
@@ -337,7 +332,7 @@ def step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, j0, j1):
             _update_column(rule, wk, Pk, Nk, ck, zj, sk, fj, uk, shift, ok)
         for k in range(nb):
             j = jb + k
-            ok = oj[k]
+            ok = ob[k]
             for i in range(n):
                 out[i, j] = ok[i]
 
@@ -346,8 +341,9 @@ def step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, j0, j1):
 def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out):
     """One update of every column into ``out``; solves lambda in place when ``equality``.
 
-    ``floor`` holds one value per column; sample i's floor is min(floor_j, upper_ij).
-    The labels of the (possibly flipped) basis are z = s * y.
+    All arrays (n, m) but ``floor`` (one value per column; sample i's floor is
+    min(floor_j, upper_ij)). With ``equality`` this transposes the constant inputs for
+    :func:`equality_step`; the solver calls that directly with copies it keeps.
     """
     n, m = w.shape
     if not equality:
@@ -358,7 +354,8 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
                 out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
                                        f, u, s[i, j] < 0)
         return
-    step_columns(rule, w, P, N, c, y, s, floor, upper, lam, out, 0, m)
+    equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
+                  np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), lam, out)
 
 
 @njit(cache=True)
@@ -595,22 +592,16 @@ def objective_columns(alpha, q_alpha, linear, out):
             out[j] += alpha[i, j] * (0.5 * q_alpha[i, j] + linear[i, j])
 
 
-@njit(cache=True)
-def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
-    """Whether the KKT violation of each column is at most ``tol`` (one row-major pass).
-
-    The cheap form of :func:`kkt_columns` for a per-pass stopping test: with the equality
-    constraint, the violation is <= tol exactly when the bias intervals allowed at level tol
-    intersect (:func:`_bias_interval`, accumulated for all columns at once), so no
-    bisection is needed; without it, the residual at b = 0 (:func:`_residual_max`).
-    """
+@njit(cache=True, inline="always")
+def _kkt_within_loop(alpha, grad, linear, add_linear, y, upper, equality, tol, out):
     n, m = alpha.shape
     if not equality:
         worst = np.zeros(m)
         for i in range(n):
             for j in range(m):
                 a = alpha[i, j]
-                t = a - grad[i, j]
+                g = grad[i, j] + linear[i, j] if add_linear else grad[i, j]
+                t = a - g
                 u = upper[i, j]
                 if t < 0.0:
                     t = 0.0
@@ -630,7 +621,8 @@ def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
             if u <= 0.0:
                 continue
             a = alpha[i, j]
-            base = a - grad[i, j]
+            g = grad[i, j] + linear[i, j] if add_linear else grad[i, j]
+            base = a - g
             lo_t = a - tol if a - tol > 0.0 else -np.inf
             hi_t = a + tol if a + tol < u else np.inf
             yb_lo = base - hi_t
@@ -645,3 +637,21 @@ def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
                 hi_b[j] = bhi
     for j in range(m):
         out[j] = lo_b[j] <= hi_b[j]
+
+
+@njit(cache=True)
+def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
+    """Whether the KKT violation of each column is at most ``tol`` (one row-major pass).
+
+    The cheap form of :func:`kkt_columns` for a per-pass stopping test: with the equality
+    constraint, the violation is <= tol exactly when the bias intervals allowed at level tol
+    intersect (:func:`_bias_interval`, accumulated for all columns at once), so no
+    bisection is needed; without it, the residual at b = 0 (:func:`_residual_max`).
+    """
+    _kkt_within_loop(alpha, grad, grad, False, y, upper, equality, tol, out)
+
+
+@njit(cache=True)
+def kkt_within_split(alpha, q_alpha, linear, y, upper, equality, tol, out):
+    """:func:`kkt_within_columns` for the gradient ``q_alpha + linear``, never formed."""
+    _kkt_within_loop(alpha, q_alpha, linear, True, y, upper, equality, tol, out)

@@ -54,11 +54,13 @@ from muflow.exceptions import MuflowError
 from muflow.solvers._compiled import (
     RULE_IDS,
     class_products,
+    equality_step,
+    kkt_within_split,
     multiplicative_step,
     objective_columns,
     split_by_class,
 )
-from muflow.solvers.kkt import kkt_violation, kkt_within
+from muflow.solvers.kkt import kkt_violation
 from muflow.solvers.problem import DualProblem, DualSolution
 
 RULES = ("m3", "munk", "seminmf", "musik")
@@ -120,7 +122,8 @@ class _Products:
         n, m = alpha.shape
         self.z = y
         self.w = alpha
-        V = np.empty((n, 2 * m))
+        # in K's precision (a float32 Gram would convert a float64 operand at every product)
+        V = np.empty((n, 2 * m), dtype=_operand_dtype(problem.operator))
         split_by_class(alpha, y, V)
         KV = np.ascontiguousarray(problem.operator.matmul(V), dtype=np.float64)
         self.P = np.empty((n, m))
@@ -131,6 +134,12 @@ class _Products:
         self.u = None
 
 
+def _operand_dtype(operator):
+    """The dtype the operator multiplies in (float32 for a float32 Gram), else float64."""
+    dtype = getattr(getattr(operator, "K", None), "dtype", None)
+    return np.float32 if dtype == np.float32 else np.float64
+
+
 def _objective(problem: DualProblem, alpha, q_alpha):
     """:meth:`DualProblem.objective` from the products of the pass, fused into one loop."""
     out = np.empty(problem.m)
@@ -138,15 +147,41 @@ def _objective(problem: DualProblem, alpha, q_alpha):
     return out
 
 
-def _step(rule, prod: _Products, problem: DualProblem, lam, floor):
+class _Transposed:
+    """(m, n) copies of the constant inputs of the equality-constrained step.
+
+    :func:`equality_step` reads one column at a time; the labels, bounds and linear term
+    never change, so they are transposed once per solve, not gathered at every pass.
+    """
+
+    def __init__(self, problem: DualProblem):
+        shape = problem.y.shape
+        self.y = np.ascontiguousarray(problem.y.T)
+        self.upper = np.ascontiguousarray(np.broadcast_to(problem.upper, shape).T)
+        self.linear = np.ascontiguousarray(np.broadcast_to(problem.linear, shape).T)
+        self.ones = np.ones(shape[::-1])
+
+
+def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=None):
     """alpha after one update (lambda solved in place when the sum constraint is on)."""
     out = np.empty_like(prod.w)
     shape = prod.w.shape
+    if problem.equality:
+        tr = transposed if transposed is not None else _Transposed(problem)
+        if prod.u is None:
+            # no flip: s = 1 and the linear term is the problem's (M3 eq. (24) with u = 0)
+            cT, sT = tr.linear, tr.ones
+        else:
+            cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
+            sT = np.ascontiguousarray(prod.s.T)
+        equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, tr.upper,
+                      lam, out)
+        return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
         np.ascontiguousarray(np.broadcast_to(prod.c, shape)), problem.y,
         np.ascontiguousarray(np.broadcast_to(prod.s, shape)), floor, problem.upper,
-        bool(problem.equality), lam, out,
+        False, lam, out,
     )
     return out
 
@@ -255,6 +290,7 @@ def solve_multiplicative(
     curve = [objective]
     prev = None
     n_iter = 0
+    transposed = _Transposed(problem) if problem.equality else None
     for iteration in range(max_iter + 1):
         if prev is not None:
             worse = objective > prev[2] + 1e-13 * np.abs(prev[2])
@@ -268,9 +304,11 @@ def solve_multiplicative(
                 "solution on data that are not separable; use a finite C"
             )
         t = time.perf_counter()
-        grad = prod.q_alpha + problem.linear
-        # per pass only the cheap test "violation <= tol"; the value itself once, at the end
-        satisfied = kkt_within(problem, alpha, grad, tol)
+        # per pass only the cheap test "violation <= tol" (kkt.kkt_within, with the
+        # gradient q_alpha + p summed inside the loop); the value itself once, at the end
+        satisfied = np.empty(m, dtype=np.bool_)
+        kkt_within_split(alpha, prod.q_alpha, problem.linear, y, U, bool(problem.equality),
+                         float(tol), satisfied)
         timings["kkt"] += time.perf_counter() - t
         if callback is not None and callback(iteration, alpha, objective):
             break
@@ -278,9 +316,10 @@ def solve_multiplicative(
             break
         t = time.perf_counter()
         floor = floor_of(alpha)
-        new_alpha = _step(rule, prod, problem, lam, floor)
+        new_alpha = _step(rule, prod, problem, lam, floor, transposed)
         # flip signs for the next pass: the sign of the current Lagrangian gradient (eq. (20))
         if can_flip.any():
+            grad = prod.q_alpha + problem.linear
             lagr = grad + (lam[None, :] * y if problem.equality else 0.0)
             s = np.where(can_flip & (lagr < 0), -1.0, 1.0)
         timings["updates"] += time.perf_counter() - t
