@@ -149,3 +149,64 @@ def test_sklearn_conventions():
     model = LinearSVC(C=2.0, positive=True)
     assert clone(model).get_params()["C"] == 2.0
     assert not hasattr(model, "coef_")
+
+
+def test_warm_start_reaches_the_cold_solution_in_fewer_epochs(a8a_sparse):
+    Xtr, _, ytr, _ = a8a_sparse
+    kw = dict(intercept="regularized", tol=1e-3, max_iter=20_000, random_state=0)
+    cold = LinearSVC(C=1.0, **kw).fit(Xtr, ytr)
+    previous = LinearSVC(C=0.8, **kw).fit(Xtr, ytr)
+    # along C, alpha scaled with C (the sweeps' continuation); and from the solution itself
+    for init, most in ((previous.dual_coef_ / 0.8, 0.9 * cold.n_iter_), (cold, 10),
+                       (cold.dual_coef_[0], 10)):
+        warm = LinearSVC(C=1.0, **kw).fit(Xtr, ytr, init=init)
+        assert abs(warm.objective_[0] - cold.objective_[0]) <= 1e-5 * abs(cold.objective_[0])
+        assert warm.kkt_violation_[0] <= 1e-3
+        assert warm.n_iter_ <= most
+    with pytest.raises(MuflowInputError, match="init"):
+        LinearSVC().fit(Xtr, ytr, init=np.zeros(5))
+    with pytest.raises(MuflowInputError, match="init"):
+        LinearSVC().fit(Xtr, ytr, init=np.full(Xtr.shape[0], np.nan))
+
+
+@pytest.mark.parametrize("positive", [False, True])
+def test_row_formats_agree_with_the_bias_feature(positive):
+    """Dense rows, CSR with int32 and with int64 indices: the same steps, the same result
+    (the bias feature is implicit in the loop; with positive=True the intercept stays free)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 8)) * (rng.random((300, 8)) < 0.4)
+    y = np.sign(X @ rng.normal(size=8) + 0.3 + 0.3 * rng.normal(size=300))
+    S = sp.csr_matrix(X)
+    S64 = S.copy()
+    S64.indices = S64.indices.astype(np.int64)
+    S64.indptr = S64.indptr.astype(np.int64)
+    fits = [LinearSVC(intercept="regularized", positive=positive, tol=1e-6, random_state=1).fit(A, y)
+            for A in (X, S, S64)]
+    for other in fits[1:]:
+        np.testing.assert_allclose(other.coef_, fits[0].coef_, atol=1e-10)
+        np.testing.assert_allclose(other.intercept_, fits[0].intercept_, atol=1e-10)
+    if positive:
+        assert np.all(fits[0].coef_ >= 0)
+    p = fits[0].primal_objective(X, y)
+    np.testing.assert_allclose(-fits[0].objective_, p, rtol=1e-4)
+
+
+def test_linear_cd_curve_is_the_decreasing_dual_objective():
+    from muflow.solvers._linear_compiled import linear_cd
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(200, 5))
+    y = np.sign(X[:, 0] + 0.5 * rng.normal(size=200))
+    n = len(y)
+    alpha = np.zeros(n)
+    v = np.empty(6)
+    curve = np.full(51, np.nan)
+    F, info = linear_cd(X, y, -np.ones(n), np.ones(n), alpha, v, np.zeros(6, dtype=bool),
+                        tol=1e-12, max_epochs=50, seed=0, curve=curve, bias=1.0)
+    epochs = int(info[0])
+    assert epochs == 50
+    assert np.all(np.diff(curve[1:epochs + 1]) <= 1e-9)
+    assert curve[epochs] == pytest.approx(F, rel=1e-10)
+    w = (alpha * y) @ np.hstack([X, np.ones((n, 1))])
+    np.testing.assert_allclose(v, w, atol=1e-10)
+    assert F == pytest.approx(0.5 * w @ w - alpha.sum(), rel=1e-12)

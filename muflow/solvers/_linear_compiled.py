@@ -73,7 +73,7 @@ def _row_sq(X, data, indptr, i):
 
 
 def _row_prefetch(X, data, indices, indptr, i):
-    """Prefetch the row (CSR; dense rows are left to the hardware prefetcher)."""
+    """Prefetch the row, one hint per cache line."""
 
 
 def _row_prefetch_ptr(X, indptr, i):
@@ -162,7 +162,9 @@ def _ov_row_prefetch(X, data, indices, indptr, i):
                 _prefetch(data, hi - 1)
     else:
         def impl(X, data, indices, indptr, i):
-            pass
+            row = X[i]
+            for j in range(0, row.shape[0], 8):
+                _prefetch(row, j)
     return impl
 
 
