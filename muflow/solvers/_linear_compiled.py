@@ -22,6 +22,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 _AHEAD = 4  # visits between a prefetch and the use of what it fetched
+_PREFETCH_BYTES = 1 << 18  # prefetch only when the active rows take more than this
 
 
 @intrinsic
@@ -78,6 +79,10 @@ def _row_prefetch(X, data, indices, indptr, i):
 
 def _row_prefetch_ptr(X, indptr, i):
     """Prefetch the row's start in indptr (CSR)."""
+
+
+def _row_len(X, indptr, n):
+    """Mean number of stored entries per row."""
 
 
 def _refresh_w(v, w, lo, j0, j1):
@@ -179,6 +184,17 @@ def _ov_row_prefetch_ptr(X, indptr, i):
     return impl
 
 
+@overload(_row_len, jit_options={"cache": True})
+def _ov_row_len(X, indptr, n):
+    if isinstance(X, types.NoneType):
+        def impl(X, indptr, n):
+            return (indptr[n] - indptr[0]) / max(n, 1)
+    else:
+        def impl(X, indptr, n):
+            return float(X.shape[1])
+    return impl
+
+
 @overload(_refresh_w, jit_options={"cache": True})
 def _ov_refresh_w(v, w, lo, j0, j1):
     if isinstance(lo, types.NoneType):
@@ -251,6 +267,8 @@ def _linear_cd(X, data, indices, indptr, nfeat, bias, y, p, U, alpha, v, w, lo, 
             n_act += 1
     _refresh_w(v, w, lo, 0, nv)
     n_all = n_act
+    # bytes a visit reads, about: the row (value, index) and five per-sample scalars
+    row_bytes = 40.0 + 12.0 * _row_len(X, indptr, n)
     pg_max_old = np.inf
     pg_min_old = -np.inf
     violation = np.inf
@@ -268,8 +286,10 @@ def _linear_cd(X, data, indices, indptr, nfeat, bias, y, p, U, alpha, v, w, lo, 
         pg_max = -np.inf
         pg_min = np.inf
         k = 0
+        # an active set that stays in cache gains nothing from the hints
+        prefetching = n_act * row_bytes > _PREFETCH_BYTES
         while k < n_act:
-            if k + _AHEAD < n_act:
+            if prefetching and k + _AHEAD < n_act:
                 # the row and the scalars of a later visit: their cache misses overlap
                 # this visit's work
                 t = act[k + _AHEAD]
