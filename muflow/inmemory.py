@@ -51,6 +51,32 @@ def gram_dtype(n: int, requested: str = "auto") -> np.dtype:
     return np.dtype(requested)
 
 
+#: Arrays of at least this many bytes are mapped with their pages populated up front.
+POPULATE_MIN_BYTES = 64 * 2**20
+
+
+def empty_populated(shape, dtype) -> np.ndarray:
+    """``np.empty(shape, dtype)`` whose memory is mapped in one call (Linux ``MAP_POPULATE``).
+
+    A fresh n x n K is otherwise mapped page by page as it is first written: one page fault
+    per 4 KiB, which on the virtual machines measured here costs 1.5 to 4 s per GiB
+    (populating up front: about 0.5 s per GiB). Falls back to ``np.empty`` where the flag
+    does not exist or the mapping fails.
+    """
+    import mmap
+
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    flag = getattr(mmap, "MAP_POPULATE", None)
+    if nbytes < POPULATE_MIN_BYTES or flag is None:
+        return np.empty(shape, dtype)
+    try:
+        buf = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flag)
+    except (OSError, ValueError):
+        return np.empty(shape, dtype)
+    return np.frombuffer(buf, dtype=dtype).reshape(shape)
+
+
 def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 512, out=None,
                n_threads: int | None = None) -> np.ndarray:
     """K(X, X) into one in-memory array, row panel by row panel on ``n_threads`` threads.
@@ -81,7 +107,7 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 512, out=No
     Xb = block_input(X)
     n = Xb.shape[0]
     if out is None:
-        out = np.empty((n, n), dtype=np.dtype(dtype))
+        out = empty_populated((n, n), dtype)
     elif out.shape != (n, n) or not out.flags.c_contiguous:
         raise MuflowInputError(f"out must be a C-ordered ({n}, {n}) array, got {out.shape}")
     dense = not sp.issparse(Xb)

@@ -68,3 +68,13 @@ def test_gram_dtype_rule_and_svc_option(breast_cancer_split):
     b = SVC(gamma=0.5, solver="smo", tol=1e-6, gram_dtype="float32").fit(Xtr, ytr)
     np.testing.assert_allclose(b.objective_, a.objective_, rtol=1e-5)
     assert np.mean(a.predict(Xte) == b.predict(Xte)) >= 0.99
+
+
+def test_empty_populated_is_a_writable_array():
+    from muflow.inmemory import POPULATE_MIN_BYTES, empty_populated
+
+    big = empty_populated((POPULATE_MIN_BYTES // 8 + 1,), np.float64)
+    small = empty_populated((3, 4), np.float32)
+    assert big.flags.writeable and big.dtype == np.float64 and small.shape == (3, 4)
+    big[:] = 1.0
+    assert big.sum() == big.size
