@@ -152,6 +152,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if isinstance(init, LinearSVC):
             check_is_fitted(init, "dual_coef_")
             init = init.dual_coef_
+        elif isinstance(init, tuple) and len(init) == 2:
+            init = init[0]  # (alpha, bias) as the kernel solvers take it: here b follows from alpha
         try:
             alpha = np.asarray(init, dtype=np.float64)
         except (TypeError, ValueError) as exc:
@@ -180,11 +182,12 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         offset : array-like of shape (n_samples,), default=None
             Fixed per-sample intercepts d_i (drifted SVM): the margin of sample i is
             y_i (x_i' beta + b + d_i). Applies to every one-vs-rest problem.
-        init : array-like of shape (n_samples,) or (n_problems, n_samples), or a fitted
-            LinearSVC, default=None
+        init : array-like of shape (n_samples,) or (n_problems, n_samples), a tuple
+            (alpha, bias), or a fitted LinearSVC, default=None
             Warm start: the dual variables alpha to start from (``dual_coef_`` of an earlier
             fit on the same samples, e.g. at a neighbouring C); values are clipped to
-            [0, C_i]. The primal vector is rebuilt from them.
+            [0, C_i]. The primal vector, the regularized intercept included, is rebuilt from
+            them, so the bias of a tuple is not used.
 
         Returns
         -------

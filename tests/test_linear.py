@@ -158,7 +158,7 @@ def test_warm_start_reaches_the_cold_solution_in_fewer_epochs(a8a_sparse):
     previous = LinearSVC(C=0.8, **kw).fit(Xtr, ytr)
     # along C, alpha scaled with C (the sweeps' continuation); and from the solution itself
     for init, most in ((previous.dual_coef_ / 0.8, 0.9 * cold.n_iter_), (cold, 10),
-                       (cold.dual_coef_[0], 10)):
+                       ((cold.dual_coef_[0], cold.intercept_[0]), 10)):
         warm = LinearSVC(C=1.0, **kw).fit(Xtr, ytr, init=init)
         assert abs(warm.objective_[0] - cold.objective_[0]) <= 1e-5 * abs(cold.objective_[0])
         assert warm.kkt_violation_[0] <= 1e-3

@@ -11,6 +11,8 @@ range, and a final pass over every sample before stopping. What makes it fast:
 - nothing per epoch is O(n) beyond the shuffle of the active set: the objective is tracked
   incrementally (p'alpha) and only O(d) work is added per epoch when a curve is recorded;
 - the bias feature (liblinear's constant feature) is implicit: no copy of X is made.
+- dense or CSR rows, with or without the nonnegativity of beta, are chosen at compile time
+  (overloads on the argument types): each compiled loop holds only its own branch.
 """
 
 from __future__ import annotations
@@ -277,7 +279,7 @@ def _linear_cd(X, data, indices, indptr, nfeat, bias, y, p, U, alpha, v, w, lo, 
     while epoch < max_epochs:
         if shuffle:
             for k in range(n_act - 1, 0, -1):
-                # uniform in [0, k] by multiply-shift (Lemire), no division
+                # uniform in [0, k] by multiply-shift (Lemire; k < 2^32), no division
                 r = np.int64(((_xorshift(rng) >> np.uint64(32)) * np.uint64(k + 1))
                              >> np.uint64(32))
                 tmp = act[k]
