@@ -45,39 +45,6 @@ def _slot(i, slot_of, stamp, clock):
 
 
 @njit(cache=True)
-def _shrink_pair(y, U, alpha, G, act, n_act):
-    """libsvm's shrinking (Fan, Chen & Lin 2005, sec. 4): drop bounded variables that the
-    current maximal violating pair says cannot move."""
-    gmax1 = -np.inf  # max over I_up of -y G
-    gmax2 = -np.inf  # max over I_low of y G
-    for k in range(n_act):
-        t = act[k]
-        if y[t] > 0:
-            if alpha[t] < U[t] and -G[t] > gmax1:
-                gmax1 = -G[t]
-            if alpha[t] > 0.0 and G[t] > gmax2:
-                gmax2 = G[t]
-        else:
-            if alpha[t] < U[t] and -G[t] > gmax2:
-                gmax2 = -G[t]
-            if alpha[t] > 0.0 and G[t] > gmax1:
-                gmax1 = G[t]
-    return _compact(act, n_act, _pair_drop(y, U, alpha, G, act, n_act, gmax1, gmax2))
-
-
-@njit(cache=True)
-def _pair_drop(y, U, alpha, G, act, n_act, gmax1, gmax2):
-    drop = np.zeros(n_act, dtype=np.bool_)
-    for k in range(n_act):
-        t = act[k]
-        if alpha[t] >= U[t]:
-            drop[k] = (-G[t] > gmax1) if y[t] > 0 else (-G[t] > gmax2)
-        elif alpha[t] <= 0.0:
-            drop[k] = (G[t] > gmax2) if y[t] > 0 else (G[t] > gmax1)
-    return drop
-
-
-@njit(cache=True)
 def _compact(act, n_act, drop):
     """Move the dropped indices behind the kept ones, keeping both in index order:
     sweeps over act[:n_act] then read memory in order (swapping would scatter them)."""
@@ -118,6 +85,9 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
     (largest projected gradient) and the step is its exact one-variable minimiser. F
     (the objective) is updated exactly after every step and written to ``curve``.
     """
+    if equality:
+        return _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
+                          gap_tol, max_updates, shrinking, shrink_every)
     n_act = state[STATE_NACT]
     while True:
         if state[STATE_ITER] >= max_updates:
@@ -127,24 +97,7 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
         if shrinking and state[STATE_SHRINK] >= shrink_every:
             state[STATE_SHRINK] = 0
             state[STATE_PEND_I] = -1
-            if equality:
-                n_act = _shrink_pair(y, U, alpha, G, act, n_act)
-            else:
-                gm = 0.0
-                for k in range(n_act):
-                    t = act[k]
-                    g = G[t]
-                    if alpha[t] <= 0.0 and g > 0.0:
-                        g = 0.0
-                    elif alpha[t] >= U[t] and g < 0.0:
-                        g = 0.0
-                    if abs(g) > gm:
-                        gm = abs(g)
-                n_act = _shrink_single(U, alpha, G, act, n_act, gm)
-            state[STATE_NACT] = n_act
-        if not equality:
-            i = -1
-            best = 0.0
+            gm = 0.0
             for k in range(n_act):
                 t = act[k]
                 g = G[t]
@@ -152,186 +105,301 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
                     g = 0.0
                 elif alpha[t] >= U[t] and g < 0.0:
                     g = 0.0
-                if abs(g) > best:
-                    best = abs(g)
-                    i = t
-            if i < 0 or best <= gap_tol:
-                return DONE
-            si = _slot(i, slot_of, stamp, clock)
-            if si < 0:
-                state[STATE_NEED] = i
-                return NEED_ROW
-            Ki = data[si]
-            qii = QD[i] if QD[i] > _TAU else _TAU
-            new = alpha[i] - G[i] / qii
-            if new < 0.0:
-                new = 0.0
-            if new > U[i]:
-                new = U[i]
-            d = new - alpha[i]
-            alpha[i] = new
-            F[0] += d * G[i] + 0.5 * d * d * QD[i]
-            dy = d * y[i]
-            for k in range(n_act):
-                t = act[k]
-                G[t] += y[t] * dy * Ki[t]
-        else:
-            # a step interrupted by a cache miss resumes with its pair: no second selection
-            i = state[STATE_PEND_I]
-            j = state[STATE_PEND_J]
-            state[STATE_PEND_I] = -1
-            state[STATE_PEND_J] = -1
-            if i < 0:
-                gmax = -np.inf
-                for k in range(n_act):
-                    t = act[k]
-                    if y[t] > 0:
-                        if alpha[t] < U[t] and -G[t] >= gmax:
-                            gmax = -G[t]
-                            i = t
-                    else:
-                        if alpha[t] > 0.0 and G[t] >= gmax:
-                            gmax = G[t]
-                            i = t
-                if i < 0:
-                    return DONE
-            else:
-                gmax = -G[i] if y[i] > 0 else G[i]
-            si = _slot(i, slot_of, stamp, clock)
-            if si < 0:
-                state[STATE_NEED] = i
-                state[STATE_PEND_I] = i
-                return NEED_ROW
-            Ki = data[si]
-            yi = y[i]
-            gmax2 = -np.inf
-            obj_min = np.inf
-            resumed = j >= 0
-            for k in range(0 if resumed else n_act):
-                t = act[k]
-                if y[t] > 0:
-                    if alpha[t] > 0.0:
-                        gd = gmax + G[t]
-                        if G[t] >= gmax2:
-                            gmax2 = G[t]
-                        if gd > 0.0:
-                            quad = QD[i] + QD[t] - 2.0 * Ki[t]
-                            if quad <= 0.0:
-                                quad = _TAU
-                            od = -(gd * gd) / quad
-                            if od <= obj_min:
-                                j = t
-                                obj_min = od
-                else:
-                    if alpha[t] < U[t]:
-                        gd = gmax - G[t]
-                        if -G[t] >= gmax2:
-                            gmax2 = -G[t]
-                        if gd > 0.0:
-                            quad = QD[i] + QD[t] - 2.0 * Ki[t]
-                            if quad <= 0.0:
-                                quad = _TAU
-                            od = -(gd * gd) / quad
-                            if od <= obj_min:
-                                j = t
-                                obj_min = od
-            if j < 0 or (not resumed and gmax + gmax2 < gap_tol):
-                return DONE
-            sj = _slot(j, slot_of, stamp, clock)
-            if sj < 0:
-                state[STATE_NEED] = j
-                state[STATE_PEND_I] = i
-                state[STATE_PEND_J] = j
-                return NEED_ROW
-            Kj = data[sj]
-            yj = y[j]
-            qij = yi * yj * Ki[j]
-            Ci = U[i]
-            Cj = U[j]
-            ai = alpha[i]
-            aj = alpha[j]
-            if yi != yj:
-                quad = QD[i] + QD[j] + 2.0 * qij
-                if quad <= 0.0:
-                    quad = _TAU
-                delta = (-G[i] - G[j]) / quad
-                diff = ai - aj
-                ai += delta
-                aj += delta
-                if diff > 0.0:
-                    if aj < 0.0:
-                        aj = 0.0
-                        ai = diff
-                else:
-                    if ai < 0.0:
-                        ai = 0.0
-                        aj = -diff
-                if diff > Ci - Cj:
-                    if ai > Ci:
-                        ai = Ci
-                        aj = Ci - diff
-                else:
-                    if aj > Cj:
-                        aj = Cj
-                        ai = Cj + diff
-            else:
-                quad = QD[i] + QD[j] - 2.0 * qij
-                if quad <= 0.0:
-                    quad = _TAU
-                delta = (G[i] - G[j]) / quad
-                total = ai + aj
-                ai -= delta
-                aj += delta
-                if total > Ci:
-                    if ai > Ci:
-                        ai = Ci
-                        aj = total - Ci
-                else:
-                    if aj < 0.0:
-                        aj = 0.0
-                        ai = total
-                if total > Cj:
-                    if aj > Cj:
-                        aj = Cj
-                        ai = total - Cj
-                else:
-                    if ai < 0.0:
-                        ai = 0.0
-                        aj = total
-            di = ai - alpha[i]
-            dj = aj - alpha[j]
-            alpha[i] = ai
-            alpha[j] = aj
-            F[0] += (di * G[i] + dj * G[j] + 0.5 * (di * di * QD[i] + dj * dj * QD[j])
-                     + di * dj * qij)
-            ci = di * yi
-            cj = dj * yj
-            # the gradient update and the next step's choice of i share one sweep
-            nxt = -1
-            gnext = -np.inf
-            for k in range(n_act):
-                t = act[k]
-                g = G[t] + y[t] * (ci * Ki[t] + cj * Kj[t])
-                G[t] = g
-                if y[t] > 0:
-                    if alpha[t] < U[t] and -g >= gnext:
-                        gnext = -g
-                        nxt = t
-                else:
-                    if alpha[t] > 0.0 and g >= gnext:
-                        gnext = g
-                        nxt = t
-            state[STATE_PEND_I] = nxt
-            if nxt < 0:
-                state[STATE_ITER] += 1
-                state[STATE_SHRINK] += 1
-                curve[state[STATE_CURVE]] = F[0]
-                state[STATE_CURVE] += 1
-                return DONE
+                if abs(g) > gm:
+                    gm = abs(g)
+            n_act = _shrink_single(U, alpha, G, act, n_act, gm)
+            state[STATE_NACT] = n_act
+        i = -1
+        best = 0.0
+        for k in range(n_act):
+            t = act[k]
+            g = G[t]
+            if alpha[t] <= 0.0 and g > 0.0:
+                g = 0.0
+            elif alpha[t] >= U[t] and g < 0.0:
+                g = 0.0
+            if abs(g) > best:
+                best = abs(g)
+                i = t
+        if i < 0 or best <= gap_tol:
+            return DONE
+        si = _slot(i, slot_of, stamp, clock)
+        if si < 0:
+            state[STATE_NEED] = i
+            return NEED_ROW
+        Ki = data[si]
+        qii = QD[i] if QD[i] > _TAU else _TAU
+        new = alpha[i] - G[i] / qii
+        if new < 0.0:
+            new = 0.0
+        if new > U[i]:
+            new = U[i]
+        d = new - alpha[i]
+        alpha[i] = new
+        F[0] += d * G[i] + 0.5 * d * d * QD[i]
+        dy = d * y[i]
+        for k in range(n_act):
+            t = act[k]
+            G[t] += y[t] * dy * Ki[t]
         state[STATE_ITER] += 1
         state[STATE_SHRINK] += 1
         curve[state[STATE_CURVE]] = F[0]
         state[STATE_CURVE] += 1
+
+
+@njit(cache=True)
+def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
+               gap_tol, max_updates, shrinking, shrink_every):
+    """The pair steps of :func:`smo_run` (sum constraint) on compact copies of the active set.
+
+    y, U, alpha, G and the diagonal of the active indices ``act[:n_act]`` are copied into
+    arrays indexed by position, so that the two sweeps of a step (choice of j; gradient
+    update fused with the next choice of i) read them contiguously and only the two kernel
+    rows are gathered (libsvm keeps the same layout by permuting its indices). The copies
+    are written back on every return and before shrinking, which moves positions.
+    """
+    n_act = state[STATE_NACT]
+    idx = act[:n_act].copy()
+    yc = np.empty(n_act)
+    Uc = np.empty(n_act)
+    ac = np.empty(n_act)
+    Gc = np.empty(n_act)
+    Dc = np.empty(n_act)
+    for k in range(n_act):
+        t = idx[k]
+        yc[k] = y[t]
+        Uc[k] = U[t]
+        ac[k] = alpha[t]
+        Gc[k] = G[t]
+        Dc[k] = QD[t]
+    # a step interrupted by a cache miss resumes with its pair (global indices in state)
+    pi = -1
+    pj = -1
+    if state[STATE_PEND_I] >= 0 or state[STATE_PEND_J] >= 0:
+        for k in range(n_act):
+            if idx[k] == state[STATE_PEND_I]:
+                pi = k
+            if idx[k] == state[STATE_PEND_J]:
+                pj = k
+    state[STATE_PEND_I] = -1
+    state[STATE_PEND_J] = -1
+    status = DONE
+    while True:
+        if state[STATE_ITER] >= max_updates:
+            status = MAX_ITER
+            break
+        if state[STATE_CURVE] >= curve.shape[0]:
+            status = CURVE_FULL
+            break
+        if shrinking and state[STATE_SHRINK] >= shrink_every:
+            state[STATE_SHRINK] = 0
+            pi = -1
+            pj = -1
+            n_act = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, Gc, Dc, n_act)
+            state[STATE_NACT] = n_act
+        resumed = pj >= 0
+        if pi < 0:
+            gmax = -np.inf
+            for k in range(n_act):
+                if yc[k] > 0:
+                    if ac[k] < Uc[k] and -Gc[k] >= gmax:
+                        gmax = -Gc[k]
+                        pi = k
+                else:
+                    if ac[k] > 0.0 and Gc[k] >= gmax:
+                        gmax = Gc[k]
+                        pi = k
+            if pi < 0:
+                break
+        else:
+            gmax = -Gc[pi] if yc[pi] > 0 else Gc[pi]
+        i = idx[pi]
+        si = _slot(i, slot_of, stamp, clock)
+        if si < 0:
+            state[STATE_NEED] = i
+            state[STATE_PEND_I] = i
+            status = NEED_ROW
+            break
+        Ki = data[si]
+        Dii = Dc[pi]
+        gmax2 = -np.inf
+        obj_min = np.inf
+        if not resumed:
+            for k in range(n_act):
+                if yc[k] > 0:
+                    if ac[k] > 0.0:
+                        g = Gc[k]
+                        if g >= gmax2:
+                            gmax2 = g
+                        gd = gmax + g
+                        if gd > 0.0:
+                            quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
+                            if quad <= 0.0:
+                                quad = _TAU
+                            od = -(gd * gd) / quad
+                            if od <= obj_min:
+                                pj = k
+                                obj_min = od
+                else:
+                    if ac[k] < Uc[k]:
+                        g = -Gc[k]
+                        if g >= gmax2:
+                            gmax2 = g
+                        gd = gmax + g
+                        if gd > 0.0:
+                            quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
+                            if quad <= 0.0:
+                                quad = _TAU
+                            od = -(gd * gd) / quad
+                            if od <= obj_min:
+                                pj = k
+                                obj_min = od
+            if pj < 0 or gmax + gmax2 < gap_tol:
+                break
+        j = idx[pj]
+        sj = _slot(j, slot_of, stamp, clock)
+        if sj < 0:
+            state[STATE_NEED] = j
+            state[STATE_PEND_I] = i
+            state[STATE_PEND_J] = j
+            status = NEED_ROW
+            break
+        Kj = data[sj]
+        yi = yc[pi]
+        yj = yc[pj]
+        qij = yi * yj * Ki[j]
+        Ci = Uc[pi]
+        Cj = Uc[pj]
+        ai = ac[pi]
+        aj = ac[pj]
+        Gi = Gc[pi]
+        Gj = Gc[pj]
+        Djj = Dc[pj]
+        if yi != yj:
+            quad = Dii + Djj + 2.0 * qij
+            if quad <= 0.0:
+                quad = _TAU
+            delta = (-Gi - Gj) / quad
+            diff = ai - aj
+            ai += delta
+            aj += delta
+            if diff > 0.0:
+                if aj < 0.0:
+                    aj = 0.0
+                    ai = diff
+            else:
+                if ai < 0.0:
+                    ai = 0.0
+                    aj = -diff
+            if diff > Ci - Cj:
+                if ai > Ci:
+                    ai = Ci
+                    aj = Ci - diff
+            else:
+                if aj > Cj:
+                    aj = Cj
+                    ai = Cj + diff
+        else:
+            quad = Dii + Djj - 2.0 * qij
+            if quad <= 0.0:
+                quad = _TAU
+            delta = (Gi - Gj) / quad
+            total = ai + aj
+            ai -= delta
+            aj += delta
+            if total > Ci:
+                if ai > Ci:
+                    ai = Ci
+                    aj = total - Ci
+            else:
+                if aj < 0.0:
+                    aj = 0.0
+                    ai = total
+            if total > Cj:
+                if aj > Cj:
+                    aj = Cj
+                    ai = total - Cj
+            else:
+                if ai < 0.0:
+                    ai = 0.0
+                    aj = total
+        di = ai - ac[pi]
+        dj = aj - ac[pj]
+        ac[pi] = ai
+        ac[pj] = aj
+        alpha[i] = ai
+        alpha[j] = aj
+        F[0] += di * Gi + dj * Gj + 0.5 * (di * di * Dii + dj * dj * Djj) + di * dj * qij
+        ci = di * yi
+        cj = dj * yj
+        # the gradient update and the next step's choice of i share one sweep
+        pi = -1
+        pj = -1
+        gnext = -np.inf
+        for k in range(n_act):
+            t = idx[k]
+            g = Gc[k] + yc[k] * (ci * Ki[t] + cj * Kj[t])
+            Gc[k] = g
+            if yc[k] > 0:
+                if ac[k] < Uc[k] and -g >= gnext:
+                    gnext = -g
+                    pi = k
+            else:
+                if ac[k] > 0.0 and g >= gnext:
+                    gnext = g
+                    pi = k
+        state[STATE_ITER] += 1
+        state[STATE_SHRINK] += 1
+        curve[state[STATE_CURVE]] = F[0]
+        state[STATE_CURVE] += 1
+        if pi < 0:
+            break
+    for k in range(n_act):
+        G[idx[k]] = Gc[k]
+        alpha[idx[k]] = ac[k]
+    return status
+
+
+@njit(cache=True)
+def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, Gc, Dc, n_act):
+    """libsvm's shrinking on the compact copies: write them back, drop the variables that
+    libsvm drops (Fan, Chen & Lin 2005, sec. 4: bounded variables that the current maximal
+    violating pair says cannot move), close the gaps in every copy and in ``act`` (kept first, in
+    index order; the dropped follow them)."""
+    for k in range(n_act):
+        G[idx[k]] = Gc[k]
+        alpha[idx[k]] = ac[k]
+    gmax1 = -np.inf
+    gmax2 = -np.inf
+    for k in range(n_act):
+        if yc[k] > 0:
+            if ac[k] < Uc[k] and -Gc[k] > gmax1:
+                gmax1 = -Gc[k]
+            if ac[k] > 0.0 and Gc[k] > gmax2:
+                gmax2 = Gc[k]
+        else:
+            if ac[k] < Uc[k] and -Gc[k] > gmax2:
+                gmax2 = -Gc[k]
+            if ac[k] > 0.0 and Gc[k] > gmax1:
+                gmax1 = Gc[k]
+    drop = np.zeros(n_act, dtype=np.bool_)
+    for k in range(n_act):
+        if ac[k] >= Uc[k]:
+            drop[k] = (-Gc[k] > gmax1) if yc[k] > 0 else (-Gc[k] > gmax2)
+        elif ac[k] <= 0.0:
+            drop[k] = (Gc[k] > gmax2) if yc[k] > 0 else (Gc[k] > gmax1)
+    kept = 0
+    for k in range(n_act):
+        if not drop[k]:
+            idx[kept] = idx[k]
+            yc[kept] = yc[k]
+            Uc[kept] = Uc[k]
+            ac[kept] = ac[k]
+            Gc[kept] = Gc[k]
+            Dc[kept] = Dc[k]
+            kept += 1
+    _compact(act, n_act, drop)
+    return kept
 
 
 @njit(cache=True)
