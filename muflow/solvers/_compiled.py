@@ -190,6 +190,20 @@ def _update_column(rule, w, P, N, c, z, s, floor, upper, lam, out):
         _update_musik(w, P, N, c, z, s, floor, upper, lam, out)
 
 
+@njit(**_SIMD)
+def _scale_and_total(w, c, upper):
+    """max(1, max_i |c_i|) and 1 + sum_i (U_i if finite else |w_i|): the root finder's
+    first blind step and the size of the constraint sum that its tolerance refers to."""
+    scale = 1.0
+    total = 1.0
+    for i in range(w.shape[0]):
+        ac = abs(c[i])
+        scale = ac if ac > scale else scale
+        u = upper[i]
+        total += u if u < 1e300 else abs(w[i])
+    return scale, total
+
+
 @njit(cache=True)
 def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
     """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2).
@@ -205,17 +219,7 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
 
     Works on one column held in contiguous vectors (see :func:`multiplicative_step`).
     """
-    n = w.shape[0]
-    scale = 1.0
-    total = 1.0
-    for i in range(n):
-        ac = abs(c[i])
-        if ac > scale:
-            scale = ac
-        if upper[i] < 1e300:
-            total += upper[i]
-        else:
-            total += abs(w[i])
+    scale, total = _scale_and_total(w, c, upper)
     tol = 1e-14 * total
     lam = lam0
     h, d = _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam)
@@ -288,36 +292,33 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, lam, out):
+def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, lam, out):
     """The update of every column with lambda solved per column (sum constraint on).
 
-    ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
-    root finder visits it several times: their columns are copied ``_BLOCK`` at a time
-    into contiguous vectors (the block's cache lines are fetched once and reused across
-    its columns), solved there, and the updates copied back the same way. The linear
-    term, labels, flip signs and upper bounds come transposed, (m, n): the solver keeps
-    those copies for as long as they do not change (all run long without flips). ``floor``
+    ``w`` and ``out`` are (n, m) and row-major, so a column is strided, and the root finder
+    visits it several times: columns of ``w`` are copied ``_BLOCK`` at a time into
+    contiguous vectors (the block's cache lines are fetched once and reused across its
+    columns), solved there, and the updates copied back the same way. Everything else
+    comes transposed, (m, n): P and N as :func:`class_products_t` writes them, the linear
+    term, labels, flip signs and upper bounds as the solver keeps them for as long as
+    they do not change (all run long without flips). ``floor``
     holds one value per column (sample i's floor is min(floor_j, upper_ij)); the labels of
     the (possibly flipped) basis are z = s * y. Free of the GIL.
     """
     n, m = w.shape
     B = _BLOCK
     wb = np.empty((B, n))
-    Pb = np.empty((B, n))
-    Nb = np.empty((B, n))
     ob = np.empty((B, n))
     zj = np.empty(n)
     fj = np.empty(n)
     for jb in range(0, m, B):
         nb = min(B, m - jb)
         _gather(w, wb, jb, nb)
-        _gather(P, Pb, jb, nb)
-        _gather(N, Nb, jb, nb)
         for k in range(nb):
             j = jb + k
             wk = wb[k]
-            Pk = Pb[k]
-            Nk = Nb[k]
+            Pk = PT[j]
+            Nk = NT[j]
             ok = ob[k]
             ck = cT[j]
             yk = yT[j]
@@ -354,7 +355,8 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
                 out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
                                        f, u, s[i, j] < 0)
         return
-    equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
+    equality_step(rule, w, np.ascontiguousarray(P.T), np.ascontiguousarray(N.T),
+                  np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
                   np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), lam, out)
 
 
@@ -582,6 +584,52 @@ def class_products(KV, z, y, P, N, q_alpha):
 
 
 @njit(cache=True)
+def class_products_t(KV, y, PT, NT, q_alpha):
+    """:func:`class_products` (unflipped: z = y) with P and N written transposed, (m, n).
+
+    The equality-constrained step reads P and N one column at a time; writing them
+    column-major here, eight rows at a time (one cache line of each output row per
+    column), costs about what the row-major writes do and saves that step a gather.
+    """
+    n, m = y.shape
+    T = 8
+    for i0 in range(0, n, T):
+        i1 = min(n, i0 + T)
+        for j in range(m):
+            for i in range(i0, i1):
+                kp = KV[i, j]
+                kn = KV[i, m + j]
+                if y[i, j] > 0:
+                    PT[j, i] = kp
+                    NT[j, i] = kn
+                else:
+                    PT[j, i] = kn
+                    NT[j, i] = kp
+                q_alpha[i, j] = y[i, j] * (kp - kn)
+
+
+@njit(cache=True)
+def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, within, col_max):
+    """One row-major pass for what a solver pass needs besides the products.
+
+    Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i) (as
+    :func:`objective_columns`), whether the KKT violation is at most ``tol`` (as
+    :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i.
+    """
+    n, m = alpha.shape
+    for j in range(m):
+        objective[j] = 0.0
+        col_max[j] = -np.inf
+    for i in range(n):
+        for j in range(m):
+            a = alpha[i, j]
+            objective[j] += a * (0.5 * q_alpha[i, j] + linear[i, j])
+            if a > col_max[j]:
+                col_max[j] = a
+    _kkt_within_loop(alpha, q_alpha, linear, True, y, upper, equality, tol, within)
+
+
+@njit(cache=True)
 def objective_columns(alpha, q_alpha, linear, out):
     """F_j = sum_i alpha_ij (q_ij / 2 + p_ij) per column, without an (n, m) temporary."""
     n, m = alpha.shape
@@ -649,9 +697,3 @@ def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
     bisection is needed; without it, the residual at b = 0 (:func:`_residual_max`).
     """
     _kkt_within_loop(alpha, grad, grad, False, y, upper, equality, tol, out)
-
-
-@njit(cache=True)
-def kkt_within_split(alpha, q_alpha, linear, y, upper, equality, tol, out):
-    """:func:`kkt_within_columns` for the gradient ``q_alpha + linear``, never formed."""
-    _kkt_within_loop(alpha, q_alpha, linear, True, y, upper, equality, tol, out)

@@ -54,10 +54,10 @@ from muflow.exceptions import MuflowError
 from muflow.solvers._compiled import (
     RULE_IDS,
     class_products,
+    class_products_t,
     equality_step,
-    kkt_within_split,
     multiplicative_step,
-    objective_columns,
+    pass_summary,
     split_by_class,
 )
 from muflow.solvers.kkt import kkt_violation
@@ -76,6 +76,7 @@ class _Products:
         m = problem.m
         flipped = s < 0
         self.s = s
+        self.transposed = False  # P and N are (n, m); (m, n) when True
         if problem.operator.nonnegative and not flipped.any():
             self._unflipped_nonnegative(problem, alpha)
             return
@@ -126,10 +127,17 @@ class _Products:
         V = np.empty((n, 2 * m), dtype=_operand_dtype(problem.operator))
         split_by_class(alpha, y, V)
         KV = np.ascontiguousarray(problem.operator.matmul(V), dtype=np.float64)
-        self.P = np.empty((n, m))
-        self.N = np.empty((n, m))
         self.q_alpha = np.empty((n, m))
-        class_products(KV, y, y, self.P, self.N, self.q_alpha)
+        if problem.equality:
+            # the lambda solve reads P and N per column: written transposed, (m, n)
+            self.P = np.empty((m, n))
+            self.N = np.empty((m, n))
+            self.transposed = True
+            class_products_t(KV, y, self.P, self.N, self.q_alpha)
+        else:
+            self.P = np.empty((n, m))
+            self.N = np.empty((n, m))
+            class_products(KV, y, y, self.P, self.N, self.q_alpha)
         self.c = problem.linear
         self.u = None
 
@@ -138,13 +146,6 @@ def _operand_dtype(operator):
     """The dtype the operator multiplies in (float32 for a float32 Gram), else float64."""
     dtype = getattr(getattr(operator, "K", None), "dtype", None)
     return np.float32 if dtype == np.float32 else np.float64
-
-
-def _objective(problem: DualProblem, alpha, q_alpha):
-    """:meth:`DualProblem.objective` from the products of the pass, fused into one loop."""
-    out = np.empty(problem.m)
-    objective_columns(alpha, q_alpha, problem.linear, out)
-    return out
 
 
 class _Transposed:
@@ -174,8 +175,10 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=No
         else:
             cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
             sT = np.ascontiguousarray(prod.s.T)
-        equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, tr.upper,
-                      lam, out)
+        PT, NT = prod.P, prod.N
+        if not prod.transposed:
+            PT, NT = np.ascontiguousarray(PT.T), np.ascontiguousarray(NT.T)
+        equality_step(RULE_IDS[rule], prod.w, PT, NT, cT, tr.y, sT, floor, tr.upper, lam, out)
         return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
@@ -217,8 +220,9 @@ def _rescale(problem, alpha, prod):
     t = np.clip(np.nan_to_num(t, nan=1.0, posinf=1.0), 1e-300, np.minimum(cap, 1e300))
     t = np.where(t > 0, t, 1.0)
     prod.w = prod.w * t
-    prod.P = prod.P * t
-    prod.N = prod.N * t
+    t_pn = t[:, None] if prod.transposed else t
+    prod.P = prod.P * t_pn
+    prod.N = prod.N * t_pn
     prod.q_alpha = prod.q_alpha * t
     return alpha * t
 
@@ -283,10 +287,22 @@ def solve_multiplicative(
         timings["products"] += time.perf_counter() - t
         return p
 
+    def summarize(a, p):
+        """F, the KKT test "violation <= tol" (kkt.kkt_within) and max alpha per column,
+        in one pass; the violation's value and the bias are found once, at the end."""
+        t = time.perf_counter()
+        f = np.empty(m)
+        ok = np.empty(m, dtype=np.bool_)
+        top = np.empty(m)
+        pass_summary(a, p.q_alpha, problem.linear, y, U, bool(problem.equality), float(tol),
+                     f, ok, top)
+        timings["kkt"] += time.perf_counter() - t
+        return f, ok, top
+
     prod = products(alpha)
     if bias0 is None and init is None:
         alpha = _rescale(problem, alpha, prod)
-    objective = _objective(problem, alpha, prod.q_alpha)
+    objective, satisfied, col_max = summarize(alpha, prod)
     curve = [objective]
     prev = None
     n_iter = 0
@@ -296,6 +312,7 @@ def solve_multiplicative(
             worse = objective > prev[2] + 1e-13 * np.abs(prev[2])
             if worse.any():
                 alpha, prod, objective = _line_search(problem, prev, alpha, prod, worse, products)
+                _, satisfied, col_max = summarize(alpha, prod)
                 timings["safeguard_passes"] += 1
             curve.append(objective)
         if not np.all(np.isfinite(objective)) or np.any(objective < -1e250):
@@ -303,19 +320,12 @@ def solve_multiplicative(
                 "the dual objective is unbounded: the hard-margin problem (C=inf) has no "
                 "solution on data that are not separable; use a finite C"
             )
-        t = time.perf_counter()
-        # per pass only the cheap test "violation <= tol" (kkt.kkt_within, with the
-        # gradient q_alpha + p summed inside the loop); the value itself once, at the end
-        satisfied = np.empty(m, dtype=np.bool_)
-        kkt_within_split(alpha, prod.q_alpha, problem.linear, y, U, bool(problem.equality),
-                         float(tol), satisfied)
-        timings["kkt"] += time.perf_counter() - t
         if callback is not None and callback(iteration, alpha, objective):
             break
         if np.all(satisfied) or iteration == max_iter:
             break
         t = time.perf_counter()
-        floor = floor_of(alpha)
+        floor = _RELATIVE_FLOOR * np.maximum(col_max, 1e-8)  # floor_of(alpha)
         new_alpha = _step(rule, prod, problem, lam, floor, transposed)
         # flip signs for the next pass: the sign of the current Lagrangian gradient (eq. (20))
         if can_flip.any():
@@ -326,7 +336,7 @@ def solve_multiplicative(
         prev = (alpha, prod, objective)
         alpha = new_alpha
         prod = products(alpha)
-        objective = _objective(problem, alpha, prod.q_alpha)
+        objective, satisfied, col_max = summarize(alpha, prod)
         n_iter += 1
     t = time.perf_counter()
     violation, bias = kkt_violation(problem, alpha, prod.q_alpha + problem.linear,
