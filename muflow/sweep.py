@@ -578,28 +578,34 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     ycols, upper = _columns(Y, masks, Cs)
     t0 = time.perf_counter()
     # subset solvers solve column by column anyway: in "batched" their columns are cold,
-    # independent solves, run (and timed, and shared out to forked processes) per C like
-    # the chains
+    # independent solves, one task per (C, fold); "continuation" is one task per fold,
+    # ascending C, warm-started. Tasks are shared out to forked processes, costliest first.
     chained = path == "continuation" or (halving is None and info.name in SUBSET_SOLVERS)
     if chained:
         warm = path == "continuation"
         F = per_c // P
-        groups = [[f * P + p for f in range(F) if f % n_jobs == w for p in range(P)]
-                  for w in range(min(n_jobs, F))]
-        if len(groups) == 1:
-            chains = [_continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[0], info,
-                                          equality, tol, max_iter, warm, callback)]
+        # one process: every fold's columns in one solve call per C; more: a task per fold
+        folds_cols = ([list(range(per_c))] if n_jobs == 1 else
+                      [[f * P + p for p in range(P)] for f in range(F)])
+        if warm:
+            tasks = [(local, list(range(len(Cs)))) for local in folds_cols]
+        else:  # larger C, more steps: start those first
+            tasks = [(local, [c]) for c in reversed(range(len(Cs))) for local in folds_cols]
+        if n_jobs == 1:
+            chains = [_continuation_chain(operator, ycols, upper, Cs, per_c, P, local, cs, info,
+                                          equality, tol, max_iter, warm, callback)
+                      for local, cs in tasks]
         else:
-            chains = _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
-                                    tol, max_iter, warm)
-        for local, chain in zip(groups, chains):
-            for c in range(len(Cs)):
+            chains = _forked_chains(operator, ycols, upper, Cs, per_c, P, tasks, info, equality,
+                                    tol, max_iter, warm, n_jobs)
+        for (local, cs), chain in zip(tasks, chains):
+            for k, c in enumerate(cs):
                 cols = [c * per_c + j for j in local]
-                alpha[:, cols], bias[cols], viol[cols] = chain["alpha"][c], chain["bias"][c], chain["viol"][c]
-                n_iter[c] = max(n_iter[c], chain["n_iter"][c])
-                seconds[c] = max(seconds[c], chain["seconds"][c])
+                alpha[:, cols], bias[cols], viol[cols] = chain["alpha"][k], chain["bias"][k], chain["viol"][k]
+                n_iter[c] = max(n_iter[c], chain["n_iter"][k])
+                seconds[c] = max(seconds[c], chain["seconds"][k])
                 if local[0] == 0:
-                    curves[c] = chain["curves"][c]
+                    curves[c] = chain["curves"][k]
     else:
         active = list(range(len(Cs)))
         init = None
@@ -642,9 +648,10 @@ def _solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, 
     }
 
 
-def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equality, tol,
-                        max_iter, warm=True, callback=None):
-    """Solve the columns ``local`` (indices within one C's block) for every C, ascending.
+def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, c_indices, info, equality,
+                        tol, max_iter, warm=True, callback=None):
+    """Solve the columns ``local`` (indices within one C's block) for the C values
+    ``Cs[c_indices]``, in that (ascending) order.
 
     With ``warm``, each C starts from the previous C's solution scaled by C / C_prev ("alpha seeding",
     DeCoste & Wagstaff, KDD 2000): scaling keeps 0 <= alpha <= C and sum_i y_i alpha_i = 0,
@@ -655,7 +662,7 @@ def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equal
 
     out = {"alpha": [], "bias": [], "viol": [], "n_iter": [], "seconds": [], "curves": []}
     init = None
-    for c, C in enumerate(Cs):
+    for k, c in enumerate(c_indices):
         cols = [c * per_c + j for j in local]
         problem = DualProblem(operator, ycols[:, cols], upper[:, cols], equality=equality)
         t = time.perf_counter()
@@ -666,8 +673,8 @@ def _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, info, equal
         out["viol"].append(sol.kkt_violation)
         out["n_iter"].append(int(sol.n_iter))
         out["curves"].append(sol.objective_curve[:, :P] if local[0] == 0 else None)
-        if warm and c + 1 < len(Cs):
-            init = (sol.alpha * (Cs[c + 1] / C), sol.bias)
+        if warm and k + 1 < len(c_indices):
+            init = (sol.alpha * (Cs[c_indices[k + 1]] / Cs[c]), sol.bias)
     return out
 
 
@@ -676,18 +683,20 @@ _FORK_STATE = None
 
 
 def _chain_in_child(k):
-    operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter, warm = _FORK_STATE
-    return _continuation_chain(operator, ycols, upper, Cs, per_c, P, groups[k], info, equality,
-                               tol, max_iter, warm)
+    operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter, warm = _FORK_STATE
+    local, c_indices = tasks[k]
+    return _continuation_chain(operator, ycols, upper, Cs, per_c, P, local, c_indices, info,
+                               equality, tol, max_iter, warm)
 
 
-def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter,
-                   warm):
-    """Run the continuation chains of the column groups in forked processes.
+def _forked_chains(operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter,
+                   warm, n_jobs):
+    """Run the tasks ``(local columns, C indices)`` in ``n_jobs`` forked processes, in the
+    order given (each process takes the next task when it is free).
 
-    The chains are independent (a column's warm start comes from the same column at the
-    previous C), and the subset solvers hold the GIL, so processes rather than threads;
-    fork shares the in-memory K with the children without a copy.
+    The tasks are independent (a column's warm start comes from the same column at the
+    previous C, inside one task), and the subset solvers hold the GIL, so processes rather
+    than threads; fork shares the in-memory K with the children without a copy.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -698,11 +707,12 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, groups, info, equality,
     # load the solver's compiled loops here once, not in every child
     info.solve(DualProblem(DenseGram(np.eye(2)), [1.0, -1.0], 1.0, equality=equality), tol=tol, max_iter=5)
     global _FORK_STATE
-    _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, groups, info, equality, tol, max_iter, warm)
+    _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter, warm)
     try:
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(len(groups), mp_context=ctx) as pool:
-            return list(pool.map(_chain_in_child, range(len(groups))))
+        with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=ctx) as pool:
+            futures = [pool.submit(_chain_in_child, k) for k in range(len(tasks))]
+            return [f.result() for f in futures]
     finally:
         _FORK_STATE = None
 
