@@ -44,6 +44,16 @@ def _slot(i, slot_of, stamp, clock):
     return s
 
 
+@njit(cache=True, inline="always")
+def _projected(a, u, g):
+    """The gradient g of a variable a in [0, u] projected on the directions it can move."""
+    if a <= 0.0 and g > 0.0:
+        return 0.0
+    if a >= u and g < 0.0:
+        return 0.0
+    return g
+
+
 @njit(cache=True)
 def _compact(act, n_act, drop):
     """Move the dropped indices behind the kept ones, keeping both in index order:
@@ -100,26 +110,16 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
             gm = 0.0
             for k in range(n_act):
                 t = act[k]
-                g = G[t]
-                if alpha[t] <= 0.0 and g > 0.0:
-                    g = 0.0
-                elif alpha[t] >= U[t] and g < 0.0:
-                    g = 0.0
-                if abs(g) > gm:
-                    gm = abs(g)
+                gm = max(gm, abs(_projected(alpha[t], U[t], G[t])))
             n_act = _shrink_single(U, alpha, G, act, n_act, gm)
             state[STATE_NACT] = n_act
         i = -1
         best = 0.0
         for k in range(n_act):
             t = act[k]
-            g = G[t]
-            if alpha[t] <= 0.0 and g > 0.0:
-                g = 0.0
-            elif alpha[t] >= U[t] and g < 0.0:
-                g = 0.0
-            if abs(g) > best:
-                best = abs(g)
+            g = abs(_projected(alpha[t], U[t], G[t]))
+            if g > best:
+                best = g
                 i = t
         if i < 0 or best <= gap_tol:
             return DONE
