@@ -87,26 +87,46 @@ def factor_slope(rule, P, N, c):
 
 
 @njit(cache=True, inline="always")
-def _sum_slope_loop(rule, w, P, N, c, z, y, s, floor, upper, lam):
+def _eval_loop(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out):
+    """``out = alpha(lambda)`` and h(lambda) = sum_i y_i alpha_i(lambda), dh/dlambda.
+
+    alpha_i(lambda) is the clipped (and, where s_i < 0, flipped back) update with the linear
+    term c_i + lambda z_i; a clipped coefficient contributes no slope. Each term is
+    non-increasing in lambda (z_i = s_i y_i), hence so is h (M3 Theorem 2). ``uniform``:
+    no flips (s = 1, z = y) and c, floor and upper the same for every sample, passed as
+    one-element arrays, so that the loop streams only w, P, N and y.
+    """
     total = 0.0
     slope = 0.0
+    c0 = c[0]
+    f0 = floor[0]
+    u0 = upper[0]
     for i in range(w.shape[0]):
-        zi = z[i]
-        r, dr = factor_slope(rule, P[i], N[i], c[i] + lam * zi)
+        if uniform:
+            zi = y[i]
+            ci = c0
+            fl = f0
+            u = u0
+        else:
+            zi = z[i]
+            ci = c[i]
+            fl = floor[i]
+            u = upper[i]
+        r, dr = factor_slope(rule, P[i], N[i], ci + lam * zi)
         wi = w[i]
         v = wi * r
         d = wi * dr * zi
-        fl = floor[i]
-        u = upper[i]
         low = v < fl
         v = fl if low else v
         d = 0.0 if low else d
         high = v > u
         v = u if high else v
         d = 0.0 if high else d
-        flip = s[i] < 0.0
-        v = u - v if flip else v
-        d = -d if flip else d
+        if not uniform:
+            flip = s[i] < 0.0
+            v = u - v if flip else v
+            d = -d if flip else d
+        out[i] = v
         yi = y[i]
         total += yi * v
         slope += yi * d
@@ -114,80 +134,63 @@ def _sum_slope_loop(rule, w, P, N, c, z, y, s, floor, upper, lam):
 
 
 @njit(**_SIMD)
-def _sum_slope_m3(w, P, N, c, z, y, s, floor, upper, lam):
-    return _sum_slope_loop(0, w, P, N, c, z, y, s, floor, upper, lam)
+def _eval_m3(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(0, False, w, P, N, c, z, y, s, floor, upper, lam, out)
 
 
 @njit(**_SIMD)
-def _sum_slope_munk(w, P, N, c, z, y, s, floor, upper, lam):
-    return _sum_slope_loop(1, w, P, N, c, z, y, s, floor, upper, lam)
+def _eval_munk(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(1, False, w, P, N, c, z, y, s, floor, upper, lam, out)
 
 
 @njit(**_SIMD)
-def _sum_slope_seminmf(w, P, N, c, z, y, s, floor, upper, lam):
-    return _sum_slope_loop(2, w, P, N, c, z, y, s, floor, upper, lam)
+def _eval_seminmf(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(2, False, w, P, N, c, z, y, s, floor, upper, lam, out)
 
 
 @njit(**_SIMD)
-def _sum_slope_musik(w, P, N, c, z, y, s, floor, upper, lam):
-    return _sum_slope_loop(3, w, P, N, c, z, y, s, floor, upper, lam)
+def _eval_musik(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(3, False, w, P, N, c, z, y, s, floor, upper, lam, out)
+
+
+@njit(**_SIMD)
+def _eval_m3_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(0, True, w, P, N, c, z, y, s, floor, upper, lam, out)
+
+
+@njit(**_SIMD)
+def _eval_munk_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(1, True, w, P, N, c, z, y, s, floor, upper, lam, out)
+
+
+@njit(**_SIMD)
+def _eval_seminmf_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(2, True, w, P, N, c, z, y, s, floor, upper, lam, out)
+
+
+@njit(**_SIMD)
+def _eval_musik_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
+    return _eval_loop(3, True, w, P, N, c, z, y, s, floor, upper, lam, out)
 
 
 @njit(cache=True)
-def _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam):
-    """h(lambda) = sum_i y_i alpha_i(lambda) and dh/dlambda, in one pass.
-
-    alpha_i(lambda) is the clipped (and, where s_i < 0, flipped back) update with the linear
-    term c_i + lambda z_i; a clipped coefficient contributes no slope. Each term is
-    non-increasing in lambda (z_i = s_i y_i), hence so is h (M3 Theorem 2).
-    """
+def _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out):
+    """:func:`_eval_loop` compiled for the rule (one SIMD loop per rule and mode)."""
+    if uniform:
+        if rule == 0:
+            return _eval_m3_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
+        if rule == 1:
+            return _eval_munk_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
+        if rule == 2:
+            return _eval_seminmf_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
+        return _eval_musik_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
     if rule == 0:
-        return _sum_slope_m3(w, P, N, c, z, y, s, floor, upper, lam)
+        return _eval_m3(w, P, N, c, z, y, s, floor, upper, lam, out)
     if rule == 1:
-        return _sum_slope_munk(w, P, N, c, z, y, s, floor, upper, lam)
+        return _eval_munk(w, P, N, c, z, y, s, floor, upper, lam, out)
     if rule == 2:
-        return _sum_slope_seminmf(w, P, N, c, z, y, s, floor, upper, lam)
-    return _sum_slope_musik(w, P, N, c, z, y, s, floor, upper, lam)
-
-
-@njit(cache=True, inline="always")
-def _update_loop(rule, w, P, N, c, z, s, floor, upper, lam, out):
-    for i in range(w.shape[0]):
-        out[i] = _new_value(rule, w[i], P[i], N[i], c[i] + lam * z[i], floor[i], upper[i],
-                            s[i] < 0.0)
-
-
-@njit(cache=True, error_model="numpy")
-def _update_m3(w, P, N, c, z, s, floor, upper, lam, out):
-    _update_loop(0, w, P, N, c, z, s, floor, upper, lam, out)
-
-
-@njit(cache=True, error_model="numpy")
-def _update_munk(w, P, N, c, z, s, floor, upper, lam, out):
-    _update_loop(1, w, P, N, c, z, s, floor, upper, lam, out)
-
-
-@njit(cache=True, error_model="numpy")
-def _update_seminmf(w, P, N, c, z, s, floor, upper, lam, out):
-    _update_loop(2, w, P, N, c, z, s, floor, upper, lam, out)
-
-
-@njit(cache=True, error_model="numpy")
-def _update_musik(w, P, N, c, z, s, floor, upper, lam, out):
-    _update_loop(3, w, P, N, c, z, s, floor, upper, lam, out)
-
-
-@njit(cache=True)
-def _update_column(rule, w, P, N, c, z, s, floor, upper, lam, out):
-    """``out = alpha(lambda)`` for one contiguous column (the values of :func:`_new_value`)."""
-    if rule == 0:
-        _update_m3(w, P, N, c, z, s, floor, upper, lam, out)
-    elif rule == 1:
-        _update_munk(w, P, N, c, z, s, floor, upper, lam, out)
-    elif rule == 2:
-        _update_seminmf(w, P, N, c, z, s, floor, upper, lam, out)
-    else:
-        _update_musik(w, P, N, c, z, s, floor, upper, lam, out)
+        return _eval_seminmf(w, P, N, c, z, y, s, floor, upper, lam, out)
+    return _eval_musik(w, P, N, c, z, y, s, floor, upper, lam, out)
 
 
 @njit(**_SIMD)
@@ -204,12 +207,20 @@ def _scale_and_total(w, c, upper):
     return scale, total
 
 
+@njit(**_SIMD)
+def _abs_sum(w):
+    total = 0.0
+    for i in range(w.shape[0]):
+        total += abs(w[i])
+    return total
+
+
 @njit(cache=True)
-def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
+def _solve_lambda(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam0, out):
     """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2).
 
     Safeguarded Newton from the previous pass's multiplier ``lam0`` with the analytic slope
-    (:func:`_constraint_sum_slope`): near the solution lambda moves little between passes,
+    (:func:`_eval_loop`): near the solution lambda moves little between passes,
     so two or three evaluations of the sum usually reach the tolerance. Until the root is
     bracketed, steps go downhill with at least doubling length when the last one did not
     halve the residual; once it is bracketed, a Newton step outside the bracket becomes
@@ -217,12 +228,18 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
     root is unique up to a flat stretch on which no alpha_i changes (each term is
     monotone), so the updated alpha is that of any other root finder at this tolerance.
 
-    Works on one column held in contiguous vectors (see :func:`multiplicative_step`).
+    Works on one column held in contiguous vectors (see :func:`equality_step`). Every
+    evaluation writes alpha(lambda) into ``out``, and the lambda returned is always the last
+    one evaluated, so ``out`` holds the update on return.
     """
-    scale, total = _scale_and_total(w, c, upper)
+    if uniform:
+        scale = max(1.0, abs(c[0]))
+        total = 1.0 + (w.shape[0] * upper[0] if upper[0] < 1e300 else _abs_sum(w))
+    else:
+        scale, total = _scale_and_total(w, c, upper)
     tol = 1e-14 * total
     lam = lam0
-    h, d = _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam)
+    h, d = _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out)
     if abs(h) <= tol or not math.isfinite(h):
         return lam
     # the bracket: h(a) >= 0 >= h(b)
@@ -262,7 +279,7 @@ def _solve_lambda(rule, w, P, N, c, z, y, s, floor, upper, lam0):
             x = lam + dist if h > 0.0 else lam - dist
         h_prev = h
         lam = x
-        h, d = _constraint_sum_slope(rule, w, P, N, c, z, y, s, floor, upper, lam)
+        h, d = _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out)
         if abs(h) <= tol:
             return lam
         if h > 0.0:
@@ -292,7 +309,7 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, lam, out):
+def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, uniform, lam, out):
     """The update of every column with lambda solved per column (sum constraint on).
 
     ``w`` and ``out`` are (n, m) and row-major, so a column is strided, and the root finder
@@ -301,9 +318,11 @@ def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, lam, out):
     columns), solved there, and the updates copied back the same way. Everything else
     comes transposed, (m, n): P and N as :func:`class_products_t` writes them, the linear
     term, labels, flip signs and upper bounds as the solver keeps them for as long as
-    they do not change (all run long without flips). ``floor``
-    holds one value per column (sample i's floor is min(floor_j, upper_ij)); the labels of
-    the (possibly flipped) basis are z = s * y. Free of the GIL.
+    they do not change (all run long without flips). ``floor`` holds one value per column
+    (sample i's floor is min(floor_j, upper_ij)); the labels of the (possibly flipped)
+    basis are z = s * y. With ``uniform`` (no flips, and the linear term and the bounds
+    constant within each column) ``cT`` and ``uT`` are (m, 1) and ``sT`` is not read.
+    Free of the GIL.
     """
     n, m = w.shape
     B = _BLOCK
@@ -317,20 +336,22 @@ def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, lam, out):
         for k in range(nb):
             j = jb + k
             wk = wb[k]
-            Pk = PT[j]
-            Nk = NT[j]
             ok = ob[k]
             ck = cT[j]
             yk = yT[j]
             sk = sT[j]
             uk = uT[j]
             fl = floor[j]
-            for i in range(n):
-                zj[i] = sk[i] * yk[i]
-                fj[i] = fl if fl < uk[i] else uk[i]
-            shift = _solve_lambda(rule, wk, Pk, Nk, ck, zj, yk, sk, fj, uk, lam[j])
-            lam[j] = shift
-            _update_column(rule, wk, Pk, Nk, ck, zj, sk, fj, uk, shift, ok)
+            if uniform:
+                fj[0] = fl if fl < uk[0] else uk[0]
+                zk = yk
+            else:
+                for i in range(n):
+                    zj[i] = sk[i] * yk[i]
+                    fj[i] = fl if fl < uk[i] else uk[i]
+                zk = zj
+            lam[j] = _solve_lambda(rule, uniform, wk, PT[j], NT[j], ck, zk, yk, sk, fj, uk,
+                                   lam[j], ok)
         for k in range(nb):
             j = jb + k
             ok = ob[k]
@@ -357,7 +378,8 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
         return
     equality_step(rule, w, np.ascontiguousarray(P.T), np.ascontiguousarray(N.T),
                   np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
-                  np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), lam, out)
+                  np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), False, lam,
+                  out)
 
 
 @njit(cache=True)

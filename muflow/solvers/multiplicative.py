@@ -27,8 +27,10 @@ Constraints:
 - sum constraint sum_i y_i alpha_i = 0 (the exact intercept): the linear term becomes
   c + lambda y (eq. (14)-(16)) and lambda is solved at every iteration so that the updated
   alpha satisfies the constraint (eq. (17)); the left side of (17) decreases in lambda
-  (Theorem 2: the root is unique), here also with the clipping inside it, so a bracketing
-  root finder replaces the fixed-point iteration (18). For MUNK this lambda is the bias
+  (Theorem 2: the root is unique), here also with the clipping inside it, so a root finder
+  replaces the fixed-point iteration (18): Newton's method on the analytic slope of (17),
+  from the previous pass's lambda, safeguarded by a bracket (usually three evaluations of
+  the sum; see ``_compiled._solve_lambda``). For MUNK this lambda is the bias
   multiplier of the slides (sum_A alpha = sum_B alpha = lambda expresses the same
   constraint); muflow keeps it as a Lagrange multiplier rather than rescaling beta =
   alpha / lambda, which lets the box constraint stay a plain clip.
@@ -161,6 +163,12 @@ class _Transposed:
         self.upper = np.ascontiguousarray(np.broadcast_to(problem.upper, shape).T)
         self.linear = np.ascontiguousarray(np.broadcast_to(problem.linear, shape).T)
         self.ones = np.ones(shape[::-1])
+        # the common case: every sample of a column has the same bound and linear term
+        # (no sample weights): the step then streams only w, P, N and y
+        self.uniform = bool(np.all(self.upper == self.upper[:, :1])
+                            and np.all(self.linear == self.linear[:, :1]))
+        self.upper_col = np.ascontiguousarray(self.upper[:, :1])
+        self.linear_col = np.ascontiguousarray(self.linear[:, :1])
 
 
 def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=None):
@@ -169,16 +177,22 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=No
     shape = prod.w.shape
     if problem.equality:
         tr = transposed if transposed is not None else _Transposed(problem)
+        uniform = False
+        uT = tr.upper
         if prod.u is None:
             # no flip: s = 1 and the linear term is the problem's (M3 eq. (24) with u = 0)
             cT, sT = tr.linear, tr.ones
+            if tr.uniform:
+                uniform = True
+                cT, uT = tr.linear_col, tr.upper_col
         else:
             cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
             sT = np.ascontiguousarray(prod.s.T)
         PT, NT = prod.P, prod.N
         if not prod.transposed:
             PT, NT = np.ascontiguousarray(PT.T), np.ascontiguousarray(NT.T)
-        equality_step(RULE_IDS[rule], prod.w, PT, NT, cT, tr.y, sT, floor, tr.upper, lam, out)
+        equality_step(RULE_IDS[rule], prod.w, PT, NT, cT, tr.y, sT, floor, uT, uniform, lam,
+                      out)
         return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
