@@ -309,30 +309,36 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, uniform, lam, out):
+def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0=0, j1=-1):
     """The update of every column with lambda solved per column (sum constraint on).
 
-    ``w`` and ``out`` are (n, m) and row-major, so a column is strided, and the root finder
-    visits it several times: columns of ``w`` are copied ``_BLOCK`` at a time into
-    contiguous vectors (the block's cache lines are fetched once and reused across its
-    columns), solved there, and the updates copied back the same way. Everything else
-    comes transposed, (m, n): P and N as :func:`class_products_t` writes them, the linear
-    term, labels, flip signs and upper bounds as the solver keeps them for as long as
-    they do not change (all run long without flips). ``floor`` holds one value per column
+    ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
+    root finder visits it several times: their columns are copied ``_BLOCK`` at a time
+    into contiguous vectors (the block's cache lines are fetched once and reused across
+    its columns), solved there, and the updates copied back the same way. The linear
+    term, labels, flip signs and upper bounds come transposed, (m, n), as the solver keeps
+    them for as long as they do not change (all run long without flips). ``floor`` holds one value per column
     (sample i's floor is min(floor_j, upper_ij)); the labels of the (possibly flipped)
     basis are z = s * y. With ``uniform`` (no flips, and the linear term and the bounds
     constant within each column) ``cT`` and ``uT`` are (m, 1) and ``sT`` is not read.
-    Free of the GIL.
+    Only columns ``j0:j1`` (all by default) are updated; the function is free of the GIL,
+    so disjoint column ranges may run on several threads at once.
     """
     n, m = w.shape
+    if j1 < 0:
+        j1 = m
     B = _BLOCK
     wb = np.empty((B, n))
+    Pb = np.empty((B, n))
+    Nb = np.empty((B, n))
     ob = np.empty((B, n))
     zj = np.empty(n)
     fj = np.empty(n)
-    for jb in range(0, m, B):
-        nb = min(B, m - jb)
+    for jb in range(j0, j1, B):
+        nb = min(B, j1 - jb)
         _gather(w, wb, jb, nb)
+        _gather(P, Pb, jb, nb)
+        _gather(N, Nb, jb, nb)
         for k in range(nb):
             j = jb + k
             wk = wb[k]
@@ -350,7 +356,7 @@ def equality_step(rule, w, PT, NT, cT, yT, sT, floor, uT, uniform, lam, out):
                     zj[i] = sk[i] * yk[i]
                     fj[i] = fl if fl < uk[i] else uk[i]
                 zk = zj
-            lam[j] = _solve_lambda(rule, uniform, wk, PT[j], NT[j], ck, zk, yk, sk, fj, uk,
+            lam[j] = _solve_lambda(rule, uniform, wk, Pb[k], Nb[k], ck, zk, yk, sk, fj, uk,
                                    lam[j], ok)
         for k in range(nb):
             j = jb + k
@@ -376,8 +382,7 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
                 out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
                                        f, u, s[i, j] < 0)
         return
-    equality_step(rule, w, np.ascontiguousarray(P.T), np.ascontiguousarray(N.T),
-                  np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
+    equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
                   np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), False, lam,
                   out)
 
@@ -603,31 +608,6 @@ def class_products(KV, z, y, P, N, q_alpha):
                 P[i, j] = kn
                 N[i, j] = kp
             q_alpha[i, j] = y[i, j] * (kp - kn)
-
-
-@njit(cache=True)
-def class_products_t(KV, y, PT, NT, q_alpha):
-    """:func:`class_products` (unflipped: z = y) with P and N written transposed, (m, n).
-
-    The equality-constrained step reads P and N one column at a time; writing them
-    column-major here, eight rows at a time (one cache line of each output row per
-    column), costs about what the row-major writes do and saves that step a gather.
-    """
-    n, m = y.shape
-    T = 8
-    for i0 in range(0, n, T):
-        i1 = min(n, i0 + T)
-        for j in range(m):
-            for i in range(i0, i1):
-                kp = KV[i, j]
-                kn = KV[i, m + j]
-                if y[i, j] > 0:
-                    PT[j, i] = kp
-                    NT[j, i] = kn
-                else:
-                    PT[j, i] = kn
-                    NT[j, i] = kp
-                q_alpha[i, j] = y[i, j] * (kp - kn)
 
 
 @njit(cache=True)

@@ -56,7 +56,6 @@ from muflow.exceptions import MuflowError
 from muflow.solvers._compiled import (
     RULE_IDS,
     class_products,
-    class_products_t,
     equality_step,
     multiplicative_step,
     pass_summary,
@@ -78,7 +77,6 @@ class _Products:
         m = problem.m
         flipped = s < 0
         self.s = s
-        self.transposed = False  # P and N are (n, m); (m, n) when True
         if problem.operator.nonnegative and not flipped.any():
             self._unflipped_nonnegative(problem, alpha)
             return
@@ -129,17 +127,10 @@ class _Products:
         V = np.empty((n, 2 * m), dtype=_operand_dtype(problem.operator))
         split_by_class(alpha, y, V)
         KV = np.ascontiguousarray(problem.operator.matmul(V), dtype=np.float64)
+        self.P = np.empty((n, m))
+        self.N = np.empty((n, m))
         self.q_alpha = np.empty((n, m))
-        if problem.equality:
-            # the lambda solve reads P and N per column: written transposed, (m, n)
-            self.P = np.empty((m, n))
-            self.N = np.empty((m, n))
-            self.transposed = True
-            class_products_t(KV, y, self.P, self.N, self.q_alpha)
-        else:
-            self.P = np.empty((n, m))
-            self.N = np.empty((n, m))
-            class_products(KV, y, y, self.P, self.N, self.q_alpha)
+        class_products(KV, y, y, self.P, self.N, self.q_alpha)
         self.c = problem.linear
         self.u = None
 
@@ -188,11 +179,8 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=No
         else:
             cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
             sT = np.ascontiguousarray(prod.s.T)
-        PT, NT = prod.P, prod.N
-        if not prod.transposed:
-            PT, NT = np.ascontiguousarray(PT.T), np.ascontiguousarray(NT.T)
-        equality_step(RULE_IDS[rule], prod.w, PT, NT, cT, tr.y, sT, floor, uT, uniform, lam,
-                      out)
+        equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, uT, uniform,
+                      lam, out)
         return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
@@ -234,9 +222,8 @@ def _rescale(problem, alpha, prod):
     t = np.clip(np.nan_to_num(t, nan=1.0, posinf=1.0), 1e-300, np.minimum(cap, 1e300))
     t = np.where(t > 0, t, 1.0)
     prod.w = prod.w * t
-    t_pn = t[:, None] if prod.transposed else t
-    prod.P = prod.P * t_pn
-    prod.N = prod.N * t_pn
+    prod.P = prod.P * t
+    prod.N = prod.N * t
     prod.q_alpha = prod.q_alpha * t
     return alpha * t
 
