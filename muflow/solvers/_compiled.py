@@ -610,7 +610,45 @@ def class_products(KV, z, y, P, N, q_alpha):
             q_alpha[i, j] = y[i, j] * (kp - kn)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _summary_row(a_row, q_row, l_row, y_row, u_row, equality, tol, F, top, lo_b, hi_b, worst):
+    """One row of :func:`pass_summary`: every column's accumulator advances by one sample.
+
+    Branch-free, and each column keeps its own running sum, so the loop over the columns
+    is vectorised without changing any column's order of summation.
+    """
+    for j in range(a_row.shape[0]):
+        a = a_row[j]
+        q = q_row[j]
+        p = l_row[j]
+        u = u_row[j]
+        F[j] += a * (0.5 * q + p)
+        top[j] = a if a > top[j] else top[j]
+        g = q + p
+        if equality:
+            # the bias interval of _bias_interval at level tol; pinned samples bound nothing
+            base = a - g
+            lo_t = a - tol if a - tol > 0.0 else -np.inf
+            hi_t = a + tol if a + tol < u else np.inf
+            yb_lo = base - hi_t
+            yb_hi = base - lo_t
+            pos = y_row[j] > 0
+            blo = yb_lo if pos else -yb_hi
+            bhi = yb_hi if pos else -yb_lo
+            free = u > 0.0
+            blo = blo if free else -np.inf
+            bhi = bhi if free else np.inf
+            lo_b[j] = blo if blo > lo_b[j] else lo_b[j]
+            hi_b[j] = bhi if bhi < hi_b[j] else hi_b[j]
+        else:
+            t = a - g
+            t = 0.0 if t < 0.0 else t
+            t = u if t > u else t
+            r = abs(a - t)
+            worst[j] = r if r > worst[j] else worst[j]
+
+
+@njit(cache=True, error_model="numpy")
 def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, within, col_max):
     """One row-major pass for what a solver pass needs besides the products.
 
@@ -619,16 +657,24 @@ def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, wit
     :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i.
     """
     n, m = alpha.shape
+    lo_b = np.full(m, -np.inf)
+    hi_b = np.full(m, np.inf)
+    worst = np.zeros(m)
     for j in range(m):
         objective[j] = 0.0
         col_max[j] = -np.inf
-    for i in range(n):
+    if equality:
+        for i in range(n):
+            _summary_row(alpha[i], q_alpha[i], linear[i], y[i], upper[i], True, tol,
+                         objective, col_max, lo_b, hi_b, worst)
         for j in range(m):
-            a = alpha[i, j]
-            objective[j] += a * (0.5 * q_alpha[i, j] + linear[i, j])
-            if a > col_max[j]:
-                col_max[j] = a
-    _kkt_within_loop(alpha, q_alpha, linear, True, y, upper, equality, tol, within)
+            within[j] = lo_b[j] <= hi_b[j]
+    else:
+        for i in range(n):
+            _summary_row(alpha[i], q_alpha[i], linear[i], y[i], upper[i], False, tol,
+                         objective, col_max, lo_b, hi_b, worst)
+        for j in range(m):
+            within[j] = worst[j] <= tol
 
 
 @njit(cache=True)
