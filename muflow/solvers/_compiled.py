@@ -579,14 +579,17 @@ def split_by_class(w, z, V):
     """
     n, m = w.shape
     for i in range(n):
-        for j in range(m):
-            v = w[i, j]
-            if z[i, j] > 0:
-                V[i, j] = v
-                V[i, m + j] = 0.0
-            else:
-                V[i, j] = 0.0
-                V[i, m + j] = v
+        _split_row(w[i], z[i], V[i, :m], V[i, m:])
+
+
+@njit(cache=True, inline="always")
+def _split_row(w_row, z_row, pos_row, neg_row):
+    # branch-free, so that the loop over the columns is vectorised
+    for j in range(w_row.shape[0]):
+        v = w_row[j]
+        pos = z_row[j] > 0
+        pos_row[j] = v if pos else 0.0
+        neg_row[j] = 0.0 if pos else v
 
 
 @njit(cache=True)
@@ -598,16 +601,19 @@ def class_products(KV, z, y, P, N, q_alpha):
     """
     n, m = z.shape
     for i in range(n):
-        for j in range(m):
-            kp = KV[i, j]
-            kn = KV[i, m + j]
-            if z[i, j] > 0:
-                P[i, j] = kp
-                N[i, j] = kn
-            else:
-                P[i, j] = kn
-                N[i, j] = kp
-            q_alpha[i, j] = y[i, j] * (kp - kn)
+        _class_row(KV[i, :m], KV[i, m:], z[i], y[i], P[i], N[i], q_alpha[i])
+
+
+@njit(cache=True, inline="always")
+def _class_row(kp_row, kn_row, z_row, y_row, P_row, N_row, q_row):
+    # branch-free, so that the loop over the columns is vectorised
+    for j in range(z_row.shape[0]):
+        kp = kp_row[j]
+        kn = kn_row[j]
+        pos = z_row[j] > 0
+        P_row[j] = kp if pos else kn
+        N_row[j] = kn if pos else kp
+        q_row[j] = y_row[j] * (kp - kn)
 
 
 @njit(cache=True, inline="always")
