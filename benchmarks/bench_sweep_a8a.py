@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "a8a"
 C_VALUES = [0.01, 0.1, 1.0, 10.0, 100.0]
 GAMMAS = [0.01, 0.05]
@@ -38,6 +40,9 @@ def load(rows, path=DATA):
     X, y = load_svmlight_file(str(path), n_features=123)
     if rows:
         X, y = X[:rows], y[:rows]
+    # libsvm's wrapper takes 32-bit sparse indices only (GridSearchCV's final refit on all rows)
+    X.indices = X.indices.astype(np.int32)
+    X.indptr = X.indptr.astype(np.int32)
     return X, y
 
 
