@@ -226,34 +226,26 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         obj_min = np.inf
         if not resumed:
             for k in range(n_act):
+                # I_low: y = +1 with alpha > 0, or y = -1 with alpha < U; g = y G
                 if yc[k] > 0:
-                    if ac[k] > 0.0:
-                        g = Gc[k]
-                        if g >= gmax2:
-                            gmax2 = g
-                        gd = gmax + g
-                        if gd > 0.0:
-                            quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
-                            if quad <= 0.0:
-                                quad = _TAU
-                            od = -(gd * gd) / quad
-                            if od <= obj_min:
-                                pj = k
-                                obj_min = od
+                    low = ac[k] > 0.0
+                    g = Gc[k]
                 else:
-                    if ac[k] < Uc[k]:
-                        g = -Gc[k]
-                        if g >= gmax2:
-                            gmax2 = g
-                        gd = gmax + g
-                        if gd > 0.0:
-                            quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
-                            if quad <= 0.0:
-                                quad = _TAU
-                            od = -(gd * gd) / quad
-                            if od <= obj_min:
-                                pj = k
-                                obj_min = od
+                    low = ac[k] < Uc[k]
+                    g = -Gc[k]
+                if not low:
+                    continue
+                if g >= gmax2:
+                    gmax2 = g
+                gd = gmax + g
+                if gd > 0.0:
+                    quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
+                    if quad <= 0.0:
+                        quad = _TAU
+                    od = -(gd * gd) / quad
+                    if od <= obj_min:
+                        pj = k
+                        obj_min = od
             if pj < 0 or gmax + gmax2 < gap_tol:
                 break
         j = idx[pj]
