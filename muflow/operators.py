@@ -85,11 +85,16 @@ class DenseGram:
         return V.astype(self.K.dtype, copy=False)
 
     def matmul(self, V):
+        return self.matmul_native(V).astype(np.float64, copy=False)
+
+    def matmul_native(self, V):
+        """``K @ V`` in K's own dtype (float32 for a float32 Gram), for a caller that widens
+        each value as it reads it instead of through a float64 copy of the product."""
         t = time.perf_counter()
         out = self.K @ self._as_operand(V)
         self.seconds += time.perf_counter() - t
         self.products += 1
-        return out.astype(np.float64, copy=False)
+        return out
 
     def matmul_precise(self, V):
         """``K @ V`` accumulated in float64 whatever the dtype of K.

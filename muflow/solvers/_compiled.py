@@ -309,7 +309,7 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0=0, j1=-1):
+def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0, j1):
     """The update of every column with lambda solved per column (sum constraint on).
 
     ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
@@ -321,8 +321,10 @@ def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0=0,
     (sample i's floor is min(floor_j, upper_ij)); the labels of the (possibly flipped)
     basis are z = s * y. With ``uniform`` (no flips, and the linear term and the bounds
     constant within each column) ``cT`` and ``uT`` are (m, 1) and ``sT`` is not read.
-    Only columns ``j0:j1`` (all by default) are updated; the function is free of the GIL,
-    so disjoint column ranges may run on several threads at once.
+    Only columns ``j0:j1`` (``j1 = -1``: to the last) are updated; the function is free of
+    the GIL, so disjoint column ranges may run on several threads at once. ``j0`` and ``j1``
+    have no defaults on purpose: numba's dispatcher sends a call that omits an argument
+    down its slow Python path, which cost 0.7 ms per call.
     """
     n, m = w.shape
     if j1 < 0:
@@ -384,7 +386,7 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
         return
     equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
                   np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), False, lam,
-                  out)
+                  out, 0, -1)
 
 
 @njit(cache=True)
@@ -597,7 +599,8 @@ def class_products(KV, z, y, P, N, q_alpha):
     """P, N and Q alpha from ``KV = K @ split_by_class(w, z)`` in one pass.
 
     With Kp = K (w z+) and Kn = K (w z-): P = Kp, N = Kn on the positive class and the
-    other way round on the negative one, and Q alpha = y * (Kp - Kn).
+    other way round on the negative one, and Q alpha = y * (Kp - Kn). ``KV`` may be float32
+    (the product of a float32 Gram); every value is widened to float64 before any arithmetic.
     """
     n, m = z.shape
     for i in range(n):
@@ -608,8 +611,8 @@ def class_products(KV, z, y, P, N, q_alpha):
 def _class_row(kp_row, kn_row, z_row, y_row, P_row, N_row, q_row):
     # branch-free, so that the loop over the columns is vectorised
     for j in range(z_row.shape[0]):
-        kp = kp_row[j]
-        kn = kn_row[j]
+        kp = np.float64(kp_row[j])  # a float32 product is widened here, not in a copy
+        kn = np.float64(kn_row[j])
         pos = z_row[j] > 0
         P_row[j] = kp if pos else kn
         N_row[j] = kn if pos else kp

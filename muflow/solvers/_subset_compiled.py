@@ -147,6 +147,19 @@ def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curv
         state[STATE_CURVE] += 1
 
 
+_NO_PAIR = 1.7976931348623157e308  # largest float: above any gain, below the inf of a non-candidate
+
+
+@njit(cache=True, inline="always")
+def _membership(yk, ak, uk):
+    """(in I_up, in I_low) of one variable: I_up = {y = +1, alpha < U} u {y = -1, alpha > 0},
+    I_low = {y = +1, alpha > 0} u {y = -1, alpha < U} (Fan, Chen & Lin 2005, eq. (9))."""
+    pos = yk > 0
+    below = ak < uk
+    above = ak > 0.0
+    return (below if pos else above), (above if pos else below)
+
+
 @njit(cache=True)
 def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
                gap_tol, max_updates, shrinking, shrink_every):
@@ -157,21 +170,31 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
     update fused with the next choice of i) read them contiguously and only the two kernel
     rows are gathered (libsvm keeps the same layout by permuting its indices). The copies
     are written back on every return and before shrinking, which moves positions.
+
+    The sweeps are written without data-dependent branches (labels and bounds are random
+    from one position to the next, and mispredicted branches were most of a step's cost):
+    the copy of G holds y_t G_t, in which both index sets of WSS 2 rank the same way
+    (i maximises -y G over I_up, j is chosen over I_low with gradient y G), and set
+    membership is kept in two flag arrays that change only at the pair a step moves.
+    Multiplying by y = +-1 is exact, so every step is the one the branching form takes.
     """
     n_act = state[STATE_NACT]
     idx = act[:n_act].copy()
     yc = np.empty(n_act)
     Uc = np.empty(n_act)
     ac = np.empty(n_act)
-    Gc = np.empty(n_act)
+    yG = np.empty(n_act)
     Dc = np.empty(n_act)
+    up = np.empty(n_act, dtype=np.bool_)
+    low = np.empty(n_act, dtype=np.bool_)
     for k in range(n_act):
         t = idx[k]
         yc[k] = y[t]
         Uc[k] = U[t]
         ac[k] = alpha[t]
-        Gc[k] = G[t]
+        yG[k] = y[t] * G[t]
         Dc[k] = QD[t]
+        up[k], low[k] = _membership(yc[k], ac[k], Uc[k])
     # a step interrupted by a cache miss resumes with its pair (global indices in state)
     pi = -1
     pj = -1
@@ -195,24 +218,20 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             state[STATE_SHRINK] = 0
             pi = -1
             pj = -1
-            n_act = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, Gc, Dc, n_act)
+            n_act = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act)
             state[STATE_NACT] = n_act
         resumed = pj >= 0
         if pi < 0:
             gmax = -np.inf
             for k in range(n_act):
-                if yc[k] > 0:
-                    if ac[k] < Uc[k] and -Gc[k] >= gmax:
-                        gmax = -Gc[k]
-                        pi = k
-                else:
-                    if ac[k] > 0.0 and Gc[k] >= gmax:
-                        gmax = Gc[k]
-                        pi = k
+                v = -yG[k] if up[k] else -np.inf
+                if v >= gmax and up[k]:
+                    gmax = v
+                    pi = k
             if pi < 0:
                 break
         else:
-            gmax = -Gc[pi] if yc[pi] > 0 else Gc[pi]
+            gmax = -yG[pi]
         i = idx[pi]
         si = _slot(i, slot_of, stamp, clock)
         if si < 0:
@@ -223,29 +242,21 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         Ki = data[si]
         Dii = Dc[pi]
         gmax2 = -np.inf
-        obj_min = np.inf
+        obj_min = _NO_PAIR
         if not resumed:
             for k in range(n_act):
-                # I_low: y = +1 with alpha > 0, or y = -1 with alpha < U; g = y G
-                if yc[k] > 0:
-                    low = ac[k] > 0.0
-                    g = Gc[k]
-                else:
-                    low = ac[k] < Uc[k]
-                    g = -Gc[k]
-                if not low:
-                    continue
-                if g >= gmax2:
-                    gmax2 = g
+                g = yG[k]
+                lk = low[k]
+                gl = g if lk else -np.inf
+                gmax2 = gl if gl > gmax2 else gmax2
                 gd = gmax + g
-                if gd > 0.0:
-                    quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
-                    if quad <= 0.0:
-                        quad = _TAU
-                    od = -(gd * gd) / quad
-                    if od <= obj_min:
-                        pj = k
-                        obj_min = od
+                quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
+                quad = quad if quad > 0.0 else _TAU
+                od = -(gd * gd) / quad
+                od = od if (lk and gd > 0.0) else np.inf
+                if od <= obj_min:
+                    pj = k
+                    obj_min = od
             if pj < 0 or gmax + gmax2 < gap_tol:
                 break
         j = idx[pj]
@@ -264,8 +275,8 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         Cj = Uc[pj]
         ai = ac[pi]
         aj = ac[pj]
-        Gi = Gc[pi]
-        Gj = Gc[pj]
+        Gi = yi * yG[pi]
+        Gj = yj * yG[pj]
         Djj = Dc[pj]
         if yi != yj:
             quad = Dii + Djj + 2.0 * qij
@@ -324,22 +335,20 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         F[0] += di * Gi + dj * Gj + 0.5 * (di * di * Dii + dj * dj * Djj) + di * dj * qij
         ci = di * yi
         cj = dj * yj
+        up[pi], low[pi] = _membership(yi, ai, Ci)
+        up[pj], low[pj] = _membership(yj, aj, Cj)
         # the gradient update and the next step's choice of i share one sweep
         pi = -1
         pj = -1
         gnext = -np.inf
         for k in range(n_act):
             t = idx[k]
-            g = Gc[k] + yc[k] * (ci * Ki[t] + cj * Kj[t])
-            Gc[k] = g
-            if yc[k] > 0:
-                if ac[k] < Uc[k] and -g >= gnext:
-                    gnext = -g
-                    pi = k
-            else:
-                if ac[k] > 0.0 and g >= gnext:
-                    gnext = g
-                    pi = k
+            g = yG[k] + (ci * Ki[t] + cj * Kj[t])
+            yG[k] = g
+            v = -g if up[k] else -np.inf
+            if v >= gnext and up[k]:
+                gnext = v
+                pi = k
         state[STATE_ITER] += 1
         state[STATE_SHRINK] += 1
         curve[state[STATE_CURVE]] = F[0]
@@ -347,39 +356,36 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         if pi < 0:
             break
     for k in range(n_act):
-        G[idx[k]] = Gc[k]
+        G[idx[k]] = yc[k] * yG[k]
         alpha[idx[k]] = ac[k]
     return status
 
 
 @njit(cache=True)
-def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, Gc, Dc, n_act):
+def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act):
     """libsvm's shrinking on the compact copies: write them back, drop the variables that
     libsvm drops (Fan, Chen & Lin 2005, sec. 4: bounded variables that the current maximal
     violating pair says cannot move), close the gaps in every copy and in ``act`` (kept first, in
-    index order; the dropped follow them)."""
+    index order; the dropped follow them). ``yG`` holds y_t G_t (see :func:`_smo_pairs`)."""
     for k in range(n_act):
-        G[idx[k]] = Gc[k]
+        G[idx[k]] = yc[k] * yG[k]
         alpha[idx[k]] = ac[k]
-    gmax1 = -np.inf
-    gmax2 = -np.inf
+    gmax1 = -np.inf  # m(alpha) = max over I_up of -y G
+    gmax2 = -np.inf  # -M(alpha) = max over I_low of y G
     for k in range(n_act):
-        if yc[k] > 0:
-            if ac[k] < Uc[k] and -Gc[k] > gmax1:
-                gmax1 = -Gc[k]
-            if ac[k] > 0.0 and Gc[k] > gmax2:
-                gmax2 = Gc[k]
-        else:
-            if ac[k] < Uc[k] and -Gc[k] > gmax2:
-                gmax2 = -Gc[k]
-            if ac[k] > 0.0 and Gc[k] > gmax1:
-                gmax1 = Gc[k]
+        if up[k] and -yG[k] > gmax1:
+            gmax1 = -yG[k]
+        if low[k] and yG[k] > gmax2:
+            gmax2 = yG[k]
     drop = np.zeros(n_act, dtype=np.bool_)
     for k in range(n_act):
+        # a variable at a bound stays there when its gradient points out of the box
+        # further than the maximal violating pair reaches
+        pos = yc[k] > 0
         if ac[k] >= Uc[k]:
-            drop[k] = (-Gc[k] > gmax1) if yc[k] > 0 else (-Gc[k] > gmax2)
+            drop[k] = (-yG[k] > gmax1) if pos else (yG[k] > gmax2)
         elif ac[k] <= 0.0:
-            drop[k] = (Gc[k] > gmax2) if yc[k] > 0 else (Gc[k] > gmax1)
+            drop[k] = (yG[k] > gmax2) if pos else (-yG[k] > gmax1)
     kept = 0
     for k in range(n_act):
         if not drop[k]:
@@ -387,8 +393,10 @@ def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, Gc, Dc, n_act):
             yc[kept] = yc[k]
             Uc[kept] = Uc[k]
             ac[kept] = ac[k]
-            Gc[kept] = Gc[k]
+            yG[kept] = yG[k]
             Dc[kept] = Dc[k]
+            up[kept] = up[k]
+            low[kept] = low[k]
             kept += 1
     _compact(act, n_act, drop)
     return kept

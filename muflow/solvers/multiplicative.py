@@ -126,7 +126,10 @@ class _Products:
         # in K's precision (a float32 Gram would convert a float64 operand at every product)
         V = np.empty((n, 2 * m), dtype=_operand_dtype(problem.operator))
         split_by_class(alpha, y, V)
-        KV = np.ascontiguousarray(problem.operator.matmul(V), dtype=np.float64)
+        op = problem.operator
+        # class_products widens a float32 product as it reads it
+        KV = np.ascontiguousarray(op.matmul_native(V) if hasattr(op, "matmul_native")
+                                  else op.matmul(V))
         self.P = np.empty((n, m))
         self.N = np.empty((n, m))
         self.q_alpha = np.empty((n, m))
@@ -180,7 +183,7 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=No
             cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
             sT = np.ascontiguousarray(prod.s.T)
         equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, uT, uniform,
-                      lam, out)
+                      lam, out, 0, -1)
         return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
