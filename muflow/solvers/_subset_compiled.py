@@ -160,6 +160,39 @@ def _membership(yk, ak, uk):
     return (below if pos else above), (above if pos else below)
 
 
+_COMPACT_ROWS_BYTES = 128 << 20  # per solve call: rows of K restricted to the active set
+
+
+@njit(cache=True, inline="always")
+def _compact_row(i, Krow, idx, n_act, crows, crow_of, cowner, cstamp, cstate):
+    """K[i, idx[:n_act]] as a contiguous vector, from the compact-row cache.
+
+    libsvm caches its kernel rows over the active set only; the sweeps of a step then read
+    n_act contiguous values instead of gathering them from a full row of K (which, for K
+    much larger than the cache and a small active set, reads most of the row's cache lines
+    from memory). Least-recently-used rows are replaced; ``cstate`` = [clock, rows used].
+    """
+    cstate[0] += 1
+    s = crow_of[i]
+    if s < 0:
+        if cstate[1] < crows.shape[0]:
+            s = cstate[1]
+            cstate[1] += 1
+        else:
+            s = 0
+            for r in range(1, crows.shape[0]):
+                if cstamp[r] < cstamp[s]:
+                    s = r
+            crow_of[cowner[s]] = -1
+        cowner[s] = i
+        crow_of[i] = s
+        dst = crows[s]
+        for k in range(n_act):
+            dst[k] = Krow[idx[k]]
+    cstamp[s] = cstate[0]
+    return crows[s, :n_act]
+
+
 @njit(cache=True)
 def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
                gap_tol, max_updates, shrinking, shrink_every):
@@ -195,6 +228,12 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         yG[k] = y[t] * G[t]
         Dc[k] = QD[t]
         up[k], low[k] = _membership(yc[k], ac[k], Uc[k])
+    cap = max(2, min(y.shape[0], _COMPACT_ROWS_BYTES // max(1, n_act * data.itemsize)))
+    crows = np.empty((cap, n_act), dtype=data.dtype)
+    crow_of = np.full(y.shape[0], -1, dtype=np.int64)
+    cowner = np.full(cap, -1, dtype=np.int64)
+    cstamp = np.zeros(cap, dtype=np.int64)
+    cstate = np.zeros(2, dtype=np.int64)
     # a step interrupted by a cache miss resumes with its pair (global indices in state)
     pi = -1
     pj = -1
@@ -218,7 +257,12 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             state[STATE_SHRINK] = 0
             pi = -1
             pj = -1
-            n_act = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act)
+            kept = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act)
+            if kept < n_act:  # positions moved: the compact rows are stale
+                for r in range(cstate[1]):
+                    crow_of[cowner[r]] = -1
+                cstate[1] = 0
+            n_act = kept
             state[STATE_NACT] = n_act
         resumed = pj >= 0
         if pi < 0:
@@ -239,7 +283,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             state[STATE_PEND_I] = i
             status = NEED_ROW
             break
-        Ki = data[si]
+        Ki = _compact_row(i, data[si], idx, n_act, crows, crow_of, cowner, cstamp, cstate)
         Dii = Dc[pi]
         gmax2 = -np.inf
         obj_min = _NO_PAIR
@@ -250,7 +294,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
                 gl = g if lk else -np.inf
                 gmax2 = gl if gl > gmax2 else gmax2
                 gd = gmax + g
-                quad = Dii + Dc[k] - 2.0 * Ki[idx[k]]
+                quad = Dii + Dc[k] - 2.0 * Ki[k]
                 quad = quad if quad > 0.0 else _TAU
                 od = -(gd * gd) / quad
                 od = od if (lk and gd > 0.0) else np.inf
@@ -267,10 +311,10 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             state[STATE_PEND_J] = j
             status = NEED_ROW
             break
-        Kj = data[sj]
+        Kj = _compact_row(j, data[sj], idx, n_act, crows, crow_of, cowner, cstamp, cstate)
         yi = yc[pi]
         yj = yc[pj]
-        qij = yi * yj * Ki[j]
+        qij = yi * yj * Ki[pj]
         Ci = Uc[pi]
         Cj = Uc[pj]
         ai = ac[pi]
@@ -342,8 +386,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         pj = -1
         gnext = -np.inf
         for k in range(n_act):
-            t = idx[k]
-            g = yG[k] + (ci * Ki[t] + cj * Kj[t])
+            g = yG[k] + (ci * Ki[k] + cj * Kj[k])
             yG[k] = g
             v = -g if up[k] else -np.inf
             if v >= gnext and up[k]:
