@@ -399,39 +399,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     chosen_path = None
     bar = _Progress(progress, total=len(settings) * len(Cs))
     buffer = None
-    pending = None  # a refit running in a thread while the next Gram is built
-
-    def finish(job):
-        """Wait for a kernel setting's refit, then record and save the setting."""
-        ctx, refit = job["ctx"], job["refit"]
-        if isinstance(refit, _Threaded):
-            t = time.perf_counter()
-            refit = refit.result()
-            timings["solve"] += time.perf_counter() - t  # the part not hidden by the Gram build
-        kdir, setting, kernel, rows, res, c_best = ctx
-        counts_out["kernels_solved"] += 1
-        record = {"setting": setting, "rows": rows, "kernel": kernel.to_dict(),
-                  "solver": res["solver"], "path": res["path"],
-                  "solve_seconds": res["solve_seconds"] + refit["seconds"],
-                  "refit_C_index": c_best, "refit_n_iter": refit["n_iter"],
-                  "refit_seconds": refit["seconds"],
-                  "alpha_full": refit["alpha"], "bias_full": refit["bias"],
-                  "viol_full": refit["viol"], "refit_curve": refit["curve"],
-                  "curves": res["curves"]}
-        _save_kernel(kdir, record, meta)
-        per_kernel.append(record)
-        bar.advance_configs(len(Cs))
-        if on_kernel_done is not None:
-            on_kernel_done(setting, rows)
-
     try:
         for i, setting in enumerate(settings):
             kdir = out_dir / "kernels" / f"{i:03d}-{setting['kernel']}"
             done = _load_kernel(kdir, setting, meta) if resume else None
             if done is not None:
-                if pending is not None:
-                    finish(pending)
-                    pending = None
                 counts_out["kernels_resumed"] += 1
                 per_kernel.append(done)
                 bar.advance_configs(len(Cs))
@@ -440,14 +412,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             if chosen_path is not None:
                 kpath = chosen_path
             t = time.perf_counter()
-            # a refit still running reads the previous K: build into a new array then
-            kernel, operator = _gram(X, setting, intercept, client, cache_dir,
-                                     buffer if pending is None else None)
+            kernel, operator = _gram(X, setting, intercept, client, cache_dir, buffer)
             buffer = getattr(operator, "K", None)
             timings["gram"] += time.perf_counter() - t
-            if pending is not None:
-                finish(pending)
-                pending = None
             counts_out["grams_built"] += 1
             bar.describe(_setting_label(setting))
             if kpath == "compare":
@@ -467,28 +434,27 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                                     halving, halving_min_iter, bar, n_jobs)
                 timings["solve"] += res["solve_seconds"]
             rows = _rows_for(setting, Cs, res, splits, classes, y_enc)
-            del res["decision"]
             c_best = _best_index([{"rows": rows}])[1]
-            earlier = [r for rec in per_kernel for r in rec["rows"]]
-            if not _beats(rows[c_best], earlier):
-                # an earlier setting is better: this one's model would never be used
-                c_best, refit = -1, _NO_REFIT
-            elif i + 1 < len(settings) and _overlap_refit(operator, client, cache_dir):
-                # refit on one core while the next setting's Gram is built on all of them
-                refit = _Threaded(_refit, operator, Y, Cs[c_best], res, c_best, info,
-                                  intercept, tol, max_iter)
-            else:
+            if _beats(rows[c_best], per_kernel):
                 refit = _refit(operator, Y, Cs[c_best], res, c_best, info, intercept, tol, max_iter)
                 timings["solve"] += refit["seconds"]
-            job = {"ctx": (kdir, setting, kernel, rows, res, c_best), "refit": refit}
-            del operator
-            if isinstance(refit, _Threaded):
-                pending = job
-            else:
-                finish(job)
-        if pending is not None:
-            finish(pending)
-            pending = None
+            else:  # an earlier setting is better: this one's model would never be used
+                c_best, refit = -1, _NO_REFIT
+            del operator, res["decision"]
+            counts_out["kernels_solved"] += 1
+            record = {"setting": setting, "rows": rows, "kernel": kernel.to_dict(),
+                      "solver": info.name, "path": res["path"],
+                      "solve_seconds": res["solve_seconds"] + refit["seconds"],
+                      "refit_C_index": c_best, "refit_n_iter": refit["n_iter"],
+                      "refit_seconds": refit["seconds"],
+                      "alpha_full": refit["alpha"], "bias_full": refit["bias"],
+                      "viol_full": refit["viol"], "refit_curve": refit["curve"],
+                      "curves": res["curves"]}
+            _save_kernel(kdir, record, meta)
+            per_kernel.append(record)
+            bar.advance_configs(len(Cs))
+            if on_kernel_done is not None:
+                on_kernel_done(setting, rows)
     finally:
         bar.close()
     for rec in per_kernel:
@@ -779,51 +745,11 @@ _NO_REFIT = {"alpha": np.zeros((0, 0)), "bias": np.zeros(0), "viol": np.zeros(0)
              "curve": np.zeros((1, 0)), "seconds": 0.0}
 
 
-def _beats(row, earlier_rows) -> bool:
+def _beats(row, per_kernel) -> bool:
     """Whether ``row`` is better than every configuration of the settings done before it
     (the rule of :func:`_best_index`); only then is its setting refitted on all data."""
-    earlier = [r["mean_cv_accuracy"] for r in earlier_rows]
+    earlier = [r["mean_cv_accuracy"] for rec in per_kernel for r in rec["rows"]]
     return not earlier or row["mean_cv_accuracy"] > max(earlier) + 1e-12
-
-
-def _overlap_refit(operator, client, cache_dir) -> bool:
-    """Whether a refit may run in a thread on this in-memory K while the next Gram is built
-    into a second array: only for the in-memory path, with room for both Grams in free
-    memory (with a quarter to spare)."""
-    K = getattr(operator, "K", None)
-    if client is not None or cache_dir is not None or K is None:
-        return False
-    try:
-        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return False
-    return free > 1.25 * K.nbytes
-
-
-class _Threaded:
-    """The result of a function run in its own thread (joined by :meth:`result`).
-
-    A plain thread, not an executor: no idle worker thread is left alive when the next
-    chains fork their processes."""
-
-    def __init__(self, fn, *args):
-        import threading
-
-        self._out = self._error = None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn, args):
-        try:
-            self._out = fn(*args)
-        except BaseException as error:  # re-raised in the caller's thread
-            self._error = error
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._out
 
 
 def _refit(operator, Y, C, res, c, info, intercept, tol, max_iter):

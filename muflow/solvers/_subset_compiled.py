@@ -83,7 +83,7 @@ def _shrink_single(U, alpha, G, act, n_act, gm):
     return _compact(act, n_act, drop)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True)
 def smo_run(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
             gap_tol, max_updates, equality, shrinking, shrink_every):
     """SMO on the active indices ``act[:state[0]]`` until the internal gap is met.
