@@ -704,8 +704,11 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, tasks, info, equality, 
     from muflow.operators import DenseGram
     from muflow.solvers import DualProblem
 
-    # load the solver's compiled loops here once, not in every child
-    info.solve(DualProblem(DenseGram(np.eye(2)), [1.0, -1.0], 1.0, equality=equality), tol=tol, max_iter=5)
+    # load (or compile) the solver's loops here once, not in every child: for K's dtype,
+    # which selects the compiled version (a float32 Gram compiled apart took 8 s per child)
+    dtype = getattr(getattr(operator, "K", None), "dtype", np.float64)
+    info.solve(DualProblem(DenseGram(np.eye(2, dtype=dtype)), [1.0, -1.0], 1.0, equality=equality),
+               tol=tol, max_iter=5)
     global _FORK_STATE
     _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter, warm)
     try:

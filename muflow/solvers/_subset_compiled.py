@@ -193,6 +193,23 @@ def _compact_row(i, Krow, idx, n_act, crows, crow_of, cowner, cstamp, cstate):
     return crows[s, :n_act]
 
 
+@njit(cache=True, error_model="numpy")
+def _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, n_act):
+    """``gain[k]`` = -(gmax + y_k G_k)^2 / (K_ii + K_kk - 2 K_ik) for k in I_low with
+    gmax + y_k G_k > 0, else +inf: the objective change of the pair (i, k) in WSS 2 (Fan,
+    Chen & Lin 2005, eq. (14); a non-positive curvature becomes tau).
+
+    Its own loop, with no reduction and no zero-division check (the curvature is at least
+    tau), so that it is vectorised: fused with the arg-min it ran 2.5x slower per element.
+    """
+    for k in range(n_act):
+        gd = gmax + yG[k]
+        quad = Dii + Dc[k] - 2.0 * Ki[k]
+        quad = quad if quad > 0.0 else _TAU
+        od = -(gd * gd) / quad
+        gain[k] = od if (low[k] & (gd > 0.0)) else np.inf
+
+
 @njit(cache=True)
 def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
                gap_tol, max_updates, shrinking, shrink_every):
@@ -234,6 +251,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
     cowner = np.full(cap, -1, dtype=np.int64)
     cstamp = np.zeros(cap, dtype=np.int64)
     cstate = np.zeros(2, dtype=np.int64)
+    gain = np.empty(n_act)
     # a step interrupted by a cache miss resumes with its pair (global indices in state)
     pi = -1
     pj = -1
@@ -288,16 +306,11 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         gmax2 = -np.inf
         obj_min = _NO_PAIR
         if not resumed:
+            _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, n_act)
             for k in range(n_act):
-                g = yG[k]
-                lk = low[k]
-                gl = g if lk else -np.inf
+                gl = yG[k] if low[k] else -np.inf
                 gmax2 = gl if gl > gmax2 else gmax2
-                gd = gmax + g
-                quad = Dii + Dc[k] - 2.0 * Ki[k]
-                quad = quad if quad > 0.0 else _TAU
-                od = -(gd * gd) / quad
-                od = od if (lk and gd > 0.0) else np.inf
+                od = gain[k]
                 if od <= obj_min:
                     pj = k
                     obj_min = od
