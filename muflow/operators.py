@@ -87,11 +87,12 @@ class DenseGram:
     def matmul(self, V):
         return self.matmul_native(V).astype(np.float64, copy=False)
 
-    def matmul_native(self, V):
+    def matmul_native(self, V, out=None):
         """``K @ V`` in K's own dtype (float32 for a float32 Gram), for a caller that widens
-        each value as it reads it instead of through a float64 copy of the product."""
+        each value as it reads it instead of through a float64 copy of the product; into
+        ``out`` (C-ordered, K's dtype) when given."""
         t = time.perf_counter()
-        out = self.K @ self._as_operand(V)
+        out = np.matmul(self.K, self._as_operand(V), out=out)
         self.seconds += time.perf_counter() - t
         self.products += 1
         return out
