@@ -26,6 +26,13 @@ import numpy as np
 from muflow.exceptions import MuflowInputError
 
 
+def operand_dtype(operator) -> type:
+    """The dtype an operator multiplies in: float32 for an in-memory float32 Gram (its
+    compiled loops are specialised for it), float64 otherwise."""
+    dtype = getattr(getattr(operator, "K", None), "dtype", None)
+    return np.float32 if dtype == np.float32 else np.float64
+
+
 @runtime_checkable
 class GramOperator(Protocol):
     """What solvers may ask of a Gram matrix K (n x n, symmetric)."""

@@ -701,14 +701,13 @@ def _forked_chains(operator, ycols, upper, Cs, per_c, P, tasks, info, equality, 
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from muflow.operators import DenseGram
+    from muflow.operators import DenseGram, operand_dtype
     from muflow.solvers import DualProblem
 
     # load (or compile) the solver's loops here once, not in every child: for K's dtype,
     # which selects the compiled version (a float32 Gram compiled apart took 8 s per child)
-    dtype = getattr(getattr(operator, "K", None), "dtype", np.float64)
-    info.solve(DualProblem(DenseGram(np.eye(2, dtype=dtype)), [1.0, -1.0], 1.0, equality=equality),
-               tol=tol, max_iter=5)
+    warm_up = DenseGram(np.eye(2, dtype=operand_dtype(operator)))
+    info.solve(DualProblem(warm_up, [1.0, -1.0], 1.0, equality=equality), tol=tol, max_iter=5)
     global _FORK_STATE
     _FORK_STATE = (operator, ycols, upper, Cs, per_c, P, tasks, info, equality, tol, max_iter, warm)
     try:

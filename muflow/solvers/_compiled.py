@@ -309,7 +309,7 @@ def _gather(x, dst, jb, nb):
 
 
 @njit(cache=True, nogil=True)
-def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0, j1):
+def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out):
     """The update of every column with lambda solved per column (sum constraint on).
 
     ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
@@ -321,14 +321,10 @@ def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0, j
     (sample i's floor is min(floor_j, upper_ij)); the labels of the (possibly flipped)
     basis are z = s * y. With ``uniform`` (no flips, and the linear term and the bounds
     constant within each column) ``cT`` and ``uT`` are (m, 1) and ``sT`` is not read.
-    Only columns ``j0:j1`` (``j1 = -1``: to the last) are updated; the function is free of
-    the GIL, so disjoint column ranges may run on several threads at once. ``j0`` and ``j1``
-    have no defaults on purpose: numba's dispatcher sends a call that omits an argument
-    down its slow Python path, which cost 0.7 ms per call.
+    Free of the GIL. (No parameter has a default: numba's dispatcher sends a call that omits
+    an argument down its slow Python path, which cost 0.7 ms per pass.)
     """
     n, m = w.shape
-    if j1 < 0:
-        j1 = m
     B = _BLOCK
     wb = np.empty((B, n))
     Pb = np.empty((B, n))
@@ -336,8 +332,8 @@ def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out, j0, j
     ob = np.empty((B, n))
     zj = np.empty(n)
     fj = np.empty(n)
-    for jb in range(j0, j1, B):
-        nb = min(B, j1 - jb)
+    for jb in range(0, m, B):
+        nb = min(B, m - jb)
         _gather(w, wb, jb, nb)
         _gather(P, Pb, jb, nb)
         _gather(N, Nb, jb, nb)
@@ -386,7 +382,7 @@ def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out
         return
     equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
                   np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), False, lam,
-                  out, 0, -1)
+                  out)
 
 
 @njit(cache=True)

@@ -286,9 +286,8 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
         if pi < 0:
             gmax = -np.inf
             for k in range(n_act):
-                v = -yG[k] if up[k] else -np.inf
-                if v >= gmax and up[k]:
-                    gmax = v
+                if up[k] and -yG[k] >= gmax:
+                    gmax = -yG[k]
                     pi = k
             if pi < 0:
                 break
@@ -402,7 +401,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             g = yG[k] + (ci * Ki[k] + cj * Kj[k])
             yG[k] = g
             v = -g if up[k] else -np.inf
-            if v >= gnext and up[k]:
+            if v >= gnext and up[k]:  # the rare comparison first: a predictable branch
                 gnext = v
                 pi = k
         state[STATE_ITER] += 1

@@ -53,6 +53,7 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowError
+from muflow.operators import operand_dtype
 from muflow.solvers._compiled import (
     RULE_IDS,
     class_products,
@@ -124,7 +125,7 @@ class _Products:
         self.z = y
         self.w = alpha
         # in K's precision (a float32 Gram would convert a float64 operand at every product)
-        dtype = _operand_dtype(problem.operator)
+        dtype = operand_dtype(problem.operator)
         V = scratch.take((n, 2 * m), dtype)
         split_by_class(alpha, y, V)
         op = problem.operator
@@ -162,12 +163,6 @@ class _Scratch:
         for a in arrays:
             if a is not None and a.flags.c_contiguous and a.flags.owndata:
                 self._free.setdefault((a.shape, a.dtype), []).append(a)
-
-
-def _operand_dtype(operator):
-    """The dtype the operator multiplies in (float32 for a float32 Gram), else float64."""
-    dtype = getattr(getattr(operator, "K", None), "dtype", None)
-    return np.float32 if dtype == np.float32 else np.float64
 
 
 class _Transposed:
@@ -209,7 +204,7 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=No
             cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
             sT = np.ascontiguousarray(prod.s.T)
         equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, uT, uniform,
-                      lam, out, 0, -1)
+                      lam, out)
         return out
     multiplicative_step(
         RULE_IDS[rule], prod.w, prod.P, prod.N,
