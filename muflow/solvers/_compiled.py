@@ -1,8 +1,10 @@
 """Compiled per-sample loops shared by the solvers (numba, cached on disk).
 
-NumPy spends microseconds per call on small arrays; the root finding for the sum
-constraint and the bisection of the KKT measure call their loops tens of times per
-iteration, so they run here as tight loops, one column at a time.
+NumPy spends microseconds per call on small arrays and a temporary per operation on large
+ones: the bisection of the KKT measure calls its loops tens of times per column, and a
+solver pass (the class split of the operand and of the product, the update, the objective
+and the stopping test) is a few fused row-major loops here. The update under the sum
+constraint is in :mod:`muflow.solvers._equality_compiled`.
 """
 
 from __future__ import annotations
@@ -87,302 +89,33 @@ def factor_slope(rule, P, N, c):
 
 
 @njit(cache=True, inline="always")
-def _eval_loop(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out):
-    """``out = alpha(lambda)`` and h(lambda) = sum_i y_i alpha_i(lambda), dh/dlambda.
-
-    alpha_i(lambda) is the clipped (and, where s_i < 0, flipped back) update with the linear
-    term c_i + lambda z_i; a clipped coefficient contributes no slope. Each term is
-    non-increasing in lambda (z_i = s_i y_i), hence so is h (M3 Theorem 2). ``uniform``:
-    no flips (s = 1, z = y) and c, floor and upper the same for every sample, passed as
-    one-element arrays, so that the loop streams only w, P, N and y.
-    """
-    total = 0.0
-    slope = 0.0
-    c0 = c[0]
-    f0 = floor[0]
-    u0 = upper[0]
-    for i in range(w.shape[0]):
-        if uniform:
-            zi = y[i]
-            ci = c0
-            fl = f0
-            u = u0
-        else:
-            zi = z[i]
-            ci = c[i]
-            fl = floor[i]
-            u = upper[i]
-        r, dr = factor_slope(rule, P[i], N[i], ci + lam * zi)
-        wi = w[i]
-        v = wi * r
-        d = wi * dr * zi
-        low = v < fl
-        v = fl if low else v
-        d = 0.0 if low else d
-        high = v > u
-        v = u if high else v
-        d = 0.0 if high else d
-        if not uniform:
-            flip = s[i] < 0.0
-            v = u - v if flip else v
-            d = -d if flip else d
-        out[i] = v
-        yi = y[i]
-        total += yi * v
-        slope += yi * d
-    return total, slope
+def _step_row(rule, uniform, w, P, N, c, s, floor, upper, out):
+    for j in range(w.shape[0]):
+        u = upper[j]
+        f = floor[j] if floor[j] < u else u
+        flipped = False if uniform else s[j] < 0
+        out[j] = _new_value(rule, w[j], P[j], N[j], c[j], f, u, flipped)
 
 
-@njit(**_SIMD)
-def _eval_m3(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(0, False, w, P, N, c, z, y, s, floor, upper, lam, out)
+@njit(cache=True, error_model="numpy")
+def multiplicative_step(rule, w, P, N, c, s, floor, upper, uniform, out):
+    """One update of every column into ``out`` (no sum constraint; with it, see
+    :func:`muflow.solvers._equality_compiled.equality_step`).
 
-
-@njit(**_SIMD)
-def _eval_munk(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(1, False, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_seminmf(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(2, False, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_musik(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(3, False, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_m3_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(0, True, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_munk_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(1, True, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_seminmf_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(2, True, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _eval_musik_uniform(w, P, N, c, z, y, s, floor, upper, lam, out):
-    return _eval_loop(3, True, w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(cache=True)
-def _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out):
-    """:func:`_eval_loop` compiled for the rule (one SIMD loop per rule and mode)."""
-    if uniform:
-        if rule == 0:
-            return _eval_m3_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
-        if rule == 1:
-            return _eval_munk_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
-        if rule == 2:
-            return _eval_seminmf_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
-        return _eval_musik_uniform(w, P, N, c, z, y, s, floor, upper, lam, out)
-    if rule == 0:
-        return _eval_m3(w, P, N, c, z, y, s, floor, upper, lam, out)
-    if rule == 1:
-        return _eval_munk(w, P, N, c, z, y, s, floor, upper, lam, out)
-    if rule == 2:
-        return _eval_seminmf(w, P, N, c, z, y, s, floor, upper, lam, out)
-    return _eval_musik(w, P, N, c, z, y, s, floor, upper, lam, out)
-
-
-@njit(**_SIMD)
-def _scale_and_total(w, c, upper):
-    """max(1, max_i |c_i|) and 1 + sum_i (U_i if finite else |w_i|): the root finder's
-    first blind step and the size of the constraint sum that its tolerance refers to."""
-    scale = 1.0
-    total = 1.0
-    for i in range(w.shape[0]):
-        ac = abs(c[i])
-        scale = ac if ac > scale else scale
-        u = upper[i]
-        total += u if u < 1e300 else abs(w[i])
-    return scale, total
-
-
-@njit(**_SIMD)
-def _abs_sum(w):
-    total = 0.0
-    for i in range(w.shape[0]):
-        total += abs(w[i])
-    return total
-
-
-@njit(cache=True)
-def _solve_lambda(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam0, out):
-    """lambda with sum_i y_i alpha_i(lambda) = 0; the sum decreases in lambda (M3 Thm. 2).
-
-    Safeguarded Newton from the previous pass's multiplier ``lam0`` with the analytic slope
-    (:func:`_eval_loop`): near the solution lambda moves little between passes,
-    so two or three evaluations of the sum usually reach the tolerance. Until the root is
-    bracketed, steps go downhill with at least doubling length when the last one did not
-    halve the residual; once it is bracketed, a Newton step outside the bracket becomes
-    regula falsi, and bisection whenever the bracket has not halved in two steps. The
-    root is unique up to a flat stretch on which no alpha_i changes (each term is
-    monotone), so the updated alpha is that of any other root finder at this tolerance.
-
-    Works on one column held in contiguous vectors (see :func:`equality_step`). Every
-    evaluation writes alpha(lambda) into ``out``, and the lambda returned is always the last
-    one evaluated, so ``out`` holds the update on return.
-    """
-    if uniform:
-        scale = max(1.0, abs(c[0]))
-        total = 1.0 + (w.shape[0] * upper[0] if upper[0] < 1e300 else _abs_sum(w))
-    else:
-        scale, total = _scale_and_total(w, c, upper)
-    tol = 1e-14 * total
-    lam = lam0
-    h, d = _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out)
-    if abs(h) <= tol or not math.isfinite(h):
-        return lam
-    # the bracket: h(a) >= 0 >= h(b)
-    a = -np.inf
-    b = np.inf
-    ha = 0.0
-    hb = 0.0
-    if h > 0.0:
-        a, ha = lam, h
-    else:
-        b, hb = lam, h
-    step = 0.0
-    w1 = np.inf
-    w2 = np.inf
-    h_prev = h
-    for _ in range(400):
-        if a > -np.inf and b < np.inf:
-            x = lam - h / d if d < 0.0 else np.nan
-            if not (x > a and x < b):
-                x = (a * (-hb) + b * ha) / (ha - hb)
-                if not (x > a and x < b):
-                    x = 0.5 * (a + b)
-            if b - a > 0.5 * w2:
-                x = 0.5 * (a + b)
-            w2 = w1
-            w1 = b - a
-        else:
-            # Newton's step length, downhill (h > 0: lambda up, h < 0: down)
-            dist = -h / d if d < 0.0 else 0.0
-            if h < 0.0:
-                dist = -dist
-            if not (dist > 0.0 and dist < np.inf):
-                dist = 2.0 * step if step > 0.0 else scale
-            elif step > 0.0 and dist < 2.0 * step and abs(h) > 0.5 * abs(h_prev):
-                dist = 2.0 * step
-            step = dist
-            x = lam + dist if h > 0.0 else lam - dist
-        h_prev = h
-        lam = x
-        h, d = _constraint_eval(rule, uniform, w, P, N, c, z, y, s, floor, upper, lam, out)
-        if abs(h) <= tol:
-            return lam
-        if h > 0.0:
-            a, ha = lam, h
-        else:
-            b, hb = lam, h
-        if (b - a) <= 1e-15 * max(1.0, abs(lam)):
-            return lam
-    return lam
-
-
-_BLOCK = 8  # columns gathered together (one cache line of a row-major float64 row)
-
-
-@njit(cache=True, inline="always")
-def _gather(x, dst, jb, nb):
-    """``dst[k] = x[:, jb + k]`` for k < nb: one column at a time, so writes are contiguous.
-
-    (Row by row, the nb writes per row land n * 8 bytes apart, which for n near a power
-    of two maps every one of them to the same cache set.)
-    """
-    n = x.shape[0]
-    for k in range(nb):
-        j = jb + k
-        for i in range(n):
-            dst[k, i] = x[i, j]
-
-
-@njit(cache=True, nogil=True)
-def equality_step(rule, w, P, N, cT, yT, sT, floor, uT, uniform, lam, out):
-    """The update of every column with lambda solved per column (sum constraint on).
-
-    ``w``, ``P``, ``N`` and ``out`` are (n, m) and row-major, so a column is strided, and the
-    root finder visits it several times: their columns are copied ``_BLOCK`` at a time
-    into contiguous vectors (the block's cache lines are fetched once and reused across
-    its columns), solved there, and the updates copied back the same way. The linear
-    term, labels, flip signs and upper bounds come transposed, (m, n), as the solver keeps
-    them for as long as they do not change (all run long without flips). ``floor`` holds one value per column
-    (sample i's floor is min(floor_j, upper_ij)); the labels of the (possibly flipped)
-    basis are z = s * y. With ``uniform`` (no flips, and the linear term and the bounds
-    constant within each column) ``cT`` and ``uT`` are (m, 1) and ``sT`` is not read.
-    Free of the GIL. (No parameter has a default: numba's dispatcher sends a call that omits
-    an argument down its slow Python path, which cost 0.7 ms per pass.)
+    ``w``, ``P``, ``N`` and ``out`` are (n, m); ``floor`` holds one value per column
+    (sample i's floor is min(floor_j, upper_ij)). With ``uniform`` (no flips, and the
+    linear term and the bounds constant within each column) ``c`` and ``upper`` are (1, m)
+    and ``s`` is not read; otherwise ``c``, ``s`` and ``upper`` are (n, m).
     """
     n, m = w.shape
-    B = _BLOCK
-    wb = np.empty((B, n))
-    Pb = np.empty((B, n))
-    Nb = np.empty((B, n))
-    ob = np.empty((B, n))
-    zj = np.empty(n)
-    fj = np.empty(n)
-    for jb in range(0, m, B):
-        nb = min(B, m - jb)
-        _gather(w, wb, jb, nb)
-        _gather(P, Pb, jb, nb)
-        _gather(N, Nb, jb, nb)
-        for k in range(nb):
-            j = jb + k
-            wk = wb[k]
-            ok = ob[k]
-            ck = cT[j]
-            yk = yT[j]
-            sk = sT[j]
-            uk = uT[j]
-            fl = floor[j]
-            if uniform:
-                fj[0] = fl if fl < uk[0] else uk[0]
-                zk = yk
-            else:
-                for i in range(n):
-                    zj[i] = sk[i] * yk[i]
-                    fj[i] = fl if fl < uk[i] else uk[i]
-                zk = zj
-            lam[j] = _solve_lambda(rule, uniform, wk, Pb[k], Nb[k], ck, zk, yk, sk, fj, uk,
-                                   lam[j], ok)
-        for k in range(nb):
-            j = jb + k
-            ok = ob[k]
-            for i in range(n):
-                out[i, j] = ok[i]
-
-
-@njit(cache=True)
-def multiplicative_step(rule, w, P, N, c, y, s, floor, upper, equality, lam, out):
-    """One update of every column into ``out``; solves lambda in place when ``equality``.
-
-    All arrays (n, m) but ``floor`` (one value per column; sample i's floor is
-    min(floor_j, upper_ij)). With ``equality`` this transposes the constant inputs for
-    :func:`equality_step`; the solver calls that directly with copies it keeps.
-    """
-    n, m = w.shape
-    if not equality:
+    step = 0 if uniform else 1
+    if uniform:
         for i in range(n):
-            for j in range(m):
-                u = upper[i, j]
-                f = floor[j] if floor[j] < u else u
-                out[i, j] = _new_value(rule, w[i, j], P[i, j], N[i, j], c[i, j],
-                                       f, u, s[i, j] < 0)
-        return
-    equality_step(rule, w, P, N, np.ascontiguousarray(c.T), np.ascontiguousarray(y.T),
-                  np.ascontiguousarray(s.T), floor, np.ascontiguousarray(upper.T), False, lam,
-                  out)
+            _step_row(rule, True, w[i], P[i], N[i], c[0], s[0], floor, upper[0], out[i])
+    else:
+        for i in range(n):
+            _step_row(rule, False, w[i], P[i], N[i], c[i * step], s[i * step], floor,
+                      upper[i * step], out[i])
 
 
 @njit(cache=True)
@@ -653,33 +386,67 @@ def _summary_row(a_row, q_row, l_row, y_row, u_row, equality, tol, F, top, lo_b,
             worst[j] = r if r > worst[j] else worst[j]
 
 
+@njit(cache=True, inline="always")
+def _summary_start(m, objective, col_max):
+    for j in range(m):
+        objective[j] = 0.0
+        col_max[j] = -np.inf
+    return np.full(m, -np.inf), np.full(m, np.inf), np.zeros(m)
+
+
+@njit(cache=True, inline="always")
+def _summary_finish(equality, tol, lo_b, hi_b, worst, within):
+    for j in range(within.shape[0]):
+        within[j] = lo_b[j] <= hi_b[j] if equality else worst[j] <= tol
+
+
 @njit(cache=True, error_model="numpy")
 def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, within, col_max):
     """One row-major pass for what a solver pass needs besides the products.
 
     Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i) (as
     :func:`objective_columns`), whether the KKT violation is at most ``tol`` (as
-    :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i.
+    :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i. ``linear`` and
+    ``upper`` are (n, m), or (1, m) when every sample of a column has the same value.
     """
     n, m = alpha.shape
-    lo_b = np.full(m, -np.inf)
-    hi_b = np.full(m, np.inf)
-    worst = np.zeros(m)
-    for j in range(m):
-        objective[j] = 0.0
-        col_max[j] = -np.inf
+    lo_b, hi_b, worst = _summary_start(m, objective, col_max)
+    step_l = 1 if linear.shape[0] > 1 else 0
+    step_u = 1 if upper.shape[0] > 1 else 0
     if equality:
         for i in range(n):
-            _summary_row(alpha[i], q_alpha[i], linear[i], y[i], upper[i], True, tol,
-                         objective, col_max, lo_b, hi_b, worst)
-        for j in range(m):
-            within[j] = lo_b[j] <= hi_b[j]
+            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
+                         True, tol, objective, col_max, lo_b, hi_b, worst)
     else:
         for i in range(n):
-            _summary_row(alpha[i], q_alpha[i], linear[i], y[i], upper[i], False, tol,
-                         objective, col_max, lo_b, hi_b, worst)
-        for j in range(m):
-            within[j] = worst[j] <= tol
+            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
+                         False, tol, objective, col_max, lo_b, hi_b, worst)
+    _summary_finish(equality, tol, lo_b, hi_b, worst, within)
+
+
+@njit(cache=True, error_model="numpy")
+def class_products_summary(KV, y, alpha, linear, upper, equality, tol, P, N, q_alpha,
+                           objective, within, col_max):
+    """:func:`class_products` without flips (z = y) and :func:`pass_summary` in one pass.
+
+    Each row of Q alpha is summarised while it is still in cache, rather than written out
+    and read back with alpha, the labels and the bounds by a second pass over all of them.
+    """
+    n, m = alpha.shape
+    lo_b, hi_b, worst = _summary_start(m, objective, col_max)
+    step_l = 1 if linear.shape[0] > 1 else 0
+    step_u = 1 if upper.shape[0] > 1 else 0
+    if equality:
+        for i in range(n):
+            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
+            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
+                         True, tol, objective, col_max, lo_b, hi_b, worst)
+    else:
+        for i in range(n):
+            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
+            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
+                         False, tol, objective, col_max, lo_b, hi_b, worst)
+    _summary_finish(equality, tol, lo_b, hi_b, worst, within)
 
 
 @njit(cache=True)

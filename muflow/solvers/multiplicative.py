@@ -29,8 +29,8 @@ Constraints:
   alpha satisfies the constraint (eq. (17)); the left side of (17) decreases in lambda
   (Theorem 2: the root is unique), here also with the clipping inside it, so a root finder
   replaces the fixed-point iteration (18): Newton's method on the analytic slope of (17),
-  from the previous pass's lambda, safeguarded by a bracket (usually three evaluations of
-  the sum; see ``_compiled._solve_lambda``). For MUNK this lambda is the bias
+  from the previous pass's lambda, safeguarded by a bracket (two or three evaluations of
+  the sum as a rule; see ``_equality_compiled``). For MUNK this lambda is the bias
   multiplier of the slides (sum_A alpha = sum_B alpha = lambda expresses the same
   constraint); muflow keeps it as a Lagrange multiplier rather than rescaling beta =
   alpha / lambda, which lets the box constraint stay a plain clip.
@@ -57,11 +57,12 @@ from muflow.operators import operand_dtype
 from muflow.solvers._compiled import (
     RULE_IDS,
     class_products,
-    equality_step,
+    class_products_summary,
     multiplicative_step,
     pass_summary,
     split_by_class,
 )
+from muflow.solvers._equality_compiled import equality_step
 from muflow.solvers.kkt import kkt_violation
 from muflow.solvers.problem import DualProblem, DualSolution
 
@@ -71,16 +72,25 @@ _RELATIVE_FLOOR = 1e-12
 
 
 class _Products:
-    """One pass over K for the current iterate, in the basis of the flip signs s."""
+    """One pass over K for the current iterate, in the basis of the flip signs s.
 
-    def __init__(self, problem: DualProblem, alpha, s, scratch=None):
+    ``s`` is None when no coefficient is flipped (s = 1). On the common path (no flips,
+    K >= 0) the pass also summarises the iterate when given ``constants``
+    (:meth:`_Constants.summary`, fused with the class split of the product): ``summary``
+    then holds (F, KKT test, max alpha) per column, else None.
+    """
+
+    def __init__(self, problem: DualProblem, alpha, s, scratch=None, constants=None):
         y, U = problem.y, problem.upper
         m = problem.m
-        flipped = s < 0
         self.s = s
-        if problem.operator.nonnegative and not flipped.any():
-            self._unflipped_nonnegative(problem, alpha, scratch or _Scratch())
+        self.summary = None
+        if problem.operator.nonnegative and s is None:
+            self._unflipped_nonnegative(problem, alpha, scratch or _Scratch(), constants)
             return
+        if s is None:
+            s = self.s = np.ones_like(alpha)
+        flipped = s < 0
         self.z = z = s * y
         self.w = np.where(flipped, U - alpha, alpha) if flipped.any() else alpha
         pos = z > 0
@@ -113,7 +123,7 @@ class _Products:
         self.c = s * (Au + problem.linear)
         self.u = u
 
-    def _unflipped_nonnegative(self, problem: DualProblem, alpha, scratch):
+    def _unflipped_nonnegative(self, problem: DualProblem, alpha, scratch, constants):
         """The common case (clipped box, K >= 0) as two fused passes around the product.
 
         Without flips s = 1, so z = y, w = alpha and c = p, and the general path's
@@ -129,7 +139,7 @@ class _Products:
         V = scratch.take((n, 2 * m), dtype)
         split_by_class(alpha, y, V)
         op = problem.operator
-        # class_products widens a float32 product as it reads it
+        # class_products(_summary) widens a float32 product as it reads it
         if hasattr(op, "matmul_native"):
             KV = op.matmul_native(V, out=scratch.take((n, 2 * m), dtype))
         else:
@@ -137,7 +147,10 @@ class _Products:
         self.P = scratch.take((n, m))
         self.N = scratch.take((n, m))
         self.q_alpha = scratch.take((n, m))
-        class_products(KV, y, y, self.P, self.N, self.q_alpha)
+        if constants is None:
+            class_products(KV, y, y, self.P, self.N, self.q_alpha)
+        else:
+            self.summary = constants.summary(alpha, KV, self)
         scratch.give(V, KV)
         self.c = problem.linear
         self.u = None
@@ -165,53 +178,63 @@ class _Scratch:
                 self._free.setdefault((a.shape, a.dtype), []).append(a)
 
 
-class _Transposed:
-    """(m, n) copies of the constant inputs of the equality-constrained step.
+class _Constants:
+    """The constant inputs of a solve in the layouts its compiled loops read, made once.
 
-    :func:`equality_step` reads one column at a time; the labels, bounds and linear term
-    never change, so they are transposed once per solve, not gathered at every pass.
+    In the common case every sample of a column has the same bound and linear term (no
+    sample weights): then the per-pass summary and the equality-constrained step take
+    one value per column, (1, m), and stream neither.
     """
 
-    def __init__(self, problem: DualProblem):
-        shape = problem.y.shape
-        self.y = np.ascontiguousarray(problem.y.T)
-        self.upper = np.ascontiguousarray(np.broadcast_to(problem.upper, shape).T)
-        self.linear = np.ascontiguousarray(np.broadcast_to(problem.linear, shape).T)
-        self.ones = np.ones(shape[::-1])
-        # the common case: every sample of a column has the same bound and linear term
-        # (no sample weights): the step then streams only w, P, N and y
-        self.uniform = bool(np.all(self.upper == self.upper[:, :1])
-                            and np.all(self.linear == self.linear[:, :1]))
-        self.upper_col = np.ascontiguousarray(self.upper[:, :1])
-        self.linear_col = np.ascontiguousarray(self.linear[:, :1])
+    def __init__(self, problem: DualProblem, tol: float):
+        upper, linear = problem.upper, problem.linear
+        self.problem = problem
+        self.tol = float(tol)
+        self.uniform = bool(np.all(upper == upper[:1]) and np.all(linear == linear[:1]))
+        self.upper_rows = np.ascontiguousarray(upper[:1]) if self.uniform else upper
+        self.linear_rows = np.ascontiguousarray(linear[:1]) if self.uniform else linear
+
+    def summary(self, alpha, KV=None, prod=None):
+        """F, the KKT test "violation <= tol" (kkt.kkt_within) and max alpha per column,
+        in one pass; the violation's value and the bias are found once, at the end.
+
+        With ``KV`` (the product of the unflipped class split), the pass also writes
+        ``prod``'s P, N and Q alpha (:func:`class_products_summary`); otherwise it reads
+        ``prod.q_alpha``.
+        """
+        problem = self.problem
+        m = problem.m
+        f = np.empty(m)
+        ok = np.empty(m, dtype=np.bool_)
+        top = np.empty(m)
+        if KV is None:
+            pass_summary(alpha, prod.q_alpha, self.linear_rows, problem.y, self.upper_rows,
+                         bool(problem.equality), self.tol, f, ok, top)
+        else:
+            class_products_summary(KV, problem.y, alpha, self.linear_rows, self.upper_rows,
+                                   bool(problem.equality), self.tol, prod.P, prod.N,
+                                   prod.q_alpha, f, ok, top)
+        return f, ok, top
 
 
-def _step(rule, prod: _Products, problem: DualProblem, lam, floor, transposed=None):
+def _step(rule, prod: _Products, problem: DualProblem, lam, floor, constants):
     """alpha after one update (lambda solved in place when the sum constraint is on)."""
     out = np.empty_like(prod.w)
-    shape = prod.w.shape
+    y = problem.y
+    if prod.s is None and constants.uniform:
+        # no flip: s = 1 and the linear term is the problem's (M3 eq. (24) with u = 0)
+        c, s, upper, uniform = constants.linear_rows, y, constants.upper_rows, True
+    else:
+        shape = prod.w.shape
+        c = np.ascontiguousarray(np.broadcast_to(prod.c, shape))
+        s = np.ascontiguousarray(np.broadcast_to(1.0 if prod.s is None else prod.s, shape))
+        upper, uniform = problem.upper, False
     if problem.equality:
-        tr = transposed if transposed is not None else _Transposed(problem)
-        uniform = False
-        uT = tr.upper
-        if prod.u is None:
-            # no flip: s = 1 and the linear term is the problem's (M3 eq. (24) with u = 0)
-            cT, sT = tr.linear, tr.ones
-            if tr.uniform:
-                uniform = True
-                cT, uT = tr.linear_col, tr.upper_col
-        else:
-            cT = np.ascontiguousarray(np.broadcast_to(prod.c, shape).T)
-            sT = np.ascontiguousarray(prod.s.T)
-        equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, cT, tr.y, sT, floor, uT, uniform,
+        equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, c, y, s, floor, upper, uniform,
                       lam, out)
-        return out
-    multiplicative_step(
-        RULE_IDS[rule], prod.w, prod.P, prod.N,
-        np.ascontiguousarray(np.broadcast_to(prod.c, shape)), problem.y,
-        np.ascontiguousarray(np.broadcast_to(prod.s, shape)), floor, problem.upper,
-        False, lam, out,
-    )
+    else:
+        multiplicative_step(RULE_IDS[rule], prod.w, prod.P, prod.N, c, s, floor, upper, uniform,
+                            out)
     return out
 
 
@@ -246,6 +269,7 @@ def _rescale(problem, alpha, prod):
     t = np.clip(np.nan_to_num(t, nan=1.0, posinf=1.0), 1e-300, np.minimum(cap, 1e300))
     t = np.where(t > 0, t, 1.0)
     prod.w = prod.w * t
+    prod.summary = None  # of the unscaled iterate
     prod.P = prod.P * t
     prod.N = prod.N * t
     prod.q_alpha = prod.q_alpha * t
@@ -304,27 +328,27 @@ def solve_multiplicative(
         return _RELATIVE_FLOOR * np.maximum(a.max(axis=0), 1e-8)
 
     alpha = np.maximum(alpha, np.minimum(floor_of(alpha)[None, :], U))
-    s = np.ones_like(alpha)
+    s = None  # flip signs: none yet
+    flipping = bool(can_flip.any())
 
     scratch = _Scratch()
+    constants = _Constants(problem, tol)
 
     def products(a):
+        """(timed with the summary fused into them on the common path)"""
         t = time.perf_counter()
-        p = _Products(problem, a, s, scratch)
+        p = _Products(problem, a, s, scratch, constants)
         timings["products"] += time.perf_counter() - t
         return p
 
     def summarize(a, p):
-        """F, the KKT test "violation <= tol" (kkt.kkt_within) and max alpha per column,
-        in one pass; the violation's value and the bias are found once, at the end."""
+        """:meth:`_Constants.summary` of ``a``, unless its products already made it."""
+        if p.summary is not None:
+            return p.summary
         t = time.perf_counter()
-        f = np.empty(m)
-        ok = np.empty(m, dtype=np.bool_)
-        top = np.empty(m)
-        pass_summary(a, p.q_alpha, problem.linear, y, U, bool(problem.equality), float(tol),
-                     f, ok, top)
+        summary = constants.summary(a, prod=p)
         timings["kkt"] += time.perf_counter() - t
-        return f, ok, top
+        return summary
 
     prod = products(alpha)
     if bias0 is None and init is None:
@@ -333,7 +357,6 @@ def solve_multiplicative(
     curve = [objective]
     prev = None
     n_iter = 0
-    transposed = _Transposed(problem) if problem.equality else None
     for iteration in range(max_iter + 1):
         if prev is not None:
             worse = objective > prev[2] + 1e-13 * np.abs(prev[2])
@@ -353,14 +376,15 @@ def solve_multiplicative(
             break
         t = time.perf_counter()
         floor = _RELATIVE_FLOOR * np.maximum(col_max, 1e-8)  # floor_of(alpha)
-        new_alpha = _step(rule, prod, problem, lam, floor, transposed)
+        new_alpha = _step(rule, prod, problem, lam, floor, constants)
         scratch.give(prod.P, prod.N)  # read by the step only
         prod.P = prod.N = None
         # flip signs for the next pass: the sign of the current Lagrangian gradient (eq. (20))
-        if can_flip.any():
+        if flipping:
             grad = prod.q_alpha + problem.linear
             lagr = grad + (lam[None, :] * y if problem.equality else 0.0)
-            s = np.where(can_flip & (lagr < 0), -1.0, 1.0)
+            flip = can_flip & (lagr < 0)
+            s = np.where(flip, -1.0, 1.0) if flip.any() else None
         timings["updates"] += time.perf_counter() - t
         if prev is not None:  # its products served the last line search; none refer to them
             scratch.give(prev[1].q_alpha)
