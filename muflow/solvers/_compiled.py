@@ -107,15 +107,12 @@ def multiplicative_step(rule, w, P, N, c, s, floor, upper, uniform, out):
     linear term and the bounds constant within each column) ``c`` and ``upper`` are (1, m)
     and ``s`` is not read; otherwise ``c``, ``s`` and ``upper`` are (n, m).
     """
-    n, m = w.shape
-    step = 0 if uniform else 1
     if uniform:
-        for i in range(n):
+        for i in range(w.shape[0]):
             _step_row(rule, True, w[i], P[i], N[i], c[0], s[0], floor, upper[0], out[i])
     else:
-        for i in range(n):
-            _step_row(rule, False, w[i], P[i], N[i], c[i * step], s[i * step], floor,
-                      upper[i * step], out[i])
+        for i in range(w.shape[0]):
+            _step_row(rule, False, w[i], P[i], N[i], c[i], s[i], floor, upper[i], out[i])
 
 
 @njit(cache=True)
@@ -387,16 +384,25 @@ def _summary_row(a_row, q_row, l_row, y_row, u_row, equality, tol, F, top, lo_b,
 
 
 @njit(cache=True, inline="always")
-def _summary_start(m, objective, col_max):
+def _summary_rows(products, equality, KV, y, alpha, linear, upper, tol, P, N, q_alpha,
+                  objective, within, col_max):
+    """The loop of :func:`pass_summary` and :func:`class_products_summary`: with
+    ``products`` each row of P, N and Q alpha is first made from ``KV`` (z = y)."""
+    n, m = alpha.shape
+    lo_b = np.full(m, -np.inf)
+    hi_b = np.full(m, np.inf)
+    worst = np.zeros(m)
     for j in range(m):
         objective[j] = 0.0
         col_max[j] = -np.inf
-    return np.full(m, -np.inf), np.full(m, np.inf), np.zeros(m)
-
-
-@njit(cache=True, inline="always")
-def _summary_finish(equality, tol, lo_b, hi_b, worst, within):
-    for j in range(within.shape[0]):
+    step_l = 1 if linear.shape[0] > 1 else 0
+    step_u = 1 if upper.shape[0] > 1 else 0
+    for i in range(n):
+        if products:
+            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
+        _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
+                     equality, tol, objective, col_max, lo_b, hi_b, worst)
+    for j in range(m):
         within[j] = lo_b[j] <= hi_b[j] if equality else worst[j] <= tol
 
 
@@ -409,19 +415,13 @@ def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, wit
     :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i. ``linear`` and
     ``upper`` are (n, m), or (1, m) when every sample of a column has the same value.
     """
-    n, m = alpha.shape
-    lo_b, hi_b, worst = _summary_start(m, objective, col_max)
-    step_l = 1 if linear.shape[0] > 1 else 0
-    step_u = 1 if upper.shape[0] > 1 else 0
+    # equality as a constant in each loop, so that only its branch is compiled into it
     if equality:
-        for i in range(n):
-            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
-                         True, tol, objective, col_max, lo_b, hi_b, worst)
+        _summary_rows(False, True, q_alpha, y, alpha, linear, upper, tol, q_alpha, q_alpha,
+                      q_alpha, objective, within, col_max)
     else:
-        for i in range(n):
-            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
-                         False, tol, objective, col_max, lo_b, hi_b, worst)
-    _summary_finish(equality, tol, lo_b, hi_b, worst, within)
+        _summary_rows(False, False, q_alpha, y, alpha, linear, upper, tol, q_alpha, q_alpha,
+                      q_alpha, objective, within, col_max)
 
 
 @njit(cache=True, error_model="numpy")
@@ -432,21 +432,12 @@ def class_products_summary(KV, y, alpha, linear, upper, equality, tol, P, N, q_a
     Each row of Q alpha is summarised while it is still in cache, rather than written out
     and read back with alpha, the labels and the bounds by a second pass over all of them.
     """
-    n, m = alpha.shape
-    lo_b, hi_b, worst = _summary_start(m, objective, col_max)
-    step_l = 1 if linear.shape[0] > 1 else 0
-    step_u = 1 if upper.shape[0] > 1 else 0
     if equality:
-        for i in range(n):
-            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
-            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
-                         True, tol, objective, col_max, lo_b, hi_b, worst)
+        _summary_rows(True, True, KV, y, alpha, linear, upper, tol, P, N, q_alpha, objective,
+                      within, col_max)
     else:
-        for i in range(n):
-            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
-            _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
-                         False, tol, objective, col_max, lo_b, hi_b, worst)
-    _summary_finish(equality, tol, lo_b, hi_b, worst, within)
+        _summary_rows(True, False, KV, y, alpha, linear, upper, tol, P, N, q_alpha, objective,
+                      within, col_max)
 
 
 @njit(cache=True)

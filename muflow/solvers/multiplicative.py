@@ -89,7 +89,7 @@ class _Products:
             self._unflipped_nonnegative(problem, alpha, scratch or _Scratch(), constants)
             return
         if s is None:
-            s = self.s = np.ones_like(alpha)
+            s = np.ones_like(alpha)  # self.s stays None: the step's no-flip path applies
         flipped = s < 0
         self.z = z = s * y
         self.w = np.where(flipped, U - alpha, alpha) if flipped.any() else alpha
