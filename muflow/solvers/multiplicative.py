@@ -59,7 +59,9 @@ from muflow.solvers._compiled import (
     class_products,
     class_products_summary,
     multiplicative_step,
+    objective_rose,
     pass_summary,
+    pass_verdict,
     split_by_class,
 )
 from muflow.solvers._equality_compiled import equality_step
@@ -357,25 +359,26 @@ def solve_multiplicative(
     curve = [objective]
     prev = None
     n_iter = 0
+    worse = np.empty(m, dtype=np.bool_)
+    floor = np.empty(m)  # per column; sample i's floor is min(floor_j, U_ij) (see floor_of)
     for iteration in range(max_iter + 1):
         if prev is not None:
-            worse = objective > prev[2] + 1e-13 * np.abs(prev[2])
-            if worse.any():
+            if objective_rose(objective, prev[2], worse):
                 alpha, prod, objective = _line_search(problem, prev, alpha, prod, worse, products)
                 _, satisfied, col_max = summarize(alpha, prod)
                 timings["safeguard_passes"] += 1
             curve.append(objective)
-        if not np.all(np.isfinite(objective)) or np.any(objective < -1e250):
+        unbounded, done = pass_verdict(objective, satisfied, col_max, _RELATIVE_FLOOR, floor)
+        if unbounded:
             raise MuflowError(
                 "the dual objective is unbounded: the hard-margin problem (C=inf) has no "
                 "solution on data that are not separable; use a finite C"
             )
         if callback is not None and callback(iteration, alpha, objective):
             break
-        if np.all(satisfied) or iteration == max_iter:
+        if done or iteration == max_iter:
             break
         t = time.perf_counter()
-        floor = _RELATIVE_FLOOR * np.maximum(col_max, 1e-8)  # floor_of(alpha)
         new_alpha = _step(rule, prod, problem, lam, floor, constants)
         scratch.give(prod.P, prod.N)  # read by the step only
         prod.P = prod.N = None
