@@ -1,4 +1,11 @@
-"""scikit-learn's own estimator checks, in full, on muflow.SVC."""
+"""scikit-learn's own estimator checks, in full, on muflow.SVC.
+
+pandas is in the test extra so that the checks with pandas inputs run rather than skip.
+"""
+
+import os
+import subprocess
+import sys
 
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -22,3 +29,28 @@ def expected_failures(estimator):
 @parametrize_with_checks([muflow.SVC()], expected_failed_checks=expected_failures)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+ARRAY_API_CHECK = """
+from sklearn.utils.estimator_checks import check_array_api_input
+import muflow
+check_array_api_input(
+    "SVC", muflow.SVC(), array_namespace="numpy", expect_only_array_outputs=False
+)
+print("check_array_api_input passed")
+"""
+
+
+def test_array_api_check_runs_with_scipy_array_api_enabled():
+    """The one check above that skips here: scikit-learn runs check_array_api_input only
+    when SCIPY_ARRAY_API is set before SciPy is first imported, which would switch the whole
+    test session into SciPy's array-API mode. A child process runs that check with it set."""
+    result = subprocess.run(
+        [sys.executable, "-c", ARRAY_API_CHECK],
+        env={**os.environ, "SCIPY_ARRAY_API": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "check_array_api_input passed" in result.stdout
