@@ -48,14 +48,6 @@ def _new_value(rule, w, P, N, c, floor, upper, flipped):
     return upper - v if flipped else v
 
 
-# Loops over one contiguous column, compiled once per rule (the rule a constant, so that
-# only its branch remains) for SIMD: error_model="numpy" drops the zero-division checks
-# (every division is guarded or its lane discarded) that keep LLVM from vectorising,
-# and "reassoc" lets a sum be accumulated in vector lanes (a different rounding order,
-# nothing else: no assumption about inf or NaN, which hard-margin bounds contain).
-_SIMD = {"cache": True, "error_model": "numpy", "fastmath": {"reassoc"}}
-
-
 @njit(cache=True, inline="always")
 def factor_slope(rule, P, N, c):
     """:func:`factor` and its derivative in c, ``(r, dr/dc)``, written branch-free.
@@ -320,26 +312,19 @@ def _split_row(w_row, z_row, pos_row, neg_row):
         neg_row[j] = 0.0 if pos else v
 
 
-@njit(cache=True)
-def class_products(KV, z, y, P, N, q_alpha):
-    """P, N and Q alpha from ``KV = K @ split_by_class(w, z)`` in one pass.
-
-    With Kp = K (w z+) and Kn = K (w z-): P = Kp, N = Kn on the positive class and the
-    other way round on the negative one, and Q alpha = y * (Kp - Kn). ``KV`` may be float32
-    (the product of a float32 Gram); every value is widened to float64 before any arithmetic.
-    """
-    n, m = z.shape
-    for i in range(n):
-        _class_row(KV[i, :m], KV[i, m:], z[i], y[i], P[i], N[i], q_alpha[i])
-
-
 @njit(cache=True, inline="always")
-def _class_row(kp_row, kn_row, z_row, y_row, P_row, N_row, q_row):
-    # branch-free, so that the loop over the columns is vectorised
-    for j in range(z_row.shape[0]):
+def _class_row(kp_row, kn_row, y_row, P_row, N_row, q_row):
+    """P, N and Q alpha of one row from ``KV = K @ split_by_class(alpha, y)``.
+
+    With Kp = K (alpha y+) and Kn = K (alpha y-): P = Kp, N = Kn on the positive class and
+    the other way round on the negative one, and Q alpha = y * (Kp - Kn). ``KV`` may be
+    float32 (the product of a float32 Gram); every value is widened to float64 before any
+    arithmetic. Branch-free, so that the loop over the columns is vectorised.
+    """
+    for j in range(y_row.shape[0]):
         kp = np.float64(kp_row[j])  # a float32 product is widened here, not in a copy
         kn = np.float64(kn_row[j])
-        pos = z_row[j] > 0
+        pos = y_row[j] > 0
         P_row[j] = kp if pos else kn
         N_row[j] = kn if pos else kp
         q_row[j] = y_row[j] * (kp - kn)
@@ -399,7 +384,7 @@ def _summary_rows(products, equality, KV, y, alpha, linear, upper, tol, P, N, q_
     step_u = 1 if upper.shape[0] > 1 else 0
     for i in range(n):
         if products:
-            _class_row(KV[i, :m], KV[i, m:], y[i], y[i], P[i], N[i], q_alpha[i])
+            _class_row(KV[i, :m], KV[i, m:], y[i], P[i], N[i], q_alpha[i])
         _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
                      equality, tol, objective, col_max, lo_b, hi_b, worst)
     for j in range(m):
@@ -410,8 +395,7 @@ def _summary_rows(products, equality, KV, y, alpha, linear, upper, tol, P, N, q_
 def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, within, col_max):
     """One row-major pass for what a solver pass needs besides the products.
 
-    Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i) (as
-    :func:`objective_columns`), whether the KKT violation is at most ``tol`` (as
+    Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i), whether the KKT violation is at most ``tol`` (as
     :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i. ``linear`` and
     ``upper`` are (n, m), or (1, m) when every sample of a column has the same value.
     """
@@ -427,7 +411,8 @@ def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, wit
 @njit(cache=True, error_model="numpy")
 def class_products_summary(KV, y, alpha, linear, upper, equality, tol, P, N, q_alpha,
                            objective, within, col_max):
-    """:func:`class_products` without flips (z = y) and :func:`pass_summary` in one pass.
+    """P, N and Q alpha from the unflipped product (:func:`_class_row`) and
+    :func:`pass_summary` in one pass.
 
     Each row of Q alpha is summarised while it is still in cache, rather than written out
     and read back with alpha, the labels and the bounds by a second pass over all of them.
@@ -465,17 +450,6 @@ def pass_verdict(objective, satisfied, col_max, relative_floor, floor):
         done &= satisfied[j]
         floor[j] = relative_floor * max(col_max[j], 1e-8)
     return unbounded, done
-
-
-@njit(cache=True)
-def objective_columns(alpha, q_alpha, linear, out):
-    """F_j = sum_i alpha_ij (q_ij / 2 + p_ij) per column, without an (n, m) temporary."""
-    n, m = alpha.shape
-    for j in range(m):
-        out[j] = 0.0
-    for i in range(n):
-        for j in range(m):
-            out[j] += alpha[i, j] * (0.5 * q_alpha[i, j] + linear[i, j])
 
 
 @njit(cache=True, inline="always")

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from numba import njit
 
-from muflow.solvers._compiled import _SIMD, factor_slope
+from muflow.solvers._compiled import factor_slope
 
 _MAX_ROUNDS = 400
 # a round with at most m / _FEW_COLUMNS columns still moving evaluates them one by one
@@ -95,68 +95,31 @@ def _columns_loop(rule, uniform, w, P, N, c, y, s, floor, upper, lam, total, slo
                   upper[i * step], lam, total, slope, out[i])
 
 
-# compiled once per rule and mode (the rule a constant, so that only its branch remains)
-@njit(**_SIMD)
-def _eval_m3(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(0, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_munk(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(1, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_seminmf(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(2, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_musik(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(3, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_m3_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(0, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_munk_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(1, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_seminmf_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(2, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(**_SIMD)
-def _eval_musik_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    _columns_loop(3, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
-
-
-@njit(cache=True)
+# The lockstep evaluation compiled for SIMD: error_model="numpy" drops the zero-division
+# checks (every division is guarded or its lane discarded) that keep LLVM from vectorising,
+# and "reassoc" lets a sum be accumulated in vector lanes (a different rounding order,
+# nothing else: no assumption about inf or NaN, which hard-margin bounds contain).
+@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
 def _columns_eval(rule, uniform, w, P, N, c, y, s, floor, upper, lam, total, slope, out):
-    """:func:`_columns_loop` compiled for the rule and mode."""
+    """:func:`_columns_loop` with the rule and the mode as constants, one inlined copy per
+    branch, so that each copy keeps only its rule's arithmetic and is vectorised."""
     if uniform:
         if rule == 0:
-            _eval_m3_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+            _columns_loop(0, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
         elif rule == 1:
-            _eval_munk_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+            _columns_loop(1, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
         elif rule == 2:
-            _eval_seminmf_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope,
-                                  out)
+            _columns_loop(2, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
         else:
-            _eval_musik_uniform(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+            _columns_loop(3, True, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
     elif rule == 0:
-        _eval_m3(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+        _columns_loop(0, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
     elif rule == 1:
-        _eval_munk(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+        _columns_loop(1, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
     elif rule == 2:
-        _eval_seminmf(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+        _columns_loop(2, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
     else:
-        _eval_musik(w, P, N, c, y, s, floor, upper, lam, total, slope, out)
+        _columns_loop(3, False, w, P, N, c, y, s, floor, upper, lam, total, slope, out)
 
 
 @njit(cache=True)

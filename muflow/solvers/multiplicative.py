@@ -56,7 +56,6 @@ from muflow.exceptions import MuflowError
 from muflow.operators import operand_dtype
 from muflow.solvers._compiled import (
     RULE_IDS,
-    class_products,
     class_products_summary,
     multiplicative_step,
     objective_rose,
@@ -77,28 +76,29 @@ class _Products:
     """One pass over K for the current iterate, in the basis of the flip signs s.
 
     ``s`` is None when no coefficient is flipped (s = 1). On the common path (no flips,
-    K >= 0) the pass also summarises the iterate when given ``constants``
-    (:meth:`_Constants.summary`, fused with the class split of the product): ``summary``
-    then holds (F, KKT test, max alpha) per column, else None.
+    K >= 0) the pass also summarises the iterate (:meth:`_Constants.summary`, fused with
+    the class split of the product): ``summary`` then holds (F, KKT test, max alpha) per
+    column, else None.
     """
 
-    def __init__(self, problem: DualProblem, alpha, s, scratch=None, constants=None):
+    def __init__(self, problem: DualProblem, alpha, s, scratch, constants):
         y, U = problem.y, problem.upper
         m = problem.m
         self.s = s
         self.summary = None
         if problem.operator.nonnegative and s is None:
-            self._unflipped_nonnegative(problem, alpha, scratch or _Scratch(), constants)
+            self._unflipped_nonnegative(problem, alpha, scratch, constants)
             return
         if s is None:
             s = np.ones_like(alpha)  # self.s stays None: the step's no-flip path applies
         flipped = s < 0
-        self.z = z = s * y
-        self.w = np.where(flipped, U - alpha, alpha) if flipped.any() else alpha
+        any_flipped = bool(flipped.any())
+        z = s * y
+        self.w = np.where(flipped, U - alpha, alpha) if any_flipped else alpha
         pos = z > 0
         cols = [self.w * pos, self.w * ~pos]
         u = None
-        if flipped.any():
+        if any_flipped:
             u = np.where(flipped, U, 0.0)
             cols.append(y * u)
         V = np.concatenate(cols, axis=1)
@@ -123,25 +123,24 @@ class _Products:
         # linear term in the flipped basis: s * (A u + p)   (M3 eq. (24))
         Au = y * K_yu if u is not None else 0.0
         self.c = s * (Au + problem.linear)
-        self.u = u
 
     def _unflipped_nonnegative(self, problem: DualProblem, alpha, scratch, constants):
         """The common case (clipped box, K >= 0) as two fused passes around the product.
 
         Without flips s = 1, so z = y, w = alpha and c = p, and the general path's
         np.where / concatenate / temporaries over (n, m) arrays reduce to one loop that
-        splits alpha by class and one that unpacks K @ V into P, N and Q alpha.
+        splits alpha by class and one that unpacks K @ V into P, N and Q alpha and
+        summarises the iterate.
         """
         y = problem.y
         n, m = alpha.shape
-        self.z = y
         self.w = alpha
         # in K's precision (a float32 Gram would convert a float64 operand at every product)
         dtype = operand_dtype(problem.operator)
         V = scratch.take((n, 2 * m), dtype)
         split_by_class(alpha, y, V)
         op = problem.operator
-        # class_products(_summary) widens a float32 product as it reads it
+        # class_products_summary widens a float32 product as it reads it
         if hasattr(op, "matmul_native"):
             KV = op.matmul_native(V, out=scratch.take((n, 2 * m), dtype))
         else:
@@ -149,13 +148,9 @@ class _Products:
         self.P = scratch.take((n, m))
         self.N = scratch.take((n, m))
         self.q_alpha = scratch.take((n, m))
-        if constants is None:
-            class_products(KV, y, y, self.P, self.N, self.q_alpha)
-        else:
-            self.summary = constants.summary(alpha, KV, self)
+        self.summary = constants.summary(alpha, KV, self)
         scratch.give(V, KV)
         self.c = problem.linear
-        self.u = None
 
 
 class _Scratch:
