@@ -170,6 +170,17 @@ def _scales(w, c, upper, uniform, st):
 
 
 @njit(cache=True, inline="always")
+def _narrow(st, j, h):
+    """The current lambda, with h(lambda) = h, becomes the bracket's end on its side."""
+    if h > 0.0:
+        st[_A, j] = st[_LAM, j]
+        st[_HA, j] = h
+    else:
+        st[_B, j] = st[_LAM, j]
+        st[_HB, j] = h
+
+
+@njit(cache=True, inline="always")
 def _root_begin(st, j, h):
     """After the evaluation at the previous pass's lambda: done, or the bracket begun."""
     if abs(h) <= st[_TOL, j] or not math.isfinite(h):
@@ -181,12 +192,7 @@ def _root_begin(st, j, h):
     st[_B, j] = np.inf
     st[_HA, j] = 0.0
     st[_HB, j] = 0.0
-    if h > 0.0:
-        st[_A, j] = st[_LAM, j]
-        st[_HA, j] = h
-    else:
-        st[_B, j] = st[_LAM, j]
-        st[_HB, j] = h
+    _narrow(st, j, h)
     st[_STEP, j] = 0.0
     st[_W1, j] = np.inf
     st[_W2, j] = np.inf
@@ -241,12 +247,7 @@ def _root_accept(st, j, h):
     if abs(h) <= st[_TOL, j]:
         st[_DONE, j] = 1.0
         return
-    if h > 0.0:
-        st[_A, j] = lam
-        st[_HA, j] = h
-    else:
-        st[_B, j] = lam
-        st[_HB, j] = h
+    _narrow(st, j, h)
     if (st[_B, j] - st[_A, j]) <= 1e-15 * max(1.0, abs(lam)):
         st[_DONE, j] = 1.0
 
