@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from muflow.atomic import atomic_path
 from muflow.exceptions import MuflowInputError
 
 FILENAME = "checkpoint.npz"
@@ -62,24 +63,6 @@ class Checkpoint:
         return (self.alpha, self.bias)
 
 
-def _write_atomic(path: str, **arrays):
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
-        np.savez(fh, **arrays)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    try:  # make the rename itself durable
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:  # pragma: no cover - platforms without directory fsync
-        pass
-
-
 def save_checkpoint(run_dir, alpha, bias, iteration, objective, tag=None, finished=False) -> str:
     """Write a checkpoint atomically; returns its path."""
     os.makedirs(run_dir, exist_ok=True)
@@ -89,9 +72,10 @@ def save_checkpoint(run_dir, alpha, bias, iteration, objective, tag=None, finish
         alpha = alpha[:, None]
     meta = {"iteration": int(iteration), "tag": tag or {}, "finished": bool(finished),
             "n": alpha.shape[0], "m": alpha.shape[1]}
-    _write_atomic(path, alpha=alpha, bias=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
-                  objective=np.atleast_1d(np.asarray(objective, dtype=np.float64)),
-                  meta=np.array(json.dumps(meta)))
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, alpha=alpha, bias=np.atleast_1d(np.asarray(bias, dtype=np.float64)),
+                 objective=np.atleast_1d(np.asarray(objective, dtype=np.float64)),
+                 meta=np.array(json.dumps(meta)))
     return path
 
 

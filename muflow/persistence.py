@@ -14,14 +14,12 @@ failed save never leaves a half-written model that looks complete.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.atomic import atomic_directory
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 
@@ -45,29 +43,6 @@ def _json_classes(classes: np.ndarray):
 def _classes_from_json(d) -> np.ndarray:
     dtype = {"int": np.int64, "float": np.float64, "bool": bool, "str": str}[d["dtype"]]
     return np.asarray(d["values"], dtype=dtype)
-
-
-def write_atomically(path: Path, write_into) -> Path:
-    """Create directory ``path`` by filling a temporary sibling and renaming it.
-
-    An existing ``path`` is replaced only after the new one is complete.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
-    try:
-        write_into(tmp)
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
 
 
 def save(model, path) -> Path:
@@ -103,7 +78,7 @@ def save(model, path) -> Path:
         np.savez(tmp / "arrays.npz", **arrays)
         (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
 
-    return write_atomically(Path(path), write)
+    return atomic_directory(path, write)
 
 
 def _is_json_scalar(v) -> bool:

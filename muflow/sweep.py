@@ -894,7 +894,7 @@ def _check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
 
 
 def _save_kernel(kdir: Path, rec: dict, meta: dict):
-    from muflow.persistence import write_atomically
+    from muflow.atomic import atomic_directory as write_atomically
 
     curves = [np.asarray(c) for c in rec["curves"]]
     length = max(len(c) for c in curves)

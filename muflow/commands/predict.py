@@ -30,14 +30,14 @@ def run(args) -> int:
     if args.out:
         from pathlib import Path
 
+        from muflow.atomic import write_text
+
         scores = np.asarray(model.decision_function(X))
         scores = scores[:, None] if scores.ndim == 1 else scores
         out = Path(args.out)
         header = "prediction," + ",".join(f"decision_{j}" for j in range(scores.shape[1]))
         lines = [header] + [f"{p}," + ",".join(f"{s:.10g}" for s in row) for p, row in zip(pred, scores)]
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text("\n".join(lines) + "\n")
-        tmp.replace(out)
+        write_text(out, "\n".join(lines) + "\n")
         print(f"predictions written to {out}")
     else:
         sys.stdout.write("\n".join(str(p) for p in pred) + "\n")

@@ -35,6 +35,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.core.sync import sync
 
+from muflow.atomic import write_json
 from muflow.exceptions import MuflowInputError
 from muflow.gram.tiling import n_tiles, tile_bounds, tile_pairs
 from muflow.kernels import Kernel
@@ -126,10 +127,7 @@ def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: s
     if url == os.path.abspath(cache_path(cache_dir, fp, kernel, dtype)):
         return
     path = os.path.join(cache_dir, f"gram-{cache_key(fp, kernel, dtype)}.json")
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump({"store": url, "kernel": kernel.to_dict(), "fingerprint": fp, "dtype": dtype}, fh)
-    os.replace(tmp, path)
+    write_json(path, {"store": url, "kernel": kernel.to_dict(), "fingerprint": fp, "dtype": dtype})
 
 
 def normalize_url(url) -> str:

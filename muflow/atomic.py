@@ -1,0 +1,100 @@
+"""Atomic writes: every file and directory muflow writes appears whole or not at all.
+
+Each helper fills a temporary sibling (same directory, so the final ``os.replace`` is a
+rename on one file system), makes it durable, and renames it into place. A failure at any
+point removes the temporary and leaves whatever was at the target before untouched, so a
+crashed run never leaves a half-written result that looks complete.
+
+- :func:`atomic_path`: a context manager yielding a temporary path for writers that want a
+  file name (``np.savez``, ``fig.savefig``, zarr); the one primitive the others use.
+- :func:`write_text` / :func:`write_json`: the common cases.
+- :func:`atomic_directory`: a directory filled by a callback (models, run records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a rename inside ``directory`` durable (a no-op where directories can't be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_path(path, *, suffix: str = "") -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` when the block ends.
+
+    ``suffix`` keeps an extension that a writer insists on (``".npz"``, ``".png"``). The
+    file gets the permissions a plain ``open`` would give (``0o666`` less the umask).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_directory(path.parent)
+
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (newlines as given)."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", newline="") as fh:
+            fh.write(text)
+    return Path(path)
+
+
+def write_json(path, obj, *, default: Callable | None = None) -> Path:
+    """Write ``obj`` as indented JSON (with a final newline) atomically."""
+    return write_text(path, json.dumps(obj, indent=2, default=default) + "\n")
+
+
+def atomic_directory(path, write_into: Callable[[Path], object]) -> Path:
+    """Create directory ``path`` by filling a temporary sibling and renaming it.
+
+    ``write_into(tmp_dir)`` writes the content. An existing ``path`` is replaced only after
+    the new one is complete; on failure the temporary is removed and ``path`` is untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        write_into(tmp)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _fsync_directory(path.parent)
+    return path
