@@ -248,10 +248,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         finally:
             if hasattr(operator, "close"):
                 operator.close()
-        self._store_solution(X, Y, solution, kernel)
-        self.solver_ = info.name
-        self.fit_time_ = time.perf_counter() - t0
-        return self
+        return self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=info.name,
+                                fit_time=time.perf_counter() - t0)
 
     def _gram_operator(self, X, kernel):
         """K in process (DenseGram), or on the cluster of ``client`` (DaskGram)."""
@@ -302,7 +300,50 @@ class SVC(ClassifierMixin, BaseEstimator):
             print(f"[muflow] pass {iteration:6d}  objective {np.array2string(np.asarray(objective), precision=6)}")
         return False
 
-    def _store_solution(self, X, Y, solution, kernel):
+    @classmethod
+    def from_solution(cls, solution, *, X, Y, classes, kernel, fit_time=0.0, **params):
+        """A fitted estimator from a dual solution solved elsewhere (the sweep's refit).
+
+        Sets every fitted attribute exactly as :meth:`fit` does (``fit`` ends here too),
+        so the result predicts, saves and reports like a fitted model.
+
+        Parameters
+        ----------
+        solution : DualSolution
+            The solution of the problems posed on ``X`` and ``Y``.
+        X : ndarray or sparse matrix of shape (n_samples, n_features)
+            The training samples, validated (float64; CSR when sparse), or the
+            (n_samples, n_samples) Gram matrix with ``kernel="precomputed"``.
+        Y : ndarray of shape (n_samples, n_problems)
+            Labels in {-1, +1} per binary problem, as :func:`binary_problems` poses them.
+        classes : array-like of shape (n_classes,)
+            The class labels, sorted (``classes_``).
+        kernel : Kernel
+            The kernel the problems were posed with, offset included for
+            ``intercept="regularized"``.
+        fit_time : float, default=0.0
+            Seconds the fit took (``fit_time_``).
+        **params
+            Estimator parameters (``C``, ``solver``, ``intercept``, ``tol`` ...);
+            ``kernel``, ``gamma``, ``degree`` and ``coef0`` default to those of ``kernel``.
+            ``solver_`` is ``solution.solver`` (the registered solver that solved it).
+
+        Returns
+        -------
+        SVC
+            A fitted estimator.
+        """
+        for name, value in (("kernel", kernel.name), ("gamma", kernel.gamma),
+                            ("degree", kernel.degree), ("coef0", kernel.coef0)):
+            params.setdefault(name, value)
+        model = cls(**params)
+        model.classes_ = np.asarray(classes)
+        model.n_features_in_ = X.shape[1]
+        return model._set_fitted(solution, X=X, Y=Y, kernel=kernel,
+                                 solver=solution.solver or model.solver, fit_time=fit_time)
+
+    def _set_fitted(self, solution, *, X, Y, kernel, solver, fit_time):
+        """The fitted attributes from a solution; the one place both fit paths set them."""
         alpha = solution.alpha
         largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
         is_support = (alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1)
@@ -325,6 +366,14 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.converged_ = np.asarray(solution.converged)
         self.timings_ = dict(solution.timings)
         self.shape_fit_ = X.shape
+        self.solver_ = solver
+        self.fit_time_ = float(fit_time)
+        return self
+
+    def _store_solution(self, X, Y, solution, kernel):
+        """Transition alias kept for ``muflow.sweep`` until it calls :meth:`from_solution`."""
+        self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=solution.solver,
+                         fit_time=getattr(self, "fit_time_", 0.0))
 
     # -- predict -----------------------------------------------------------------------
     def decision_function(self, X):

@@ -177,3 +177,25 @@ def test_linear_svc_round_trips_through_save_and_load(binary, tmp_path):
     loaded = muflow.load(muflow.save(model, tmp_path / "linear"))
     np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
     np.testing.assert_allclose(loaded.coef_, model.coef_)
+
+
+def test_from_solution_builds_the_model_fit_builds(blobs):
+    """The public constructor from a solution sets exactly what fit sets (one code path)."""
+    from muflow.model import SVC, binary_problems
+    from muflow.operators import DenseGram
+    from muflow.solvers import DualProblem
+    from muflow.solvers.registry import SOLVERS
+
+    X, y = blobs
+    fitted = SVC(kernel="rbf", gamma=0.5, C=2.0, solver="smo").fit(X, y)
+    classes, y_encoded = np.unique(y, return_inverse=True)
+    Y = binary_problems(y_encoded, len(classes))
+    problem = DualProblem(DenseGram(fitted.kernel_.block(X)), Y, upper=2.0, equality=True)
+    solution = SOLVERS["smo"].solve(problem, tol=fitted.tol, max_iter=fitted.max_iter)
+    built = SVC.from_solution(solution, X=X, Y=Y, classes=classes, kernel=fitted.kernel_,
+                              C=2.0, solver="smo")
+    assert built.get_params() == fitted.get_params()
+    assert built.solver_ == "smo"
+    for name in ("support_", "dual_coef_", "intercept_", "n_iter_", "support_vectors_"):
+        np.testing.assert_allclose(getattr(built, name), getattr(fitted, name), err_msg=name)
+    np.testing.assert_array_equal(built.predict(X), fitted.predict(X))
