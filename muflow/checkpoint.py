@@ -1,7 +1,8 @@
 """Solver checkpoints: alpha, bias and iteration written atomically to a run directory.
 
 Any solver's ``callback(iteration, alpha, objective)`` can be a :class:`Checkpointer`;
-every ``every`` iterations it writes ``checkpoint.npz`` (to a temporary file in the same
+every ``every`` iterations, in the solver's own unit (``SolverInfo.iteration_unit``: passes,
+epochs or sweeps, the unit of ``max_iter``), it writes ``checkpoint.npz`` (to a temporary file in the same
 directory, flushed, then renamed over the old one, so a crash leaves the previous
 checkpoint intact). To resume, :func:`load_checkpoint` gives the state back and
 ``init=(alpha, bias)`` warm-starts the same solver from it::
@@ -36,18 +37,13 @@ FILENAME = "checkpoint.npz"
 
 @dataclass
 class Checkpoint:
-    """A saved solver state.
+    """A saved solver state: ``alpha`` (n, m) and ``bias`` (m,) as in a
+    :class:`~muflow.solvers.DualSolution`, with
 
-    Attributes
-    ----------
-    alpha : ndarray of shape (n, m)
-    bias : ndarray of shape (m,)
-    iteration : int
-        Iterations done in total (across resumed runs).
-    objective : ndarray of shape (m,)
-    tag : dict
-    finished : bool
-        True when written by :meth:`Checkpointer.finish` (the run completed).
+    - ``iteration``: iterations done in total across resumed runs, in the solver's unit;
+    - ``objective``: F per column, shape (m,);
+    - ``tag``: the caller's JSON values identifying the run;
+    - ``finished``: True when written by :meth:`Checkpointer.finish` (the run completed).
     """
 
     alpha: np.ndarray
@@ -130,6 +126,13 @@ class Checkpointer:
         The checkpoint this run resumes from; iterations count on from it.
     stop_after : int, optional
         Return True (stop the solver) at this total iteration; for tests and time limits.
+
+    Notes
+    -----
+    A solver may report its iteration less often than every iteration (SMO reports every
+    ``callback_every`` steps, and a per-column solver starts counting again at each
+    column): a checkpoint is written whenever the count passes a multiple of ``every``
+    since the previous call.
     """
 
     def __init__(self, run_dir, every=100, *, problem=None, tag=None, resume=None, stop_after=None):
@@ -142,6 +145,7 @@ class Checkpointer:
         self.start_iteration = int(resume.iteration) if resume is not None else 0
         self.stop_after = stop_after
         self.saved = []
+        self._last = self.start_iteration
 
     def _bias(self, alpha):
         if self.problem is None:
@@ -150,7 +154,9 @@ class Checkpointer:
 
     def __call__(self, iteration, alpha, objective):
         total = self.start_iteration + int(iteration)
-        if iteration > 0 and total % self.every == 0:
+        last = self._last if self._last <= total else self.start_iteration  # a new column
+        self._last = total
+        if iteration > 0 and total // self.every > last // self.every:
             save_checkpoint(self.run_dir, alpha, self._bias(alpha), total, objective, self.tag)
             self.saved.append(total)
         return self.stop_after is not None and total >= self.stop_after

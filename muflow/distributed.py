@@ -1,6 +1,6 @@
 """The distributed Gram operator: K @ V served by Dask workers that hold K's row panels.
 
-:class:`DaskGram` implements :class:`muflow.operators.GramOperator`, so every solver runs
+:class:`DaskGram` subclasses :class:`muflow.operators.GramOperator`, so every solver runs
 against it unchanged. The design avoids per-iteration graph scheduling (a ``dask.array``
 matvec over a persisted K costs about 100 ms of scheduling per product):
 
@@ -35,6 +35,7 @@ import numpy as np
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore
 from muflow.gram.tiling import tile_bounds
+from muflow.operators import GramOperator
 
 #: Share of a worker's memory limit that resident panels may take.
 RESIDENT_FRACTION = 0.5
@@ -152,7 +153,7 @@ def split_rows(n: int, tile: int, parts: int) -> list[tuple[int, int]]:
     return shards
 
 
-class DaskGram:
+class DaskGram(GramOperator):
     """K @ V on a Dask cluster, K's row panels resident on (or streamed by) the workers.
 
     Parameters
@@ -170,6 +171,10 @@ class DaskGram:
         Row shards (default: one per worker).
     max_retries : int, default=3
         Times a product is retried after losing workers.
+    owns_client : bool, default=False
+        Close ``client`` with the operator (:meth:`close`): true when the operator's
+        creator opened the client for it (:func:`muflow.backends.gram_operator` given a
+        scheduler address).
 
     Attributes
     ----------
@@ -184,7 +189,7 @@ class DaskGram:
     """
 
     def __init__(self, store, client, *, nonnegative=None, resident_fraction=RESIDENT_FRACTION,
-                 n_shards=None, max_retries=3, wait_seconds=0.2):
+                 n_shards=None, max_retries=3, wait_seconds=0.2, owns_client=False):
         if isinstance(store, str):
             store = GramStore.open(store, mode="r")
         missing = store.missing_tiles()
@@ -194,6 +199,7 @@ class DaskGram:
                 "it first (python -m muflow gram, or muflow.gram.ensure_gram)")
         self.store = store
         self.client = client
+        self.owns_client = bool(owns_client)
         self.n = store.n
         self.dtype = np.dtype(store.dtype)
         self.resident_fraction = float(resident_fraction)
@@ -389,10 +395,6 @@ class DaskGram:
         cols = self._assemble(self._gather("columns", idx), len(idx))
         return np.ascontiguousarray(cols.T)
 
-    def submatrix(self, idx):
-        idx = np.asarray(idx, dtype=np.int64)
-        return self.rows(idx)[:, idx]
-
     def diagonal(self):
         pieces = self._gather("diagonal")
         out = np.empty(self.n)
@@ -412,18 +414,16 @@ class DaskGram:
         return [(s, a, self._resident_of.get(s)) for s, (_, _, a) in sorted(self._actors.items())]
 
     def close(self):
+        """Release the panel servers, and the client when the operator owns it."""
         for future, _, _ in self._actors.values():
             try:
                 future.release()
             except Exception:
                 pass
         self._actors.clear()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        if self.owns_client:
+            self.owns_client = False
+            self.client.close()
 
     def __repr__(self):
         return (f"DaskGram(n={self.n}, dtype={self.dtype}, shards={len(self._actors)}, "

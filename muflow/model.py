@@ -7,7 +7,6 @@ classes share the Gram matrix and every pass over it) and hands it to a register
 
 from __future__ import annotations
 
-import numbers
 import time
 
 import numpy as np
@@ -18,10 +17,11 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
+from muflow.inmemory import GRAM_DTYPES
 from muflow.kernels import KERNELS, Kernel, resolve_gamma
-from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
+from muflow.validation import check_choice, check_number, check_per_sample
 
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
@@ -37,6 +37,16 @@ def binary_problems(y_encoded: np.ndarray, n_classes: int) -> np.ndarray:
     if n_classes == 2:
         return np.where(y_encoded == 1, 1.0, -1.0)[:, None]
     return np.where(y_encoded[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0)
+
+
+def _is_dask_array(X) -> bool:
+    """Whether X is a ``dask.array.Array``, importing nothing (no Dask, no zarr) for any
+    other input: predicting from a saved model needs NumPy and SciPy only."""
+    if not type(X).__module__.startswith("dask"):
+        return False
+    from muflow.distributed import is_dask_array
+
+    return is_dask_array(X)
 
 
 def _chain(*callbacks):
@@ -73,7 +83,10 @@ class SVC(ClassifierMixin, BaseEstimator):
     tol : float, default=1e-3
         KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
     max_iter : int, default=10000
-        Passes over K (multiplicative) or epochs (coordinate) at most.
+        At most this many of the solver's own iterations
+        (``SOLVERS[solver_].iteration_unit``): passes over K (multiplicative), epochs of n
+        coordinate steps (cd, adatron), sweeps of n pair steps (smo), passes plus sweeps
+        (hybrid). ``n_iter_`` counts the same unit, and so does a resumed fit.
     verbose : bool, default=False
         Print progress every few hundred passes.
     client : distributed.Client or str, optional
@@ -97,6 +110,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         y_i alpha_i per binary problem (one row for two classes, one per class otherwise).
     intercept_ : ndarray of shape (n_problems,)
     n_iter_ : ndarray of shape (n_problems,)
+        Iterations taken, in the unit of ``max_iter`` (at most ``max_iter``); after a fit
+        resumed from a checkpoint, those of this call (the checkpoint holds the total).
     objective_ : ndarray of shape (n_problems,)
         Final dual objective 1/2 a'Qa - sum a (minimisation form).
     objective_curve_ : ndarray of shape (n_iter + 1, n_problems)
@@ -142,21 +157,14 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     # -- validation --------------------------------------------------------------------
     def _check_params(self):
-        if self.kernel not in KERNELS:
-            raise MuflowInputError(f"unknown kernel {self.kernel!r}; choose one of {', '.join(KERNELS)}")
-        if self.intercept not in INTERCEPTS:
-            raise MuflowInputError(f"intercept must be one of {', '.join(INTERCEPTS)}, got {self.intercept!r}")
-        if self.solver != "auto" and self.solver not in SOLVERS:
-            raise MuflowInputError(f"unknown solver {self.solver!r}; choose 'auto' or one of {', '.join(SOLVERS)}")
-        if not isinstance(self.C, numbers.Real) or not self.C > 0:
-            raise MuflowInputError(f"C must be a positive number (float('inf') for the hard margin), got {self.C!r}")
-        from muflow.inmemory import gram_dtype
-
-        gram_dtype(1, self.gram_dtype)
-        if not isinstance(self.tol, numbers.Real) or not self.tol > 0:
-            raise MuflowInputError(f"tol must be positive, got {self.tol!r}")
-        if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
-            raise MuflowInputError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        check_choice(self.kernel, "kernel", KERNELS)
+        check_choice(self.intercept, "intercept", INTERCEPTS)
+        check_choice(self.solver, "solver", ("auto", *SOLVERS))
+        check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
+                     hint="float('inf') is the hard margin")
+        check_choice(self.gram_dtype, "gram_dtype", GRAM_DTYPES)
+        check_number(self.tol, "tol", low=0, closed="neither")
+        check_number(self.max_iter, "max_iter", integer=True, low=1)
 
     def _kernel_for(self, X) -> Kernel:
         gamma = 1.0 if self.kernel in ("linear", "precomputed") else resolve_gamma(self.gamma, X)
@@ -181,7 +189,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         checkpoint_dir : str or Path, optional
             Save the solver state (alpha, bias, iteration) there atomically every
             ``checkpoint_every`` iterations; a fit given a directory that holds a checkpoint
-            of the same problem continues from it (:mod:`muflow.checkpoint`).
+            of the same problem continues from it with ``max_iter`` less the iterations
+            it holds, both in the solver's unit (:mod:`muflow.checkpoint`).
         checkpoint_every : int, default=100
 
         Returns
@@ -210,7 +219,7 @@ class SVC(ClassifierMixin, BaseEstimator):
                 "needs samples of at least 2 classes"
             )
         n = X.shape[0]
-        weights = self._check_vector(sample_weight, n, "sample_weight", default=1.0)
+        weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
         if np.any(weights < 0):
             raise MuflowInputError("sample_weight must be >= 0 (negative weights have no meaning for C_i)")
         if not np.any(weights > 0):
@@ -221,12 +230,18 @@ class SVC(ClassifierMixin, BaseEstimator):
                 "after dropping the samples with zero sample_weight only one class is left; a "
                 "classifier needs samples of at least 2 classes with positive weight"
             )
-        drift = self._check_vector(offset, n, "offset", default=0.0)
+        drift = check_per_sample(offset, n, "offset", default=0.0)
+
+        from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
-        operator = self._gram_operator(X, kernel)
-        info = choose_solver(self.solver, intercept=self.intercept,
-                             kernel_nonnegative=operator.nonnegative)
+        operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype)
+        try:
+            info = choose_solver(self.solver, intercept=self.intercept,
+                                 kernel_nonnegative=operator.nonnegative, operator=operator)
+        except BaseException:
+            operator.close()
+            raise
         Y = binary_problems(y_encoded, len(self.classes_))
         problem = DualProblem(
             operator, Y,
@@ -239,41 +254,18 @@ class SVC(ClassifierMixin, BaseEstimator):
         if checkpoint_dir is not None:
             init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
             callback = _chain(checkpointer, callback)
+        # a checkpoint counts iterations in the solver's own unit, as max_iter does
         max_iter = int(self.max_iter) - (checkpointer.start_iteration if checkpointer else 0)
         try:
-            solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 1),
+            # a spent budget (max_iter reached by the checkpoint) certifies the start only
+            solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
         finally:
-            if hasattr(operator, "close"):
-                operator.close()
+            operator.close()
         return self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=info.name,
                                 fit_time=time.perf_counter() - t0)
-
-    def _gram_operator(self, X, kernel):
-        """K in process (DenseGram), or on the cluster of ``client`` (DaskGram)."""
-        if self.client is None or self.kernel == "precomputed":
-            if kernel.name == "precomputed":
-                return DenseGram(kernel.block(X))
-            from muflow.inmemory import gram_dtype, numpy_gram
-
-            return DenseGram(numpy_gram(X, kernel, dtype=gram_dtype(X.shape[0], self.gram_dtype)))
-        from muflow.cluster import connect
-        from muflow.gram import operator_for
-
-        if isinstance(self.client, str):
-            client = connect(self.client)
-            operator = operator_for(X, kernel, client=client)
-            close = operator.close
-
-            def close_all():  # the client opened here closes with the operator
-                close()
-                client.close()
-
-            operator.close = close_all
-            return operator
-        return operator_for(X, kernel, client=self.client)
 
     def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
         from muflow.checkpoint import Checkpointer, load_checkpoint
@@ -283,17 +275,6 @@ class SVC(ClassifierMixin, BaseEstimator):
         ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
         checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
         return (None if ckpt is None else ckpt.init), checkpointer
-
-    @staticmethod
-    def _check_vector(values, n, name, default):
-        if values is None:
-            return np.full(n, default)
-        values = np.asarray(values, dtype=np.float64).reshape(-1)
-        if values.shape[0] != n:
-            raise MuflowInputError(f"{name} has length {values.shape[0]}, expected {n} (one per sample)")
-        if not np.all(np.isfinite(values)):
-            raise MuflowInputError(f"{name} contains NaN or infinite values")
-        return values
 
     def _progress(self, iteration, alpha, objective):
         if iteration % 500 == 0:
@@ -384,9 +365,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         ndarray of shape (n_samples,) for two classes, (n_samples, n_classes) otherwise.
         """
         check_is_fitted(self)
-        from muflow.distributed import is_dask_array, map_rows
+        if _is_dask_array(X):  # blockwise, against the support vectors only
+            from muflow.distributed import map_rows
 
-        if is_dask_array(X):  # blockwise, against the support vectors only
             n_out = None if len(self.classes_) == 2 else len(self.classes_)
             return map_rows(self.decision_function, X, n_outputs=n_out)
         X = self._validate_for_predict(X)
@@ -399,9 +380,9 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     def predict(self, X):
         """Class labels: the sign of the decision function, or the largest one-vs-rest score."""
-        from muflow.distributed import is_dask_array, map_rows
+        if _is_dask_array(X):
+            from muflow.distributed import map_rows
 
-        if is_dask_array(X):
             check_is_fitted(self)
             return map_rows(self.predict, X, dtype=self.classes_.dtype)
         scores = self.decision_function(X)

@@ -1,57 +1,152 @@
 """Gram operators: everything a solver may ask of K, wherever K lives.
 
-Solvers never index K themselves. They ask an operator for
+Solvers never index K themselves. They ask a :class:`GramOperator` for
 
 - ``matmul(V)``: ``K @ V`` for ``V`` of shape (n, m), one column per problem;
+- ``matmul_native(V, out=None)``: the same product in K's storage dtype (the multiplicative
+  passes widen it as they read it);
+- ``matmul_precise(V)``: ``K @ V`` accumulated in float64 when K is stored in float32 (the
+  exact gradient that certifies a point);
 - ``matmul_parts(V)``: ``(K+ @ V, K- @ V)`` with ``K+ = max(K, 0)`` and ``K- = max(-K, 0)``,
   the split of m3-multiplicative-updates-large-margin.txt eq. (5), needed only when K has
   negative entries;
-- ``rows(idx)`` and ``submatrix(idx)`` for subset methods;
-- ``diagonal()``;
-- optionally ``matmul_precise(V)``: ``K @ V`` accumulated in float64 when K is stored in
-  float32 (the subset solvers' exact gradient); operators without it answer ``matmul``.
+- ``rows(idx)`` and ``diagonal()``: what subset and coordinate solvers read.
 
-:class:`DenseGram` holds K in process memory. The distributed operator (Gram panels
-resident on Dask workers) implements the same protocol, so every solver runs distributed
-unchanged.
+:class:`DenseGram` holds K in process memory. The distributed operator
+(:class:`muflow.distributed.DaskGram`, Gram panels resident on Dask workers) subclasses the
+same base, so every solver runs distributed unchanged. :mod:`muflow.backends` creates
+either one.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Protocol, runtime_checkable
+from abc import ABC, abstractmethod
 
 import numpy as np
 
-from muflow.exceptions import MuflowInputError
+from muflow.exceptions import MuflowInputError, SolverCombinationError
 
 
 def operand_dtype(operator) -> type:
     """The dtype an operator multiplies in: float32 for an in-memory float32 Gram (its
     compiled loops are specialised for it), float64 otherwise."""
-    dtype = getattr(getattr(operator, "K", None), "dtype", None)
-    return np.float32 if dtype == np.float32 else np.float64
+    dense = operator.dense
+    return np.float32 if dense is not None and dense.dtype == np.float32 else np.float64
 
 
-@runtime_checkable
-class GramOperator(Protocol):
-    """What solvers may ask of a Gram matrix K (n x n, symmetric)."""
+def require_rows(operator, solver: str | None = None) -> None:
+    """Refuse an operator that cannot give rows of K to a solver that reads them.
+
+    Raises
+    ------
+    SolverCombinationError
+        Naming the operator and the fix.
+    """
+    if isinstance(operator, GramOperator) and operator.has_rows:
+        return
+    who = "this solver" if solver is None else f"solver {solver!r}"
+    raise SolverCombinationError(
+        f"{who} reads rows of K and this operator ({type(operator).__name__}) cannot return "
+        "them; wrap K in muflow.operators.DenseGram or use a multiplicative solver ('m3'), "
+        "which only needs products K @ V"
+    )
+
+
+class GramOperator(ABC):
+    """What solvers may ask of a Gram matrix K (n x n, symmetric).
+
+    A subclass implements :meth:`matmul` and, for the subset and coordinate solvers,
+    :meth:`rows` and :meth:`diagonal`; the other methods have defaults built on those.
+
+    Attributes
+    ----------
+    n : int
+    nonnegative : bool
+        True when no entry of K is negative (MUNK applies, ``matmul_parts`` is cheap).
+    dtype : numpy dtype
+        Storage of K (float32 or float64).
+    seconds : float
+        Time spent in products, for solvers' timing reports.
+    products : int
+        Products answered.
+    """
 
     n: int
     nonnegative: bool
+    dtype = np.dtype(np.float64)
+    seconds = 0.0
+    products = 0
+    #: Rows per block of the default :meth:`matmul_parts`.
+    block_rows = 2048
 
-    def matmul(self, V: np.ndarray) -> np.ndarray: ...
+    @abstractmethod
+    def matmul(self, V: np.ndarray) -> np.ndarray:
+        """``K @ V`` in float64, V of shape (n, m)."""
 
-    def matmul_parts(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+    def matmul_native(self, V: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """``K @ V`` in K's storage dtype; into ``out`` (C-ordered) when given.
 
-    def rows(self, idx: np.ndarray) -> np.ndarray: ...
+        Default: :meth:`matmul`, copied into ``out``.
+        """
+        product = self.matmul(V)
+        if out is None:
+            return product
+        np.copyto(out, product)
+        return out
 
-    def submatrix(self, idx: np.ndarray) -> np.ndarray: ...
+    def matmul_precise(self, V: np.ndarray) -> np.ndarray:
+        """``K @ V`` accumulated in float64 whatever K's storage. Default: :meth:`matmul`."""
+        return self.matmul(V)
 
-    def diagonal(self) -> np.ndarray: ...
+    def matmul_parts(self, V: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(K+ @ V, K- @ V)``, K+ = max(K, 0), K- = max(-K, 0) (M3 eq. (5)).
+
+        Default: ``(K @ V, 0)`` on a non-negative K, else the split of :meth:`rows`,
+        ``block_rows`` rows at a time.
+        """
+        if self.nonnegative:
+            pos = self.matmul(V)
+            return pos, np.zeros_like(pos)
+        V = np.asarray(V, dtype=np.float64)
+        pos = np.empty((self.n, V.shape[1]))
+        neg = np.empty_like(pos)
+        for start in range(0, self.n, self.block_rows):
+            block = self.rows(np.arange(start, min(start + self.block_rows, self.n)))
+            pos[start : start + len(block)] = np.maximum(block, 0) @ V
+            neg[start : start + len(block)] = np.maximum(-block, 0) @ V
+        return pos, neg
+
+    def rows(self, idx: np.ndarray) -> np.ndarray:
+        """``K[idx, :]`` in float64, shape (len(idx), n)."""
+        require_rows(self)
+
+    def diagonal(self) -> np.ndarray:
+        """The diagonal of K in float64, shape (n,)."""
+        require_rows(self)
+
+    @property
+    def has_rows(self) -> bool:
+        """Whether :meth:`rows` and :meth:`diagonal` are answered (subset solvers need them)."""
+        cls = type(self)
+        return cls.rows is not GramOperator.rows and cls.diagonal is not GramOperator.diagonal
+
+    @property
+    def dense(self) -> np.ndarray | None:
+        """K as an array in this process's memory, or None where K lives elsewhere."""
+        return None
+
+    def close(self) -> None:
+        """Release what the operator holds (workers' panels, a client it opened)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
-class DenseGram:
+class DenseGram(GramOperator):
     """K held in memory as a NumPy array.
 
     Parameters
@@ -73,8 +168,6 @@ class DenseGram:
     so that the split never costs more than one extra block of memory.
     """
 
-    block_rows = 2048
-
     def __init__(self, K: np.ndarray):
         K = np.asarray(K)
         if K.ndim != 2 or K.shape[0] != K.shape[1]:
@@ -82,6 +175,7 @@ class DenseGram:
         if K.dtype not in (np.float32, np.float64):
             K = K.astype(np.float64)
         self.K = K
+        self.dtype = K.dtype
         self.n = K.shape[0]
         self.nonnegative = bool(K.min() >= 0) if K.size else True
         self.seconds = 0.0
@@ -144,9 +238,9 @@ class DenseGram:
     def rows(self, idx):
         return np.asarray(self.K[np.asarray(idx)], dtype=np.float64)
 
-    def submatrix(self, idx):
-        idx = np.asarray(idx)
-        return np.asarray(self.K[np.ix_(idx, idx)], dtype=np.float64)
-
     def diagonal(self):
         return np.diag(self.K).astype(np.float64)
+
+    @property
+    def dense(self):
+        return self.K

@@ -139,10 +139,12 @@ def test_bad_training_data_is_refused_clearly(binary, make, match):
     [
         ({"C": 0.0}, "C must be a positive number"),
         ({"C": -1.0}, "C must be a positive number"),
-        ({"kernel": "cubic"}, "unknown kernel 'cubic'"),
-        ({"solver": "newton"}, "unknown solver 'newton'.*m3"),
+        ({"kernel": "cubic"}, "kernel must be one of .*'rbf'.*got 'cubic'"),
+        ({"solver": "newton"}, "solver must be one of .*'m3'.*got 'newton'"),
         ({"intercept": "maybe"}, "intercept must be one of"),
-        ({"tol": 0}, "tol must be positive"),
+        ({"tol": 0}, "tol must be a positive number"),
+        ({"max_iter": 0}, "max_iter must be an integer >= 1"),
+        ({"gram_dtype": "float16"}, "gram_dtype must be one of"),
     ],
 )
 def test_bad_parameters_are_refused_clearly(binary, params, match):

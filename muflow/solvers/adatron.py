@@ -37,9 +37,9 @@ def solve_adatron(problem: DualProblem, *, init=None, tol: float = 1e-3, max_ite
     tol : float, default=1e-3
         Common KKT measure to reach.
     max_iter : int, default=10000
-        Sweeps over the training set.
+        Epochs at most, an epoch being one step on every sample, in index order.
     callback : callable, optional
-        ``callback(sweep, alpha, objective)`` after every sweep; returning True stops.
+        ``callback(epoch, alpha, objective)`` after every epoch; returning True stops.
     cache_mb : float, default=256
         Size of the row cache in MB.
     eta : float, default=1.0
@@ -48,6 +48,7 @@ def solve_adatron(problem: DualProblem, *, init=None, tol: float = 1e-3, max_ite
     Returns
     -------
     DualSolution
+        ``n_iter`` counts epochs (at most ``max_iter``).
     """
     return solve_coordinate(problem, init=init, tol=tol, max_iter=max_iter, callback=callback,
                             cache_mb=cache_mb, shuffle=False, shrinking=False, eta=eta,

@@ -27,10 +27,23 @@ import time
 
 import numpy as np
 
+from muflow.operators import require_rows
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, assemble, check_dense_operator, column_callback
+from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+
+
+def column_state(col: Column, alpha: np.ndarray, timings: dict):
+    """What a column's loop starts from: the exact gradient G (one product, timed as
+    ``"full_gradient"``), F in a one-element array the compiled loop updates, the curve
+    [F] and the diagonal of Q (= diagonal of K, as y_i^2 = 1)."""
+    t = time.perf_counter()
+    G = col.gradient(alpha)
+    timings["full_gradient"] = timings.get("full_gradient", 0.0) + time.perf_counter() - t
+    F = np.array([col.objective(alpha, G)])
+    QD = col.problem.operator.diagonal().astype(np.float64)
+    return G, F, [F[0]], QD
 
 
 def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, max_epochs: int,
@@ -40,12 +53,7 @@ def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, ma
     Returns alpha, bias, curve (F per epoch), violation, epochs, updates.
     """
     valid = col.U > 0
-    t = time.perf_counter()
-    G = col.gradient(alpha)
-    timings["full_gradient"] = timings.get("full_gradient", 0.0) + time.perf_counter() - t
-    F = np.array([col.objective(alpha, G)])
-    curve = [F[0]]
-    QD = col.problem.operator.diagonal().astype(np.float64)
+    G, F, curve, QD = column_state(col, alpha, timings)
     active = valid.copy()
     bounds = np.array([np.inf, -np.inf, -np.inf, np.inf])
     state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
@@ -119,7 +127,7 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
     tol : float, default=1e-3
         Common KKT measure to reach.
     max_iter : int, default=10000
-        Epochs (passes over the active coordinates).
+        Epochs at most, an epoch being one step on every active coordinate.
     callback : callable, optional
         ``callback(epoch, alpha, objective)`` after every epoch; returning True stops.
     cache_mb : float, default=256
@@ -133,11 +141,12 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
     Returns
     -------
     DualSolution
-        ``n_iter`` counts epochs; ``timings["coordinate_updates"]`` the single steps.
+        ``n_iter`` counts epochs (the most of any column, at most ``max_iter``);
+        ``timings["coordinate_updates"]`` the single steps.
     """
     from muflow.exceptions import SolverCombinationError
 
-    check_dense_operator(problem, solver_name)
+    require_rows(problem.operator, solver_name)
     if problem.equality:
         raise SolverCombinationError(
             f"solver {solver_name!r} has no sum constraint and cannot give the exact "

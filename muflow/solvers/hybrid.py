@@ -24,11 +24,12 @@ import time
 
 import numpy as np
 
-from muflow.solvers._subset import Column, assemble, check_dense_operator
+from muflow.operators import require_rows
+from muflow.solvers._subset import Column, assemble
 from muflow.solvers.multiplicative import solve_multiplicative
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
-from muflow.solvers.smo import smo_column
+from muflow.solvers.smo import smo_column, sweeps
 
 
 def _support(alpha, upper, threshold):
@@ -51,7 +52,8 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     tol : float, default=1e-3
         Common KKT measure to reach.
     max_iter : int, default=10000
-        Budget of the subset phase in sweeps (``max_iter * n`` steps per column).
+        Iterations at most, multiplicative passes and subset sweeps (n SMO steps each)
+        together: the subset phase gets ``(max_iter - passes) * n`` steps per column.
     callback : callable, optional
         Passed to the multiplicative phase (``callback(pass, alpha, objective)``).
     cache_mb : float, default=256
@@ -66,7 +68,8 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
         most 1% of n counts as unchanged).
     max_passes : int, default=20
         Cap on the multiplicative phase (in memory a pass costs about as much as a few
-        dozen SMO steps, so a long phase does not pay; see benchmarks/).
+        dozen SMO steps, so a long phase does not pay; see benchmarks/); ``max_iter``
+        caps it too.
     threshold : float, default=1e-3
         A coefficient counts as support when above threshold * C_i (hard margin: times the
         column's largest coefficient).
@@ -74,10 +77,12 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     Returns
     -------
     DualSolution
-        ``n_iter`` = multiplicative passes + subset steps; ``objective_curve`` is the
+        ``n_iter`` = multiplicative passes + subset sweeps begun (ceil(steps / n) for the
+        column with the most steps), at most ``max_iter``; ``timings`` holds
+        ``"multiplicative_passes"`` and ``"subset_steps"``; ``objective_curve`` is the
         multiplicative curve followed by the subset phase's.
     """
-    check_dense_operator(problem, "hybrid")
+    require_rows(problem.operator, "hybrid")
     t_start = time.perf_counter()
     if rule is None:
         rule = "munk" if problem.operator.nonnegative else "m3"
@@ -100,7 +105,10 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
         return history["stable"] >= stable_checks
 
     mult = solve_multiplicative(problem, rule=rule, box=box, init=init, tol=tol,
-                                max_iter=max_passes, callback=watch, solver_name="hybrid")
+                                max_iter=max(0, min(max_passes, max_iter)), callback=watch,
+                                solver_name="hybrid")
+    n = max(problem.n, 1)
+    max_updates = max(0, max_iter - mult.n_iter) * n
     timings = {"multiplicative": time.perf_counter() - t_start, "multiplicative_passes": mult.n_iter}
     sub_timings: dict = {}
     alphas, biases, curves, viols, steps = [], [], [], [], 0
@@ -116,8 +124,7 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
             continue
         support = _support(mult.alpha[:, [j]], U[:, [j]], threshold)[:, 0]
         alpha = col.start(np.where(support, mult.alpha[:, j], 0.0))
-        a, b, curve, v, it = smo_column(col, cache, alpha, tol=tol,
-                                        max_updates=max(1, max_iter) * max(problem.n, 1),
+        a, b, curve, v, it = smo_column(col, cache, alpha, tol=tol, max_updates=max_updates,
                                         subset=support, grow="violators", timings=sub_timings)
         alphas.append(a)
         biases.append(b)
@@ -130,6 +137,5 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     timings["subset_steps"] = steps
     timings.update(cache.stats())
     timings["total"] = time.perf_counter() - t_start
-    sol = assemble(problem, alphas, biases, curves, viols, tol, timings, "hybrid",
-                   mult.n_iter + steps)
-    return sol
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "hybrid",
+                    mult.n_iter + sweeps(steps, n))

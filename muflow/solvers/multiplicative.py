@@ -141,10 +141,7 @@ class _Products:
         split_by_class(alpha, y, V)
         op = problem.operator
         # class_products_summary widens a float32 product as it reads it
-        if hasattr(op, "matmul_native"):
-            KV = op.matmul_native(V, out=scratch.take((n, 2 * m), dtype))
-        else:
-            KV = np.ascontiguousarray(op.matmul(V))
+        KV = op.matmul_native(V, out=scratch.take((n, 2 * m), dtype))
         self.P = scratch.take((n, m))
         self.N = scratch.take((n, m))
         self.q_alpha = scratch.take((n, m))
@@ -298,13 +295,16 @@ def solve_multiplicative(
         Stop when the KKT violation (:func:`muflow.solvers.kkt.kkt_violation`) of every
         column is at most ``tol``.
     max_iter : int, default=10000
-        Passes over K.
+        Passes at most, a pass being one product with K and one multiplicative update of
+        every coefficient (0: certify the start only).
     callback : callable, optional
-        ``callback(iteration, alpha, objective)`` after every pass; returning True stops.
+        ``callback(iteration, alpha, objective)`` before the first pass (iteration 0) and
+        after every pass; returning True stops.
 
     Returns
     -------
     DualSolution
+        ``n_iter`` counts passes (at most ``max_iter``).
     """
     if rule not in RULES:
         raise ValueError(f"unknown multiplicative rule {rule!r}; choose one of {RULES}")

@@ -44,7 +44,8 @@ class DualProblem:
     Parameters
     ----------
     operator : GramOperator
-        Answers ``K @ V`` (and rows, submatrices) for the n training samples.
+        Answers ``K @ V`` (and, for subset solvers, rows and the diagonal) for the n
+        training samples (:class:`muflow.operators.GramOperator`).
     y : array-like of shape (n,) or (n, m)
         Labels in {-1, +1}, one column per problem (one-vs-rest classes differ here).
     upper : float or array-like of shape (n,) or (n, m), default=1.0
@@ -62,6 +63,11 @@ class DualProblem:
     equality: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.operator, GramOperator):
+            raise MuflowInputError(
+                f"a DualProblem needs a muflow.operators.GramOperator, got "
+                f"{type(self.operator).__name__}; wrap an in-memory K in DenseGram(K) or "
+                "subclass GramOperator")
         n = self.operator.n
         y = np.asarray(self.y, dtype=np.float64)
         if y.ndim == 1:
@@ -88,8 +94,7 @@ class DualProblem:
     def q_matmul(self, alpha: np.ndarray) -> np.ndarray:
         """``Q_j alpha_j`` for every column: ``y * (K @ (y * alpha))`` in one product,
         accumulated in float64 where the operator can (the certificate's gradient)."""
-        op = self.operator
-        return self.y * getattr(op, "matmul_precise", op.matmul)(self.y * alpha)
+        return self.y * self.operator.matmul_precise(self.y * alpha)
 
     def objective(self, alpha: np.ndarray, q_alpha: np.ndarray | None = None) -> np.ndarray:
         """F_j(alpha_j) = 1/2 alpha' Q alpha + p' alpha per column, shape (m,)."""
@@ -135,9 +140,12 @@ class DualSolution:
     bias : ndarray of shape (m,)
         Intercept b of f(x) = sum_i alpha_i y_i K(x_i, x) + b (0 without equality).
     n_iter : int
-        Iterations (passes over K for parallel solvers, epochs for coordinate solvers).
-    objective_curve : ndarray of shape (n_iter + 1, m)
-        F(alpha) before the first iteration and after each one.
+        Iterations in the solver's own unit (``SolverInfo.iteration_unit``: passes over K
+        for the multiplicative solvers, epochs for coordinate descent, sweeps of n pair
+        steps for SMO), at most ``max_iter``; the most of any column.
+    objective_curve : ndarray of shape (n_points, m)
+        F(alpha) before the first iteration and after each one (after every single step
+        for SMO and the hybrid's subset phase).
     kkt_violation : ndarray of shape (m,)
         Final value of the common KKT measure (:mod:`muflow.solvers.kkt`).
     converged : ndarray of bool, shape (m,)

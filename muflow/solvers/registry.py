@@ -11,9 +11,15 @@ from functools import partial
 from typing import Callable
 
 from muflow.exceptions import SolverCombinationError
+from muflow.operators import require_rows
+from muflow.solvers.adatron import solve_adatron
+from muflow.solvers.coordinate import solve_coordinate
+from muflow.solvers.hybrid import solve_hybrid
 from muflow.solvers.multiplicative import solve_multiplicative
+from muflow.solvers.smo import solve_smo
 
 INTERCEPTS = ("exact", "regularized", "none")
+NEEDS = ("products", "rows")
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,12 @@ class SolverInfo:
     needs_nonnegative_kernel : bool
         True for MUNK (munk-nonnegative-kernel-svm.txt, section 4).
     summary : str
+    iteration_unit : str
+        What one of its iterations is: ``max_iter`` caps them, ``n_iter`` and the
+        callback's ``iteration`` count them, a checkpoint resumes in them.
+    needs : {"products", "rows"}
+        What it asks of the operator: products ``K @ V`` only, or rows of K and its
+        diagonal as well (:attr:`muflow.operators.GramOperator.has_rows`).
     """
 
     name: str
@@ -37,6 +49,12 @@ class SolverInfo:
     intercepts: tuple
     needs_nonnegative_kernel: bool
     summary: str
+    iteration_unit: str
+    needs: str = "products"
+
+    def __post_init__(self):
+        if self.needs not in NEEDS:
+            raise ValueError(f"SolverInfo.needs must be one of {NEEDS}, got {self.needs!r}")
 
 
 SOLVERS: dict[str, SolverInfo] = {}
@@ -47,26 +65,43 @@ def register(info: SolverInfo) -> SolverInfo:
     return info
 
 
+_PASS = "pass: one product with K and one multiplicative update of every coefficient"
+_MULTIPLICATIVE = (  # name, rule, box, needs a non-negative kernel, summary
+    ("m3", "m3", "clip", False,
+     "M3 multiplicative update (Sha, Saul & Lee eq. 12), box by clipping (eq. 19), sum "
+     "constraint via lambda (eq. 13-18)"),
+    ("m3_flipped", "m3", "flip", False, "M3 with the flipped box update (eq. 20-25)"),
+    ("munk", "munk", "clip", True, "MUNK NMF-style update for non-negative kernels (munk eq. 7-9)"),
+    ("musik", "musik", "clip", False, "MUSIK sign-insensitive update (slides)"),
+    ("seminmf", "seminmf", "clip", False, "semi-NMF update (slides)"),
+)
+for _name, _rule, _box, _nonneg, _summary in _MULTIPLICATIVE:
+    register(SolverInfo(_name, partial(solve_multiplicative, rule=_rule, box=_box, solver_name=_name),
+                        INTERCEPTS, _nonneg, _summary, _PASS))
+
 register(SolverInfo(
-    "m3", partial(solve_multiplicative, rule="m3", box="clip", solver_name="m3"),
-    INTERCEPTS, False,
-    "M3 multiplicative update (Sha, Saul & Lee eq. 12), box by clipping (eq. 19), sum constraint via lambda (eq. 13-18)"))
+    "smo", solve_smo, INTERCEPTS, False,
+    "SMO with second-order working-set selection (Fan, Chen & Lin 2005) and shrinking; "
+    "exact bias via pair steps, greedy single steps without the sum constraint",
+    "sweep: n pair steps (n_iter = sweeps begun; timings['pair_steps'] has the steps)", "rows"))
 register(SolverInfo(
-    "m3_flipped", partial(solve_multiplicative, rule="m3", box="flip", solver_name="m3_flipped"),
-    INTERCEPTS, False,
-    "M3 with the flipped box update (eq. 20-25)"))
+    "cd", solve_coordinate, ("regularized", "none"), False,
+    "dual coordinate descent (LIBLINEAR style, variants paper eq. 4): random permutation, "
+    "shrinking; weighted and drifted SVM through U and p",
+    "epoch: one step on every active coordinate", "rows"))
 register(SolverInfo(
-    "munk", partial(solve_multiplicative, rule="munk", box="clip", solver_name="munk"),
-    INTERCEPTS, True,
-    "MUNK NMF-style update for non-negative kernels (munk eq. 7-9)"))
+    "adatron", solve_adatron, ("regularized", "none"), False,
+    "Kernel Adatron (Friess, Cristianini & Campbell 1998): sequential sweeps, rate 1/K_ii",
+    "epoch: one step on every coordinate, in index order", "rows"))
 register(SolverInfo(
-    "musik", partial(solve_multiplicative, rule="musik", box="clip", solver_name="musik"),
-    INTERCEPTS, False,
-    "MUSIK sign-insensitive update (slides)"))
-register(SolverInfo(
-    "seminmf", partial(solve_multiplicative, rule="seminmf", box="clip", solver_name="seminmf"),
-    INTERCEPTS, False,
-    "semi-NMF update (slides)"))
+    "hybrid", solve_hybrid, INTERCEPTS, False,
+    "multiplicative passes until the support set settles, then SMO on it with KKT-driven growth",
+    "multiplicative pass or SMO sweep (n pair steps), counted together", "rows"))
+
+#: What ``solver="auto"`` takes per intercept mode (benchmarks/bench_a8a_single_fit.py and
+#: bench_usps_objective_vs_time.py: SMO is the fastest to KKT <= 1e-3 with the sum
+#: constraint, coordinate descent without it).
+AUTO = {"exact": "smo", "regularized": "cd", "none": "cd"}
 
 
 def get_solver(name: str) -> SolverInfo:
@@ -77,14 +112,21 @@ def get_solver(name: str) -> SolverInfo:
     return SOLVERS[name]
 
 
-def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool) -> SolverInfo:
-    """Resolve ``solver="auto"`` and refuse combinations a solver does not support."""
+def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool,
+                  operator=None) -> SolverInfo:
+    """Resolve ``solver="auto"`` and refuse combinations a solver does not support.
+
+    Parameters
+    ----------
+    name : str
+        A registered solver, or "auto" (:data:`AUTO` by intercept mode).
+    intercept : {"exact", "regularized", "none"}
+    kernel_nonnegative : bool
+    operator : GramOperator, optional
+        When given, refused if it cannot answer what the solver needs (rows of K).
+    """
     if name == "auto":
-        name = "munk" if kernel_nonnegative else "m3"
-        for preferred in AUTO_PREFERENCE.get(intercept, ()):
-            if preferred in SOLVERS:
-                name = preferred
-                break
+        name = AUTO.get(intercept, name)
     info = get_solver(name)
     if intercept not in info.intercepts:
         raise SolverCombinationError(
@@ -97,36 +139,6 @@ def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool) -> Sol
             "has negative entries (linear on signed data, sigmoid, odd polynomial); use "
             "solver='musik' or solver='seminmf' (sign-insensitive updates) or 'm3'"
         )
+    if operator is not None and info.needs == "rows":
+        require_rows(operator, name)
     return info
-
-
-#: Solvers ``"auto"`` prefers per intercept mode when they are registered.
-AUTO_PREFERENCE: dict[str, tuple] = {}
-
-
-# -- subset and coordinate solvers (issue 3) ---------------------------------------------
-from muflow.solvers.adatron import solve_adatron  # noqa: E402
-from muflow.solvers.coordinate import solve_coordinate  # noqa: E402
-from muflow.solvers.hybrid import solve_hybrid  # noqa: E402
-from muflow.solvers.smo import solve_smo  # noqa: E402
-
-register(SolverInfo(
-    "smo", solve_smo, INTERCEPTS, False,
-    "SMO with second-order working-set selection (Fan, Chen & Lin 2005) and shrinking; "
-    "exact bias via pair steps, greedy single steps without the sum constraint"))
-register(SolverInfo(
-    "cd", solve_coordinate, ("regularized", "none"), False,
-    "dual coordinate descent (LIBLINEAR style, variants paper eq. 4): random permutation, "
-    "shrinking; weighted and drifted SVM through U and p"))
-register(SolverInfo(
-    "adatron", solve_adatron, ("regularized", "none"), False,
-    "Kernel Adatron (Friess, Cristianini & Campbell 1998): sequential sweeps, rate 1/K_ii"))
-register(SolverInfo(
-    "hybrid", solve_hybrid, INTERCEPTS, False,
-    "multiplicative passes until the support set settles, then SMO on it with KKT-driven growth"))
-
-# benchmarks/bench_a8a_single_fit.py and bench_usps_objective_vs_time.py: SMO is the
-# fastest to KKT <= 1e-3 with the sum constraint, coordinate descent without it.
-AUTO_PREFERENCE["exact"] = ("smo",)
-AUTO_PREFERENCE["regularized"] = ("cd",)
-AUTO_PREFERENCE["none"] = ("cd",)

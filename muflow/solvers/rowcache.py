@@ -64,7 +64,7 @@ class RowCache:
         self.fetches = 0
         self.rows_fetched = 0
         self.seconds = 0.0
-        held = getattr(operator, "K", None)
+        held = operator.dense
         if _readable_in_place(held, n, dtype):
             # K is already in this process's memory: the loops read its rows where they
             # are (every row "cached", nothing copied, nothing evicted)
@@ -81,8 +81,7 @@ class RowCache:
         self.in_place = False
         if dtype is None:
             # rows of a float32 K lose nothing in a float32 cache, which holds twice as many
-            held = getattr(getattr(operator, "K", None), "dtype", None)
-            dtype = np.float32 if held == np.float32 else np.float64
+            dtype = np.float32 if operator.dtype == np.float32 else np.float64
         self.dtype = np.dtype(dtype)
         slots = int(cache_mb * 2**20 // (self.dtype.itemsize * max(n, 1)))
         self.slots = max(2, min(n, slots))

@@ -28,10 +28,17 @@ import time
 
 import numpy as np
 
+from muflow.operators import require_rows
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, assemble, check_dense_operator, column_callback
+from muflow.solvers._subset import Column, assemble, column_callback
+from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+
+
+def sweeps(steps: int, n: int) -> int:
+    """Sweeps begun after ``steps`` pair steps: SMO's iteration is a sweep of n steps."""
+    return -(-int(steps) // max(int(n), 1))
 
 
 def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
@@ -56,12 +63,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     """
     n = col.y.shape[0]
     valid = col.U > 0
-    t0 = time.perf_counter()
-    G = col.gradient(alpha)
-    timings["full_gradient"] = timings.get("full_gradient", 0.0) + time.perf_counter() - t0
-    F = np.array([col.objective(alpha, G)])
-    curve = [F[0]]
-    QD = col.problem.operator.diagonal().astype(np.float64)
+    G, F, curve, QD = column_state(col, alpha, timings)
     member = valid.copy() if subset is None else (np.asarray(subset, bool) & valid)
     act = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)]).astype(np.int64)
     state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
@@ -119,7 +121,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
 
 def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: int = 10_000,
               callback=None, cache_mb: float = DEFAULT_CACHE_MB, shrinking: bool = True,
-              callback_every: int = 1000) -> DualSolution:
+              callback_every: int | None = None) -> DualSolution:
     """SMO (WSS 2, shrinking) on every column of ``problem``.
 
     Parameters
@@ -132,38 +134,46 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     tol : float, default=1e-3
         Common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) to reach.
     max_iter : int, default=10000
-        Budget in sweeps: at most ``max_iter * n`` pair steps per column.
+        Sweeps at most, a sweep being n pair steps (libsvm's steps counted in units of the
+        problem size): at most ``max_iter * n`` steps per column.
     callback : callable, optional
-        ``callback(updates, alpha, objective)`` every ``callback_every`` steps; True stops.
+        ``callback(sweep, alpha, objective)`` every ``callback_every`` steps, ``sweep``
+        counting sweeps begun; returning True stops.
     cache_mb : float, default=256
         Size of the row cache in MB.
     shrinking : bool, default=True
+    callback_every : int, optional
+        Steps between callbacks; default n (once a sweep).
 
     Returns
     -------
     DualSolution
-        ``n_iter`` counts pair steps (the most of any column); ``objective_curve`` holds F
-        after every step.
+        ``n_iter`` counts sweeps begun, ceil(steps / n) for the column with the most steps
+        (at most ``max_iter``); ``timings["pair_steps"]`` holds those steps and
+        ``objective_curve`` F after every step.
     """
-    check_dense_operator(problem, "smo")
+    require_rows(problem.operator, "smo")
     t_start = time.perf_counter()
     timings = {}
     cache = RowCache(problem.operator, cache_mb)
     alpha0, bias0 = problem.check_init(init)
+    n = max(problem.n, 1)
     alphas, biases, curves, viols, iters = [], [], [], [], 0
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
-        on_chunk = column_callback(callback, problem, alphas, curves, j, alpha)
+        on_sweep = column_callback(callback, problem, alphas, curves, j, alpha)
+        on_chunk = None if on_sweep is None else (lambda steps, F: on_sweep(sweeps(steps, n), F))
         a, b, curve, v, it = smo_column(
-            col, cache, alpha, tol=tol, max_updates=max(1, max_iter) * max(problem.n, 1),
+            col, cache, alpha, tol=tol, max_updates=max(0, max_iter) * n,
             shrinking=shrinking, on_chunk=on_chunk,
-            chunk=callback_every if callback is not None else 65536, timings=timings)
+            chunk=(callback_every or n) if callback is not None else 65536, timings=timings)
         alphas.append(a)
         biases.append(b)
         curves.append(curve)
         viols.append(v)
         iters = max(iters, it)
+    timings["pair_steps"] = iters
     timings.update(cache.stats())
     timings["total"] = time.perf_counter() - t_start
-    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", iters)
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", sweeps(iters, n))

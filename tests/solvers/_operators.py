@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from muflow.operators import DenseGram
+from muflow.operators import DenseGram, GramOperator
 
 
-class RowsOnlyGram:
+class RowsOnlyGram(GramOperator):
     """An in-memory K that hides the array: solvers must fetch rows through ``rows``,
     as they do from the distributed store, so the row cache's eviction path is used."""
 
@@ -17,14 +17,8 @@ class RowsOnlyGram:
     def matmul(self, V):
         return self._dense.matmul(V)
 
-    def matmul_parts(self, V):
-        return self._dense.matmul_parts(V)
-
     def rows(self, idx):
         return self._dense.rows(idx)
-
-    def submatrix(self, idx):
-        return self._dense.submatrix(idx)
 
     def diagonal(self):
         return self._dense.diagonal()

@@ -159,12 +159,27 @@ def test_smo_batch_equals_columns(generated_split):
 
 
 def test_operator_without_rows_is_refused():
-    class ProductsOnly:
+    from muflow.operators import GramOperator
+    from muflow.solvers.registry import choose_solver
+
+    class ProductsOnly(GramOperator):
         n, nonnegative = 4, True
 
         def matmul(self, V):
             return V
 
+    assert not ProductsOnly().has_rows
     problem = DualProblem(ProductsOnly(), np.array([1.0, -1, 1, -1]), equality=True)
     with pytest.raises(SolverCombinationError, match="DenseGram"):
         solve_smo(problem)
+    with pytest.raises(SolverCombinationError, match="solver 'smo' reads rows"):
+        choose_solver("auto", intercept="exact", kernel_nonnegative=True, operator=ProductsOnly())
+    assert choose_solver("m3", intercept="exact", kernel_nonnegative=True,
+                         operator=ProductsOnly()).needs == "products"
+
+
+def test_a_problem_refuses_what_is_not_an_operator():
+    from muflow.exceptions import MuflowInputError
+
+    with pytest.raises(MuflowInputError, match="DenseGram"):
+        DualProblem(np.eye(2), np.array([1.0, -1.0]))

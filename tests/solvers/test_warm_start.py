@@ -11,6 +11,18 @@ from muflow.solvers.problem import DualProblem
 from muflow.solvers.registry import get_solver
 
 
+def steps(solution) -> int:
+    """The work in the finest unit a solver reports: SMO's pair steps (its iterations are
+    sweeps of n steps, too coarse to see a warm start's saving), the hybrid's passes plus
+    steps, epochs otherwise."""
+    t = solution.timings
+    if "pair_steps" in t:
+        return t["pair_steps"]
+    if "subset_steps" in t:
+        return t["multiplicative_passes"] + t["subset_steps"]
+    return solution.n_iter
+
+
 @pytest.mark.parametrize("name, equality", [
     ("smo", True), ("smo", False), ("cd", False), ("adatron", False), ("hybrid", True),
 ])
@@ -29,7 +41,7 @@ def test_warm_start_along_C(breast_cancer_split, name, equality):
                  callback=None)
     assert warm.converged.all() and cold.converged.all()
     np.testing.assert_allclose(warm.objective, cold.objective, rtol=1e-4)
-    assert warm.n_iter < cold.n_iter
+    assert steps(warm) < steps(cold)
     # a DualSolution is accepted as init as well
     again = solve(problem(1.3), init=warm, tol=1e-4, max_iter=10_000, callback=None)
-    assert again.n_iter <= 1 or again.n_iter < warm.n_iter
+    assert steps(again) <= 1 or steps(again) < steps(warm)

@@ -1,0 +1,133 @@
+"""Where K lives: the one factory of Gram operators.
+
+:func:`gram_operator` answers "give me K(X, X) as something solvers can ask" and picks the
+backend from its arguments:
+
+- in this process (:class:`~muflow.operators.DenseGram` over a NumPy array built on
+  threads, :func:`muflow.inmemory.numpy_gram`): the default;
+- in this process, read from the Gram store cache (``cache_dir``): a second fit on the
+  same data and kernel reads K instead of computing it;
+- on a Dask cluster (:class:`~muflow.distributed.DaskGram`, K's row panels held by the
+  workers, built or reused in a zarr store by :func:`operator_for`): given ``client``.
+
+The estimator (:class:`muflow.SVC`) and the model selection call it; neither knows which
+backend answered. Dask, distributed and zarr are imported only on the cluster path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from muflow.operators import DenseGram, GramOperator
+
+
+def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, out=None,
+                  store=None, store_dtype="float32", tile=None,
+                  resident_fraction=None) -> GramOperator:
+    """An operator for ``K(X, X)``: in process, or on the cluster of ``client``.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n_samples, n_features)
+        Validated float64 samples, or the (n_samples, n_samples) Gram matrix itself when
+        ``kernel.name == "precomputed"`` (always held in process).
+    kernel : muflow.kernels.Kernel
+    client : distributed.Client or str, optional
+        A Dask client, or a scheduler address (``"tcp://host:8786"``): the operator then
+        opens the client itself and closes it in :meth:`~GramOperator.close`. None (default)
+        keeps K in this process.
+    gram_dtype : {"auto", "float64", "float32"}, default="auto"
+        Storage of an in-process K (:func:`muflow.inmemory.gram_dtype`: "auto" is float64
+        up to 4096 samples, float32 above).
+    cache_dir : str, optional
+        In process: read K (float64) from the Gram store cache in this directory, building
+        the store there first when it holds none. On a cluster: the cache the workers use
+        (default :func:`muflow.gram.store.default_cache_dir`).
+    out : ndarray of shape (n_samples, n_samples), optional
+        In process: an array to build K into when its shape and dtype fit (a sweep reuses
+        one buffer for every kernel setting); ignored otherwise.
+    store, store_dtype, tile, resident_fraction
+        Cluster only; see :func:`operator_for`.
+
+    Returns
+    -------
+    GramOperator
+        Close it (or use it as a context manager) to release what it holds.
+
+    Notes
+    -----
+    Memory: in process, ``n**2 * itemsize`` bytes for K; on a cluster, that much spread over
+    the workers (:class:`muflow.distributed.DaskGram`).
+    """
+    if kernel.name == "precomputed":
+        return DenseGram(kernel.block(X))
+    if client is not None:
+        return _cluster_operator(X, kernel, client, store=store, cache_dir=cache_dir,
+                                 dtype=store_dtype, tile=tile, resident_fraction=resident_fraction)
+    if cache_dir is not None:
+        from muflow.gram.build import ensure_gram
+
+        gram, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
+        return DenseGram(np.asarray(gram.read(), dtype=np.float64))
+    from muflow.inmemory import gram_dtype as storage, numpy_gram
+
+    n = X.shape[0]
+    dtype = storage(n, gram_dtype)
+    if out is not None and (out.shape != (n, n) or out.dtype != dtype):
+        out = None
+    return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
+
+
+def _cluster_operator(X, kernel, client, **kwargs):
+    """:func:`operator_for` on ``client``, connecting first (and owning the client) when
+    given an address; a failed start closes the client it opened."""
+    if not isinstance(client, str):
+        return operator_for(X, kernel, client=client, **kwargs)
+    from muflow.cluster import connect
+
+    opened = connect(client)
+    try:
+        return operator_for(X, kernel, client=opened, owns_client=True, **kwargs)
+    except BaseException:
+        opened.close()
+        raise
+
+
+def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,
+                 resident_fraction=None, owns_client=False):
+    """Build or reuse the Gram store of ``K(X, X)`` on ``client`` and return its operator.
+
+    Parameters
+    ----------
+    X : ndarray or scipy sparse matrix of shape (n_samples, n_features)
+    kernel : muflow.kernels.Kernel
+    client : distributed.Client
+    store : str, optional
+        Path or fsspec URL of the zarr store; by default one in ``cache_dir``.
+    cache_dir : str, optional
+        Cache directory mapping (fingerprint of X, kernel, dtype) to a store; default
+        :func:`muflow.gram.store.default_cache_dir` when ``store`` is not given either.
+    dtype : {"float32", "float64"}, default="float32"
+    tile : int, optional
+        Tile size; chosen from n and the workers' memory when omitted.
+    resident_fraction : float, optional
+        Share of each worker's memory limit that resident panels may use
+        (:class:`muflow.distributed.DaskGram`); beyond it panels stream from the store.
+    owns_client : bool, default=False
+        Close ``client`` when the operator is closed.
+
+    Returns
+    -------
+    muflow.distributed.DaskGram
+    """
+    from muflow.distributed import DaskGram
+    from muflow.gram.build import ensure_gram
+    from muflow.gram.store import default_cache_dir
+
+    if store is None and cache_dir is None:
+        cache_dir = default_cache_dir()
+    gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
+                          dtype=dtype, tile=tile)
+    kwargs = {} if resident_fraction is None else {"resident_fraction": resident_fraction}
+    return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
+                    owns_client=owns_client, **kwargs)
