@@ -1,0 +1,83 @@
+"""The one solver contract: ``max_iter`` caps, and ``n_iter_`` counts, each solver's own
+iterations (``SolverInfo.iteration_unit``), and a resumed fit spends the same budget."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import muflow
+import muflow.checkpoint
+from muflow.checkpoint import load_checkpoint
+from muflow.solvers.registry import SOLVERS
+
+#: Far below what 50 iterations reach for the multiplicative solvers, so the cap binds.
+TOL = 1e-8
+
+
+def params_for(name, **extra):
+    """An SVC for solver ``name`` with an intercept it supports (the exact one if it can)."""
+    intercept = "exact" if "exact" in SOLVERS[name].intercepts else "regularized"
+    return dict(kernel="rbf", gamma=2.0, C=10.0, solver=name, intercept=intercept, **extra)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_max_iter_caps_n_iter_in_the_solvers_unit(name, breast_cancer_split):
+    Xtr, _, ytr, _ = breast_cancer_split
+    model = muflow.SVC(**params_for(name, max_iter=50, tol=TOL)).fit(Xtr, ytr)
+    assert SOLVERS[name].iteration_unit
+    assert model.n_iter_.max() <= 50
+    assert model.converged_.all() or model.n_iter_.max() == 50
+
+
+@pytest.mark.parametrize("name", ["m3", "munk", "m3_flipped"])
+def test_the_cap_binds_for_the_multiplicative_solvers(name, breast_cancer_split):
+    Xtr, _, ytr, _ = breast_cancer_split
+    model = muflow.SVC(**params_for(name, max_iter=50, tol=TOL)).fit(Xtr, ytr)
+    assert model.n_iter_.tolist() == [50] and not model.converged_.any()
+
+
+def test_an_smo_iteration_is_a_sweep_of_n_pair_steps(breast_cancer_split):
+    Xtr, _, ytr, _ = breast_cancer_split
+    n = len(ytr)
+    one = muflow.SVC(**params_for("smo", max_iter=1, tol=1e-12)).fit(Xtr, ytr)
+    assert one.n_iter_.tolist() == [1] and one.timings_["pair_steps"] == n
+    full = muflow.SVC(**params_for("smo", tol=1e-3)).fit(Xtr, ytr)
+    steps = full.timings_["pair_steps"]
+    assert full.converged_.all() and full.n_iter_.tolist() == [-(-steps // n)]
+
+
+def test_the_hybrid_counts_passes_and_sweeps_together(breast_cancer_split):
+    Xtr, _, ytr, _ = breast_cancer_split
+    n = len(ytr)
+    model = muflow.SVC(**params_for("hybrid", tol=1e-3)).fit(Xtr, ytr)
+    t = model.timings_
+    assert model.n_iter_.tolist() == [t["multiplicative_passes"] + -(-t["subset_steps"] // n)]
+    capped = muflow.SVC(**params_for("hybrid", max_iter=3, tol=1e-12)).fit(Xtr, ytr)
+    assert capped.n_iter_.tolist() == [3]
+
+
+@pytest.mark.parametrize("name", ["smo", "cd", "m3"])
+def test_a_resumed_fit_spends_the_rest_of_the_same_budget(name, breast_cancer_split, tmp_path,
+                                                          monkeypatch):
+    Xtr, _, ytr, _ = breast_cancer_split
+    run = tmp_path / "ckpt"
+    # the first fit is interrupted after its first iteration by its checkpoint callback
+    interrupted = functools.partial(muflow.checkpoint.Checkpointer, stop_after=1)
+    monkeypatch.setattr(muflow.checkpoint, "Checkpointer", interrupted)
+    first = muflow.SVC(**params_for(name, max_iter=4, tol=TOL)).fit(
+        Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
+    monkeypatch.undo()
+    done = load_checkpoint(run).iteration
+    assert done == first.n_iter_.max() == 1 and not first.converged_.any()
+    resumed = muflow.SVC(**params_for(name, max_iter=4, tol=TOL)).fit(
+        Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
+    assert 1 <= resumed.n_iter_.max() <= 4 - done
+    assert load_checkpoint(run).iteration == done + resumed.n_iter_.max()
+    # a budget the checkpoint has spent: the start is certified, nothing more is done
+    spent = muflow.SVC(**params_for(name, max_iter=1, tol=TOL)).fit(
+        Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
+    assert spent.n_iter_.max() == 0
+    np.testing.assert_allclose(spent.objective_, resumed.objective_, rtol=1e-9)
