@@ -1,145 +1,19 @@
-"""Prefect flows of muflow: ``pipeline`` (the main job), and ``gram``, ``train`` and
-``sweep`` on their own.
+"""Deployment entrypoints of muflow's Prefect flows, named by ``deploy/prefect.yaml``
+(``flows/pipeline.py:pipeline``, ``flows/pipeline.py:sweep``).
 
-Every flow takes the same three infrastructure-free parameters:
+The flows themselves ship inside the package, in :mod:`muflow.flows.pipeline`; this file
+only re-exports them so that ``prefect deploy``, run from the repository root, finds them
+by path. It is not part of the wheel.
 
-- ``config``: a run configuration (:mod:`muflow.config`): None for the embedded default, a
-  path to a TOML file, or the TOML's content as a dict (what a deployment's parameters hold);
-- ``out_dir``: the run directory; by default ``muflow-runs/<flow run name>-<id>`` in the
-  working directory, the same for every retry of one flow run, so a retried run resumes;
-- ``scheduler``: address of a running Dask scheduler (``tcp://host:8786``) overriding
-  ``cluster.scheduler``; with neither, the flow starts a ``LocalCluster`` for the run.
+Run the main job once, on the embedded default and a LocalCluster::
 
-Where the Dask work runs is decided at run time, by these parameters, not in the
-decorators; Prefect settings (retries, run names, timeouts) are applied at run time too,
-with ``flow.with_options(...)`` (see ``muflow/commands/run.py``) or in ``deploy/prefect.yaml``.
-Why the tasks open a Dask client themselves rather than use a ``DaskTaskRunner``:
-see :mod:`flows.tasks`.
-
-Stages persist their outputs in the run directory (:mod:`muflow.pipeline`): rerunning a
-flow run whose sweep failed rebuilds no Gram store, and the sweep resumes the kernel
-settings it had finished.
+    python flows/pipeline.py
 """
 
-from __future__ import annotations
+from muflow.flows.pipeline import gram, pipeline, sweep, train
 
-from pathlib import Path
-
-from prefect import flow, get_run_logger
-
-from flows import tasks
-from muflow import config as run_config
-from muflow import pipeline as stages
-
-DEFAULT_RUNS_ROOT = "muflow-runs"
-
-
-def check_prefect_api(timeout: float = 5.0) -> str | None:
-    """None when flows can run: no API URL is configured (Prefect then starts a temporary
-    local server) or the configured one answers ``/health``; otherwise a message that says
-    which URL does not answer and what to do."""
-    import httpx
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    if not url:
-        return None
-    try:
-        httpx.get(url.rstrip("/") + "/health", timeout=timeout).raise_for_status()
-    except Exception as exc:
-        return (f"the Prefect API at {url} does not answer ({type(exc).__name__}: {exc}); start a "
-                "server with `prefect server start`, or unset PREFECT_API_URL to run on a temporary "
-                "local server")
-    return None
-
-
-def _setup(config, out_dir, scheduler):
-    """The validated configuration (with ``scheduler`` applied) and the run directory."""
-    cfg = run_config.resolve(config)
-    if scheduler:
-        cfg = cfg.with_overrides(cluster={"scheduler": scheduler})
-    run_config.check_data_exists(cfg)
-    if not out_dir:
-        from prefect.runtime import flow_run
-
-        out_dir = Path(DEFAULT_RUNS_ROOT) / f"{flow_run.name or 'run'}-{str(flow_run.id or '')[:8]}"
-    return cfg, str(out_dir)
-
-
-def _announce(address, dashboard):
-    logger = get_run_logger()
-    logger.info("Dask scheduler: %s", address)
-    if dashboard:
-        logger.info("Dask dashboard: %s", dashboard)
-
-
-@flow(name="pipeline", log_prints=True)
-def pipeline(config: dict | str | None = None, out_dir: str | None = None,
-             scheduler: str | None = None) -> dict:
-    """Load and validate data -> build or reuse Gram stores -> sweep -> refit the best ->
-    evaluate on the test set -> write the report (and publish it as artifacts).
-
-    Returns ``{"run_dir", "report", "summary"}``.
-    """
-    cfg, run_dir = _setup(config, out_dir, scheduler)
-    with stages.dask_scheduler(cfg) as (address, dashboard):
-        _announce(address, dashboard)
-        stages.start_run(cfg, run_dir)
-        tasks.prepare_data(cfg, run_dir)
-        tasks.build_gram(cfg, run_dir, address)
-        tasks.fit_grid(cfg, run_dir, address)
-    tasks.refit_best(cfg, run_dir)
-    tasks.evaluate(cfg, run_dir)
-    report = tasks.write_report(cfg, run_dir)
-    tasks.publish_artifacts(run_dir)
-    get_run_logger().info("report: %s", report)
-    return {"run_dir": run_dir, "report": report, "summary": stages.summary_rows(run_dir)}
-
-
-@flow(name="gram", log_prints=True)
-def gram(config: dict | str | None = None, out_dir: str | None = None,
-         scheduler: str | None = None) -> dict:
-    """Build or reuse the Gram store of every kernel of the grid (training split)."""
-    cfg, run_dir = _setup(config, out_dir, scheduler)
-    with stages.dask_scheduler(cfg) as (address, dashboard):
-        _announce(address, dashboard)
-        stages.start_run(cfg, run_dir)
-        tasks.prepare_data(cfg, run_dir)
-        return tasks.build_gram(cfg, run_dir, address)
-
-
-@flow(name="sweep", log_prints=True)
-def sweep(config: dict | str | None = None, out_dir: str | None = None,
-          scheduler: str | None = None) -> dict:
-    """Cross-validate the grid (Gram stores built or reused first) and publish the results."""
-    cfg, run_dir = _setup(config, out_dir, scheduler)
-    with stages.dask_scheduler(cfg) as (address, dashboard):
-        _announce(address, dashboard)
-        stages.start_run(cfg, run_dir)
-        tasks.prepare_data(cfg, run_dir)
-        tasks.build_gram(cfg, run_dir, address)
-        result = tasks.fit_grid(cfg, run_dir, address)
-    tasks.publish_artifacts(run_dir, key_prefix="muflow-sweep")
-    return result
-
-
-@flow(name="train", log_prints=True)
-def train(config: dict | str | None = None, out_dir: str | None = None,
-          params: dict | None = None) -> dict:
-    """Fit one configuration (``params``, SVC keywords; default RBF, C=1, gamma "scale")
-    on the training split, evaluate it on the test split and write the report. In memory:
-    no cluster."""
-    cfg, run_dir = _setup(config, out_dir, None)
-    params = params or {"kernel": "rbf", "C": 1.0, "gamma": "scale"}
-    stages.start_run(cfg, run_dir)
-    tasks.prepare_data(cfg, run_dir)
-    tasks.refit_best(cfg, run_dir, params)
-    metrics = tasks.evaluate(cfg, run_dir)
-    report = tasks.write_report(cfg, run_dir)
-    tasks.publish_artifacts(run_dir, key_prefix="muflow-train")
-    return {"run_dir": run_dir, "report": report, "metrics": metrics}
-
+__all__ = ["gram", "pipeline", "sweep", "train"]
 
 if __name__ == "__main__":
-    # The embedded default on a LocalCluster; the workers import this module, hence the guard.
+    # The Dask workers of the LocalCluster import this module, hence the guard.
     print(pipeline.with_options(retries=1)())

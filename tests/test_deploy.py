@@ -1,4 +1,5 @@
-"""deploy/: every entrypoint of prefect.yaml imports and takes its parameters; the
+"""deploy/: every entrypoint of prefect.yaml imports (by path, as ``prefect deploy`` loads
+it), is the packaged flow of :mod:`muflow.flows.pipeline` and takes its parameters; the
 docker-compose file validates where a docker CLI with compose is installed."""
 
 from __future__ import annotations
@@ -19,20 +20,30 @@ def _deployments():
     return yaml.safe_load((DEPLOY / "prefect.yaml").read_text())["deployments"]
 
 
+def _load_entrypoint(entrypoint: str):
+    """The object an entrypoint ``path.py:name`` names, its file executed as a module."""
+    path, name = entrypoint.split(":")
+    assert (REPO / path).is_file(), f"entrypoint {entrypoint}: no file {path} in the repository"
+    spec = importlib.util.spec_from_file_location(f"_entry_{Path(path).stem}_{name}", REPO / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert hasattr(module, name), f"entrypoint {entrypoint}: {path} defines no {name!r}"
+    return getattr(module, name)
+
+
 def test_every_entrypoint_imports_and_accepts_its_parameters():
     from prefect import Flow
 
     from muflow.config import resolve
+    from muflow.flows import pipeline as packaged
 
     deployments = _deployments()
     assert {d["name"] for d in deployments} >= {"nightly-retrain", "on-demand-sweep"}
     for dep in deployments:
-        path, name = dep["entrypoint"].split(":")
-        spec = importlib.util.spec_from_file_location(f"_entry_{dep['name'].replace('-', '_')}", REPO / path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        flow = getattr(module, name)
+        flow = _load_entrypoint(dep["entrypoint"])
         assert isinstance(flow, Flow), dep["entrypoint"]
+        # the entrypoint re-exports the flow shipped in the package, not a copy of it
+        assert flow is getattr(packaged, dep["entrypoint"].split(":")[1]), dep["entrypoint"]
         flow.validate_parameters(dep.get("parameters") or {})
         resolve(dep["parameters"]["config"])  # the configuration itself is valid
         assert dep["work_pool"]["name"] == "muflow-process"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from muflow.commands._cluster import add_cluster_options
 from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_gamma
 from muflow.exceptions import MuflowInputError
 
@@ -39,13 +40,8 @@ def add_parser(subparsers):
     p.add_argument("--cache-dir", metavar="DIR",
                    help="cache directory mapping (data fingerprint, kernel, dtype) to a store; "
                         "with --out, a pointer to the store is recorded there too")
-    p.add_argument("--scheduler", metavar="ADDR",
-                   help="address of a running Dask scheduler, e.g. tcp://host:8786 (start one with "
-                        "`dask scheduler` and workers with `dask worker ADDR`); default: a local cluster")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for --scheduler to answer (default: 10)")
-    p.add_argument("--workers", type=int, metavar="N",
-                   help="local cluster only: number of worker processes (default: one per core)")
+    add_cluster_options(p, scheduler_note="start one with `dask scheduler` and workers with "
+                                          "`dask worker ADDRESS`", timeout=True, workers=True)
     p.add_argument("--deep-check", action="store_true",
                    help="read every recorded tile of an existing store to find damaged chunks "
                         "(default: only check that they exist)")

@@ -1,5 +1,5 @@
 """``python -m muflow run [CONFIG.toml] [--scheduler ADDRESS] [--out DIR] [--resume]``:
-the main job, run as the Prefect ``pipeline`` flow (``flows/pipeline.py``).
+the main job, run as the Prefect ``pipeline`` flow (:mod:`muflow.flows.pipeline`).
 
 Stages: load and validate the data -> build or reuse the Gram stores (on a Dask cluster)
 -> sweep the grid -> refit the best -> evaluate it on the test set -> write the report.
@@ -27,6 +27,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from muflow.commands._cluster import add_cluster_options
 from muflow.exceptions import MuflowInputError
 
 EXIT_FAILURE = 1
@@ -54,9 +55,7 @@ def add_parser(subparsers):
     )
     p.add_argument("config", nargs="?", metavar="CONFIG.toml",
                    help="run configuration (TOML); default: the embedded default")
-    p.add_argument("--scheduler", metavar="ADDRESS",
-                   help="address of a running Dask scheduler, e.g. tcp://host:8786 (overrides "
-                        "cluster.scheduler); default: a LocalCluster on this machine")
+    add_cluster_options(p, scheduler_note="overrides cluster.scheduler")
     p.add_argument("--out", metavar="DIR",
                    help="run directory (default: a new folder under ./muflow-runs/); must be new "
                         "or empty unless --resume")
@@ -120,7 +119,7 @@ def run(args) -> int:
 
     import distributed  # noqa: F401  (its import sets its loggers' levels; quieten them after)
 
-    from flows.pipeline import check_prefect_api, pipeline
+    from muflow.flows.pipeline import check_prefect_api, pipeline
 
     problem = check_prefect_api()
     if problem:

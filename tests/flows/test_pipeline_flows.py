@@ -1,4 +1,4 @@
-"""The Prefect flows of flows/pipeline.py under one prefect_test_harness."""
+"""The Prefect flows of muflow/flows/pipeline.py under one prefect_test_harness."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def test_pipeline_writes_report_results_plots_model_and_artifacts(tmp_path, smal
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
-    from flows.pipeline import pipeline
+    from muflow.flows.pipeline import pipeline
 
     state = pipeline(config=small_config, out_dir=str(tmp_path / "run"), scheduler=scheduler_address,
                      return_state=True)
@@ -52,10 +52,10 @@ def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
     the flow run fails. Rerunning it on the same run directory completes: the data and
     Gram stages are reused (Gram store files untouched), and the sweep resumes the finished
     kernel setting and solves only the other one."""
-    import muflow.sweep
-    from flows.pipeline import pipeline
+    from muflow import selection
+    from muflow.flows.pipeline import pipeline
 
-    real = muflow.sweep.run_sweep
+    real = selection.run_sweep
     attempts = []
 
     def failing_sweep(*args, **kwargs):
@@ -69,7 +69,7 @@ def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
         return real(*args, on_kernel_done=fail_after_first, **kwargs)
 
     run = tmp_path / "run"
-    monkeypatch.setattr(muflow.sweep, "run_sweep", failing_sweep)
+    monkeypatch.setattr(selection, "run_sweep", failing_sweep)
     state = pipeline(config=small_config, out_dir=str(run), scheduler=scheduler_address, return_state=True)
     assert state.is_failed()
     assert len(attempts) == 2  # the task's own retry met the same failure
@@ -78,7 +78,7 @@ def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
     gram_files = _mtimes(run / "gram")
     first_log = stage_log(run)
 
-    monkeypatch.setattr(muflow.sweep, "run_sweep", real)
+    monkeypatch.setattr(selection, "run_sweep", real)
     state = pipeline(config=small_config, out_dir=str(run), scheduler=scheduler_address, return_state=True)
     assert state.is_completed()
     rerun = stage_log(run)[len(first_log):]
@@ -90,7 +90,7 @@ def test_rerun_after_a_failed_sweep_recomputes_no_gram_and_no_finished_setting(
 
 
 def test_gram_flow_reuses_the_cache_of_an_earlier_run(tmp_path, small_config, scheduler_address):
-    from flows.pipeline import gram
+    from muflow.flows.pipeline import gram
 
     config = dict(small_config, gram={"cache_dir": str(tmp_path / "cache")})
     first = gram(config=config, out_dir=str(tmp_path / "a"), scheduler=scheduler_address)
@@ -101,7 +101,7 @@ def test_gram_flow_reuses_the_cache_of_an_earlier_run(tmp_path, small_config, sc
 
 
 def test_train_flow_fits_given_parameters_without_a_sweep(tmp_path):
-    from flows.pipeline import train
+    from muflow.flows.pipeline import train
 
     result = train(out_dir=str(tmp_path / "t"), params={"kernel": "poly", "degree": 2, "C": 1.0,
                                                         "gamma": 0.01, "coef0": 1.0})
@@ -111,14 +111,14 @@ def test_train_flow_fits_given_parameters_without_a_sweep(tmp_path):
 
 
 def test_sweep_flow_publishes_the_results_table(tmp_path, small_config, scheduler_address):
-    from flows.pipeline import sweep
+    from muflow.flows.pipeline import sweep
 
     result = sweep(config=small_config, out_dir=str(tmp_path / "s"), scheduler=scheduler_address)
     assert result["n_configurations"] == 4 and Path(result["paths"]["results"]).is_file()
 
 
 def test_a_bad_configuration_fails_the_flow_naming_the_key(tmp_path):
-    from flows.pipeline import pipeline
+    from muflow.flows.pipeline import pipeline
 
     with pytest.raises(MuflowInputError, match=r"sweep\.folds"):
         pipeline(config={"sweep": {"folds": 1}}, out_dir=str(tmp_path / "bad"))
