@@ -8,6 +8,10 @@ eq. (8)-(11) (the Gram of the QP against the updated discriminant of eq. 10), eq
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.utils.estimator_checks import (
+    check_no_attributes_set_in_init,
+    check_parameters_default_constructible,
+)
 
 from muflow.exceptions import MuflowInputError
 from muflow.input_margin import (
@@ -244,6 +248,9 @@ def test_sklearn_conventions():
     model = InputMarginSVC(C=2.0, metric="not validated here", method="bogus")
     assert model.get_params()["method"] == "bogus"  # __init__ stores, fit validates
     assert clone(model).get_params()["C"] == 2.0
+    # __init__ sets exactly its parameters, under their own names, with its defaults
+    check_no_attributes_set_in_init("InputMarginSVC", InputMarginSVC())
+    check_parameters_default_constructible("InputMarginSVC", InputMarginSVC())
 
 
 # -- bad input -----------------------------------------------------------------------
@@ -278,6 +285,23 @@ def test_memory_limit_refuses_unless_forced(mixture):
         InputMarginSVC(gamma=GAMMA, max_bytes=1000, n_steps=1).fit(X, y)
     InputMarginSVC(gamma=GAMMA, max_bytes=1000, force=True, n_steps=1).fit(X, y)
     InputMarginSVC(gamma=GAMMA, max_bytes=1000, method="simplified", n_steps=1).fit(X, y)
+
+
+@pytest.mark.parametrize("params, match", [
+    ({"C": 0.0}, "C must be a positive number"),
+    ({"C": "1"}, "C must be a positive number"),
+    ({"n_steps": -1}, "n_steps must be an integer >= 0"),
+    ({"n_steps": 1.5}, "n_steps must be an integer"),
+    ({"n_projection_iter": 0}, "n_projection_iter must be an integer >= 1"),
+    ({"qp_tol": 0.0}, "qp_tol must be a positive number"),
+    ({"max_iter": 0}, "max_iter must be an integer >= 1"),
+    ({"force": "yes"}, "force must be True or False"),
+    ({"qp_solver": "nope"}, "qp_solver must be one of"),
+])
+def test_bad_parameters_are_named_in_fit(mixture, params, match):
+    X, y = mixture
+    with pytest.raises(MuflowInputError, match=match):
+        InputMarginSVC(gamma=GAMMA, **params).fit(X, y)
 
 
 def test_other_bad_input(mixture):

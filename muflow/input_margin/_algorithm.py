@@ -1,17 +1,19 @@
-"""Maximizing the margin in the input space (input-space-margin.txt, Akaho).
+"""The maths of the input-space margin (input-space-margin.txt, Akaho): no validation of
+user input beyond what the formulas need (see :mod:`muflow.input_margin.estimator`).
 
-The ordinary SVM maximizes the margin in the kernel's feature space. This module measures
-and maximizes it where the inputs live, in a metric ``||x - x_i||_{G_i}^2 = (x - x_i)^T G_i
-(x - x_i)`` that may differ per sample (section 2).
+The ordinary SVM maximizes the margin in the kernel's feature space. These functions
+measure and maximize it where the inputs live, in a metric ``||x - x_i||_{G_i}^2 =
+(x - x_i)^T G_i (x - x_i)`` that may differ per sample (section 2).
 
-- :func:`input_space_margin` estimates, for a fitted binary classifier, the projection of each
-  sample on the decision boundary by the iteration of eq. (12), slowed down where the point
-  is unstable (section 3.4), and the per-sample distances and the margin (eq. 3).
-- :class:`InputMarginSVC` trains the discriminant of eq. (2),
-  ``f(x) = sum_i {a_i k(x_hat_i, x) + b_i^T k_x(x_hat_i, x)} + f_0``, by Algorithm 1
-  (``method="full"``) or by the simplified algorithm of section 6 (``method="simplified"``).
-  Every QP step is posed as a :class:`muflow.solvers.DualProblem` and solved by a registered
-  muflow solver.
+- :class:`Discriminant`: ``f(x) = sum_i {a_i k(x_hat_i, x) + b_i^T k_x(x_hat_i, x)} + f_0``
+  (eq. 2), its gradient, Hessian and ``r = omega . omega``;
+- :func:`project_onto_boundary`: the projection of each sample on ``{f = 0}`` by the
+  iteration of eq. (12), slowed down where the point is unstable (section 3.4);
+  :func:`measure_margin`: the per-sample distances and the margin (eq. 3) at those points;
+- Algorithm 1 (section 3.6), one step at a time: :func:`project_hyperplane` (eq. 18),
+  :func:`full_step_problem` (the QP of eq. 8 as a :class:`muflow.solvers.DualProblem`),
+  :func:`update_parameters` (eq. 10-11); and the simplified algorithm of section 6
+  (:func:`simplified_g`, eq. 22). :func:`run_steps` runs either for a number of steps.
 
 Notation follows the paper: ``p_i = omega . phi(x_hat_i) = f(x_hat_i) - f_0``,
 ``q_i = omega . psi(x_hat_i) = grad f(x_hat_i)``, ``r = omega . omega``,
@@ -20,45 +22,27 @@ Notation follows the paper: ``p_i = omega . phi(x_hat_i) = f(x_hat_i) - f_0``,
 Notes
 -----
 Algorithm 1 holds the (n, n, m, m) array of ``K_xy(x_hat_i, x_hat_j)``: memory scales as
-``8 * n^2 * m^2`` bytes (section 3.6, O(m^2 n^2)). Above ``max_bytes`` it refuses unless
-``force=True``; ``method="simplified"`` needs only ``8 * n^2 * m`` bytes.
+``8 * n^2 * m^2`` bytes (section 3.6, O(m^2 n^2)). Above ``max_bytes`` :func:`check_memory`
+refuses unless ``force=True``; the simplified algorithm needs only ``8 * n^2 * m`` bytes.
 """
 
 from __future__ import annotations
 
-import numbers
-import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
 
-from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
-from muflow.kernel_derivatives import (
-    check_differentiable,
-    kernel_cross_hessian,
-    kernel_gradient,
-    kernel_value,
-)
+from muflow.kernel_derivatives import kernel_cross_hessian, kernel_gradient, kernel_value
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram
-from muflow.solvers import DualProblem
-from muflow.solvers.registry import SOLVERS
+from muflow.solvers import DualProblem, DualSolution
 
 #: Default bound on the temporary arrays of Algorithm 1 (bytes).
 DEFAULT_MAX_BYTES = 2**30
 
 _TINY = 1e-300
-
-
-def default_qp_solver() -> str:
-    """The solver for the QP steps: SMO (exact bias, robust on the ill-conditioned hard-margin
-    problems of smooth kernels) when registered, else M3."""
-    return "smo" if "smo" in SOLVERS else "m3"
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,7 +147,9 @@ def check_metric(metric, n: int, m: int):
     return G, np.linalg.inv(G), L
 
 
-def _check_memory(n, n_b, m, max_bytes, force, what):
+def check_memory(n, n_b, m, max_bytes, force, what):
+    """Refuse (unless ``force``) when the (n, n_b, m, m) second derivatives of the kernel
+    exceed ``max_bytes`` (section 3.6: O(m^2 n^2) memory); ``what`` names the caller."""
     needed = 8 * n * n_b * m * m
     if needed > max_bytes and not force:
         raise MuflowInputError(
@@ -271,7 +257,7 @@ def project_onto_boundary(disc: Discriminant, X, G_inv, L, x_start=None, *, max_
     return x_hat, n_iter, converged
 
 
-def _distances(disc, X, y, x_hat, G_inv):
+def signed_distances(disc, X, y, x_hat, G_inv):
     """Signed distances by eq. (3): |f(x_hat) - q^T d_hat| / ||q||_{G^-1}, positive for
     correctly classified samples."""
     q = disc.gradient(x_hat)
@@ -284,7 +270,7 @@ def _distances(disc, X, y, x_hat, G_inv):
 
 @dataclass
 class InputMargin:
-    """What :func:`input_space_margin` returns.
+    """What :func:`measure_margin` (and :func:`~muflow.input_margin.input_space_margin`) returns.
 
     Attributes
     ----------
@@ -306,75 +292,25 @@ class InputMargin:
     n_iter: int
 
 
-def _discriminant_of(model) -> Discriminant:
-    check_is_fitted(model)
-    if isinstance(model, InputMarginSVC):
-        return model.discriminant_
-    if len(getattr(model, "classes_", ())) != 2:
-        raise MuflowInputError("the input-space margin is defined for binary classifiers (two classes)")
-    kernel = getattr(model, "kernel_", None)
-    if not isinstance(kernel, Kernel):
-        raise MuflowInputError("input_space_margin needs a fitted muflow SVC or InputMarginSVC")
-    if kernel.name == "precomputed":
-        raise MuflowInputError("a precomputed kernel has no input space; fit on the features")
-    check_differentiable(kernel)
-    sv = np.asarray(model.support_vectors_, dtype=np.float64)
-    if hasattr(sv, "toarray"):
-        sv = sv.toarray()
-    a = np.asarray(model.dual_coef_, dtype=np.float64)[0]
-    return Discriminant(kernel.with_offset(0.0), sv, a, np.zeros_like(sv), float(model.intercept_[0]))
-
-
-def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-9,
-                       slow_down=True, max_bytes=DEFAULT_MAX_BYTES, force=False) -> InputMargin:
-    """Margin of a fitted binary classifier in the input space (input-space-margin.txt).
+def measure_margin(disc: Discriminant, X, y, G_inv, L, x_start=None, *, max_iter=50, tol=1e-9,
+                   slow_down=True) -> InputMargin:
+    """Project every sample on the boundary of ``disc`` (eq. 12) and measure its signed
+    distance there (eq. 3); the margin is the smallest distance.
 
     Parameters
     ----------
-    model : fitted muflow.SVC or InputMarginSVC
-        Binary, with a kernel among rbf, poly, linear.
-    X : array-like of shape (n, m)
-    y : array-like of shape (n,)
-        Labels in ``model.classes_``; they sign the distances.
-    metric : None, array-like of shape (m, m) or (n, m, m), default=None
-        G_i: Euclidean, one matrix for all samples, or one per sample.
-    x_start : array-like of shape (n, m), optional
-        Starting points of the iteration (12); default the samples themselves.
-    max_iter : int, default=50
-        Iterations of (12) at most.
-    tol : float, default=1e-9
-        Stop when no point moves more than ``tol`` (times the data's scale) and every point
-        is within that distance of the boundary (|f| / ||grad f||, before its last move).
-    slow_down : bool, default=True
-        Apply the slow-down of section 3.4 where a local minimum is unstable.
-    max_bytes : int, default=2**30
-    force : bool, default=False
-        Proceed above ``max_bytes``.
-
-    Returns
-    -------
-    InputMargin
-        ``.projections``, ``.distances`` (eq. 3 at the projection, in G_i), ``.margin``.
+    disc : Discriminant
+    X : ndarray of shape (n, m)
+    y : ndarray of shape (n,)
+        Labels in {-1, +1}, the sign of ``disc`` for a correct classification.
+    G_inv, L : ndarray of shape (n, m, m)
+        Inverse metric and Cholesky factor of each G_i (:func:`check_metric`).
+    x_start, max_iter, tol, slow_down
+        As for :func:`project_onto_boundary`.
     """
-    disc = _discriminant_of(model)
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] != disc.centers.shape[1]:
-        raise MuflowInputError(f"X must have shape (n, {disc.centers.shape[1]}), got {X.shape}")
-    check_finite(X)
-    y = np.asarray(y)
-    if y.shape != (X.shape[0],):
-        raise MuflowInputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-    classes = model.classes_
-    if not np.all(np.isin(y, classes)):
-        raise MuflowInputError(f"y holds labels outside the model's classes {list(classes)}")
-    y_pm = np.where(y == classes[1], 1.0, -1.0)
-    n, m = X.shape
-    if np.any(disc.b):
-        _check_memory(n, len(disc.centers), m, max_bytes, force, "input_space_margin")
-    _, G_inv, L = check_metric(metric, n, m)
     x_hat, n_iter, converged = project_onto_boundary(
         disc, X, G_inv, L, x_start, max_iter=max_iter, tol=tol, slow_down=slow_down)
-    dist = _distances(disc, X, y_pm, x_hat, G_inv)
+    dist = signed_distances(disc, X, y, x_hat, G_inv)
     return InputMargin(x_hat, dist, float(dist.min()), converged, n_iter)
 
 
@@ -501,213 +437,75 @@ def simplified_g(disc: Discriminant, X, G_inv) -> np.ndarray:
     return np.sqrt(np.maximum(N, 0.0) / r)
 
 
-# ---------------------------------------------------------------------------------------
-# The estimator
-# ---------------------------------------------------------------------------------------
-class InputMarginSVC(ClassifierMixin, BaseEstimator):
-    """Kernel classifier that maximizes the margin in the input space (input-space-margin.txt).
-
-    Parameters
-    ----------
-    kernel : {"rbf", "poly", "linear"}, default="rbf"
-        A kernel with derivatives (:mod:`muflow.kernel_derivatives`).
-    C : float, default=float("inf")
-        ``inf``: the hard margin of the paper's main text; finite: the soft margin of
-        section 5 (constraint 21, ``0 <= alpha_i <= C``).
-    gamma : {"scale", "auto"} or float, default="scale"
-        Kernel scale; the paper's sigma is ``muflow.kernels.gamma_from_sigma(sigma)``.
-    degree : int, default=3
-    coef0 : float, default=0.0
-    metric : None, array-like of shape (m, m) or (n_samples, m, m), default=None
-        G_i of section 2: Euclidean, one matrix for all samples, or one per training sample.
-    method : {"full", "simplified"}, default="full"
-        "full": Algorithm 1 (section 3.6). "simplified": section 6 (x_hat_i = x_i, eta_i = 0,
-        only g_i of eq. 22 kept).
-    n_steps : int, default=5
-        Steps of the algorithm; the best of steps 0..n_steps by estimated margin is kept
-        (section 3.6; step 0 is the ordinary SVM).
-    n_projection_iter : int, default=10
-        Iterations of eq. (12) per step to update x_hat (the paper's figures use 10).
-    qp_solver : str or None, default=None
-        Registered solver for the QP steps; None picks SMO when registered, else M3.
-    qp_tol : float, default=1e-8
-        KKT tolerance of the QP steps (relative to the largest g_i).
-    max_iter : int, default=1_000_000
-        Iterations of the QP solver at most.
-    max_bytes : int, default=2**30
-        Refuse Algorithm 1 when its (n, n, m, m) temporaries exceed this many bytes.
-    force : bool, default=False
-        Proceed above ``max_bytes``.
+@dataclass
+class StepTrace:
+    """What :func:`run_steps` returns: one entry per step k = 0..n_steps (fewer when a
+    projection diverged), step 0 being the starting discriminant.
 
     Attributes
     ----------
-    classes_ : ndarray of shape (2,)
-    a_ : ndarray of shape (n_bases,)
-        Coefficients a_i of eq. (2).
-    b_ : ndarray of shape (n_bases, n_features)
-        Coefficients b_i of eq. (2).
-    x_hat_ : ndarray of shape (n_bases, n_features)
-        Bases x_hat_i of eq. (2) (estimated projection points of the support vectors).
-    f0_ : float
-    support_ : ndarray of shape (n_bases,)
-        Training indices i of the bases.
-    kernel_ : Kernel
-    discriminant_ : Discriminant
-    input_margin_ : float
-        Estimated input-space margin of the kept step.
-    margin_history_ : ndarray of shape (n_steps + 1,)
-        Estimated margin after each step; entry 0 is the ordinary SVM.
-    best_step_ : int
-    initial_margin_ : float
-        ``margin_history_[0]``.
-    projections_ : ndarray of shape (n_samples, n_features)
-        Projection points of the training samples on the kept boundary.
-    svm_ : muflow.SVC
-        The ordinary SVM of the initialisation step.
-
-    Notes
-    -----
-    Algorithm 1 needs O(m^2 n^2) memory and O(m^3 n^2) time per step for the temporaries
-    (section 3.6); the QP has the size of the ordinary SVM's. The iteration is not monotone
-    and keeps the best step, as the paper's simulation does.
+    margins : list of float
+        Estimated input-space margin of each step's discriminant.
+    discriminants : list of Discriminant
+    projections : list of ndarray of shape (n, m)
+        Projections of the samples on each step's boundary (eq. 12).
     """
 
-    def __init__(self, kernel="rbf", *, C=float("inf"), gamma="scale", degree=3, coef0=0.0,
-                 metric=None, method="full", n_steps=5, n_projection_iter=10, qp_solver=None,
-                 qp_tol=1e-8, max_iter=1_000_000, max_bytes=DEFAULT_MAX_BYTES, force=False):
-        self.kernel = kernel
-        self.C = C
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.metric = metric
-        self.method = method
-        self.n_steps = n_steps
-        self.n_projection_iter = n_projection_iter
-        self.qp_solver = qp_solver
-        self.qp_tol = qp_tol
-        self.max_iter = max_iter
-        self.max_bytes = max_bytes
-        self.force = force
+    margins: list
+    discriminants: list
+    projections: list
 
-    # -- validation ------------------------------------------------------------------
-    def _check_params(self):
-        check_differentiable(Kernel(self.kernel))
-        if self.method not in ("full", "simplified"):
-            raise MuflowInputError(f"method must be 'full' or 'simplified', got {self.method!r}")
-        if not isinstance(self.C, numbers.Real) or not self.C > 0:
-            raise MuflowInputError(f"C must be positive (float('inf') for the hard margin), got {self.C!r}")
-        if not isinstance(self.n_steps, numbers.Integral) or self.n_steps < 0:
-            raise MuflowInputError(f"n_steps must be a non-negative integer, got {self.n_steps!r}")
-        if not isinstance(self.n_projection_iter, numbers.Integral) or self.n_projection_iter < 1:
-            raise MuflowInputError(f"n_projection_iter must be a positive integer, got {self.n_projection_iter!r}")
-        if not self.qp_tol > 0:
-            raise MuflowInputError(f"qp_tol must be positive, got {self.qp_tol!r}")
-        solver = self.qp_solver or default_qp_solver()
-        if solver not in SOLVERS:
-            raise MuflowInputError(f"unknown qp_solver {solver!r}; choose one of {', '.join(SOLVERS)}")
-        return solver
 
-    # -- fit -------------------------------------------------------------------------
-    def fit(self, X, y):
-        """Fit by Algorithm 1 or the simplified algorithm.
+def run_steps(disc: Discriminant, X, y, G_inv, L, *, upper, method, n_steps, n_projection_iter,
+              solve: Callable[[DualProblem, np.ndarray], DualSolution]) -> StepTrace:
+    """Algorithm 1 (``method="full"``, section 3.6) or the simplified algorithm of section 6
+    (``method="simplified"``) for ``n_steps`` steps from ``disc``.
 
-        Parameters
-        ----------
-        X : array-like of shape (n_samples, n_features)
-        y : array-like of shape (n_samples,)
-            Two classes.
+    Every step first projects the samples on the current boundary (step 1, eq. 12), which
+    also estimates the current margin (eq. 3). Algorithm 1 then re-expresses the
+    discriminant on the projections (step 2, eq. 18), poses the QP of eq. (8) (step 3) and
+    updates a, b and f_0 (eq. 10-11). The simplified algorithm keeps x_hat_i = x_i and
+    eta_i = 0 and solves the ordinary SVM's QP with the linear term -g of eq. (22).
 
-        Returns
-        -------
-        self
-        """
-        from muflow.model import SVC
-
-        solver = self._check_params()
-        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
-        check_finite(X)
-        check_classification_targets(y)
-        self.classes_, y_enc = np.unique(y, return_inverse=True)
-        if len(self.classes_) != 2:
-            raise MuflowInputError(
-                f"InputMarginSVC is binary (the input-space margin of one boundary); got "
-                f"{len(self.classes_)} classes"
-            )
-        y_pm = np.where(y_enc == 1, 1.0, -1.0)
-        n, m = X.shape
-        if self.method == "full":
-            _check_memory(n, n, m, self.max_bytes, self.force, "Algorithm 1 (method='full')")
-        _, G_inv, L = check_metric(self.metric, n, m)
-        upper = float(self.C)
-
-        self.svm_ = SVC(self.kernel, C=upper, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
-                        solver=solver, intercept="exact", tol=self.qp_tol, max_iter=self.max_iter).fit(X, y)
-        kernel = self.svm_.kernel_.with_offset(0.0)
-        self.kernel_ = kernel
-        a0 = np.zeros(n)
-        a0[self.svm_.support_] = self.svm_.dual_coef_[0]
-        disc = Discriminant(kernel, X.copy(), a0, np.zeros_like(X), float(self.svm_.intercept_[0]))
-
-        history, states, projections = [], [], []
-        x_hat = X.copy()
-        for k in range(self.n_steps + 1):
-            # Step 1 (and the margin estimate of step k): x_hat by eq. (12) on the current f.
-            x_new, _, _ = project_onto_boundary(disc, X, G_inv, L, x_hat, max_iter=self.n_projection_iter)
-            dist = _distances(disc, X, y_pm, x_new, G_inv)
-            margin = float(dist.min())
-            history.append(margin)
-            states.append(disc)
-            projections.append(x_new)
-            if k == self.n_steps or not np.all(np.isfinite(x_new)):
-                break
-            if self.method == "full":
-                support = np.flatnonzero((disc.a != 0) | np.any(disc.b != 0, axis=1))
-                projected = project_hyperplane(disc, x_new, X, support)  # step 2, eq. (18)
-                step = full_step_problem(projected, X, y_pm, G_inv, upper)  # step 3, eq. (8)
-                sol = self._solve(solver, step.problem, step.g)
-                disc = update_parameters(projected, step, sol.alpha[:, 0], sol.bias[0], y_pm)  # eq. (10-11)
-                x_hat = x_new
-            else:
-                g = simplified_g(disc, X, G_inv)  # eq. (22)
-                problem = DualProblem(DenseGram(kernel.block(X)), y_pm, upper=upper, linear=-g, equality=True)
-                sol = self._solve(solver, problem, g)
-                disc = Discriminant(kernel, X.copy(), sol.alpha[:, 0] * y_pm, np.zeros_like(X), float(sol.bias[0]))
-
-        self.margin_history_ = np.asarray(history)
-        self.best_step_ = int(np.argmax(self.margin_history_))
-        best = states[self.best_step_]
-        keep = np.flatnonzero((best.a != 0) | np.any(best.b != 0, axis=1))
-        self.support_ = keep.astype(np.int32)
-        self.a_ = best.a[keep].copy()
-        self.b_ = best.b[keep].copy()
-        self.x_hat_ = best.centers[keep].copy()
-        self.f0_ = float(best.f0)
-        self.discriminant_ = Discriminant(kernel, self.x_hat_, self.a_, self.b_, self.f0_)
-        self.input_margin_ = float(self.margin_history_[self.best_step_])
-        self.initial_margin_ = float(self.margin_history_[0])
-        self.projections_ = projections[self.best_step_]
-        return self
-
-    def _solve(self, solver, problem, g):
-        tol = float(self.qp_tol) * max(1.0, float(np.max(g)))
-        sol = SOLVERS[solver].solve(problem, tol=tol, max_iter=int(self.max_iter))
-        if not np.all(sol.converged):
-            warnings.warn(
-                f"the QP step stopped at max_iter={self.max_iter} with KKT violation "
-                f"{float(np.max(sol.kkt_violation)):.3g} > {tol:.3g}; raise max_iter or qp_tol "
-                "(a hard margin on data the kernel barely separates is ill-conditioned)",
-                ConvergenceWarning, stacklevel=3)
-        return sol
-
-    # -- predict ---------------------------------------------------------------------
-    def decision_function(self, X):
-        """f(x) of eq. (2), shape (n_samples,); positive for ``classes_[1]``."""
-        check_is_fitted(self)
-        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
-        check_finite(X)
-        return self.discriminant_.value(X)
-
-    def predict(self, X):
-        """Class labels by the sign of eq. (2)."""
-        return self.classes_[(self.decision_function(X) > 0).astype(int)]
+    Parameters
+    ----------
+    disc : Discriminant
+        The starting point (step 0), usually the ordinary SVM's, on the bases X.
+    X : ndarray of shape (n, m)
+    y : ndarray of shape (n,)
+        Labels in {-1, +1}.
+    G_inv, L : ndarray of shape (n, m, m)
+        From :func:`check_metric`.
+    upper : float
+        C of constraint (21); ``inf`` for the hard margin of constraint (9).
+    method : {"full", "simplified"}
+    n_steps : int
+    n_projection_iter : int
+        Iterations of eq. (12) per step.
+    solve : callable
+        ``solve(problem, g) -> DualSolution``, a QP step (``g`` scales its tolerance).
+    """
+    kernel = disc.kernel
+    trace = StepTrace([], [], [])
+    x_hat = X.copy()
+    for k in range(n_steps + 1):
+        # Step 1 (and the margin estimate of step k): x_hat by eq. (12) on the current f.
+        x_new, _, _ = project_onto_boundary(disc, X, G_inv, L, x_hat, max_iter=n_projection_iter)
+        trace.margins.append(float(signed_distances(disc, X, y, x_new, G_inv).min()))
+        trace.discriminants.append(disc)
+        trace.projections.append(x_new)
+        if k == n_steps or not np.all(np.isfinite(x_new)):
+            break
+        if method == "full":
+            support = np.flatnonzero((disc.a != 0) | np.any(disc.b != 0, axis=1))
+            projected = project_hyperplane(disc, x_new, X, support)  # step 2, eq. (18)
+            step = full_step_problem(projected, X, y, G_inv, upper)  # step 3, eq. (8)
+            sol = solve(step.problem, step.g)
+            disc = update_parameters(projected, step, sol.alpha[:, 0], sol.bias[0], y)  # eq. (10-11)
+            x_hat = x_new
+        else:
+            g = simplified_g(disc, X, G_inv)  # eq. (22)
+            problem = DualProblem(DenseGram(kernel.block(X)), y, upper=upper, linear=-g, equality=True)
+            sol = solve(problem, g)
+            disc = Discriminant(kernel, X.copy(), sol.alpha[:, 0] * y, np.zeros_like(X), float(sol.bias[0]))
+    return trace

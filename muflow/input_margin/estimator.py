@@ -1,0 +1,290 @@
+"""The input-space-margin estimator and measurement (input-space-margin.txt, Akaho): input
+validation around the maths of :mod:`muflow.input_margin._algorithm`.
+
+- :func:`input_space_margin`: the margin, in the input space, of a fitted binary muflow
+  ``SVC`` or :class:`InputMarginSVC` (section 3.4, eq. 3 and 12);
+- :class:`InputMarginSVC`: a classifier trained by Algorithm 1 (section 3.6) or the
+  simplified algorithm of section 6, its QP steps solved by a registered muflow solver.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from muflow.data import check_finite
+from muflow.exceptions import MuflowInputError
+from muflow.input_margin._algorithm import (
+    DEFAULT_MAX_BYTES,
+    Discriminant,
+    InputMargin,
+    check_memory,
+    check_metric,
+    measure_margin,
+    run_steps,
+)
+from muflow.kernel_derivatives import check_differentiable
+from muflow.kernels import Kernel
+from muflow.solvers.registry import SOLVERS
+from muflow.validation import check_bool, check_choice, check_number
+
+
+def default_qp_solver() -> str:
+    """The solver for the QP steps: SMO (exact bias, robust on the ill-conditioned hard-margin
+    problems of smooth kernels) when registered, else M3."""
+    return "smo" if "smo" in SOLVERS else "m3"
+
+
+def _discriminant_of(model) -> Discriminant:
+    check_is_fitted(model)
+    if isinstance(model, InputMarginSVC):
+        return model.discriminant_
+    if len(getattr(model, "classes_", ())) != 2:
+        raise MuflowInputError("the input-space margin is defined for binary classifiers (two classes)")
+    kernel = getattr(model, "kernel_", None)
+    if not isinstance(kernel, Kernel):
+        raise MuflowInputError("input_space_margin needs a fitted muflow SVC or InputMarginSVC")
+    if kernel.name == "precomputed":
+        raise MuflowInputError("a precomputed kernel has no input space; fit on the features")
+    check_differentiable(kernel)
+    sv = np.asarray(model.support_vectors_, dtype=np.float64)
+    if hasattr(sv, "toarray"):
+        sv = sv.toarray()
+    a = np.asarray(model.dual_coef_, dtype=np.float64)[0]
+    return Discriminant(kernel.with_offset(0.0), sv, a, np.zeros_like(sv), float(model.intercept_[0]))
+
+
+
+def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-9,
+                       slow_down=True, max_bytes=DEFAULT_MAX_BYTES, force=False) -> InputMargin:
+    """Margin of a fitted binary classifier in the input space (input-space-margin.txt).
+
+    Parameters
+    ----------
+    model : fitted muflow.SVC or InputMarginSVC
+        Binary, with a kernel among rbf, poly, linear.
+    X : array-like of shape (n, m)
+    y : array-like of shape (n,)
+        Labels in ``model.classes_``; they sign the distances.
+    metric : None, array-like of shape (m, m) or (n, m, m), default=None
+        G_i: Euclidean, one matrix for all samples, or one per sample.
+    x_start : array-like of shape (n, m), optional
+        Starting points of the iteration (12); default the samples themselves.
+    max_iter : int, default=50
+        Iterations of (12) at most.
+    tol : float, default=1e-9
+        Stop when no point moves more than ``tol`` (times the data's scale) and every point
+        is within that distance of the boundary (|f| / ||grad f||, before its last move).
+    slow_down : bool, default=True
+        Apply the slow-down of section 3.4 where a local minimum is unstable.
+    max_bytes : int, default=2**30
+    force : bool, default=False
+        Proceed above ``max_bytes``.
+
+    Returns
+    -------
+    InputMargin
+        ``.projections``, ``.distances`` (eq. 3 at the projection, in G_i), ``.margin``.
+    """
+    disc = _discriminant_of(model)
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] != disc.centers.shape[1]:
+        raise MuflowInputError(f"X must have shape (n, {disc.centers.shape[1]}), got {X.shape}")
+    check_finite(X)
+    y = np.asarray(y)
+    if y.shape != (X.shape[0],):
+        raise MuflowInputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+    classes = model.classes_
+    if not np.all(np.isin(y, classes)):
+        raise MuflowInputError(f"y holds labels outside the model's classes {list(classes)}")
+    y_pm = np.where(y == classes[1], 1.0, -1.0)
+    n, m = X.shape
+    if np.any(disc.b):
+        check_memory(n, len(disc.centers), m, max_bytes, force, "input_space_margin")
+    _, G_inv, L = check_metric(metric, n, m)
+    return measure_margin(disc, X, y_pm, G_inv, L, x_start, max_iter=max_iter, tol=tol,
+                          slow_down=slow_down)
+
+
+class InputMarginSVC(ClassifierMixin, BaseEstimator):
+    """Kernel classifier that maximizes the margin in the input space (input-space-margin.txt).
+
+    Parameters
+    ----------
+    kernel : {"rbf", "poly", "linear"}, default="rbf"
+        A kernel with derivatives (:mod:`muflow.kernel_derivatives`).
+    C : float, default=float("inf")
+        ``inf``: the hard margin of the paper's main text; finite: the soft margin of
+        section 5 (constraint 21, ``0 <= alpha_i <= C``).
+    gamma : {"scale", "auto"} or float, default="scale"
+        Kernel scale; the paper's sigma is ``muflow.kernels.gamma_from_sigma(sigma)``.
+    degree : int, default=3
+    coef0 : float, default=0.0
+    metric : None, array-like of shape (m, m) or (n_samples, m, m), default=None
+        G_i of section 2: Euclidean, one matrix for all samples, or one per training sample.
+    method : {"full", "simplified"}, default="full"
+        "full": Algorithm 1 (section 3.6). "simplified": section 6 (x_hat_i = x_i, eta_i = 0,
+        only g_i of eq. 22 kept).
+    n_steps : int, default=5
+        Steps of the algorithm; the best of steps 0..n_steps by estimated margin is kept
+        (section 3.6; step 0 is the ordinary SVM).
+    n_projection_iter : int, default=10
+        Iterations of eq. (12) per step to update x_hat (the paper's figures use 10).
+    qp_solver : str or None, default=None
+        Registered solver for the QP steps; None picks SMO when registered, else M3.
+    qp_tol : float, default=1e-8
+        KKT tolerance of the QP steps (relative to the largest g_i).
+    max_iter : int, default=1_000_000
+        Iterations of the QP solver at most.
+    max_bytes : int, default=2**30
+        Refuse Algorithm 1 when its (n, n, m, m) temporaries exceed this many bytes.
+    force : bool, default=False
+        Proceed above ``max_bytes``.
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (2,)
+    a_ : ndarray of shape (n_bases,)
+        Coefficients a_i of eq. (2).
+    b_ : ndarray of shape (n_bases, n_features)
+        Coefficients b_i of eq. (2).
+    x_hat_ : ndarray of shape (n_bases, n_features)
+        Bases x_hat_i of eq. (2) (estimated projection points of the support vectors).
+    f0_ : float
+    support_ : ndarray of shape (n_bases,)
+        Training indices i of the bases.
+    kernel_ : Kernel
+    discriminant_ : Discriminant
+    input_margin_ : float
+        Estimated input-space margin of the kept step.
+    margin_history_ : ndarray of shape (n_steps + 1,)
+        Estimated margin after each step; entry 0 is the ordinary SVM.
+    best_step_ : int
+    initial_margin_ : float
+        ``margin_history_[0]``.
+    projections_ : ndarray of shape (n_samples, n_features)
+        Projection points of the training samples on the kept boundary.
+    svm_ : muflow.SVC
+        The ordinary SVM of the initialisation step.
+
+    Notes
+    -----
+    Algorithm 1 needs O(m^2 n^2) memory and O(m^3 n^2) time per step for the temporaries
+    (section 3.6); the QP has the size of the ordinary SVM's. The iteration is not monotone
+    and keeps the best step, as the paper's simulation does.
+    """
+
+    def __init__(self, kernel="rbf", *, C=float("inf"), gamma="scale", degree=3, coef0=0.0,
+                 metric=None, method="full", n_steps=5, n_projection_iter=10, qp_solver=None,
+                 qp_tol=1e-8, max_iter=1_000_000, max_bytes=DEFAULT_MAX_BYTES, force=False):
+        # scikit-learn's convention: store the arguments as given, validate them in fit
+        vars(self).update(kernel=kernel, C=C, gamma=gamma, degree=degree, coef0=coef0, metric=metric,
+                          method=method, n_steps=n_steps, n_projection_iter=n_projection_iter,
+                          qp_solver=qp_solver, qp_tol=qp_tol, max_iter=max_iter, max_bytes=max_bytes,
+                          force=force)
+
+    # -- validation ------------------------------------------------------------------
+    def _check_params(self):
+        """Validate the parameters (scikit-learn's parameter constraints, as
+        :mod:`muflow.validation` writes them) and return the QP solver's name."""
+        check_differentiable(Kernel(self.kernel))
+        check_choice(self.method, "method", ("full", "simplified"))
+        check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
+                     hint="float('inf') is the hard margin")
+        check_number(self.n_steps, "n_steps", integer=True, low=0)
+        check_number(self.n_projection_iter, "n_projection_iter", integer=True, low=1)
+        check_number(self.qp_tol, "qp_tol", low=0, closed="neither")
+        check_number(self.max_iter, "max_iter", integer=True, low=1)
+        check_number(self.max_bytes, "max_bytes", low=0)
+        check_bool(self.force, "force")
+        solver = self.qp_solver or default_qp_solver()
+        check_choice(solver, "qp_solver", tuple(SOLVERS))
+        return solver
+
+    # -- fit -------------------------------------------------------------------------
+    def fit(self, X, y):
+        """Fit by Algorithm 1 or the simplified algorithm.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Two classes.
+
+        Returns
+        -------
+        self
+        """
+        from muflow.model import SVC
+
+        solver = self._check_params()
+        X, y = validate_data(self, X, y, dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
+        check_classification_targets(y)
+        self.classes_, y_enc = np.unique(y, return_inverse=True)
+        if len(self.classes_) != 2:
+            raise MuflowInputError(
+                f"InputMarginSVC is binary (the input-space margin of one boundary); got "
+                f"{len(self.classes_)} classes"
+            )
+        y_pm = np.where(y_enc == 1, 1.0, -1.0)
+        n, m = X.shape
+        if self.method == "full":
+            check_memory(n, n, m, self.max_bytes, self.force, "Algorithm 1 (method='full')")
+        _, G_inv, L = check_metric(self.metric, n, m)
+        upper = float(self.C)
+
+        self.svm_ = SVC(self.kernel, C=upper, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
+                        solver=solver, intercept="exact", tol=self.qp_tol, max_iter=self.max_iter).fit(X, y)
+        kernel = self.svm_.kernel_.with_offset(0.0)
+        self.kernel_ = kernel
+        a0 = np.zeros(n)
+        a0[self.svm_.support_] = self.svm_.dual_coef_[0]
+        disc = Discriminant(kernel, X.copy(), a0, np.zeros_like(X), float(self.svm_.intercept_[0]))
+
+        trace = run_steps(disc, X, y_pm, G_inv, L, upper=upper, method=self.method,
+                          n_steps=self.n_steps, n_projection_iter=self.n_projection_iter,
+                          solve=functools.partial(self._solve, solver))
+        self.margin_history_ = np.asarray(trace.margins)
+        self.best_step_ = int(np.argmax(self.margin_history_))
+        best = trace.discriminants[self.best_step_]
+        keep = np.flatnonzero((best.a != 0) | np.any(best.b != 0, axis=1))
+        self.support_ = keep.astype(np.int32)
+        self.a_ = best.a[keep].copy()
+        self.b_ = best.b[keep].copy()
+        self.x_hat_ = best.centers[keep].copy()
+        self.f0_ = float(best.f0)
+        self.discriminant_ = Discriminant(kernel, self.x_hat_, self.a_, self.b_, self.f0_)
+        self.input_margin_ = float(self.margin_history_[self.best_step_])
+        self.initial_margin_ = float(self.margin_history_[0])
+        self.projections_ = trace.projections[self.best_step_]
+        return self
+
+    def _solve(self, solver, problem, g):
+        tol = float(self.qp_tol) * max(1.0, float(np.max(g)))
+        sol = SOLVERS[solver].solve(problem, tol=tol, max_iter=int(self.max_iter))
+        if not np.all(sol.converged):
+            warnings.warn(
+                f"the QP step stopped at max_iter={self.max_iter} with KKT violation "
+                f"{float(np.max(sol.kkt_violation)):.3g} > {tol:.3g}; raise max_iter or qp_tol "
+                "(a hard margin on data the kernel barely separates is ill-conditioned)",
+                ConvergenceWarning, stacklevel=4)  # _solve < run_steps < fit < caller
+        return sol
+
+    # -- predict ---------------------------------------------------------------------
+    def decision_function(self, X):
+        """f(x) of eq. (2), shape (n_samples,); positive for ``classes_[1]``."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
+        return self.discriminant_.value(X)
+
+    def predict(self, X):
+        """Class labels by the sign of eq. (2)."""
+        return self.classes_[(self.decision_function(X) > 0).astype(int)]
