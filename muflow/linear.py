@@ -28,8 +28,16 @@ from sklearn.utils.validation import check_is_fitted
 
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._linear_compiled import linear_cd
+from muflow.validation import check_bool, check_choice, check_number, check_per_sample
 
 _INTERCEPTS = ("none", "regularized")
+
+
+def _per_sample(values, n, name, default):
+    """:func:`~muflow.validation.check_per_sample`, a scalar standing for every sample."""
+    if values is not None and np.ndim(values) == 0:
+        values = np.full(n, values, dtype=np.float64)
+    return check_per_sample(values, n, name, default=default)
 
 
 class LinearSVC(ClassifierMixin, BaseEstimator):
@@ -92,19 +100,12 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     # -- validation ---------------------------------------------------------------------
 
     def _validate_params(self):
-        if not isinstance(self.C, numbers.Real) or not np.isfinite(self.C) or self.C <= 0:
-            raise MuflowInputError(f"C must be a positive finite number, got {self.C!r}")
-        if self.intercept not in _INTERCEPTS:
-            raise MuflowInputError(
-                f"intercept must be one of {_INTERCEPTS} for LinearSVC, got {self.intercept!r}; "
-                "the exact intercept (sum_i y_i alpha_i = 0) needs muflow.SVC(solver='smo')"
-            )
-        if not isinstance(self.tol, numbers.Real) or not self.tol > 0:
-            raise MuflowInputError(f"tol must be a positive number, got {self.tol!r}")
-        if not isinstance(self.max_iter, numbers.Integral) or self.max_iter < 1:
-            raise MuflowInputError(f"max_iter must be a positive integer, got {self.max_iter!r}")
-        if not isinstance(self.positive, (bool, np.bool_)):
-            raise MuflowInputError(f"positive must be True or False, got {self.positive!r}")
+        check_number(self.C, "C", low=0, closed="neither")
+        check_choice(self.intercept, "intercept", _INTERCEPTS,
+                     hint="the exact intercept (sum_i y_i alpha_i = 0) needs muflow.SVC(solver='smo')")
+        check_number(self.tol, "tol", low=0, closed="neither")
+        check_number(self.max_iter, "max_iter", integer=True, low=1)
+        check_bool(self.positive, "positive")
 
     def _validate_X(self, X, *, fitting):
         if sp.issparse(X):
@@ -130,20 +131,6 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
             raise MuflowInputError(
                 f"X has {X.shape[1]} features but LinearSVC was fitted with {self.n_features_in_}")
         return X
-
-    @staticmethod
-    def _per_sample(v, n, name, default):
-        if v is None:
-            return np.full(n, default, dtype=np.float64)
-        v = np.asarray(v, dtype=np.float64)
-        if v.ndim == 0:
-            v = np.full(n, float(v))
-        if v.ndim != 1 or v.shape[0] != n:
-            raise MuflowInputError(
-                f"{name} must have one value per sample: expected length {n}, got shape {v.shape}")
-        if not np.all(np.isfinite(v)):
-            raise MuflowInputError(f"{name} contains NaN or infinity")
-        return v
 
     @staticmethod
     def _check_init(init, n_problems, n):
@@ -204,10 +191,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if classes.size < 2:
             raise MuflowInputError(
                 f"y has a single class ({classes[0]!r}); a classifier needs at least two")
-        weight = self._per_sample(sample_weight, n, "sample_weight", 1.0)
+        weight = _per_sample(sample_weight, n, "sample_weight", 1.0)
         if np.any(weight < 0):
             raise MuflowInputError("sample_weight must be non-negative")
-        offset = self._per_sample(offset, n, "offset", 0.0)
+        offset = _per_sample(offset, n, "offset", 0.0)
         self.n_features_in_ = d
         self.classes_ = classes
         bias = self.intercept == "regularized"
@@ -264,8 +251,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         check_is_fitted(self, "coef_")
         X = self._validate_X(X, fitting=False)
         n = X.shape[0]
-        weight = self._per_sample(sample_weight, n, "sample_weight", 1.0)
-        offset = self._per_sample(offset, n, "offset", 0.0)
+        weight = _per_sample(sample_weight, n, "sample_weight", 1.0)
+        offset = _per_sample(offset, n, "offset", 0.0)
         y = np.asarray(y)
         problems = [self.classes_[1]] if self.classes_.size == 2 else list(self.classes_)
         scores = np.asarray(X @ self.coef_.T) + self.intercept_[None, :]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -11,19 +9,13 @@ from scipy.optimize import minimize
 
 from muflow.exceptions import MuflowInputError
 from muflow.linear import LinearSVC
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+from tests._references import a8a
 
 
 @pytest.fixture
 def a8a_sparse():
-    from sklearn.datasets import load_svmlight_file
-
-    path = SHARED / "a8a"
-    if not path.exists():
-        pytest.skip("a8a not present")
-    X, y = load_svmlight_file(str(path), n_features=123)
-    X = sp.csr_matrix(X[:3000])
+    X, y = a8a(3000)
+    X = sp.csr_matrix(X)
     X.indices = X.indices.astype(np.int32)
     X.indptr = X.indptr.astype(np.int32)
     return X[:2000], X[2000:], y[:2000], y[2000:]

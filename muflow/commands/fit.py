@@ -20,15 +20,19 @@ def add_parser(subparsers):
                    help="exact: libsvm's bias; regularized: bias as a constant added to the kernel; "
                         "none: through the origin (default: exact)")
     p.add_argument("--tol", type=float, default=1e-3, help="KKT violation at which to stop (default: 1e-3)")
-    p.add_argument("--max-iter", type=int, default=10_000, help="most passes/epochs (default: 10000)")
+    p.add_argument("--max-iter", type=int, default=10_000,
+                   help="most iterations in the solver's own unit: passes (multiplicative), "
+                        "epochs (cd, adatron), sweeps of n pair steps (smo) (default: 10000)")
     p.add_argument("--out", required=True, metavar="MODEL_DIR",
                    help="directory to write the model into (replaced atomically if it exists)")
     p.add_argument("--verbose", action="store_true", help="print solver progress")
     p.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
-                   help="save the solver state every N iterations into MODEL_DIR.checkpoint/ "
+                   help="save the solver state every N iterations (the unit of --max-iter) into "
+                        "MODEL_DIR.checkpoint/ "
                         "(atomically; removed once the model is saved; default: 100)")
     p.add_argument("--resume", action="store_true",
-                   help="continue an interrupted fit from MODEL_DIR.checkpoint/")
+                   help="continue an interrupted fit from MODEL_DIR.checkpoint/ with what is "
+                        "left of --max-iter")
     return p
 
 
@@ -38,12 +42,12 @@ def run(args) -> int:
 
     import muflow
     from muflow.exceptions import MuflowInputError
+    from muflow.solvers.registry import SOLVERS
+    from muflow.validation import check_number
 
     X, y = load_from_args(args)
-    if args.tol <= 0:
-        raise MuflowInputError(f"--tol must be positive, got {args.tol}")
-    if args.max_iter < 1:
-        raise MuflowInputError(f"--max-iter must be a positive integer, got {args.max_iter}")
+    check_number(args.tol, "--tol", low=0, closed="neither")
+    check_number(args.max_iter, "--max-iter", integer=True, low=1)
     model = muflow.SVC(
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,
@@ -61,7 +65,8 @@ def run(args) -> int:
     path = muflow.save(model, args.out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     converged = "converged" if model.converged_.all() else "NOT converged (raise --max-iter)"
-    print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations, {converged}, "
+    unit = SOLVERS[model.solver_].iteration_unit.split(":")[0]
+    print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations ({unit}), {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "
           f"training accuracy {model.score(X, y):.4f}, {model.fit_time_:.2f} s")
     print(f"model saved to {path}")

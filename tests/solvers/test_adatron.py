@@ -5,26 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
-from scipy.optimize import minimize
 
 from muflow.exceptions import SolverCombinationError
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers.adatron import solve_adatron
 from muflow.solvers.problem import DualProblem
-
-
-def box_qp(K, y, upper, linear):
-    Q = (y[:, None] * y[None, :]) * K
-
-    def f(a):
-        qa = Q @ a
-        return 0.5 * a @ qa + linear @ a, qa + linear
-
-    res = minimize(f, np.zeros(len(y)), jac=True, method="L-BFGS-B",
-                   bounds=[(0.0, float(u)) for u in upper],
-                   options={"maxiter": 100_000, "maxfun": 200_000, "ftol": 1e-16, "gtol": 1e-11})
-    return res.x, res.fun
+from tests._references import box_qp
 
 
 @pytest.mark.parametrize("data, gamma, C, offset", [

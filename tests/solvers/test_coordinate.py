@@ -12,23 +12,10 @@ from muflow.operators import DenseGram
 from muflow.solvers.coordinate import solve_coordinate
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.registry import choose_solver
+from tests._references import box_qp
 from tests.solvers._operators import RowsOnlyGram
 
 TOL = 1e-4
-
-
-def box_qp(K, y, upper, linear):
-    """min 1/2 a'Qa + p'a, 0 <= a <= U, by L-BFGS-B at machine-precision tolerances."""
-    Q = (y[:, None] * y[None, :]) * K
-
-    def f(a):
-        qa = Q @ a
-        return 0.5 * a @ qa + linear @ a, qa + linear
-
-    res = minimize(f, np.zeros(len(y)), jac=True, method="L-BFGS-B",
-                   bounds=[(0.0, float(u)) for u in upper],
-                   options={"maxiter": 100_000, "maxfun": 200_000, "ftol": 1e-16, "gtol": 1e-11})
-    return res.x, res.fun
 
 
 def primal_no_bias(X, y, upper, offset):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -14,10 +12,10 @@ from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.smo import solve_smo
+from tests._references import a8a
 from tests.solvers._operators import RowsOnlyGram
 
 TOL = 1e-3
-SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 def libsvm(K, y, C, sample_weight=None):
@@ -63,14 +61,8 @@ def _agree(a, b):
 
 @pytest.fixture
 def a8a_subset():
-    from sklearn.datasets import load_svmlight_file
-
-    path = SHARED / "a8a"
-    if not path.exists():
-        pytest.skip("a8a not present")
-    X, y = load_svmlight_file(str(path), n_features=123)
-    X = X[:1200].toarray()
-    y = y[:1200]
+    X, y = a8a(1200)
+    X = X.toarray()
     return X[:800], X[800:], y[:800], y[800:]
 
 
