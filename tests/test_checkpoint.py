@@ -123,3 +123,18 @@ def test_fit_process_killed_resumes_from_its_last_checkpoint(problem_data, tmp_p
                                     tol=1e-12, max_iter=60)
     np.testing.assert_allclose(resumed.objective_curve[-1], full.objective_curve[-1], rtol=1e-6)
     assert support(resumed.alpha) == support(full.alpha)
+
+
+def test_a_checkpoint_is_written_whenever_the_count_passes_a_multiple(tmp_path):
+    """Solvers that report every few iterations (SMO every callback_every steps) or count
+    again from 0 at each column still get their checkpoints."""
+    run = str(tmp_path / "run")
+    cp = Checkpointer(run, every=5)
+    alpha, objective = np.ones((3, 1)), np.zeros(1)
+    for iteration in (0, 3, 7, 12, 13, 2, 9):  # the last two: the next column
+        cp(iteration, alpha, objective)
+    assert cp.saved == [7, 12, 9]
+    resumed = Checkpointer(run, every=5, resume=load_checkpoint(run))
+    for iteration in (1, 2):  # 10, 11 in total: 10 is a multiple
+        resumed(iteration, alpha, objective)
+    assert resumed.saved == [10]
