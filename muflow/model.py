@@ -88,7 +88,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         coordinate steps (cd, adatron), sweeps of n pair steps (smo), passes plus sweeps
         (hybrid). ``n_iter_`` counts the same unit, and so does a resumed fit.
     verbose : bool, default=False
-        Print progress every few hundred passes.
+        Print the objective every 500 iterations (in the unit of ``max_iter``).
     client : distributed.Client or str, optional
         Train on a Dask cluster: the Gram store of K(X, X) is built (or reused) on the
         cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must reach) and every solver
@@ -278,7 +278,7 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     def _progress(self, iteration, alpha, objective):
         if iteration % 500 == 0:
-            print(f"[muflow] pass {iteration:6d}  objective {np.array2string(np.asarray(objective), precision=6)}")
+            print(f"[muflow] iteration {iteration:6d}  objective {np.array2string(np.asarray(objective), precision=6)}")
         return False
 
     @classmethod
@@ -350,11 +350,6 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.solver_ = solver
         self.fit_time_ = float(fit_time)
         return self
-
-    def _store_solution(self, X, Y, solution, kernel):
-        """Transition alias kept for ``muflow.sweep`` until it calls :meth:`from_solution`."""
-        self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=solution.solver,
-                         fit_time=getattr(self, "fit_time_", 0.0))
 
     # -- predict -----------------------------------------------------------------------
     def decision_function(self, X):
