@@ -1,10 +1,11 @@
 """Compiled per-sample loops shared by the solvers (numba, cached on disk).
 
 NumPy spends microseconds per call on small arrays and a temporary per operation on large
-ones: the bisection of the KKT measure calls its loops tens of times per column, and a
-solver pass (the class split of the operand and of the product, the update, the objective
-and the stopping test) is a few fused row-major loops here. The update under the sum
-constraint is in :mod:`muflow.solvers._equality_compiled`.
+ones: a solver pass (the class split of the operand and of the product, the update, the
+objective and the stopping test) is a few fused row-major loops here. The update under the
+sum constraint is in :mod:`muflow.solvers._equality_compiled`; the KKT measure that the
+stopping test inlines, and its value for the final certificate, in
+:mod:`muflow.solvers._kkt_compiled`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from muflow.solvers._kkt_compiled import accumulate, within as kkt_within
 
 RULE_IDS = {"m3": 0, "munk": 1, "seminmf": 2, "musik": 3}
 _TINY = 1e-300
@@ -108,189 +111,6 @@ def multiplicative_step(rule, w, P, N, c, s, floor, upper, uniform, out):
 
 
 @njit(cache=True)
-def _residual_max(alpha, grad, y, upper, b):
-    worst = 0.0
-    for i in range(alpha.shape[0]):
-        t = alpha[i] - (grad[i] + y[i] * b)
-        u = upper[i]
-        if t < 0.0:
-            t = 0.0
-        if t > u:
-            t = u
-        r = abs(alpha[i] - t)
-        if r > worst:
-            worst = r
-    return worst
-
-
-@njit(cache=True)
-def _bias_interval(alpha, grad, y, upper, tau):
-    lo_b = -np.inf
-    hi_b = np.inf
-    for i in range(alpha.shape[0]):
-        u = upper[i]
-        if u <= 0.0:
-            continue
-        a = alpha[i]
-        base = a - grad[i]
-        lo_t = a - tau if a - tau > 0.0 else -np.inf
-        hi_t = a + tau if a + tau < u else np.inf
-        yb_lo = base - hi_t
-        yb_hi = base - lo_t
-        if y[i] > 0:
-            blo, bhi = yb_lo, yb_hi
-        else:
-            blo, bhi = -yb_hi, -yb_lo
-        if blo > lo_b:
-            lo_b = blo
-        if bhi < hi_b:
-            hi_b = bhi
-    return lo_b, hi_b
-
-
-@njit(cache=True)
-def _split_bounds(L, T, lo, hi, idx, count, const, sign):
-    """Fold samples whose bound is active at every level in (lo, hi) into ``const``.
-
-    A sample bounds b (``sign`` = +1: from below, by L_i - tau; -1: from above, by
-    L_i + tau) while tau < T_i. For levels in (lo, hi): T_i >= hi means always active
-    (folded into ``const``, the running max of sign * L), T_i <= lo never active
-    (dropped). The undecided rest stays in ``idx[:count]``, compacted in place.
-    """
-    kept = 0
-    for k in range(count):
-        i = idx[k]
-        t = T[i]
-        if t >= hi:
-            v = sign * L[i]
-            if v > const:
-                const = v
-        elif t > lo:
-            idx[kept] = i
-            kept += 1
-    return kept, const
-
-
-@njit(cache=True)
-def _undecided_extreme(L, T, tau, idx, count, const, sign):
-    """max of sign * L_i over ``const`` and the undecided samples active at tau."""
-    best = const
-    for k in range(count):
-        i = idx[k]
-        if tau < T[i]:
-            v = sign * L[i]
-            if v > best:
-                best = v
-    return best
-
-
-@njit(cache=True)
-def _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj):
-    """Copy column j of the KKT inputs into contiguous vectors (row-major columns are strided)."""
-    for i in range(alpha.shape[0]):
-        aj[i] = alpha[i, j]
-        gj[i] = grad[i, j]
-        yj[i] = y[i, j]
-        uj[i] = upper[i, j]
-
-
-@njit(cache=True)
-def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
-    """Natural-residual KKT violation per column, bias minimising it (see kkt.py).
-
-    Each column is copied into contiguous vectors first: the bisection visits it tens of
-    times, and a strided column of a row-major (n, m) array costs a cache line per element.
-    The bisection tests levels on per-sample thresholds computed once per column (the
-    same intervals as :func:`_bias_interval`, which gives the bias itself).
-    """
-    n, m = alpha.shape
-    if not equality:
-        # one row-major pass; the gathering below pays off only for the bisection
-        for j in range(m):
-            bias[j] = 0.0
-            violation[j] = 0.0
-        for i in range(n):
-            for j in range(m):
-                t = alpha[i, j] - grad[i, j]
-                u = upper[i, j]
-                if t < 0.0:
-                    t = 0.0
-                if t > u:
-                    t = u
-                r = abs(alpha[i, j] - t)
-                if r > violation[j]:
-                    violation[j] = r
-        return
-    aj = np.empty(n)
-    gj = np.empty(n)
-    yj = np.empty(n)
-    uj = np.empty(n)
-    L = np.empty(n)
-    A = np.empty(n)
-    B = np.empty(n)
-    il = np.empty(n, dtype=np.int64)
-    iu = np.empty(n, dtype=np.int64)
-    for j in range(m):
-        _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
-        # b >= L_i - tau while alpha_i + tau < U_i (y > 0) or alpha_i - tau > 0 (y < 0),
-        # b <= L_i + tau while alpha_i - tau > 0 (y > 0) or alpha_i + tau < U_i (y < 0),
-        # with L_i = -y_i g_i; pinned samples (U_i <= 0) bound nothing
-        for i in range(n):
-            a = aj[i]
-            u = uj[i]
-            if u <= 0.0:
-                L[i] = 0.0
-                A[i] = -np.inf
-                B[i] = -np.inf
-            elif yj[i] > 0:
-                L[i] = -gj[i]
-                A[i] = u - a
-                B[i] = a
-            else:
-                L[i] = gj[i]
-                A[i] = a
-                B[i] = u - a
-        b0 = hint[j]
-        hi = _residual_max(aj, gj, yj, uj, b0)
-        lo = 0.0
-        # the bisection narrows (lo, hi); a sample whose threshold leaves that window is
-        # decided for good, so each step only scans the still undecided ones
-        nl, nu = n, n
-        for i in range(n):
-            il[i] = i
-            iu[i] = i
-        nl, clo = _split_bounds(L, A, lo, hi, il, nl, -np.inf, 1.0)
-        nu, chi = _split_bounds(L, B, lo, hi, iu, nu, -np.inf, -1.0)
-        for _ in range(100):
-            if hi - lo <= 1e-12 * max(1e-3, hi):
-                break
-            mid = 0.5 * (lo + hi)
-            lo_b = _undecided_extreme(L, A, mid, il, nl, clo, 1.0)
-            hi_b = -_undecided_extreme(L, B, mid, iu, nu, chi, -1.0)
-            if lo_b - mid <= hi_b + mid:
-                hi = mid
-            else:
-                lo = mid
-            nl, clo = _split_bounds(L, A, lo, hi, il, nl, clo, 1.0)
-            nu, chi = _split_bounds(L, B, lo, hi, iu, nu, chi, -1.0)
-        blo, bhi = _bias_interval(aj, gj, yj, uj, hi)
-        if np.isfinite(blo) and np.isfinite(bhi):
-            b = 0.5 * (blo + bhi)
-        elif np.isfinite(blo):
-            b = blo
-        elif np.isfinite(bhi):
-            b = bhi
-        else:
-            b = b0
-        r = _residual_max(aj, gj, yj, uj, b)
-        r0 = _residual_max(aj, gj, yj, uj, b0)
-        if r0 <= r:
-            b, r = b0, r0
-        bias[j] = b
-        violation[j] = r
-
-
-@njit(cache=True)
 def split_by_class(w, z, V):
     """``V = [w * (z > 0), w * (z <= 0)]`` in one pass, V of shape (n, 2m).
 
@@ -334,38 +154,17 @@ def _class_row(kp_row, kn_row, y_row, P_row, N_row, q_row):
 def _summary_row(a_row, q_row, l_row, y_row, u_row, equality, tol, F, top, lo_b, hi_b, worst):
     """One row of :func:`pass_summary`: every column's accumulator advances by one sample.
 
-    Branch-free, and each column keeps its own running sum, so the loop over the columns
-    is vectorised without changing any column's order of summation.
+    The KKT test is :func:`muflow.solvers._kkt_compiled.accumulate` on the gradient
+    q + p. Branch-free, and each column keeps its own running sum, so the loop over the
+    columns is vectorised without changing any column's order of summation.
     """
     for j in range(a_row.shape[0]):
         a = a_row[j]
         q = q_row[j]
         p = l_row[j]
-        u = u_row[j]
         F[j] += a * (0.5 * q + p)
         top[j] = a if a > top[j] else top[j]
-        g = q + p
-        if equality:
-            # the bias interval of _bias_interval at level tol; pinned samples bound nothing
-            base = a - g
-            lo_t = a - tol if a - tol > 0.0 else -np.inf
-            hi_t = a + tol if a + tol < u else np.inf
-            yb_lo = base - hi_t
-            yb_hi = base - lo_t
-            pos = y_row[j] > 0
-            blo = yb_lo if pos else -yb_hi
-            bhi = yb_hi if pos else -yb_lo
-            free = u > 0.0
-            blo = blo if free else -np.inf
-            bhi = bhi if free else np.inf
-            lo_b[j] = blo if blo > lo_b[j] else lo_b[j]
-            hi_b[j] = bhi if bhi < hi_b[j] else hi_b[j]
-        else:
-            t = a - g
-            t = 0.0 if t < 0.0 else t
-            t = u if t > u else t
-            r = abs(a - t)
-            worst[j] = r if r > worst[j] else worst[j]
+        accumulate(equality, j, a, q + p, y_row[j], u_row[j], tol, lo_b, hi_b, worst)
 
 
 @njit(cache=True, inline="always")
@@ -388,16 +187,17 @@ def _summary_rows(products, equality, KV, y, alpha, linear, upper, tol, P, N, q_
         _summary_row(alpha[i], q_alpha[i], linear[i * step_l], y[i], upper[i * step_u],
                      equality, tol, objective, col_max, lo_b, hi_b, worst)
     for j in range(m):
-        within[j] = lo_b[j] <= hi_b[j] if equality else worst[j] <= tol
+        within[j] = kkt_within(equality, lo_b[j], hi_b[j], worst[j], tol)
 
 
 @njit(cache=True, error_model="numpy")
 def pass_summary(alpha, q_alpha, linear, y, upper, equality, tol, objective, within, col_max):
     """One row-major pass for what a solver pass needs besides the products.
 
-    Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i), whether the KKT violation is at most ``tol`` (as
-    :func:`kkt_within_columns` on the gradient q + p) and max_i alpha_i. ``linear`` and
-    ``upper`` are (n, m), or (1, m) when every sample of a column has the same value.
+    Per column: the objective F = sum_i alpha_i (q_i / 2 + p_i), whether the KKT violation
+    (:mod:`muflow.solvers.kkt`) on the gradient q + p is at most ``tol``, and max_i alpha_i.
+    ``linear`` and ``upper`` are (n, m), or (1, m) when every sample of a column has the
+    same value.
     """
     # equality as a constant in each loop, so that only its branch is compiled into it
     if equality:
@@ -450,62 +250,3 @@ def pass_verdict(objective, satisfied, col_max, relative_floor, floor):
         done &= satisfied[j]
         floor[j] = relative_floor * max(col_max[j], 1e-8)
     return unbounded, done
-
-
-@njit(cache=True, inline="always")
-def _kkt_within_loop(alpha, grad, linear, add_linear, y, upper, equality, tol, out):
-    n, m = alpha.shape
-    if not equality:
-        worst = np.zeros(m)
-        for i in range(n):
-            for j in range(m):
-                a = alpha[i, j]
-                g = grad[i, j] + linear[i, j] if add_linear else grad[i, j]
-                t = a - g
-                u = upper[i, j]
-                if t < 0.0:
-                    t = 0.0
-                if t > u:
-                    t = u
-                r = abs(a - t)
-                if r > worst[j]:
-                    worst[j] = r
-        for j in range(m):
-            out[j] = worst[j] <= tol
-        return
-    lo_b = np.full(m, -np.inf)
-    hi_b = np.full(m, np.inf)
-    for i in range(n):
-        for j in range(m):
-            u = upper[i, j]
-            if u <= 0.0:
-                continue
-            a = alpha[i, j]
-            g = grad[i, j] + linear[i, j] if add_linear else grad[i, j]
-            base = a - g
-            lo_t = a - tol if a - tol > 0.0 else -np.inf
-            hi_t = a + tol if a + tol < u else np.inf
-            yb_lo = base - hi_t
-            yb_hi = base - lo_t
-            if y[i, j] > 0:
-                blo, bhi = yb_lo, yb_hi
-            else:
-                blo, bhi = -yb_hi, -yb_lo
-            if blo > lo_b[j]:
-                lo_b[j] = blo
-            if bhi < hi_b[j]:
-                hi_b[j] = bhi
-    for j in range(m):
-        out[j] = lo_b[j] <= hi_b[j]
-
-
-@njit(cache=True)
-def kkt_within_columns(alpha, grad, y, upper, equality, tol, out):
-    """Whether the KKT violation of each column is at most ``tol`` (one row-major pass).
-
-    The cheap form of :func:`kkt_columns` for a per-pass stopping test: with the equality
-    constraint, the violation is <= tol exactly when the bias intervals allowed at level tol
-    intersect (:func:`_bias_interval`, accumulated for all columns at once), so no
-    bisection is needed; without it, the residual at b = 0 (:func:`_residual_max`).
-    """
-    _kkt_within_loop(alpha, grad, grad, False, y, upper, equality, tol, out)

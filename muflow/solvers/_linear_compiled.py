@@ -23,6 +23,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from muflow.solvers._kkt_compiled import residual
+
 _AHEAD = 4  # visits between a prefetch and the use of what it fetched
 _PREFETCH_BYTES = 1 << 18  # prefetch only when the active rows take more than this
 
@@ -235,11 +237,11 @@ def _linear_cd(X, data, indices, indptr, nfeat, bias, y, p, U, alpha, v, w, lo, 
     every alpha step. The gradient of the dual in alpha_i is y_i beta' x_i + p_i with
     p = -(e - dbar) (drifted, sec. 2).
 
-    Stops when the natural KKT residual (muflow.solvers.kkt, no equality) over all samples
-    is at most ``tol``, checked whenever the projected gradient of an epoch (over the
-    active set) is within ``tol``. ``out_curve[e]`` receives F after epoch e (if it has
-    room); ``info`` receives (epochs, violation, updates). Returns F(alpha) =
-    1/2 ||beta||^2 + p' alpha.
+    Stops when the natural KKT residual (:func:`muflow.solvers._kkt_compiled.residual`, no
+    equality) over all samples is at most ``tol``, checked whenever the projected gradient
+    of an epoch (over the active set) is within ``tol``. ``out_curve[e]`` receives F after
+    epoch e (if it has room); ``info`` receives (epochs, violation, updates). Returns
+    F(alpha) = 1/2 ||beta||^2 + p' alpha.
     """
     n = y.shape[0]
     nv = v.shape[0]
@@ -362,13 +364,7 @@ def _linear_cd(X, data, indices, indptr, nfeat, bias, y, p, U, alpha, v, w, lo, 
                 s = _row_dot(X, data, indices, indptr, w, i)
                 if bias != 0.0:
                     s += bias * w[nfeat]
-                g = y[i] * s + p[i]
-                t = alpha[i] - g
-                if t < 0.0:
-                    t = 0.0
-                if t > U[i]:
-                    t = U[i]
-                r = abs(alpha[i] - t)
+                r = residual(alpha[i], y[i] * s + p[i], U[i])
                 if r > violation:
                     violation = r
             if violation <= tol:

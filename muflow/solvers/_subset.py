@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.solvers._compiled import kkt_columns
+from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
 from muflow.solvers.problem import DualProblem, DualSolution
 
 
@@ -47,9 +47,11 @@ class Column:
         return float(viol[0]), float(bias[0])
 
     def residuals(self, alpha, G, bias) -> np.ndarray:
-        """|r_i(b)| per sample, the natural residual of the KKT measure."""
-        shifted = G + self.y * bias if self.equality else G
-        return np.abs(alpha - np.clip(alpha - shifted, 0.0, self.U))
+        """|r_i(b)| per sample, the natural residual of the KKT measure (b = 0 without the
+        sum constraint)."""
+        out = np.empty(alpha.shape[0])
+        residuals_column(alpha, G, self.y, self.U, float(bias) if self.equality else 0.0, out)
+        return out
 
     def start(self, alpha0) -> np.ndarray:
         """A feasible start: clipped to the box and, with the sum constraint, balanced.

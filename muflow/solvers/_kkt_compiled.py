@@ -1,0 +1,260 @@
+"""The KKT measure of :mod:`muflow.solvers.kkt`, compiled: its per-sample pieces and its value.
+
+Every loop that measures a KKT violation calls the per-sample primitives here, inlined
+(``inline="always"``: numba copies their code into the caller, so a vectorised loop stays
+vectorised and no call is made per sample):
+
+- :func:`residual`, the natural residual |r_i(b)| of one sample;
+- :func:`bias_interval`, the biases a sample admits at a level tau (equality constraint);
+- :func:`accumulate` and :func:`within`, the one-pass test "violation <= tol";
+- :func:`bias_thresholds`, the same intervals as thresholds, for the bisection.
+
+Their users: :func:`kkt_columns` (the value of the measure and its bias; every solver's
+final certificate), the multiplicative per-pass summary (:mod:`muflow.solvers._compiled`),
+the subset solvers' residuals (:func:`residuals_column`) and linear coordinate descent
+(:mod:`muflow.solvers._linear_compiled`). The plain NumPy reference that the tests hold
+them to is :func:`muflow.solvers.kkt.kkt_violation_reference`.
+
+numba's on-disk cache does not follow inlined code across modules: after editing this
+module, delete the ``.nbi``/``.nbc`` files of its users in ``muflow/solvers/__pycache__``
+(or set ``NUMBA_CACHE_DIR`` to a fresh folder), or they keep running the old primitives.
+
+Notation of :mod:`muflow.solvers.kkt`: for one column, alpha_i in [0, U_i], g_i the gradient
+of F (Q alpha + p), y_i = +-1 and b the bias; U_i = 0 pins a sample (it bounds no bias).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True, inline="always")
+def residual(a, g, u):
+    """|r_i| = |alpha_i - clip(alpha_i - g_i, 0, U_i)| for the Lagrangian gradient g_i.
+
+    With the equality constraint the caller passes g_i + y_i b. Branch-free (selects), so
+    that a loop over columns that calls it is vectorised.
+    """
+    t = a - g
+    t = 0.0 if t < 0.0 else t
+    t = u if t > u else t
+    return abs(a - t)
+
+
+@njit(cache=True, inline="always")
+def bias_interval(a, g, y, u, tau):
+    """``(lo, hi)``: the biases b with |r_i(b)| <= tau, for one sample.
+
+    |r_i(b)| <= tau holds when alpha_i - (g_i + y_i b) lies in [alpha_i - tau, alpha_i + tau],
+    widened to an unbounded side where that end passes a bound of the box (clipping keeps
+    r_i there). Solved for y_i b, then for b. A pinned sample (U_i <= 0) admits every b.
+    Branch-free.
+    """
+    base = a - g
+    lo_t = a - tau if a - tau > 0.0 else -np.inf
+    hi_t = a + tau if a + tau < u else np.inf
+    yb_lo = base - hi_t
+    yb_hi = base - lo_t
+    pos = y > 0
+    lo = yb_lo if pos else -yb_hi
+    hi = yb_hi if pos else -yb_lo
+    free = u > 0.0
+    return (lo if free else -np.inf), (hi if free else np.inf)
+
+
+@njit(cache=True, inline="always")
+def bias_thresholds(a, g, y, u):
+    """:func:`bias_interval` at every level at once: ``(L, A, B)`` with, for tau >= 0,
+
+        b >= L - tau while tau < A,        b <= L + tau while tau < B,
+
+    L = -y_i g_i; A = U_i - alpha_i, B = alpha_i for y_i > 0 and the other way round for
+    y_i < 0 (the level at which that end of the interval reaches a bound of the box and
+    stops constraining b). A pinned sample bounds nothing (A = B = -inf).
+    """
+    if u <= 0.0:
+        return 0.0, -np.inf, -np.inf
+    if y > 0:
+        return -g, u - a, a
+    return g, a, u - a
+
+
+@njit(cache=True, inline="always")
+def accumulate(equality, j, a, g, y, u, tol, lo_b, hi_b, worst):
+    """Add one sample to column j's running test "violation <= tol".
+
+    Without the equality constraint: ``worst[j]`` is the running max of :func:`residual`
+    (b = 0). With it: ``[lo_b[j], hi_b[j]]`` is the running intersection of the samples'
+    :func:`bias_interval` at level tol, which is non-empty exactly when some b has
+    V(b) <= tol, i.e. when the minimised violation is at most tol (no bisection needed).
+    """
+    if equality:
+        lo, hi = bias_interval(a, g, y, u, tol)
+        lo_b[j] = lo if lo > lo_b[j] else lo_b[j]
+        hi_b[j] = hi if hi < hi_b[j] else hi_b[j]
+    else:
+        r = residual(a, g, u)
+        worst[j] = r if r > worst[j] else worst[j]
+
+
+@njit(cache=True, inline="always")
+def within(equality, lo_b, hi_b, worst, tol):
+    """The verdict of :func:`accumulate` for one column's accumulators."""
+    return lo_b <= hi_b if equality else worst <= tol
+
+
+@njit(cache=True, inline="always")
+def residual_max(alpha, grad, y, upper, b):
+    """V(b) = max_i |r_i(b)| of one column (contiguous vectors)."""
+    worst = 0.0
+    for i in range(alpha.shape[0]):
+        r = residual(alpha[i], grad[i] + y[i] * b, upper[i])
+        if r > worst:
+            worst = r
+    return worst
+
+
+@njit(cache=True)
+def residuals_column(alpha, grad, y, upper, b, out):
+    """``out[i] = |r_i(b)|`` for one column (b = 0 without the equality constraint)."""
+    for i in range(alpha.shape[0]):
+        out[i] = residual(alpha[i], grad[i] + y[i] * b, upper[i])
+
+
+@njit(cache=True)
+def _column_interval(alpha, grad, y, upper, tau):
+    """The intersection of every sample's :func:`bias_interval` at level tau."""
+    lo_b = -np.inf
+    hi_b = np.inf
+    for i in range(alpha.shape[0]):
+        lo, hi = bias_interval(alpha[i], grad[i], y[i], upper[i], tau)
+        if lo > lo_b:
+            lo_b = lo
+        if hi < hi_b:
+            hi_b = hi
+    return lo_b, hi_b
+
+
+@njit(cache=True)
+def _split_bounds(L, T, lo, hi, idx, count, const, sign):
+    """Fold samples whose bound is active at every level in (lo, hi) into ``const``.
+
+    A sample bounds b (``sign`` = +1: from below, by L_i - tau; -1: from above, by
+    L_i + tau) while tau < T_i. For levels in (lo, hi): T_i >= hi means always active
+    (folded into ``const``, the running max of sign * L), T_i <= lo never active
+    (dropped). The undecided rest stays in ``idx[:count]``, compacted in place.
+    """
+    kept = 0
+    for k in range(count):
+        i = idx[k]
+        t = T[i]
+        if t >= hi:
+            v = sign * L[i]
+            if v > const:
+                const = v
+        elif t > lo:
+            idx[kept] = i
+            kept += 1
+    return kept, const
+
+
+@njit(cache=True)
+def _undecided_extreme(L, T, tau, idx, count, const, sign):
+    """max of sign * L_i over ``const`` and the undecided samples active at tau."""
+    best = const
+    for k in range(count):
+        i = idx[k]
+        if tau < T[i]:
+            v = sign * L[i]
+            if v > best:
+                best = v
+    return best
+
+
+@njit(cache=True)
+def _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj):
+    """Copy column j of the KKT inputs into contiguous vectors (row-major columns are strided)."""
+    for i in range(alpha.shape[0]):
+        aj[i] = alpha[i, j]
+        gj[i] = grad[i, j]
+        yj[i] = y[i, j]
+        uj[i] = upper[i, j]
+
+
+@njit(cache=True)
+def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
+    """Natural-residual KKT violation per column, and the bias minimising it (see kkt.py).
+
+    All arrays are (n, m) float64 but ``hint`` (a bias to start from), ``violation`` and
+    ``bias`` (m,). With the equality constraint the smallest level tau at which the
+    samples' bias intervals intersect is found by bisection, on the per-sample thresholds
+    of :func:`bias_thresholds` computed once per column; the bias is the middle of the
+    intersection at that level (:func:`bias_interval`), or the hint where that is no worse.
+
+    Each column is copied into contiguous vectors first: the bisection visits it tens of
+    times, and a strided column of a row-major (n, m) array costs a cache line per element.
+    """
+    n, m = alpha.shape
+    if not equality:
+        # one row-major pass; the gathering below pays off only for the bisection
+        for j in range(m):
+            bias[j] = 0.0
+            violation[j] = 0.0
+        for i in range(n):
+            for j in range(m):
+                r = residual(alpha[i, j], grad[i, j], upper[i, j])
+                if r > violation[j]:
+                    violation[j] = r
+        return
+    aj = np.empty(n)
+    gj = np.empty(n)
+    yj = np.empty(n)
+    uj = np.empty(n)
+    L = np.empty(n)
+    A = np.empty(n)
+    B = np.empty(n)
+    il = np.empty(n, dtype=np.int64)
+    iu = np.empty(n, dtype=np.int64)
+    for j in range(m):
+        _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
+        for i in range(n):
+            L[i], A[i], B[i] = bias_thresholds(aj[i], gj[i], yj[i], uj[i])
+        b0 = hint[j]
+        hi = residual_max(aj, gj, yj, uj, b0)
+        lo = 0.0
+        # the bisection narrows (lo, hi); a sample whose threshold leaves that window is
+        # decided for good, so each step only scans the still undecided ones
+        nl, nu = n, n
+        for i in range(n):
+            il[i] = i
+            iu[i] = i
+        nl, clo = _split_bounds(L, A, lo, hi, il, nl, -np.inf, 1.0)
+        nu, chi = _split_bounds(L, B, lo, hi, iu, nu, -np.inf, -1.0)
+        for _ in range(100):
+            if hi - lo <= 1e-12 * max(1e-3, hi):
+                break
+            mid = 0.5 * (lo + hi)
+            lo_b = _undecided_extreme(L, A, mid, il, nl, clo, 1.0)
+            hi_b = -_undecided_extreme(L, B, mid, iu, nu, chi, -1.0)
+            if lo_b - mid <= hi_b + mid:
+                hi = mid
+            else:
+                lo = mid
+            nl, clo = _split_bounds(L, A, lo, hi, il, nl, clo, 1.0)
+            nu, chi = _split_bounds(L, B, lo, hi, iu, nu, chi, -1.0)
+        blo, bhi = _column_interval(aj, gj, yj, uj, hi)
+        if np.isfinite(blo) and np.isfinite(bhi):
+            b = 0.5 * (blo + bhi)
+        elif np.isfinite(blo):
+            b = blo
+        elif np.isfinite(bhi):
+            b = bhi
+        else:
+            b = b0
+        r = residual_max(aj, gj, yj, uj, b)
+        r0 = residual_max(aj, gj, yj, uj, b0)
+        if r0 <= r:
+            b, r = b0, r0
+        bias[j] = b
+        violation[j] = r
