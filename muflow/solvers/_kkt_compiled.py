@@ -207,15 +207,11 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
                 if r > violation[j]:
                     violation[j] = r
         return
-    aj = np.empty(n)
-    gj = np.empty(n)
-    yj = np.empty(n)
-    uj = np.empty(n)
-    L = np.empty(n)
-    A = np.empty(n)
-    B = np.empty(n)
-    il = np.empty(n, dtype=np.int64)
-    iu = np.empty(n, dtype=np.int64)
+    # contiguous rows: column j's alpha, g, y and U, its thresholds, the undecided samples
+    work = np.empty((7, n))
+    aj, gj, yj, uj, L, A, B = work[0], work[1], work[2], work[3], work[4], work[5], work[6]
+    undecided = np.empty((2, n), dtype=np.int64)
+    il, iu = undecided[0], undecided[1]
     for j in range(m):
         _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
         for i in range(n):
