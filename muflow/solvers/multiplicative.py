@@ -189,7 +189,7 @@ class _Constants:
         self.linear_rows = np.ascontiguousarray(linear[:1]) if self.uniform else linear
 
     def summary(self, alpha, KV=None, prod=None):
-        """F, the KKT test "violation <= tol" (kkt.kkt_within) and max alpha per column,
+        """F, the KKT test "violation <= tol" (_kkt_compiled.accumulate) and max alpha per column,
         in one pass; the violation's value and the bias are found once, at the end.
 
         With ``KV`` (the product of the unflipped class split), the pass also writes
