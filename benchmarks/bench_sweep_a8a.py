@@ -49,7 +49,7 @@ def load(rows, path=DATA):
 def muflow_worker(args):
     """Runs in the child process: the muflow sweep, timings as JSON on the last line."""
     t_imports = time.perf_counter()
-    from muflow.sweep import SweepGrid, run_sweep
+    from muflow.selection import SweepGrid, run_sweep
 
     t_imports = time.perf_counter() - t_imports
     t_load = time.perf_counter()
@@ -63,8 +63,8 @@ def muflow_worker(args):
         seconds = time.perf_counter() - t
     print(json.dumps({"best": r.best, "timings": r.timings, "imports": t_imports, "load": t_load,
                       "sweep_seconds": seconds, "path_report": r.path_report,
-                      "n_iter": {f"{row['gamma']}/{row['C']}": row["n_iter"] for row in r.table},
-                      "table": [(row["gamma"], row["C"], row["mean_cv_accuracy"]) for row in r.table]}))
+                      "n_iter": {f"{row.gamma}/{row.C}": row.n_iter for row in r.table},
+                      "table": [(row.gamma, row.C, row.mean_cv_accuracy) for row in r.table]}))
 
 
 def run_muflow(args, path):
@@ -125,7 +125,7 @@ def main():
         settings = m["path_report"]["settings"]
         print(f"muflow [{path} -> {settings[0]['path']}, solver {settings[0]['solver']}, n_jobs {args.jobs}]: "
               f"{m['wall']:.2f} s wall (process start + imports {m['wall'] - m['sweep_seconds']:.2f} s, "
-              f"of which import muflow.sweep {m['imports']:.2f} s)")
+              f"of which import muflow.selection {m['imports']:.2f} s)")
         m["wall_no_load"] = m["wall"] - m["load"]
         overhead = m["wall_no_load"] - t["gram"] - t["solve"]
         print(f"    reading a8a in the child {m['load']:.2f} s (not counted: GridSearchCV gets X in memory)")

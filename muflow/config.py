@@ -2,69 +2,44 @@
 
 A run configuration says which data to use, which grid to sweep, how to cross-validate and
 where the Dask work runs. Every table and key is optional; what is left out takes the value
-of the embedded default (:data:`DEFAULT_TOML`), which is what ``python -m muflow run`` runs
-with no arguments::
+of the embedded default, :data:`DEFAULT_TOML` (each key explained there), which is what
+``python -m muflow run`` runs with no arguments. Its tables:
 
-    [data]
-    path = "bundled:breast_cancer"   # or a CSV / svmlight / .npz file
-    label_column = "class"           # CSV only
-    test_size = 0.2                  # held-out fraction for the final evaluation
-    seed = 0                         # seed of the stratified train/test split
-
-    [grid]
-    C = [0.1, 1.0, 10.0]
-    kernels = [
-      { kernel = "rbf", gamma = [0.01, 0.1] },
-      { kernel = "poly", degree = [2], gamma = [0.01], coef0 = [1.0] },
-    ]
-
-    [sweep]
-    folds = 3
-    solver = "auto"
-    tol = 1e-3
-    max_iter = 2000
-    seed = 0
-    on_cluster = false  # true: solve on the Dask workers (multiplicative solvers, K never
-                        # in this process); false: Grams built on the cluster, solved here (SMO)
-
-    [cluster]
-    scheduler = ""      # tcp://host:8786 of a running scheduler; "" = a LocalCluster here
-    workers = 2         # LocalCluster only: worker processes (0 = one per core)
-    timeout = 10.0      # seconds to wait for the scheduler
-
-    [gram]
-    cache_dir = ""      # Gram stores (zarr, float32); "" = <run dir>/gram
+- ``[data]``: the data set and the stratified train/test split;
+- ``[grid]``: the sweep grid, ``C`` and ``kernels``: the one grid schema, also read by
+  ``python -m muflow sweep --config`` (:mod:`muflow.selection.grid`);
+- ``[sweep]``: the options of :func:`muflow.selection.run_sweep` (``folds``, ``seed``,
+  ``solver``, ``path``, ``intercept``, ``tol``, ``max_iter``, ``halving``,
+  ``halving_min_iter``, ``n_jobs``) and ``on_cluster``;
+- ``[cluster]``: the Dask scheduler; ``[gram]``: the Gram store cache.
 
 An unknown table or key, or a value of the wrong type or range, raises
 :class:`muflow.exceptions.MuflowInputError` whose message names the key (``sweep.folds``),
-the value it got and what is allowed. Plain data only: this module never touches Prefect,
-Dask or the file system beyond reading the TOML file.
+the value it got and what is allowed, in the vocabulary of :mod:`muflow.validation`.
+Plain data only: this module never touches Prefect, Dask or the file system beyond
+reading the TOML file.
 """
 
 from __future__ import annotations
 
-import math
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
 
 from muflow.exceptions import MuflowInputError
-from muflow.kernels import KERNEL_PARAMETERS
+from muflow.selection.grid import SWEEP_OPTIONS, SweepGrid, check_options
+from muflow.validation import check_bool, check_choice, check_number
 
 #: ``data.path`` value that names the bundled breast-cancer set.
 BUNDLED_PREFIX = "bundled:"
 BUNDLED = ("breast_cancer", "sonar")
-#: Kernels a grid may name (a precomputed Gram has no place in a sweep) and the keys each
-#: takes besides ``kernel``: the kernels' own parameter lists.
-KERNELS = tuple(k for k in KERNEL_PARAMETERS if k != "precomputed")
-KERNEL_KEYS = KERNEL_PARAMETERS
 
 DEFAULT_TOML = """\
 [data]
-path = "bundled:breast_cancer"
-test_size = 0.2
-seed = 0
+path = "bundled:breast_cancer"   # or a CSV / svmlight / .npz file
+# label_column = "class"         # CSV only: the label column (name or 0-based index)
+test_size = 0.2                  # held-out fraction for the final evaluation
+seed = 0                         # seed of the stratified train/test split
 
 [grid]
 C = [0.1, 1.0, 10.0]
@@ -79,15 +54,16 @@ solver = "auto"
 tol = 1e-3
 max_iter = 2000
 seed = 0
-on_cluster = false
+on_cluster = false  # true: solve on the Dask workers (multiplicative solvers, K never
+                    # in this process); false: Grams built on the cluster, solved here (SMO)
 
 [cluster]
-scheduler = ""
-workers = 2
-timeout = 10.0
+scheduler = ""      # tcp://host:8786 of a running scheduler; "" = a LocalCluster here
+workers = 2         # LocalCluster only: worker processes (0 = one per core)
+timeout = 10.0      # seconds to wait for the scheduler
 
 [gram]
-cache_dir = ""
+cache_dir = ""      # Gram stores (zarr, float32); "" = <run dir>/gram
 """
 
 
@@ -107,24 +83,26 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class GridConfig:
-    C: tuple = (0.1, 1.0, 10.0)
-    #: One dict per kernel family: ``{"kernel": "rbf", "gamma": [...]}``; lists of values.
-    kernels: tuple = ()
-
-    def as_sweep_grid(self) -> dict:
-        """Keyword arguments of :class:`muflow.sweep.SweepGrid`."""
-        return {"kernels": [dict(k) for k in self.kernels], "C": list(self.C)}
-
-
-@dataclass(frozen=True)
 class SweepConfig:
+    """The ``[sweep]`` table: options of :func:`muflow.selection.run_sweep` and
+    ``on_cluster``. The defaults of ``path``, ``intercept``, ``halving``,
+    ``halving_min_iter`` and ``n_jobs`` are ``run_sweep``'s."""
+
     folds: int = 3
     solver: str = "auto"
     tol: float = 1e-3
     max_iter: int = 2000
     seed: int = 0
     on_cluster: bool = False
+    path: str = "auto"
+    intercept: str = "exact"
+    halving: int | None = None
+    halving_min_iter: int = 10
+    n_jobs: int = 1
+
+    def sweep_options(self) -> dict:
+        """Keyword arguments of :func:`muflow.selection.run_sweep`."""
+        return {k: getattr(self, k) for k in SWEEP_OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -142,7 +120,7 @@ class GramConfig:
 @dataclass(frozen=True)
 class RunConfig:
     data: DataConfig = field(default_factory=DataConfig)
-    grid: GridConfig = field(default_factory=GridConfig)
+    grid: SweepGrid = field(default_factory=lambda: default_config().grid)
     sweep: SweepConfig = field(default_factory=SweepConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     gram: GramConfig = field(default_factory=GramConfig)
@@ -150,7 +128,7 @@ class RunConfig:
     def to_dict(self) -> dict:
         """Plain, JSON- and TOML-friendly dict (tuples as lists); ``from_dict`` reads it back."""
         d = asdict(self)
-        d["grid"] = {"C": list(self.grid.C), "kernels": [dict(k) for k in self.grid.kernels]}
+        d["grid"] = self.grid.to_dict()
         for table in d.values():
             for key in [k for k, v in table.items() if v is None]:
                 del table[key]  # TOML has no null; absent means the default
@@ -165,65 +143,36 @@ class RunConfig:
         return from_dict(merged)
 
 
-class _Checker:
-    """Validation with messages that name the key, the value and what is allowed."""
+#: The keys each table takes.
+_KNOWN = {
+    "data": tuple(f.name for f in fields(DataConfig)),
+    "grid": ("C", "kernels"),
+    "sweep": tuple(f.name for f in fields(SweepConfig)),
+    "cluster": tuple(f.name for f in fields(ClusterConfig)),
+    "gram": tuple(f.name for f in fields(GramConfig)),
+}
 
-    def __init__(self, source: str):
-        self.source = source
 
-    def fail(self, key: str, value: Any, allowed: str):
-        where = f"{self.source}: " if self.source else ""
-        raise MuflowInputError(f"{where}config key '{key}' = {value!r} is not allowed; expected {allowed}")
+def _check_keys(d, key: str, known, where: str) -> dict:
+    """A table with known keys only; an unknown one is named with the allowed ones."""
+    if not isinstance(d, dict):
+        raise MuflowInputError(f"{where}{key or 'the configuration'} must be a table, got {d!r}")
+    for k in d:
+        if k not in known:
+            name = f"{key}.{k}" if key else k
+            hint = ""
+            if key == "sweep" and k in ("C", "kernels"):
+                hint = ("; the grid has its own table: [grid] with C = [...] and kernels = "
+                        "[...] (or [[grid.kernels]] tables)")
+            raise MuflowInputError(f"{where}unknown config key '{name}' (value {d[k]!r}); "
+                                   f"allowed keys here: {', '.join(known)}{hint}")
+    return d
 
-    def table(self, d: Any, key: str, known) -> dict:
-        if not isinstance(d, dict):
-            self.fail(key, d, "a table")
-        for k in d:
-            if k not in known:
-                name = f"{key}.{k}" if key else k
-                where = f"{self.source}: " if self.source else ""
-                raise MuflowInputError(f"{where}unknown config key '{name}' (value {d[k]!r}); "
-                                       f"allowed keys here: {', '.join(known)}")
-        return d
 
-    def boolean(self, key, v):
-        if not isinstance(v, bool):
-            self.fail(key, v, "true or false")
-        return v
-
-    def integer(self, key, v, lo=None):
-        if isinstance(v, bool) or not isinstance(v, int) or (lo is not None and v < lo):
-            self.fail(key, v, "an integer" + (f" >= {lo}" if lo is not None else ""))
-        return v
-
-    def number(self, key, v, *, positive=False, open_unit=False, allow_inf=False):
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        if ok and math.isnan(v):
-            ok = False
-        if ok and math.isinf(v) and not allow_inf:
-            ok = False
-        if ok and positive and not v > 0:
-            ok = False
-        if ok and open_unit and not 0 < v < 1:
-            ok = False
-        if not ok:
-            what = ("a number strictly between 0 and 1" if open_unit else
-                    "a positive number" + (" (or inf)" if allow_inf else "") if positive else "a number")
-            self.fail(key, v, what)
-        return float(v)
-
-    def string(self, key, v, choices=None, *, optional=False):
-        if optional and v is None:
-            return None
-        if not isinstance(v, str) or (choices is not None and v not in choices):
-            self.fail(key, v, f"one of {', '.join(map(repr, choices))}" if choices else "a string")
-        return v
-
-    def values(self, key, v, check):
-        """A non-empty list of values, each checked by ``check(key[i], item)``."""
-        if not isinstance(v, list) or not v:
-            self.fail(key, v, "a non-empty list")
-        return tuple(check(f"{key}[{i}]", item) for i, item in enumerate(v))
+def _string(v, key, where):
+    if not isinstance(v, str):
+        raise MuflowInputError(f"{where}{key} must be a string, got {v!r}")
+    return v
 
 
 def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
@@ -231,86 +180,68 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
 
     Tables and keys left out take the embedded default's values (:data:`DEFAULT_TOML`).
     """
-    c = _Checker(source)
+    where = f"{source}: " if source else ""
     merged = tomllib.loads(DEFAULT_TOML)
     d = {} if d is None else d
-    c.table(d, "", tuple(merged))
+    _check_keys(d, "", tuple(merged), where)
     for name, table in d.items():
-        c.table(table, name, _KNOWN[name])
+        _check_keys(table, name, _KNOWN[name], where)
         merged[name].update(table)
 
     data = merged["data"]
-    path = c.string("data.path", data["path"])
-    if path.startswith(BUNDLED_PREFIX) and path[len(BUNDLED_PREFIX):] not in BUNDLED:
-        c.fail("data.path", path, "a file path or one of " + ", ".join(BUNDLED_PREFIX + b for b in BUNDLED))
+    path = _string(data["path"], "data.path", where)
+    if path.startswith(BUNDLED_PREFIX):
+        check_choice(path, "data.path", tuple(BUNDLED_PREFIX + b for b in BUNDLED), where=where,
+                     hint="or a file path")
     label = data.get("label_column")
-    if label is not None and not isinstance(label, (str, int)):
-        c.fail("data.label_column", label, "a column name or 0-based index")
+    if label is not None and (isinstance(label, bool) or not isinstance(label, (str, int))):
+        raise MuflowInputError(f"{where}data.label_column must be a column name or 0-based "
+                               f"index, got {label!r}")
+    fmt = data.get("format")
+    n_features = data.get("n_features")
     data_cfg = DataConfig(
-        path=path,
-        label_column=label,
-        format=c.string("data.format", data.get("format"), ("csv", "svmlight", "npz"), optional=True),
-        n_features=None if data.get("n_features") is None else c.integer("data.n_features", data["n_features"], 1),
-        test_size=c.number("data.test_size", data["test_size"], open_unit=True),
-        seed=c.integer("data.seed", data["seed"], 0),
+        path=path, label_column=label,
+        format=None if fmt is None else check_choice(fmt, "data.format", ("csv", "svmlight", "npz"),
+                                                     where=where),
+        n_features=None if n_features is None else check_number(n_features, "data.n_features",
+                                                                integer=True, low=1, where=where),
+        test_size=check_number(data["test_size"], "data.test_size", low=0, high=1,
+                               closed="neither", where=where),
+        seed=check_number(data["seed"], "data.seed", integer=True, low=0, where=where),
     )
 
-    grid = merged["grid"]
-    C = c.values("grid.C", grid["C"], lambda k, v: c.number(k, v, positive=True, allow_inf=True))
-    if not isinstance(grid["kernels"], list) or not grid["kernels"]:
-        c.fail("grid.kernels", grid["kernels"], "a non-empty list of tables such as "
-               "{ kernel = \"rbf\", gamma = [0.1] }")
-    kernels = []
-    for i, fam in enumerate(grid["kernels"]):
-        key = f"grid.kernels[{i}]"
-        if not isinstance(fam, dict) or "kernel" not in fam:
-            c.fail(key, fam, "a table with a 'kernel' key, e.g. { kernel = \"rbf\", gamma = [0.1] }")
-        name = c.string(f"{key}.kernel", fam["kernel"], KERNELS)
-        c.table(fam, key, ("kernel",) + KERNEL_KEYS[name])
-        family = {"kernel": name}
-        for p in KERNEL_KEYS[name]:
-            if p not in fam:
-                continue
-            if p == "gamma":
-                check = (lambda k, v: v if v in ("scale", "auto") else c.number(k, v, positive=True))
-            elif p == "degree":
-                check = (lambda k, v: c.integer(k, v, 1))
-            else:
-                check = (lambda k, v: c.number(k, v))
-            family[p] = list(c.values(f"{key}.{p}", fam[p], check))
-        kernels.append(family)
-    grid_cfg = GridConfig(C=C, kernels=tuple(kernels))
+    grid = SweepGrid(kernels=merged["grid"]["kernels"], C=merged["grid"]["C"])
+    grid = grid.validate(where=where, prefix="grid.").normalized()
 
-    sw = merged["sweep"]
-    sweep_cfg = SweepConfig(
-        folds=c.integer("sweep.folds", sw["folds"], 2),
-        solver=c.string("sweep.solver", sw["solver"]),
-        tol=c.number("sweep.tol", sw["tol"], positive=True),
-        max_iter=c.integer("sweep.max_iter", sw["max_iter"], 1),
-        seed=c.integer("sweep.seed", sw["seed"], 0),
-        on_cluster=c.boolean("sweep.on_cluster", sw["on_cluster"]),
-    )
+    sw = check_options({k: v for k, v in merged["sweep"].items() if k != "on_cluster"},
+                       where=where, prefix="sweep.")
+    sweep_cfg = SweepConfig(**sw, on_cluster=check_bool(merged["sweep"]["on_cluster"],
+                                                        "sweep.on_cluster", where=where))
     cl = merged["cluster"]
-    scheduler = c.string("cluster.scheduler", cl["scheduler"])
+    scheduler = _string(cl["scheduler"], "cluster.scheduler", where)
     if scheduler and "://" not in scheduler:
-        c.fail("cluster.scheduler", scheduler, "an address such as tcp://host:8786, or \"\" for a local cluster")
+        raise MuflowInputError(f"{where}cluster.scheduler must be an address such as "
+                               f"tcp://host:8786, or \"\" for a local cluster, got {scheduler!r}")
     cluster_cfg = ClusterConfig(
         scheduler=scheduler,
-        workers=c.integer("cluster.workers", cl["workers"], 0),
-        timeout=c.number("cluster.timeout", cl["timeout"], positive=True),
+        workers=check_number(cl["workers"], "cluster.workers", integer=True, low=0, where=where),
+        timeout=check_number(cl["timeout"], "cluster.timeout", low=0, closed="neither", where=where),
     )
-    gr = merged["gram"]
-    gram_cfg = GramConfig(cache_dir=c.string("gram.cache_dir", gr["cache_dir"]))
-    return RunConfig(data=data_cfg, grid=grid_cfg, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
+    gram_cfg = GramConfig(cache_dir=_string(merged["gram"]["cache_dir"], "gram.cache_dir", where))
+    return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
 
 
-_KNOWN = {
-    "data": ("path", "label_column", "format", "n_features", "test_size", "seed"),
-    "grid": ("C", "kernels"),
-    "sweep": ("folds", "solver", "tol", "max_iter", "seed", "on_cluster"),
-    "cluster": ("scheduler", "workers", "timeout"),
-    "gram": ("cache_dir",),
-}
+def read_toml(path) -> dict:
+    """Parse a TOML file; a missing, unreadable or invalid file raises MuflowInputError."""
+    path = Path(path)
+    if not path.is_file():
+        raise MuflowInputError(f"config file {str(path)!r} does not exist; check the path")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise MuflowInputError(f"{path}: not valid TOML ({exc})") from None
+    except UnicodeDecodeError:
+        raise MuflowInputError(f"{path}: not a text file") from None
 
 
 def default_config() -> RunConfig:
@@ -324,15 +255,7 @@ def load_config(path) -> RunConfig:
     A relative ``data.path`` is taken relative to the file's directory.
     """
     path = Path(path)
-    if not path.is_file():
-        raise MuflowInputError(f"config file {str(path)!r} does not exist; check the path")
-    try:
-        d = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise MuflowInputError(f"{path}: not valid TOML ({exc})") from None
-    except UnicodeDecodeError:
-        raise MuflowInputError(f"{path}: not a text file") from None
-    cfg = from_dict(d, source=str(path))
+    cfg = from_dict(read_toml(path), source=str(path))
     data_path = cfg.data.path
     if cfg.data.bundled is None and not Path(data_path).is_absolute():
         cfg = cfg.with_overrides(data={"path": str((path.parent / data_path).resolve())})
@@ -357,5 +280,5 @@ def check_data_exists(cfg: RunConfig):
     """Refuse a data file that does not exist before anything is started or written."""
     if cfg.data.bundled is None and not Path(cfg.data.path).exists():
         raise MuflowInputError(
-            f"config key 'data.path' = {cfg.data.path!r}: no such file; give an existing CSV, "
+            f"data.path = {cfg.data.path!r}: no such file; give an existing CSV, "
             f"svmlight or .npz file, or one of {', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")

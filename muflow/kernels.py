@@ -286,3 +286,42 @@ def resolve_gamma(gamma, X) -> float:
     if not gamma > 0:
         raise MuflowInputError(f"gamma must be positive, got {gamma!r}")
     return gamma
+
+
+def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
+    """The one way to build a :class:`Kernel` from a kernel setting and the training data.
+
+    A setting names a kernel and its parameters as :class:`muflow.SVC` takes them:
+    ``{"kernel": "rbf", "gamma": "scale"}``, ``{"kernel": "poly", "degree": 2, "gamma": 0.1,
+    "coef0": 1.0}``. The sweep, the run pipeline (whose Gram stores must carry the same cache
+    keys as the sweep's) and the estimators all build their kernels here.
+
+    Parameters
+    ----------
+    setting : mapping
+        ``kernel`` and, optionally, ``gamma`` (a positive number, ``"scale"`` or ``"auto"``;
+        default ``"scale"``), ``degree`` (default 3) and ``coef0`` (default 0). Parameters
+        the kernel does not read (:data:`KERNEL_PARAMETERS`) are ignored and take the
+        :class:`Kernel` defaults, so that equal kernels compare (and cache) equal.
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        The training data: ``"scale"`` and ``"auto"`` are resolved on it by
+        :func:`resolve_gamma` (scikit-learn's rule).
+    intercept : {"exact", "regularized", "none"}, default="exact"
+        ``"regularized"`` adds ``offset = 1`` to every entry: the bias as an augmented
+        constant feature (see the module docstring).
+
+    Returns
+    -------
+    Kernel
+    """
+    name = setting["kernel"]
+    reads = KERNEL_PARAMETERS.get(name, ())
+    params = {}
+    if "gamma" in reads:
+        params["gamma"] = resolve_gamma(setting.get("gamma", "scale"), X)
+    if "degree" in reads:
+        params["degree"] = int(setting.get("degree", 3))
+    if "coef0" in reads:
+        params["coef0"] = float(setting.get("coef0", 0.0))
+    offset = 1.0 if intercept == "regularized" else 0.0
+    return Kernel(name, offset=offset, **params)

@@ -16,7 +16,7 @@ Run directory::
     config.json            the validated run configuration
     data.npz, data.json    the stratified train/test split and its description
     gram.json              Gram stores of every kernel of the grid (in gram/ by default)
-    sweep/                 results.csv, best.json, plots (PNG), ... from muflow.sweep
+    sweep/                 results.csv, best.json, plots (PNG), ... from muflow.selection
     sweep-summary.json     the sweep's best configuration, counts and the paths of its outputs
     model/                 the best configuration refitted on the whole training set
     metrics.json           test-set metrics of that model
@@ -28,15 +28,17 @@ Run directory::
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
+from muflow.atomic import atomic_path, write_json, write_text
 from muflow.config import RunConfig
 from muflow.exceptions import MuflowInputError
+from muflow.kernels import kernel_from_setting
 
 STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
 _SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
@@ -45,10 +47,7 @@ _SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
 # ---------------------------------------------------------------------------- helpers
 
 def _write_json(path: Path, obj) -> Path:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=_json_default) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_json(path, obj, default=_json_default)
 
 
 def _json_default(o):
@@ -65,6 +64,27 @@ def _json_default(o):
 
 def _read_json(path: Path):
     return json.loads(Path(path).read_text())
+
+
+def _stage(name: str, output: str):
+    """Make ``compute(cfg, run_dir, ...) -> dict`` a stage: its output ``run_dir/output``
+    (JSON, written atomically) is returned as is when it exists (logged ``reused``), else
+    computed, written and logged ``computed`` with its seconds."""
+    def wrap(compute):
+        @functools.wraps(compute)
+        def stage(cfg, run_dir, *args, **kwargs):
+            run_dir = Path(run_dir)
+            done = run_dir / output
+            if done.exists():
+                log_stage(run_dir, name, "reused")
+                return _read_json(done)
+            t0 = time.perf_counter()
+            info = compute(cfg, run_dir, *args, **kwargs)
+            _write_json(done, info)
+            log_stage(run_dir, name, "computed", time.perf_counter() - t0)
+            return info
+        return stage
+    return wrap
 
 
 def log_stage(run_dir, stage: str, state: str, seconds: float = 0.0):
@@ -182,25 +202,9 @@ def gram_dtype(cfg: RunConfig) -> str:
     return "float32" if cfg.sweep.on_cluster else "float64"
 
 
-def _sweep_grid(cfg: RunConfig):
-    try:
-        from muflow.sweep import SweepGrid
-    except ImportError as exc:  # pragma: no cover - a build without the sweep
-        raise RuntimeError(f"muflow.sweep is not available in this build ({exc})") from None
-    return SweepGrid(**cfg.grid.as_sweep_grid()).validate()
-
-
-def _kernel(setting: dict, X):
-    """The kernel :func:`muflow.sweep.run_sweep` builds for ``setting`` (exact intercept),
-    so that the stores built here are the ones the sweep finds in the cache."""
-    from muflow.kernels import Kernel, resolve_gamma
-
-    return Kernel(setting["kernel"], gamma=resolve_gamma(setting.get("gamma", 1.0), X),
-                  degree=setting.get("degree", 3), coef0=setting.get("coef0", 0.0))
-
-
 # ----------------------------------------------------------------------------- stages
 
+@_stage("data", "data.json")
 def prepare_data(cfg: RunConfig, run_dir) -> dict:
     """Stage ``data``: load and validate the data set, split it 80/20 (stratified).
 
@@ -209,12 +213,6 @@ def prepare_data(cfg: RunConfig, run_dir) -> dict:
     import scipy.sparse as sp
     from sklearn.model_selection import train_test_split
 
-    run_dir = Path(run_dir)
-    done = run_dir / "data.json"
-    if done.exists():
-        log_stage(run_dir, "data", "reused")
-        return _read_json(done)
-    t0 = time.perf_counter()
     if cfg.data.bundled:
         import muflow.datasets as ds
 
@@ -243,46 +241,38 @@ def prepare_data(cfg: RunConfig, run_dir) -> dict:
                            f"{name}_indptr": part.indptr, f"{name}_shape": np.asarray(part.shape)})
         else:
             arrays[name] = np.asarray(part)
-    tmp = run_dir / f".data.{os.getpid()}.tmp.npz"
-    np.savez(tmp, **arrays)
-    os.replace(tmp, run_dir / "data.npz")
+    with atomic_path(run_dir / "data.npz", suffix=".npz") as tmp:
+        np.savez(tmp, **arrays)
     info = {"source": source, "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
             "n_train": int(X_train.shape[0]), "n_test": int(X_test.shape[0]),
             "classes": [c.item() if hasattr(c, "item") else c for c in classes]}
-    _write_json(done, info)
-    log_stage(run_dir, "data", "computed", time.perf_counter() - t0)
     return info
 
 
+@_stage("gram", "gram.json")
 def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
     """Stage ``gram``: build or reuse the Gram store of K(X_train, X_train) of every kernel
     of the grid, in :func:`gram_dir`. Output: ``gram.json`` (store, tiles computed)."""
     from muflow.gram import ensure_gram
 
-    run_dir = Path(run_dir)
-    done = run_dir / "gram.json"
-    if done.exists():
-        log_stage(run_dir, "gram", "reused")
-        return _read_json(done)
-    t0 = time.perf_counter()
     X_train, _, _, _ = load_split(run_dir)
     X_train = np.asarray(X_train, dtype=np.float64) if not hasattr(X_train, "indptr") else X_train
     stores = []
-    for setting in _sweep_grid(cfg).kernel_settings():
-        kernel = _kernel(setting, X_train)
+    for setting in cfg.grid.kernel_settings():
+        # the sweep's own constructor: the stores built here carry the keys it looks up
+        kernel = kernel_from_setting(setting, X_train, intercept=cfg.sweep.intercept)
         gram, report = ensure_gram(X_train, kernel, client=client, cache_dir=gram_dir(cfg, run_dir),
                                    dtype=gram_dtype(cfg))
         stores.append({"kernel": setting, "store": gram.url, "tiles": report.total,
                        "computed": len(report.computed), "seconds": round(report.seconds, 3)})
     info = {"cache_dir": gram_dir(cfg, run_dir), "stores": stores}
-    _write_json(done, info)
-    log_stage(run_dir, "gram", "computed", time.perf_counter() - t0)
     return info
 
 
+@_stage("sweep", "sweep-summary.json")
 def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     """Stage ``sweep``: cross-validate every configuration of the grid with
-    :func:`muflow.sweep.run_sweep` into ``sweep/``. The solves run on the cluster behind
+    :func:`muflow.selection.run_sweep` into ``sweep/``. The solves run on the cluster behind
     ``client`` only with ``sweep.on_cluster = true`` (multiplicative solvers on the Dask
     operator: one round trip per iteration, worth it when K does not fit here); otherwise
     K is read from the Gram store into memory and solved here (SMO by default), which on
@@ -291,30 +281,20 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     recomputed, and the Gram stores come from :func:`gram_dir`. Output:
     ``sweep-summary.json`` (best configuration, test metrics of the sweep's best model,
     the paths of the sweep's outputs and its counts of Grams built and settings resumed)."""
-    run_dir = Path(run_dir)
-    done = run_dir / "sweep-summary.json"
-    if done.exists():
-        log_stage(run_dir, "sweep", "reused")
-        return _read_json(done)
-    grid = _sweep_grid(cfg)
-    from muflow.sweep import run_sweep
+    from muflow import selection
 
     t0 = time.perf_counter()
     X_train, X_test, y_train, y_test = load_split(run_dir)
-    result = run_sweep(
-        X_train, y_train, grid, folds=cfg.sweep.folds,
-        seed=cfg.sweep.seed, out_dir=str(run_dir / "sweep"), X_test=X_test, y_test=y_test,
-        solver=cfg.sweep.solver, tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter,
-        client=client if cfg.sweep.on_cluster else None,
-        cache_dir=gram_dir(cfg, run_dir), resume=True, progress=progress)
+    result = selection.run_sweep(
+        X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"), X_test=X_test, y_test=y_test,
+        client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
+        resume=True, progress=progress, **cfg.sweep.sweep_options())
     paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
              for k, v in dict(result.paths).items()}
     info = {"best": dict(result.best), "test_metrics": result.test_metrics, "paths": paths,
             "n_configurations": int(len(result.table)), "counts": dict(result.counts),
             "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
-    _write_json(done, info)
-    log_stage(run_dir, "sweep", "computed", time.perf_counter() - t0)
     return info
 
 
@@ -327,10 +307,11 @@ def best_params(sweep_info: dict) -> dict:
     return params
 
 
+@_stage("refit", "refit.json")
 def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     """Stage ``refit``: the best configuration fitted on the whole training set.
 
-    After a sweep this is the sweep's own best model: :func:`muflow.sweep.run_sweep` solves
+    After a sweep this is the sweep's own best model: :func:`muflow.selection.run_sweep` solves
     the all-samples problem of every configuration in the same batch as the folds, so the
     refit needs no new Gram and no new solve; it is loaded and saved as ``model/``. With
     ``params`` (the ``train`` flow) an :class:`muflow.SVC` is fitted here instead.
@@ -338,11 +319,6 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     """
     import muflow
 
-    run_dir = Path(run_dir)
-    done = run_dir / "refit.json"
-    if done.exists():
-        log_stage(run_dir, "refit", "reused")
-        return _read_json(done)
     t0 = time.perf_counter()
     if params is None:
         sw = _read_json(run_dir / "sweep-summary.json")
@@ -351,8 +327,8 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
         source = "the sweep's all-samples solve"
     else:
         X_train, _, y_train, _ = load_split(run_dir)
-        model = muflow.SVC(**params, solver=cfg.sweep.solver, tol=cfg.sweep.tol,
-                           max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
+        model = muflow.SVC(**params, solver=cfg.sweep.solver, intercept=cfg.sweep.intercept,
+                           tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
         source = "fitted by the train stage"
     muflow.save(model, run_dir / "model")
     from muflow.report import plot_objective_curves
@@ -362,23 +338,16 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     info = {"params": params, "source": source, "solver": model.solver_, "iterations": int(np.max(model.n_iter_)),
             "kkt_violation": float(np.max(model.kkt_violation_)),
             "support_vectors": int(len(model.support_)), "seconds": round(time.perf_counter() - t0, 3)}
-    _write_json(done, info)
-    log_stage(run_dir, "refit", "computed", time.perf_counter() - t0)
     return info
 
 
+@_stage("evaluate", "metrics.json")
 def evaluate(cfg: RunConfig, run_dir) -> dict:
     """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``.
     Output: ``metrics.json``."""
     import muflow
     from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-    run_dir = Path(run_dir)
-    done = run_dir / "metrics.json"
-    if done.exists():
-        log_stage(run_dir, "evaluate", "reused")
-        return _read_json(done)
-    t0 = time.perf_counter()
     _, X_test, _, y_test = load_split(run_dir)
     model = muflow.load(run_dir / "model")
     pred = model.predict(X_test)
@@ -386,8 +355,6 @@ def evaluate(cfg: RunConfig, run_dir) -> dict:
                "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
                "classes": [c.item() if hasattr(c, "item") else c for c in model.classes_],
                "confusion_matrix": confusion_matrix(y_test, pred, labels=model.classes_).tolist()}
-    _write_json(done, metrics)
-    log_stage(run_dir, "evaluate", "computed", time.perf_counter() - t0)
     return metrics
 
 
@@ -488,8 +455,6 @@ def write_report(cfg: RunConfig, run_dir) -> Path:
     lines += ["## Test set", "", f"classes {m['classes']}, confusion matrix (rows: true, "
               f"columns: predicted): `{m['confusion_matrix']}`", "", "## Plots", ""]
     lines += [f"![{p.stem}]({rel(p)})" for p in plot_paths(run_dir)]
-    tmp = run_dir / f".report.md.{os.getpid()}.tmp"
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, done)
+    write_text(done, "\n".join(lines) + "\n")
     log_stage(run_dir, "report", "computed")
     return done

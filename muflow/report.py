@@ -6,6 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
+from muflow.atomic import atomic_path
+
 
 def plot_objective_curves(curves, path, *, labels=None, title="dual objective", log_x=True):
     """Plot F(alpha) - min F per column against iterations (log-log) into a PNG file.
@@ -14,6 +16,7 @@ def plot_objective_curves(curves, path, *, labels=None, title="dual objective", 
     ----------
     curves : ndarray of shape (n_iter + 1, m) or dict of label -> 1-D array
     path : str or Path
+        The PNG file, written atomically (:func:`muflow.atomic.atomic_path`).
     """
     import matplotlib
 
@@ -42,9 +45,11 @@ def plot_objective_curves(curves, path, *, labels=None, title="dual objective", 
     if len(series) <= 10:
         ax.legend()
     fig.tight_layout()
-    fig.savefig(Path(path), dpi=100)
+    path = Path(path)
+    with atomic_path(path, suffix=path.suffix) as tmp:  # a crashed run leaves no half PNG
+        fig.savefig(tmp, dpi=100)
     plt.close(fig)
-    return Path(path)
+    return path
 
 
 def _plotted_points(n, log_x, most=4000):

@@ -79,3 +79,19 @@ def test_gamma_helpers():
 def test_unknown_kernel_is_refused():
     with pytest.raises(MuflowInputError, match="unknown kernel 'cubic'.*rbf"):
         Kernel("cubic")
+
+
+def test_kernel_from_setting_resolves_gamma_and_ignores_what_the_kernel_does_not_read():
+    from muflow.kernels import kernel_from_setting
+
+    X = np.random.default_rng(1).normal(size=(40, 4))
+    rbf = kernel_from_setting({"kernel": "rbf", "gamma": "scale", "degree": 5}, X)
+    assert rbf == Kernel("rbf", gamma=resolve_gamma("scale", X))  # degree: rbf reads none
+    assert kernel_from_setting({"kernel": "rbf"}, X) == rbf  # gamma left out: "scale"
+    poly = kernel_from_setting({"kernel": "poly", "gamma": 0.5, "degree": 2.0, "coef0": 1},
+                               X, intercept="regularized")
+    assert poly == Kernel("poly", gamma=0.5, degree=2, coef0=1.0, offset=1.0)
+    assert isinstance(poly.degree, int)
+    assert kernel_from_setting({"kernel": "linear"}, X, intercept="none") == Kernel("linear")
+    with pytest.raises(MuflowInputError, match="gamma"):
+        kernel_from_setting({"kernel": "rbf", "gamma": "wide"}, X)

@@ -38,23 +38,24 @@ def add_kernel_options(parser):
                         help="independent term of the poly and sigmoid kernels (default: 0)")
 
 
-def parse_gamma(text):
-    if text in ("scale", "auto"):
+def _positive(text, option, *, words=(), spelled=""):
+    """A positive number from the command line, or one of ``words`` as written."""
+    if text in words:
         return text
     try:
         value = float(text)
     except ValueError:
-        raise MuflowInputError(f"--gamma must be a positive number, 'scale' or 'auto', got {text!r}") from None
+        raise MuflowInputError(f"{option} must be a positive number{spelled}, got {text!r}") from None
     if not value > 0:
-        raise MuflowInputError(f"--gamma must be positive, got {text}")
+        raise MuflowInputError(f"{option} must be positive{spelled}, got {text}")
     return value
+
+
+def parse_gamma(text):
+    """``--gamma``: a positive number, 'scale' or 'auto'."""
+    return _positive(text, "--gamma", words=("scale", "auto"), spelled=", 'scale' or 'auto'")
 
 
 def parse_C(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise MuflowInputError(f"--C must be a positive number or 'inf', got {text!r}") from None
-    if not value > 0:
-        raise MuflowInputError(f"--C must be positive (or 'inf' for the hard margin), got {text}")
-    return value
+    """``--C``: a positive number, or 'inf' for the hard margin."""
+    return _positive(text, "--C", spelled=" (or 'inf' for the hard margin)")

@@ -21,7 +21,10 @@ def add_parser(subparsers):
             "grid.toml (options given on the command line win)."),
     )
     add_data_options(p, required=True)
-    p.add_argument("--config", metavar="TOML", help="grid and options from a TOML file ([sweep] table)")
+    p.add_argument("--config", metavar="TOML",
+                   help="grid and options from a run configuration file (the schema of `run`): "
+                        "its [grid], [sweep] and [gram] tables; [data] and [cluster] belong to "
+                        "`run` (here: --data, --scheduler)")
     p.add_argument("--kernel", help="comma-separated kernels, e.g. rbf,poly (default: rbf)")
     p.add_argument("--gamma", help="comma-separated gamma values (numbers, 'scale', 'auto'); "
                                    "used by every listed kernel that takes gamma")
@@ -74,8 +77,10 @@ def _numbers(text, name, convert=float):
 
 def grid_from_args(args):
     """The grid and options from --config and the command line (the command line wins)."""
+    from dataclasses import replace
+
     from muflow.kernels import KERNEL_PARAMETERS
-    from muflow.sweep import SweepGrid, load_grid_toml
+    from muflow.selection import SweepGrid, load_grid_toml
 
     options = {}
     grid = None
@@ -100,7 +105,7 @@ def grid_from_args(args):
                                         if key in KERNEL_PARAMETERS.get(k, ())}) for k in kernels]
         grid = SweepGrid(kernels=specs, C=grid.C if grid is not None else [1.0])
     if args.C:
-        grid.C = [parse_C(t) for t in _split(args.C)]
+        grid = replace(grid, C=[parse_C(t) for t in _split(args.C)])
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
@@ -112,7 +117,7 @@ def grid_from_args(args):
 
 
 def run(args) -> int:
-    from muflow.sweep import run_sweep
+    from muflow.selection import run_sweep
 
     grid, options = grid_from_args(args)
     X, y = load_from_args(args)

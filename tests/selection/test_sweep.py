@@ -1,5 +1,5 @@
-"""muflow.sweep: grid validation, batched CV against one-configuration fits and GridSearchCV,
-outputs, resume, successive halving and the CLI.
+"""muflow.selection.run_sweep: batched CV against one-configuration fits and GridSearchCV,
+outputs, resume, successive halving, the solve paths and the CLI.
 
 Every sweep here runs the real solvers on real data (breast cancer scaled by 1/10, sonar,
 iris), on subsets of about 200 rows and small grids. BLAS is held to one thread: the
@@ -18,7 +18,7 @@ from sklearn.model_selection import StratifiedKFold
 
 import muflow
 from muflow.exceptions import MuflowInputError
-from muflow.sweep import SweepGrid, load_grid_toml, run_sweep
+from muflow.selection import SweepGrid, run_sweep
 
 
 @pytest.fixture(autouse=True)
@@ -52,46 +52,30 @@ def iris():
     return X, y
 
 
+def _without_times(table):
+    """Rows as plain dicts without their solve times (which differ run to run)."""
+    return [{k: v for k, v in row.to_dict().items() if k != "time_s"} for row in table]
+
+
 def _alone_fold_accuracies(X, y, row, folds, seed, **svc):
     """Fit the row's configuration alone with muflow.SVC on each training fold."""
-    params = {k: row[k] for k in ("gamma", "degree", "coef0") if row.get(k, "") != ""}
     accs = []
     for train, test in StratifiedKFold(folds, shuffle=True, random_state=seed).split(X, y):
-        model = muflow.SVC(kernel=row["kernel"], C=row["C"], **params, **svc).fit(X[train], y[train])
+        model = muflow.SVC(**row.params, **svc).fit(X[train], y[train])
         accs.append(model.score(X[test], y[test]))
     return np.array(accs)
 
 
-# -- the grid -----------------------------------------------------------------------------
-def test_grid_expands_kernel_settings_and_C_in_ascending_order():
-    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.1, 1]},
-                      {"kernel": "poly", "degree": [2, 3], "coef0": 1.0}], C=[10, 0.1])
-    settings = grid.validate().kernel_settings()
-    assert settings == [{"kernel": "rbf", "gamma": 0.1}, {"kernel": "rbf", "gamma": 1.0},
-                        {"kernel": "poly", "gamma": "scale", "degree": 2, "coef0": 1.0},
-                        {"kernel": "poly", "gamma": "scale", "degree": 3, "coef0": 1.0}]
-    configs = grid.configurations()
-    assert len(configs) == 8
-    assert [c["C"] for c in configs[:2]] == [0.1, 10.0]
-
-
-@pytest.mark.parametrize("grid, message", [
-    (SweepGrid([], C=[1.0]), "no kernels"),
-    (SweepGrid([{"kernel": "rbf"}], C=[]), "no C values"),
-    (SweepGrid([{"kernel": "rbf"}], C=[1.0, 0.0]), "positive finite"),
-    (SweepGrid([{"kernel": "rbf"}], C=[-1.0]), "positive finite"),
-    (SweepGrid([{"kernel": "rbf"}], C=[float("nan")]), "positive finite"),
-    (SweepGrid([{"kernel": "rbf", "degree": [2]}], C=[1.0]), "no parameter 'degree'"),
-    (SweepGrid([{"kernel": "linear", "gamma": [1.0]}], C=[1.0]), "takes no parameters"),
-    (SweepGrid([{"kernel": "rbf", "gamma": []}], C=[1.0]), "list is empty"),
-    (SweepGrid([{"kernel": "rbf", "gamma": [-1.0]}], C=[1.0]), "positive number"),
-    (SweepGrid([{"kernel": "poly", "degree": [2.5]}], C=[1.0]), "positive integer"),
-    (SweepGrid([{"kernel": "tanh"}], C=[1.0]), "unknown kernel"),
+# -- refused before any work --------------------------------------------------------------
+@pytest.mark.parametrize("grid, options", [
+    (SweepGrid([{"kernel": "rbf", "gamma": [-1.0]}], C=[1.0]), {}),
+    (SweepGrid([{"kernel": "rbf"}], C=[1.0]), {"folds": 1}),
+    (SweepGrid([{"kernel": "rbf"}], C=[1.0]), {"solver": "nonesuch"}),
 ])
-def test_bad_grid_is_refused_before_any_work(grid, message, breast_cancer_200, tmp_path):
+def test_bad_grid_or_option_is_refused_before_any_work(grid, options, breast_cancer_200, tmp_path):
     X, y = breast_cancer_200
-    with pytest.raises(MuflowInputError, match=message):
-        run_sweep(X, y, grid, out_dir=tmp_path / "run", progress=False)
+    with pytest.raises(MuflowInputError):
+        run_sweep(X, y, grid, out_dir=tmp_path / "run", progress=False, **options)
     assert not (tmp_path / "run").exists()
 
 
@@ -103,22 +87,6 @@ def test_more_folds_than_the_smallest_class_is_refused(breast_cancer_200, tmp_pa
         run_sweep(X, y, SweepGrid([{"kernel": "rbf"}], C=[1.0]), folds=5,
                   out_dir=tmp_path / "run", progress=False)
     assert not (tmp_path / "run").exists()
-
-
-def test_grid_from_toml(tmp_path):
-    path = tmp_path / "grid.toml"
-    path.write_text('[sweep]\nC = [0.1, 1]\nfolds = 3\nsolver = "smo"\n\n'
-                    '[[sweep.kernels]]\nkernel = "rbf"\ngamma = [0.5]\n\n'
-                    '[[sweep.kernels]]\nkernel = "poly"\ndegree = [2]\ncoef0 = [1.0]\n')
-    grid, options = load_grid_toml(path)
-    assert options == {"folds": 3, "solver": "smo"}
-    assert len(grid.configurations()) == 4
-    path.write_text('[sweep]\nC = [1]\nfold = 3\n[[sweep.kernels]]\nkernel = "rbf"\n')
-    with pytest.raises(MuflowInputError, match="unknown sweep option"):
-        load_grid_toml(path)
-    path.write_text('[sweep]\nC = [1]\n[[sweep.kernels]]\nkernel = "rbf"\ncoef0 = [1]\n')
-    with pytest.raises(MuflowInputError, match="no parameter 'coef0'"):
-        load_grid_toml(path)
 
 
 # -- batched CV against one configuration at a time -----------------------------------------
@@ -133,20 +101,18 @@ def test_every_configuration_matches_svc_fitted_alone_breast_cancer(breast_cance
     assert len(result.table) == 6
     for row in result.table:
         alone = _alone_fold_accuracies(X, y, row, 5, 3, solver="smo", tol=1e-5)
-        batched = np.array([row[f"split{f}_accuracy"] for f in range(5)])
-        np.testing.assert_allclose(batched, alone, atol=1e-12, err_msg=str(row))
-        assert row["mean_cv_accuracy"] == pytest.approx(alone.mean())
+        np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12, err_msg=str(row))
+        assert row.mean_cv_accuracy == pytest.approx(alone.mean())
 
 
 def test_every_configuration_matches_svc_fitted_alone_sonar(sonar, tmp_path):
     X, y = sonar
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05, 0.2]}], C=[1.0, 10.0])
     result = run_sweep(X, y, grid, folds=4, seed=0, out_dir=tmp_path, tol=1e-5, progress=False)
-    assert {row["path"] for row in result.table} == {"continuation"}
+    assert {row.path for row in result.table} == {"continuation"}
     for row in result.table:
         alone = _alone_fold_accuracies(X, y, row, 4, 0, solver="smo", tol=1e-5)
-        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(4)], alone,
-                                   atol=1e-12, err_msg=str(row))
+        np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12, err_msg=str(row))
 
 
 def test_multiplicative_batch_matches_svc_alone(breast_cancer_200, tmp_path):
@@ -157,11 +123,10 @@ def test_multiplicative_batch_matches_svc_alone(breast_cancer_200, tmp_path):
     result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="m3", path="batched",
                        tol=1e-2, max_iter=3000, progress=False)
     assert result.best_model.converged_.all()
-    assert {row["solver"] for row in result.table} == {"m3"}
+    assert {row.solver for row in result.table} == {"m3"}
     for row in result.table:
         alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="m3", tol=1e-2, max_iter=3000)
-        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(3)], alone,
-                                   atol=1e-12, err_msg=str(row))
+        np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12, err_msg=str(row))
 
 
 def test_multiclass_one_vs_rest_columns_match_svc_alone(iris, tmp_path):
@@ -170,7 +135,7 @@ def test_multiclass_one_vs_rest_columns_match_svc_alone(iris, tmp_path):
     result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, tol=1e-5, progress=False)
     for row in result.table:
         alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="smo", tol=1e-5)
-        np.testing.assert_allclose([row[f"split{f}_accuracy"] for f in range(3)], alone, atol=1e-12)
+        np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12)
     assert result.best_model.dual_coef_.shape[0] == 3
 
 
@@ -185,7 +150,7 @@ def test_best_configuration_agrees_with_gridsearchcv(dataset, request, tmp_path)
                        seed=0, out_dir=tmp_path, progress=False)
     cv = StratifiedKFold(5, shuffle=True, random_state=0)
     search = GridSearchCV(LibsvmSVC(), {"C": Cs, "gamma": gammas}, cv=cv).fit(X, y)
-    ours = {(row["gamma"], row["C"]): row["mean_cv_accuracy"] for row in result.table}
+    ours = {(row.gamma, row.C): row.mean_cv_accuracy for row in result.table}
     theirs = {(p["gamma"], p["C"]): s for p, s in zip(search.cv_results_["params"],
                                                       search.cv_results_["mean_test_score"])}
     best = result.best
@@ -240,8 +205,7 @@ def test_forked_columns_equal_one_process(breast_cancer_200, tmp_path, path):
                     progress=False)
     two = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "two", solver="smo", path=path,
                     progress=False, n_jobs=2)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
-    assert strip(one.table) == strip(two.table)
+    assert _without_times(one.table) == _without_times(two.table)
     np.testing.assert_array_equal(one.best_model.dual_coef_, two.best_model.dual_coef_)
 
 
@@ -298,8 +262,7 @@ def test_resume_skips_the_finished_kernel(breast_cancer_200, tmp_path, monkeypat
     assert grams == [2.0] and len(solves) == (3 if resumed.best["gamma"] == 2.0 else 2)
     assert resumed.counts == {"grams_built": 1, "kernels_solved": 1, "kernels_resumed": 1}
     fresh = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "fresh", solver="smo", progress=False)
-    strip = lambda rows: [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # noqa: E731
-    assert strip(resumed.table) == strip(fresh.table)
+    assert _without_times(resumed.table) == _without_times(fresh.table)
     assert resumed.best == fresh.best
     # other options than the interrupted run's are refused rather than mixed in
     with pytest.raises(MuflowInputError, match="other settings"):
@@ -312,12 +275,12 @@ def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_pa
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.01, 0.1, 1.0, 10.0])
     result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="m3", path="batched",
                        halving=2, halving_min_iter=5, max_iter=400, progress=False)
-    stopped = [row["stopped_early"] for row in result.table]
+    stopped = [row.stopped_early for row in result.table]
     # rung 1 keeps ceil(4/2) = 2, rung 2 keeps 1: three configurations stop early
     assert sum(stopped) == 3
-    best_row = max(result.table, key=lambda r: r["mean_cv_accuracy"])
-    assert not best_row["stopped_early"]
-    assert best_row["n_iter"] > max(r["n_iter"] for r in result.table if r["stopped_early"])
+    best_row = max(result.table, key=lambda r: r.mean_cv_accuracy)
+    assert not best_row.stopped_early
+    assert best_row.n_iter > max(r.n_iter for r in result.table if r.stopped_early)
     with pytest.raises(MuflowInputError, match="halving"):
         run_sweep(X, y, grid, out_dir=tmp_path / "b", path="continuation", halving=2, progress=False)
 
@@ -381,7 +344,7 @@ def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, m
     second = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache",
                        progress=False)
     assert len(reports) == 2 and not any(r.computed for r in reports)
-    assert [r["mean_cv_accuracy"] for r in first.table] == [r["mean_cv_accuracy"] for r in second.table]
+    assert [r.mean_cv_accuracy for r in first.table] == [r.mean_cv_accuracy for r in second.table]
 
 
 def test_sweep_on_a_dask_cluster_matches_the_in_memory_batch(breast_cancer_200, tmp_path):
@@ -397,20 +360,20 @@ def test_sweep_on_a_dask_cluster_matches_the_in_memory_batch(breast_cancer_200, 
         remote = run_sweep(X, y, grid, out_dir=tmp_path / "dask", client=client,
                            cache_dir=tmp_path / "cache", **options)
     local = run_sweep(X, y, grid, out_dir=tmp_path / "local", **dict(options, solver="munk"))
-    assert {r["solver"] for r in remote.table} == {"munk"}
-    assert {r["path"] for r in remote.table} == {"batched"}
+    assert {r.solver for r in remote.table} == {"munk"}
+    assert {r.path for r in remote.table} == {"batched"}
     for a, b in zip(remote.table, local.table):
-        assert a["mean_cv_accuracy"] == pytest.approx(b["mean_cv_accuracy"], abs=1e-12)
+        assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=1e-12)
     with pytest.raises(MuflowInputError, match="reads rows of K"):
         run_sweep(X, y, grid, out_dir=tmp_path / "x", client=object(), solver="smo", progress=False)
 
 
 def test_pool_size_ends_uneven_folds_together():
-    from muflow.sweep import _makespan, _pool_size
+    from muflow.selection.paths import makespan, pool_size
 
-    assert _pool_size(5, 2) == 3  # 3 + 2 tasks: 1.5 + 1 rounds instead of 1 + 1 + 1
-    assert _makespan(5, 3, 2) == 2.5 < _makespan(5, 2, 2) == 3
-    assert _pool_size(4, 2) == 2 and _pool_size(1, 4) == 1 and _pool_size(3, 4) == 3
+    assert pool_size(5, 2) == 3  # 3 + 2 tasks: 1.5 + 1 rounds instead of 1 + 1 + 1
+    assert makespan(5, 3, 2) == 2.5 < makespan(5, 2, 2) == 3
+    assert pool_size(4, 2) == 2 and pool_size(1, 4) == 1 and pool_size(3, 4) == 3
 
 
 def test_long_curves_are_thinned_for_plotting_keeping_both_ends():

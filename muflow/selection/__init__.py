@@ -1,0 +1,18 @@
+"""Model selection over kernels x kernel parameters x C x folds x classes, sharing K.
+
+- :mod:`~muflow.selection.grid`: the grid, its one TOML schema and the options' checks;
+- :mod:`~muflow.selection.paths`: solve paths (batched, continuation, successive halving,
+  forked processes) and the refit on all samples;
+- :mod:`~muflow.selection.scoring`: CV accuracies from one product with K;
+- :mod:`~muflow.selection.records`: the typed records passed between them;
+- :mod:`~muflow.selection.rundir`: the run directory (resume, results.csv, best.json);
+- :mod:`~muflow.selection.plots`: heatmaps, convergence plot and progress bar;
+- :mod:`~muflow.selection.sweep`: :func:`run_sweep`, which joins them.
+"""
+
+from muflow.selection.grid import PATHS, SUBSET_SOLVERS, SweepGrid, check_options, load_grid_toml
+from muflow.selection.records import ConfigurationRow, KernelRecord
+from muflow.selection.sweep import SweepResult, run_sweep
+
+__all__ = ["SweepGrid", "SweepResult", "ConfigurationRow", "KernelRecord", "run_sweep",
+           "load_grid_toml", "check_options", "PATHS", "SUBSET_SOLVERS"]

@@ -1,0 +1,191 @@
+"""What the sweep passes between its stages, as typed records.
+
+- :class:`KernelSolve`: every (C, fold, class) column of one Gram solved (a solve path's
+  output, :mod:`muflow.selection.paths`), with the decision values of every column;
+- :class:`Refit`: the best C of a kernel setting solved on all samples;
+- :class:`ConfigurationRow`: one configuration's cross-validation scores (a row of
+  ``results.csv``);
+- :class:`KernelRecord`: what a finished kernel setting leaves in the run directory
+  (:mod:`muflow.selection.rundir`) and what a resumed sweep reads back.
+
+``to_dict`` / ``from_dict`` give the plain-JSON form the run directory stores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from muflow.kernels import Kernel
+from muflow.selection.grid import PARAM_ORDER
+
+
+@dataclass
+class KernelSolve:
+    """All columns of one Gram: column ``(c * folds + f) * P + p`` is C index c, fold f,
+    binary problem p (:func:`muflow.selection.paths.columns`).
+
+    Attributes
+    ----------
+    path, solver : str
+        The solve path taken and the registered solver.
+    solve_seconds : float
+        Wall time of all solves.
+    decision : ndarray of shape (n_samples, n_columns)
+        ``K @ (y * alpha) + b``: every column's decision values at every sample.
+    alpha : ndarray of shape (n_samples, n_columns)
+    bias : ndarray of shape (n_columns,)
+    n_problems : int
+        P: binary problems per (C, fold): 1 for two classes, else the number of classes.
+    per_c : int
+        Columns per C value: folds * P.
+    n_iter, seconds, stopped : ndarray of shape (n_C,)
+        Per C: solver iterations (the most over its solve calls), seconds, and whether
+        successive halving stopped it.
+    curves : list of ndarray
+        Per C: the objective curve of fold 0's columns.
+    """
+
+    path: str
+    solver: str
+    solve_seconds: float
+    decision: np.ndarray | None
+    alpha: np.ndarray
+    bias: np.ndarray
+    n_problems: int
+    per_c: int
+    n_iter: np.ndarray
+    seconds: np.ndarray
+    stopped: np.ndarray
+    curves: list
+
+    def block(self, c: int) -> slice:
+        """The columns of C index ``c``."""
+        return slice(c * self.per_c, (c + 1) * self.per_c)
+
+    def fold_columns(self, c: int, f: int) -> slice:
+        """The P columns of (C index ``c``, fold ``f``)."""
+        start = c * self.per_c + f * self.n_problems
+        return slice(start, start + self.n_problems)
+
+
+@dataclass
+class Refit:
+    """One configuration solved on all samples (:func:`muflow.selection.paths.refit`)."""
+
+    c_index: int = -1
+    alpha: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    bias: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    kkt_violation: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    n_iter: int = 0
+    curve: np.ndarray = field(default_factory=lambda: np.zeros((1, 0)))
+    seconds: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        """False for a setting that was not refitted (an earlier one is better)."""
+        return self.c_index >= 0
+
+
+@dataclass
+class ConfigurationRow:
+    """One configuration's cross-validation result: a row of ``results.csv``.
+
+    ``gamma``, ``degree`` and ``coef0`` are None where the kernel does not read them (an
+    empty cell in the CSV). Accuracies are over the held-out samples of each fold; the
+    std is the population standard deviation, as scikit-learn's ``std_test_score``.
+    """
+
+    kernel: str
+    gamma: float | str | None
+    degree: int | None
+    coef0: float | None
+    C: float
+    mean_cv_accuracy: float
+    std_cv_accuracy: float
+    n_iter: int
+    n_support: float
+    time_s: float
+    stopped_early: bool
+    solver: str
+    path: str
+    split_accuracies: tuple = ()
+
+    @property
+    def params(self) -> dict:
+        """The configuration as :class:`muflow.SVC` keyword arguments."""
+        out = {"kernel": self.kernel}
+        out.update({k: getattr(self, k) for k in PARAM_ORDER if getattr(self, k) is not None})
+        out["C"] = self.C
+        return out
+
+    def to_dict(self) -> dict:
+        """The row as ``results.csv`` and the run directory hold it (``""`` for None,
+        ``split<f>_accuracy`` per fold)."""
+        out = {"kernel": self.kernel}
+        out.update({k: "" if getattr(self, k) is None else getattr(self, k) for k in PARAM_ORDER})
+        out.update(C=self.C, mean_cv_accuracy=self.mean_cv_accuracy,
+                   std_cv_accuracy=self.std_cv_accuracy, n_iter=self.n_iter,
+                   n_support=self.n_support, time_s=self.time_s,
+                   stopped_early=self.stopped_early, solver=self.solver, path=self.path)
+        out.update({f"split{f}_accuracy": a for f, a in enumerate(self.split_accuracies)})
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConfigurationRow":
+        splits = []
+        while f"split{len(splits)}_accuracy" in d:
+            splits.append(float(d[f"split{len(splits)}_accuracy"]))
+        params = {k: None if d.get(k, "") == "" else d[k] for k in PARAM_ORDER}
+        return cls(kernel=d["kernel"], **params, C=float(d["C"]),
+                   mean_cv_accuracy=float(d["mean_cv_accuracy"]),
+                   std_cv_accuracy=float(d["std_cv_accuracy"]), n_iter=int(d["n_iter"]),
+                   n_support=float(d["n_support"]), time_s=float(d["time_s"]),
+                   stopped_early=bool(d["stopped_early"]), solver=d["solver"], path=d["path"],
+                   split_accuracies=tuple(splits))
+
+
+@dataclass
+class KernelRecord:
+    """A finished kernel setting: its rows, its refit (when it was the best so far) and
+    the curves the convergence plot draws."""
+
+    setting: dict
+    rows: list
+    kernel: Kernel
+    solver: str
+    path: str
+    solve_seconds: float
+    refit: Refit
+    curves: list
+
+    def info(self) -> dict:
+        """The JSON part (``kernel.json``); the arrays go to ``arrays.npz``."""
+        return {"setting": self.setting, "rows": [r.to_dict() for r in self.rows],
+                "kernel": self.kernel.to_dict(), "solver": self.solver, "path": self.path,
+                "solve_seconds": self.solve_seconds, "refit_C_index": self.refit.c_index,
+                "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds}
+
+    def arrays(self) -> dict:
+        """The arrays part (``arrays.npz``); curves padded to one length with their
+        final value, shape (n_C, length, P)."""
+        curves = [np.asarray(c) for c in self.curves]
+        length = max(len(c) for c in curves)
+        padded = np.stack([np.vstack([c, np.repeat(c[-1:], length - len(c), axis=0)]) for c in curves])
+        return {"alpha_full": self.refit.alpha, "bias_full": self.refit.bias,
+                "viol_full": self.refit.kkt_violation, "refit_curve": self.refit.curve,
+                "curves": padded, "curve_lengths": np.array([len(c) for c in curves])}
+
+    @classmethod
+    def from_saved(cls, info: dict, arrays: dict) -> "KernelRecord":
+        """The inverse of :meth:`info` and :meth:`arrays`."""
+        lengths, padded = arrays["curve_lengths"], arrays["curves"]
+        refit = Refit(c_index=int(info["refit_C_index"]), alpha=arrays["alpha_full"],
+                      bias=arrays["bias_full"], kkt_violation=arrays["viol_full"],
+                      n_iter=int(info["refit_n_iter"]), curve=arrays["refit_curve"],
+                      seconds=float(info["refit_seconds"]))
+        return cls(setting=info["setting"], rows=[ConfigurationRow.from_dict(r) for r in info["rows"]],
+                   kernel=Kernel.from_dict(info["kernel"]), solver=info["solver"], path=info["path"],
+                   solve_seconds=float(info["solve_seconds"]), refit=refit,
+                   curves=[padded[c, :lengths[c]] for c in range(len(lengths))])

@@ -1,0 +1,123 @@
+"""The sweep's run directory: every file appears whole (:mod:`muflow.atomic`).
+
+Layout::
+
+    sweep.json              the sweep's data digest, grid and options (checked on resume)
+    kernels/<i>-<kernel>/   one finished kernel setting: kernel.json and arrays.npz
+    results.csv             one row per configuration
+    best.json               the best configuration
+    best_model/             the best configuration fitted on all samples (muflow.save)
+    test_metrics.json       the best model on the test set (with a test set)
+    heatmap_<kernel>.png, convergence.png   (muflow.selection.plots)
+
+A kernel setting's directory is written as soon as it is done, so an interrupted sweep
+resumed with the same data and options (``resume=True``) reads finished settings back
+instead of building their Grams and solving them again.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from muflow.atomic import atomic_directory, write_json, write_text
+from muflow.exceptions import MuflowInputError
+from muflow.selection.records import KernelRecord
+
+FORMAT_VERSION = 1
+CSV_COLUMNS = ("kernel", "gamma", "degree", "coef0", "C", "mean_cv_accuracy", "std_cv_accuracy",
+               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path")
+
+
+def data_digest(X, y) -> str:
+    """A short hash of the data (shape, values, labels): a resumed sweep must see the same."""
+    h = hashlib.sha256()
+    h.update(repr(X.shape).encode())
+    if hasattr(X, "indptr"):
+        for a in (X.data, X.indices, X.indptr):
+            h.update(np.ascontiguousarray(a).tobytes())
+    else:
+        h.update(np.ascontiguousarray(X).tobytes())
+    h.update(np.asarray(y).astype(str).tobytes())
+    return h.hexdigest()[:32]
+
+
+def _plain(obj):
+    """``obj`` as JSON reads it back (tuples as lists, keys as strings)."""
+    return json.loads(json.dumps(obj))
+
+
+def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
+    """Record the sweep's settings, or on resume refuse a directory of another sweep.
+
+    A fresh (not resumed) sweep drops the kernel records of an earlier one."""
+    meta_file = out_dir / "sweep.json"
+    if resume and meta_file.exists():
+        old, new = json.loads(meta_file.read_text()), _plain(meta)
+        if old != new:
+            diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+            raise MuflowInputError(
+                f"{out_dir} holds a sweep with other settings ({', '.join(diff)} differ); "
+                "resume with the same data and options, or use a new --out directory")
+        return
+    if not resume and (out_dir / "kernels").exists():
+        shutil.rmtree(out_dir / "kernels")
+    write_json(meta_file, meta)
+
+
+def kernel_dir(out_dir: Path, i: int, setting: dict) -> Path:
+    return Path(out_dir) / "kernels" / f"{i:03d}-{setting['kernel']}"
+
+
+def save_kernel(kdir: Path, record: KernelRecord, meta: dict):
+    """Write a finished kernel setting (``kernel.json`` and ``arrays.npz``) in one rename."""
+    def write(tmp: Path):
+        np.savez(tmp / "arrays.npz", **record.arrays())
+        info = record.info()
+        info["meta"] = meta
+        (tmp / "kernel.json").write_text(json.dumps(info, indent=2) + "\n")
+
+    atomic_directory(kdir, write)
+
+
+def load_kernel(kdir: Path, setting: dict, meta: dict) -> KernelRecord | None:
+    """A finished kernel setting's record, or None when it is absent or from another sweep."""
+    try:
+        info = json.loads((kdir / "kernel.json").read_text())
+        with np.load(kdir / "arrays.npz", allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError):
+        return None
+    if info.get("setting") != _plain(setting) or info.get("meta") != _plain(meta):
+        return None
+    return KernelRecord.from_saved(info, arrays)
+
+
+def csv_text(table, folds) -> str:
+    """``results.csv``: :data:`CSV_COLUMNS` then ``split<f>_accuracy`` per fold."""
+    buf = io.StringIO()
+    columns = list(CSV_COLUMNS) + [f"split{f}_accuracy" for f in range(folds)]
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in table:
+        d = row.to_dict()
+        writer.writerow({k: d.get(k, "") for k in columns})
+    return buf.getvalue()
+
+
+def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics) -> dict:
+    """``results.csv``, ``best.json``, ``best_model/`` and ``test_metrics.json``; their paths."""
+    from muflow.persistence import save
+
+    paths = {"results": write_text(out_dir / "results.csv", csv_text(table, folds)),
+             "best": write_json(out_dir / "best.json", best),
+             "best_model": save(model, out_dir / "best_model")}
+    if test_metrics is not None:
+        paths["test_metrics"] = write_json(out_dir / "test_metrics.json", test_metrics)
+    return paths

@@ -1,0 +1,92 @@
+"""Cross-validation scores from the decision values of a batch of columns.
+
+The decision values of every column at every sample come from ONE product,
+``f = K @ (y * alpha) + b`` (n x m); fold f's accuracy is read on its held-out rows: the
+sign for two classes, the argmax over the one-vs-rest columns of that (C, fold)
+otherwise. The CV accuracy of a configuration is the mean over folds (std: population
+standard deviation, as scikit-learn's ``std_test_score``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from muflow.kernels import KERNEL_PARAMETERS
+from muflow.selection.grid import PARAM_ORDER
+from muflow.selection.records import ConfigurationRow, KernelSolve
+
+#: Two accuracies closer than this are a tie (the earlier configuration wins).
+TIE = 1e-12
+
+
+def fold_predictions(D_cf, P):
+    """Class index per sample from the decision values of one (C, fold): (n, P) -> (n,)."""
+    return (D_cf[:, 0] > 0).astype(int) if P == 1 else np.argmax(D_cf, axis=1)
+
+
+def cv_accuracy(operator, ycols, alpha, bias, masks, P):
+    """Mean validation accuracy per configuration of a batch (used by successive halving)."""
+    D = operator.matmul(ycols * alpha) + bias[None, :]
+    F = masks.shape[1]
+    per_c = F * P
+    y_enc = np.where(ycols[:, :P] > 0)[1] if P > 1 else (ycols[:, 0] > 0).astype(int)
+    out = []
+    for k in range(D.shape[1] // per_c):
+        accs = []
+        for f in range(F):
+            held = ~masks[:, f]
+            pred = fold_predictions(D[held, k * per_c + f * P:k * per_c + (f + 1) * P], P)
+            accs.append(np.mean(pred == y_enc[held]))
+        out.append(float(np.mean(accs)))
+    return out
+
+
+def configuration_rows(setting, Cs, res: KernelSolve, splits, y_enc) -> list[ConfigurationRow]:
+    """One row per C of a kernel setting: accuracies per fold, support vectors (mean over
+    folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds."""
+    from muflow.model import SUPPORT_THRESHOLD
+
+    rows = []
+    for c, C in enumerate(Cs):
+        accs, n_sv = [], []
+        for f, (_, test) in enumerate(splits):
+            cols = res.fold_columns(c, f)
+            pred = fold_predictions(res.decision[test, cols], res.n_problems)
+            accs.append(float(np.mean(pred == y_enc[test])))
+            a = res.alpha[:, cols]
+            largest = np.maximum(a.max(axis=0), np.finfo(float).tiny)
+            n_sv.append(int((a > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1).sum()))
+        params = {k: setting.get(k) for k in PARAM_ORDER}
+        rows.append(ConfigurationRow(
+            kernel=setting["kernel"], **params, C=float(C), mean_cv_accuracy=float(np.mean(accs)),
+            std_cv_accuracy=float(np.std(accs)), n_iter=int(res.n_iter[c]),
+            n_support=float(np.mean(n_sv)), time_s=float(res.seconds[c]),
+            stopped_early=bool(res.stopped[c]), solver=res.solver, path=res.path,
+            split_accuracies=tuple(accs)))
+    return rows
+
+
+def best_index(rows_per_kernel) -> tuple[int, int]:
+    """(kernel setting, C index) of the best mean CV accuracy; ties: first in sweep order."""
+    best, where = -1.0, (0, 0)
+    for k, rows in enumerate(rows_per_kernel):
+        for c, row in enumerate(rows):
+            if row.mean_cv_accuracy > best + TIE:
+                best, where = row.mean_cv_accuracy, (k, c)
+    return where
+
+
+def beats(row: ConfigurationRow, records) -> bool:
+    """Whether ``row`` is better than every configuration of the settings done before it
+    (the rule of :func:`best_index`); only then is its setting refitted on all data."""
+    earlier = [r.mean_cv_accuracy for rec in records for r in rec.rows]
+    return not earlier or row.mean_cv_accuracy > max(earlier) + TIE
+
+
+def best_summary(row: ConfigurationRow) -> dict:
+    """The content of ``best.json``: the kernel, its parameters, C and the CV accuracy."""
+    best = {"kernel": row.kernel}
+    for key in KERNEL_PARAMETERS[row.kernel]:
+        best[key] = getattr(row, key)
+    best.update(C=row.C, cv_accuracy=row.mean_cv_accuracy, cv_accuracy_std=row.std_cv_accuracy)
+    return best

@@ -1,0 +1,275 @@
+"""The sweep: cross-validate every configuration of a grid and refit the best on all data.
+
+For each kernel setting (one Gram of all samples), every (C, fold, class) problem is a
+column of one batch (:mod:`muflow.selection.paths`); the decision values of all columns
+give every configuration's CV accuracy (:mod:`muflow.selection.scoring`). After the folds,
+a kernel setting whose best C beats every earlier setting is refitted on all samples while
+its Gram is still in memory, warm-started from the mean of the fold solutions (a feasible
+point close to the answer); the best model of the sweep is the last of these refits, so it
+needs no Gram build of its own, and settings that cannot be the best are not refitted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from muflow.exceptions import MuflowInputError
+from muflow.selection import paths as solve_paths
+from muflow.selection import rundir
+from muflow.selection.grid import SweepGrid, check_options, setting_label
+from muflow.selection.plots import Progress, write_plots
+from muflow.selection.records import KernelRecord, Refit
+from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
+
+
+@dataclass
+class SweepResult:
+    """What :func:`run_sweep` returns.
+
+    Attributes
+    ----------
+    table : list of ConfigurationRow
+        One row per configuration (the rows of ``results.csv``), in sweep order.
+    best : dict
+        The best configuration (the content of ``best.json``).
+    best_model : muflow.SVC
+        Fitted on all training data (the refit of the best configuration).
+    paths : dict of str -> Path
+        ``results``, ``best``, ``best_model``, ``test_metrics`` (with a test set), one
+        ``heatmap_<kernel>`` per kernel and ``convergence``.
+    timings : dict
+        Seconds: ``gram`` (Gram builds), ``solve`` (solver iterations), ``overhead``
+        (everything else: validation, scoring, outputs, plots), ``total``.
+    test_metrics : dict or None
+    path_report : dict
+        Per kernel setting the path and solver used and its solve seconds; with
+        ``path="compare"`` also both paths' times on the first setting.
+    counts : dict
+        ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
+    """
+
+    table: list
+    best: dict
+    best_model: object
+    paths: dict
+    timings: dict
+    test_metrics: dict | None = None
+    path_report: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)
+
+
+def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
+              X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
+              intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
+              client=None, cache_dir=None, resume: bool = False, progress: bool = True,
+              halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
+              on_kernel_done=None) -> SweepResult:
+    """Cross-validate every configuration of ``grid`` and refit the best on all data.
+
+    Parameters
+    ----------
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+    y : array-like of shape (n_samples,)
+    grid : SweepGrid
+    folds : int, default=5
+        Stratified folds: ``StratifiedKFold(folds, shuffle=True, random_state=seed)``.
+    seed : int, default=0
+    out_dir : str or Path
+        Run directory (created; :mod:`muflow.selection.rundir`). Outputs are written
+        atomically; each kernel setting's results land in ``out_dir/kernels/`` as soon as
+        it is done.
+    X_test, y_test : optional
+        Test set: the best model's accuracy on it goes to ``test_metrics.json``.
+    solver : str, default="auto"
+        A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
+        picks with K in memory (SMO for the exact intercept), and a multiplicative solver
+        (MUNK on a non-negative kernel, else M3) with a Dask client.
+    path : {"auto", "batched", "continuation", "compare"}, default="auto"
+        See :mod:`muflow.selection.paths`; "compare" solves the first kernel setting both
+        ways, keeps the faster path for the rest and reports both times in
+        :attr:`SweepResult.path_report`.
+    intercept : {"exact", "regularized", "none"}, default="exact"
+    tol : float, default=1e-3
+        KKT tolerance of every column.
+    max_iter : int, default=10000
+        Solver budget per solve call, in the solver's own iterations (see the registry).
+    client : distributed.Client, optional
+        Build each Gram on the cluster into the store cache and solve with the Dask
+        operator (multiplicative solvers, batched path).
+    cache_dir : str, optional
+        Gram store cache (:mod:`muflow.gram`): each kernel's Gram is read from it when
+        present and written there otherwise.
+    resume : bool, default=False
+        Skip the kernel settings whose results are already in ``out_dir`` (same data,
+        grid and options); their Grams are not rebuilt.
+    progress : bool, default=True
+        A rich progress bar of configurations and solver iterations.
+    halving : int, optional
+        Successive-halving factor eta >= 2 (off by default); see
+        :mod:`muflow.selection.paths`.
+    halving_min_iter : int, default=10
+        Iterations of the first halving rung.
+    n_jobs : int, default=1
+        Subset solvers with K in memory: solve the folds' columns in this many forked
+        processes (they share K copy-on-write). Multiplicative solvers ignore it (their
+        batch is one product per iteration).
+    on_kernel_done : callable, optional
+        ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
+
+    Returns
+    -------
+    SweepResult
+    """
+    t_start = time.perf_counter()
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.utils.validation import check_X_y
+
+    from muflow.data import check_finite
+    from muflow.model import binary_problems
+
+    grid.validate()
+    check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
+                       tol=tol, max_iter=max_iter, halving=halving,
+                       halving_min_iter=halving_min_iter, n_jobs=n_jobs))
+    X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
+    check_finite(X)
+    classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
+    if len(classes) < 2:
+        raise MuflowInputError(f"the data hold only one class ({str(classes[0])!r}); a sweep needs at least 2")
+    if counts.min() < folds:
+        raise MuflowInputError(
+            f"folds={folds} but the smallest class ({str(classes[counts.argmin()])!r}) has only "
+            f"{counts.min()} samples; use at most {counts.min()} folds")
+    if (X_test is None) != (y_test is None):
+        raise MuflowInputError("give both X_test and y_test, or neither")
+    if X_test is not None:
+        X_test, y_test = check_X_y(X_test, y_test, accept_sparse="csr", dtype=np.float64)
+        if X_test.shape[1] != X.shape[1]:
+            raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
+    settings = grid.kernel_settings()
+    Cs = grid.sorted_C()
+    solvers = [solve_paths.pick_solver(solver, path, s, X, intercept, client) for s in settings]
+
+    n = X.shape[0]
+    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(n), y_enc))
+    masks = np.zeros((n, folds), dtype=bool)
+    for f, (train, _) in enumerate(splits):
+        masks[train, f] = True
+    Y = binary_problems(y_enc, len(classes))
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"format_version": rundir.FORMAT_VERSION, "data": rundir.data_digest(X, y),
+            "grid": grid.to_dict(), "folds": int(folds), "seed": int(seed), "solver": solver,
+            "path": path, "intercept": intercept, "tol": float(tol), "max_iter": int(max_iter),
+            "halving": halving, "halving_min_iter": int(halving_min_iter)}
+    rundir.check_or_write_meta(out_dir, meta, resume)
+
+    timings = {"gram": 0.0, "solve": 0.0}
+    counts_out = {"grams_built": 0, "kernels_solved": 0, "kernels_resumed": 0}
+    path_report = {"settings": []}
+    records = []
+    chosen_path = None
+    bar = Progress(progress, total=len(settings) * len(Cs))
+    buffer = None
+    try:
+        for i, setting in enumerate(settings):
+            kdir = rundir.kernel_dir(out_dir, i, setting)
+            done = rundir.load_kernel(kdir, setting, meta) if resume else None
+            if done is not None:
+                counts_out["kernels_resumed"] += 1
+                records.append(done)
+                bar.advance_configs(len(Cs))
+                continue
+            info, kpath = solvers[i]
+            if chosen_path is not None:
+                kpath = chosen_path
+            t = time.perf_counter()
+            kernel, operator = solve_paths.gram(X, setting, intercept, client, cache_dir, buffer)
+            buffer = operator.dense  # the next setting builds its K into this array
+            timings["gram"] += time.perf_counter() - t
+            counts_out["grams_built"] += 1
+            bar.describe(setting_label(setting))
+
+            def solve(p, halving_eta):
+                return solve_paths.solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol,
+                                                max_iter, halving_eta, halving_min_iter,
+                                                bar.iteration_callback(), n_jobs)
+
+            if kpath == "compare":
+                res_b, res_c = solve("batched", None), solve("continuation", None)
+                tb, tc = res_b.solve_seconds, res_c.solve_seconds
+                chosen_path = "batched" if tb <= tc else "continuation"
+                path_report["compare"] = {"setting": setting, "solver": info.name,
+                                          "batched_seconds": tb, "continuation_seconds": tc,
+                                          "faster": chosen_path}
+                res = res_b if chosen_path == "batched" else res_c
+                timings["solve"] += tb + tc
+            else:
+                res = solve(kpath, halving)
+                timings["solve"] += res.solve_seconds
+            rows = configuration_rows(setting, Cs, res, splits, y_enc)
+            c_best = best_index([rows])[1]
+            if beats(rows[c_best], records):
+                refit = solve_paths.refit(operator, Y, Cs[c_best], res, c_best, info, intercept,
+                                          tol, max_iter)
+                timings["solve"] += refit.seconds
+            else:  # an earlier setting is better: this one's model would never be used
+                refit = Refit()
+            del operator
+            res.decision = None
+            counts_out["kernels_solved"] += 1
+            record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
+                                  path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
+                                  refit=refit, curves=res.curves)
+            rundir.save_kernel(kdir, record, meta)
+            records.append(record)
+            bar.advance_configs(len(Cs))
+            if on_kernel_done is not None:
+                on_kernel_done(setting, rows)
+    finally:
+        bar.close()
+    for rec in records:
+        path_report["settings"].append({"setting": rec.setting, "solver": rec.solver,
+                                        "path": rec.path, "solve_seconds": rec.solve_seconds})
+
+    table = [row for rec in records for row in rec.rows]
+    k_best, c_best = best_index([rec.rows for rec in records])
+    best = best_summary(records[k_best].rows[c_best])
+    model = _best_model(X, Y, classes, records[k_best], intercept, tol, max_iter)
+    test_metrics = None
+    if X_test is not None:
+        test_metrics = {"accuracy": float(model.score(X_test, y_test)), "n_samples": int(X_test.shape[0]),
+                        "configuration": best}
+    paths = rundir.write_outputs(out_dir, table, folds, best, model, test_metrics)
+    paths.update(write_plots(out_dir, records, Cs))
+    timings["total"] = time.perf_counter() - t_start
+    timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"]
+    return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
+                       test_metrics=test_metrics, path_report=path_report, counts=counts_out)
+
+
+def _best_model(X, Y, classes, record: KernelRecord, intercept, tol, max_iter):
+    """A fitted :class:`muflow.SVC` from the refit of the best configuration on all samples.
+
+    The refit ran while the Gram was in memory (:func:`muflow.selection.paths.refit`), so
+    nothing is built or solved here: :meth:`muflow.SVC.from_solution` sets the fitted
+    attributes exactly as ``SVC.fit`` would.
+    """
+    from muflow.model import SVC
+    from muflow.solvers import DualSolution
+
+    refit = record.refit
+    assert refit.done, "the best setting is always refitted (see scoring.beats)"
+    viol = np.asarray(refit.kkt_violation)
+    solution = DualSolution(alpha=np.asarray(refit.alpha), bias=np.asarray(refit.bias),
+                            n_iter=int(refit.n_iter),
+                            objective_curve=np.asarray(refit.curve, dtype=np.float64),
+                            kkt_violation=viol, converged=viol <= tol, solver=record.solver)
+    return SVC.from_solution(solution, X=X, Y=Y, classes=classes, kernel=record.kernel,
+                             fit_time=refit.seconds, C=float(record.rows[refit.c_index].C),
+                             solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter)
