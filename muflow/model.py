@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
-from muflow.kernels import KERNELS, Kernel, resolve_gamma
+from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
 from muflow.validation import check_choice, check_number, check_per_sample
@@ -167,9 +167,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         check_number(self.max_iter, "max_iter", integer=True, low=1)
 
     def _kernel_for(self, X) -> Kernel:
-        gamma = 1.0 if self.kernel in ("linear", "precomputed") else resolve_gamma(self.gamma, X)
-        offset = 1.0 if self.intercept == "regularized" else 0.0
-        return Kernel(self.kernel, gamma=gamma, degree=self.degree, coef0=float(self.coef0), offset=offset)
+        setting = {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
+        return kernel_from_setting(setting, X, intercept=self.intercept)
 
     # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None, offset=None, checkpoint_dir=None, checkpoint_every=100):

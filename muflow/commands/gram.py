@@ -52,15 +52,16 @@ def run(args) -> int:
     from muflow.cluster import client_for
     from muflow.gram.build import ensure_gram
     from muflow.gram.store import check_dtype
-    from muflow.kernels import Kernel, resolve_gamma
+    from muflow.kernels import kernel_from_setting
 
     if args.out is None and args.cache_dir is None:
         raise MuflowInputError("give --out PATH (the store to write) or --cache-dir DIR")
     if args.tile is not None and args.tile < 1:
         raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
     X, _ = load_from_args(args)
-    kernel = Kernel(args.kernel, gamma=resolve_gamma(parse_gamma(args.gamma), X),
-                    degree=args.degree, coef0=args.coef0, offset=args.offset)
+    setting = {"kernel": args.kernel, "gamma": parse_gamma(args.gamma), "degree": args.degree,
+               "coef0": args.coef0}
+    kernel = kernel_from_setting(setting, X).with_offset(args.offset)
     dtype = check_dtype(args.dtype)
     cluster = {} if args.workers is None else {"n_workers": args.workers}
     with client_for(args.scheduler, timeout=args.timeout, **cluster) as client:
