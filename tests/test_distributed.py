@@ -153,7 +153,7 @@ def test_worker_killed_mid_fit_the_fit_completes_with_the_same_result(client, rb
         assert killed and op.recoveries >= 1
         assert all(address in client.scheduler_info(n_workers=-1)["workers"]
                    for _, address, _ in op.info())
-    assert remote.n_iter == local.n_iter
+    assert remote.n_iter == local.n_iter == ITERATIONS  # tol=1e-12 is out of reach: both capped
     assert_same_fit(remote, local)
 
 

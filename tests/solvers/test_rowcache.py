@@ -40,8 +40,10 @@ def test_smo_same_solution_in_place_and_through_a_tiny_cache(gram):
     fetched = solve_smo(DualProblem(RowsOnlyGram(K), y, upper=2.0, equality=True), tol=1e-6,
                         cache_mb=0.001)
     assert in_place.timings["row_fetches"] == 0 and fetched.timings["row_fetches"] > 100
+    # the same solution; not the same step count: the in-place operator certifies with its
+    # own float64 product, the rows-only one with a product summed in another order
     np.testing.assert_allclose(in_place.alpha, fetched.alpha, atol=1e-12)
-    assert in_place.n_iter == fetched.n_iter
+    np.testing.assert_allclose(in_place.objective, fetched.objective, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
