@@ -211,6 +211,18 @@ class _Constants:
         return f, ok, top
 
 
+def _full(values, shape) -> np.ndarray:
+    """``values`` broadcast to ``shape`` as a C-contiguous, writable float64 array.
+
+    Every array handed to the compiled steps has these flags, so that each step is compiled
+    for one signature only (a read-only view, as ``np.broadcast_to`` returns, is another
+    type to numba and costs another compilation of about 30 s)."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape != shape:
+        values = np.broadcast_to(values, shape)
+    return np.require(values, requirements=("C", "W"))
+
+
 def _step(rule, prod: _Products, problem: DualProblem, lam, floor, constants):
     """alpha after one update (lambda solved in place when the sum constraint is on)."""
     out = np.empty_like(prod.w)
@@ -220,9 +232,9 @@ def _step(rule, prod: _Products, problem: DualProblem, lam, floor, constants):
         c, s, upper, uniform = constants.linear_rows, y, constants.upper_rows, True
     else:
         shape = prod.w.shape
-        c = np.ascontiguousarray(np.broadcast_to(prod.c, shape))
-        s = np.ascontiguousarray(np.broadcast_to(1.0 if prod.s is None else prod.s, shape))
-        upper, uniform = problem.upper, False
+        c = _full(prod.c, shape)
+        s = _full(1.0 if prod.s is None else prod.s, shape)
+        upper, uniform = _full(problem.upper, shape), False
     if problem.equality:
         equality_step(RULE_IDS[rule], prod.w, prod.P, prod.N, c, y, s, floor, upper, uniform,
                       lam, out)
