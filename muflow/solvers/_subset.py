@@ -29,8 +29,7 @@ class Column:
         if not np.any(alpha):
             return self.p.copy()
         ya = (self.y * alpha)[:, None]
-        op = self.problem.operator
-        product = getattr(op, "matmul_precise", op.matmul)(ya)
+        product = self.problem.operator.matmul_precise(ya)
         return np.ascontiguousarray(self.y * product[:, 0] + self.p)
 
     def objective(self, alpha, G) -> float:
@@ -101,19 +100,6 @@ def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, 
         timings=timings,
         solver=solver,
     )
-
-
-def check_dense_operator(problem, solver):
-    """Subset solvers need ``rows``: refuse an operator without it, saying what to use."""
-    op = problem.operator
-    if not callable(getattr(op, "rows", None)) or not callable(getattr(op, "diagonal", None)):
-        from muflow.exceptions import SolverCombinationError
-
-        raise SolverCombinationError(
-            f"solver {solver!r} reads rows of K and this operator ({type(op).__name__}) "
-            "cannot return them; wrap K in muflow.operators.DenseGram or use a "
-            "multiplicative solver ('m3'), which only needs products K @ V"
-        )
 
 
 def column_callback(callback, problem, alphas, curves, j, alpha):
