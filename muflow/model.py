@@ -23,6 +23,10 @@ from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
 from muflow.validation import check_choice, check_number, check_per_sample
 
+#: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
+#: bytes (float64), so that predicting on many samples never holds n_samples x n_SV at once.
+PREDICT_BLOCK_BYTES = 64 * 2**20
+
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
 SUPPORT_THRESHOLD = 1e-8
@@ -365,11 +369,16 @@ class SVC(ClassifierMixin, BaseEstimator):
             n_out = None if len(self.classes_) == 2 else len(self.classes_)
             return map_rows(self.decision_function, X, n_outputs=n_out)
         X = self._validate_for_predict(X)
-        if self.kernel == "precomputed":
-            K = X[:, self.support_]
-        else:
-            K = self.kernel_.block(X, self.support_vectors_)
-        scores = K @ self.dual_coef_.T + self.intercept_[None, :]
+        n_support = max(len(self.support_), 1)
+        step = max(1, PREDICT_BLOCK_BYTES // (8 * n_support))
+        scores = np.empty((X.shape[0], self.dual_coef_.shape[0]))
+        for start in range(0, X.shape[0], step):  # K(X, SV) a block of rows at a time
+            rows = X[start:start + step]
+            if self.kernel == "precomputed":
+                K = rows[:, self.support_]
+            else:
+                K = self.kernel_.block(rows, self.support_vectors_)
+            scores[start:start + step] = K @ self.dual_coef_.T + self.intercept_[None, :]
         return scores.ravel() if len(self.classes_) == 2 else scores
 
     def predict(self, X):

@@ -201,3 +201,15 @@ def test_from_solution_builds_the_model_fit_builds(blobs):
     for name in ("support_", "dual_coef_", "intercept_", "n_iter_", "support_vectors_"):
         np.testing.assert_allclose(getattr(built, name), getattr(fitted, name), err_msg=name)
     np.testing.assert_array_equal(built.predict(X), fitted.predict(X))
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "precomputed"])
+def test_decision_function_in_row_blocks_equals_one_block(blobs, kernel, monkeypatch):
+    X, y = blobs
+    A = Kernel("rbf", gamma=0.5).block(X) if kernel == "precomputed" else X
+    model = muflow.SVC(kernel=kernel, gamma=0.5).fit(A, y)
+    whole = model.decision_function(A)
+    # blocks of 7 rows: K(X, SV) is never held for all samples at once
+    monkeypatch.setattr(muflow.model, "PREDICT_BLOCK_BYTES", 8 * len(model.support_) * 7)
+    np.testing.assert_allclose(model.decision_function(A), whole, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(model.predict(A), model.classes_[np.argmax(whole, axis=1)])
