@@ -1,0 +1,177 @@
+"""One kernel SVM fit, muflow.SVC against its CPU peers, side by side in one run.
+
+Contenders, each in a fresh process of its own (so that peak resident memory is its own):
+
+- ``muflow``: ``muflow.SVC(kernel="rbf", gamma, C)`` as a user calls it, end to end (kernel
+  values, solver "auto", support vectors stored);
+- ``sklearnex``: scikit-learn-intelex's SVC (oneDAL), the fastest CPU SVC, with
+  ``cache_size=2000`` (MB);
+- ``libsvm``: scikit-learn's SVC with ``cache_size=2000``.
+
+Data sets:
+
+- ``a8a``: a8a / a8a.t from ../shared/data (22,696 x 123, sparse binary), RBF gamma=0.05, C=1;
+- ``make100k``: ``make_classification(n_samples=100000, n_features=50, n_informative=20,
+  flip_y=0.05, random_state=0)``, RBF gamma=0.02, C=1. There is no separate test set:
+  its accuracy column is training accuracy.
+
+Printed per contender: fit time, peak RSS of its process, test accuracy and the dual
+objective ``1/2 c'Kc - sum |c|`` (c = dual_coef_, y_i alpha_i), computed here for every
+contender by the same blocked float64 evaluation over its support vectors, so that the
+figures compare. Ratios are peer time / muflow time.
+
+scikit-learn-intelex is not a muflow dependency: run in the benchmarks' own environment
+(``bash benchmarks/peers_env.sh``; ``. benchmarks/.venv-peers/bin/activate``). A contender
+whose package is missing is reported as skipped.
+
+    python benchmarks/bench_single_fit.py                      # both data sets, all contenders
+    python benchmarks/bench_single_fit.py --data a8a --skip libsvm
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+CACHE_MB = 2000
+SETTINGS = {"a8a": {"gamma": 0.05, "C": 1.0}, "make100k": {"gamma": 0.02, "C": 1.0}}
+CONTENDERS = ("muflow", "sklearnex", "libsvm")
+
+
+def load(name):
+    """(X_train, y_train, X_test, y_test) of a data set."""
+    if name == "a8a":
+        from sklearn.datasets import load_svmlight_file
+
+        Xtr, ytr = load_svmlight_file(str(DATA / "a8a"), n_features=123)
+        Xte, yte = load_svmlight_file(str(DATA / "a8a.t"), n_features=123)
+        for X in (Xtr, Xte):  # libsvm's wrapper takes 32-bit sparse indices only
+            X.indices = X.indices.astype(np.int32)
+            X.indptr = X.indptr.astype(np.int32)
+        return Xtr, ytr, Xte, yte
+    if name == "make100k":
+        from sklearn.datasets import make_classification
+
+        X, y = make_classification(n_samples=100000, n_features=50, n_informative=20,
+                                   flip_y=0.05, random_state=0)
+        return X, y, X, y
+    raise SystemExit(f"unknown data set {name!r}; choose from {', '.join(SETTINGS)}")
+
+
+def make_estimator(contender, gamma, C):
+    if contender == "muflow":
+        import muflow
+
+        params = {"kernel": "rbf", "gamma": gamma, "C": C}
+        if "cache_size" in muflow.SVC().get_params():
+            params["cache_size"] = CACHE_MB
+        return muflow.SVC(**params)
+    if contender == "sklearnex":
+        from sklearnex.svm import SVC
+    else:
+        from sklearn.svm import SVC
+    return SVC(kernel="rbf", gamma=gamma, C=C, cache_size=CACHE_MB)
+
+
+def child(contender, data, out):
+    """Fit one contender on one data set; write what the parent reports to ``out``."""
+    Xtr, ytr, Xte, yte = load(data)
+    settings = SETTINGS[data]
+    try:
+        est = make_estimator(contender, **settings)
+    except ImportError as exc:
+        Path(out).write_text(json.dumps({"skipped": f"{type(exc).__name__}: {exc}"}))
+        return
+    t0 = time.perf_counter()
+    est.fit(Xtr, ytr)
+    fit_s = time.perf_counter() - t0
+    accuracy = float(np.mean(est.predict(Xte) == yte))
+    record = {"fit_s": fit_s, "accuracy": accuracy,
+              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+              "n_support": int(len(est.support_)),
+              "support": np.asarray(est.support_).tolist(),
+              "dual_coef": np.asarray(est.dual_coef_, dtype=np.float64).ravel().tolist()}
+    if contender == "muflow":
+        record["note"] = f"solver {getattr(est, 'solver_', '?')}"
+    Path(out).write_text(json.dumps(record))
+
+
+def dual_objective(X, support, coef, gamma, block=4096):
+    """``1/2 c'K c - sum |c|`` over the support vectors, K in float64, a block of rows at a time."""
+    from muflow.inmemory import block_input
+    from muflow.kernels import Kernel
+
+    kernel = Kernel("rbf", gamma=gamma)
+    S = block_input(X[np.asarray(support, dtype=np.int64)])
+    coef = np.asarray(coef)
+    quad = 0.0
+    for start in range(0, len(coef), block):
+        rows = kernel.block(S[start:start + block], S)
+        quad += float(coef[start:start + block] @ (rows @ coef))
+    return 0.5 * quad - float(np.abs(coef).sum())
+
+
+def run(data, contenders):
+    settings = SETTINGS[data]
+    print(f"\n{data}: RBF gamma={settings['gamma']} C={settings['C']}; peers with cache_size={CACHE_MB} MB")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for contender in contenders:
+            out = Path(tmp) / f"{contender}.json"
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, __file__, "--child", contender, "--data", data,
+                                   "--out", str(out)], capture_output=True, text=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0 or not out.exists():
+                results[contender] = {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
+            else:
+                results[contender] = json.loads(out.read_text())
+                results[contender]["process_s"] = wall
+            rec = results[contender]
+            print(f"  {contender}: " + (rec["skipped"] if "skipped" in rec else
+                                        f"fit {rec['fit_s']:.2f} s (process {wall:.1f} s)"), flush=True)
+    Xtr = load(data)[0]
+    base = results.get("muflow", {})
+    print(f"\n{'contender':<11} {'fit (s)':>9} {'x muflow':>9} {'peak RSS':>10} {'accuracy':>9} "
+          f"{'n_SV':>7} {'dual objective':>16}  note")
+    for contender, rec in results.items():
+        if "skipped" in rec:
+            print(f"{contender:<11} skipped: {rec['skipped']}")
+            continue
+        objective = dual_objective(Xtr, rec["support"], rec["dual_coef"], settings["gamma"])
+        ratio = rec["fit_s"] / base["fit_s"] if "fit_s" in base else float("nan")
+        print(f"{contender:<11} {rec['fit_s']:9.2f} {ratio:9.2f} {rec['peak_rss_mb']:8.0f}MB "
+              f"{rec['accuracy']:9.4f} {rec['n_support']:7d} {objective:16.6f}  {rec.get('note', '')}")
+    return results
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default="a8a,make100k", help="comma-separated: a8a, make100k")
+    parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child(args.child, args.data, args.out)
+    skip = {s for s in args.skip.split(",") if s}
+    contenders = [c for c in CONTENDERS if c not in skip]
+    import platform
+    import os
+
+    print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} CPUs; python {platform.python_version()}")
+    for data in args.data.split(","):
+        run(data, contenders)
+
+
+if __name__ == "__main__":
+    main()
