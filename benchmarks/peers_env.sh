@@ -12,4 +12,4 @@ if [ ! -x benchmarks/.venv-peers/bin/python ]; then
 fi
 . benchmarks/.venv-peers/bin/activate
 pip install --quiet -e . scikit-learn-intelex psutil
-python -c "import sklearnex, sklearn; print('scikit-learn-intelex', sklearnex.__version__ if hasattr(sklearnex, '__version__') else '?', '| scikit-learn', sklearn.__version__)"
+python -c "from importlib.metadata import version as v; print('scikit-learn-intelex', v('scikit-learn-intelex'), '| daal', v('daal'), '| scikit-learn', v('scikit-learn'))"
