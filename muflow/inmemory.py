@@ -7,18 +7,26 @@ stored and distributed path is :mod:`muflow.gram`; both evaluate blocks with
 
 Notes
 -----
-Work: n^2 kernel values, one BLAS product per row panel. Memory: K plus one float64 panel
-(``block_rows * n``) per thread. On virtual machines mapping fresh memory is a sizeable
-part of the cost (about 1 s per GiB measured here), which is why ``out`` can be reused.
+Work: n^2 kernel values, one BLAS product per row panel in K's dtype and one fused
+element-wise pass. Memory: K plus X twice in K's dtype (:class:`RowSource`). The panel
+machinery (:func:`row_source`, :class:`Columns`, :func:`run_panels`) also serves rows of K
+computed on demand (:class:`muflow.kernel_rows.KernelRows`). On virtual machines mapping
+fresh memory is a sizeable part of the cost (about 1 s per GiB measured here), which is why
+``out`` can be reused.
 """
 
 from __future__ import annotations
+
+import contextlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
-from muflow.kernels import Kernel
+from muflow.kernels import Kernel, _row_sq_norms
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -77,59 +85,199 @@ def empty_populated(shape, dtype) -> np.ndarray:
     return np.frombuffer(buf, dtype=dtype).reshape(shape)
 
 
-def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 512, out=None,
+@dataclass(frozen=True)
+class RowSource:
+    """X prepared once for blocks ``K(X[rows], X[columns])`` in one dtype.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n, n_features) in ``dtype``, C-ordered, or CSR (float64)
+        The rows multiplied. Dense data of an rbf kernel are centred (each feature minus its
+        mean): distances, hence K, are unchanged and the norms whose cancellation float32
+        pays for are as small as they can be.
+    XT : ndarray of shape (n_features, n), C-ordered, or None for CSR
+        ``X.T`` laid out for the BLAS product, made once.
+    sq : ndarray of shape (n,), float64
+        Squared row norms of the values multiplied (rbf; the exact diagonal).
+    dtype : numpy dtype
+        The product's dtype: float32 (sgemm) or float64 (dgemm).
+    """
+
+    X: object
+    XT: np.ndarray | None
+    sq: np.ndarray
+    dtype: np.dtype
+
+    @property
+    def n(self) -> int:
+        return self.X.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        if sp.issparse(self.X):
+            return int(self.X.data.nbytes + self.X.indices.nbytes + self.X.indptr.nbytes + self.sq.nbytes)
+        return int(self.X.nbytes + self.XT.nbytes + self.sq.nbytes)
+
+
+#: Kernels evaluated from one product A B' (in the Gram's dtype); the others are read from
+#: float64 data by :meth:`Kernel.block_reference`.
+PRODUCT_KERNELS = ("linear", "poly", "rbf", "sigmoid")
+
+
+def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
+    """Prepare X for panels of ``K(X, X)`` in ``dtype`` (see :class:`RowSource`)."""
+    dtype = np.dtype(dtype)
+    Xb = block_input(X)
+    if sp.issparse(Xb):
+        return RowSource(Xb, None, _row_sq_norms(Xb), dtype)
+    if kernel.name not in PRODUCT_KERNELS:
+        dtype = np.dtype(np.float64)
+    if kernel.name == "rbf" and Xb.shape[0]:
+        Xb = Xb - Xb.mean(axis=0)
+    Xc = np.ascontiguousarray(Xb, dtype=dtype)
+    sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
+    return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype)
+
+
+class Columns:
+    """The column side of the panels: all of X, or the samples ``cols`` only (a product
+    ``K @ V`` needs the columns where V is non-zero, by symmetry of K).
+
+    Attributes
+    ----------
+    m : int
+        Columns of a panel.
+    position : ndarray of shape (n,), int64, or None
+        Column of each sample, -1 where it is not among ``cols`` (None: sample i is column i).
+    """
+
+    def __init__(self, source: RowSource, cols=None):
+        self.source = source
+        if cols is None:
+            self.B, self.BT, self.sq, self.position = source.X, source.XT, source.sq, None
+        else:
+            cols = np.asarray(cols, dtype=np.int64)
+            self.B = source.X[cols]
+            self.BT = None if source.XT is None else np.ascontiguousarray(source.XT[:, cols])
+            self.sq = source.sq[cols]
+            self.position = np.full(source.n, -1, dtype=np.int64)
+            self.position[cols] = np.arange(cols.size)
+        self.m = self.B.shape[0]
+
+    def panel_into(self, kernel: Kernel, rows, out) -> np.ndarray:
+        """``K(X[rows], X[cols])`` into ``out`` (C-ordered, the source's dtype); ``rows`` a
+        slice or an array of sample indices (repeats allowed). Every diagonal entry
+        ``K(x_i, x_i)`` in the panel is written exactly (``same_rows``)."""
+        source = self.source
+        if isinstance(rows, slice):
+            index = np.arange(rows.start, rows.stop)
+        else:
+            index = np.asarray(rows, dtype=np.int64)
+        same = index if self.position is None else self.position[index]
+        return kernel.block_into(source.X[rows], self.B, out, BT=self.BT, sq_A=source.sq[rows],
+                                 sq_B=self.sq, same_rows=same)
+
+
+_CONTROLLER = None
+
+
+def _blas_single_threaded(n_threads: int):
+    """BLAS held to one thread while ``n_threads`` of ours run panels side by side (each
+    panel's product then runs next to another panel's element-wise pass). The controller
+    is made once: threadpoolctl's ``threadpool_limits`` scans the loaded libraries on every
+    call, which a row fetched alone would pay each time."""
+    global _CONTROLLER
+    if n_threads <= 1:
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        from threadpoolctl import ThreadpoolController
+
+        _CONTROLLER = ThreadpoolController()
+    return _CONTROLLER.limit(limits=1, user_api="blas")
+
+
+def default_threads() -> int:
+    """The CPUs this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None) -> None:
+    """Call ``work(p0, p1, worker)`` for consecutive panels ``[p0, p1)`` of ``n_items`` rows,
+    ``block_rows`` at a time, on ``n_threads`` threads (panels dealt round-robin; the
+    worker index names its scratch buffers). One panel runs in the calling thread with
+    BLAS free to use every core."""
+    starts = list(range(0, n_items, max(1, int(block_rows))))
+    n_threads = max(1, min(n_threads or default_threads(), len(starts)))
+
+    def panels(worker):
+        for p0 in starts[worker::n_threads]:
+            work(p0, min(p0 + block_rows, n_items), worker)
+
+    with _blas_single_threaded(n_threads):
+        if n_threads == 1:
+            panels(0)
+        else:
+            with ThreadPoolExecutor(n_threads) as pool:
+                list(pool.map(panels, range(n_threads)))
+
+
+def contiguous_run(index: np.ndarray) -> int | None:
+    """The first element of ``index`` when it is a run ``s, s+1, ..., s+k-1``, else None."""
+    if index.size == 0:
+        return None
+    s = int(index[0])
+    return s if int(index[-1]) - s == index.size - 1 and np.all(np.diff(index) == 1) else None
+
+
+def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 256, out=None,
                n_threads: int | None = None) -> np.ndarray:
     """K(X, X) into one in-memory array, row panel by row panel on ``n_threads`` threads.
 
-    Each thread evaluates its panels with :meth:`Kernel.block_into` (one BLAS product
-    into a reused float64 scratch panel, finished in place) with BLAS itself held to one
-    thread, so that the products and the element-wise passes of different panels run
-    side by side.
+    X is prepared once (:func:`row_source`: cast to ``dtype``, centred for rbf, ``X.T``
+    made contiguous); each panel is one BLAS product in ``dtype`` (sgemm for float32, no
+    syrk) written into K itself and one fused element-wise pass in place
+    (:meth:`Kernel.block_into`), with BLAS held to one thread so that the panels' products
+    and passes run side by side. :class:`muflow.kernel_rows.KernelRows` computes its rows
+    the same way.
 
     Parameters
     ----------
     X : ndarray or sparse matrix of shape (n, n_features)
     kernel : Kernel
     dtype : {"float32", "float64"}, default="float32"
-    block_rows : int, default=512
-        Rows per panel; memory: one float64 panel of ``block_rows * n`` per thread.
+    block_rows : int, default=256
+        Rows per panel.
     out : ndarray of shape (n, n), optional
         Written in place (and returned): a sweep reuses one buffer for every kernel
         setting, which spares the operating system from mapping fresh pages each time.
     n_threads : int, optional
         Default: the CPUs this process may use.
+
+    Notes
+    -----
+    Memory: K (``n**2 * itemsize`` bytes, :func:`muflow.memory.check_gram_fits` refuses one
+    that does not fit before allocating) plus X twice in ``dtype``.
     """
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    from threadpoolctl import threadpool_limits
-
-    Xb = block_input(X)
-    n = Xb.shape[0]
+    dtype = np.dtype(dtype)
+    n = X.shape[0]
     if out is None:
+        from muflow.memory import check_gram_fits
+
+        check_gram_fits(n, dtype)
         out = empty_populated((n, n), dtype)
     elif out.shape != (n, n) or not out.flags.c_contiguous:
         raise MuflowInputError(f"out must be a C-ordered ({n}, {n}) array, got {out.shape}")
-    dense = not sp.issparse(Xb)
-    XT = np.ascontiguousarray(Xb.T) if dense else None
-    sq = np.einsum("ij,ij->i", Xb, Xb) if dense else None
-    starts = list(range(0, n, block_rows))
-    n_threads = max(1, min(n_threads or len(os.sched_getaffinity(0)), len(starts)))
-
-    def panels(worker):
-        scratch = np.empty(block_rows * n)
-        for start in starts[worker::n_threads]:
-            stop = min(start + block_rows, n)
-            kernel.block_into(Xb[start:stop], Xb, out[start:stop], BT=XT,
-                              sq_A=None if sq is None else sq[start:stop], sq_B=sq, scratch=scratch)
-
-    with threadpool_limits(1 if n_threads > 1 else None, user_api="blas"):
-        if n_threads == 1:
-            panels(0)
-        else:
-            with ThreadPoolExecutor(n_threads) as pool:
-                list(pool.map(panels, range(n_threads)))
+    source = row_source(X, kernel, out.dtype)
+    columns = Columns(source)
+    if source.dtype != out.dtype:  # laplacian: float64 evaluation, stored in out's dtype
+        def work(p0, p1, worker):
+            out[p0:p1] = columns.panel_into(kernel, slice(p0, p1), np.empty((p1 - p0, n)))
+    else:
+        def work(p0, p1, worker):
+            columns.panel_into(kernel, slice(p0, p1), out[p0:p1])
+    run_panels(n, block_rows, work, n_threads=n_threads)
     return out
 
 
-__all__ = ["block_input", "numpy_gram", "gram_dtype", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]
+__all__ = ["block_input", "numpy_gram", "gram_dtype", "row_source", "RowSource", "Columns",
+           "run_panels", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]

@@ -68,6 +68,24 @@ def squared_distances(A, B) -> np.ndarray:
     return d
 
 
+def _same_array(A, B) -> bool:
+    """Whether A and B are the same dense rows (a diagonal block): one object, or two views
+    of the same memory with the same shape and strides."""
+    if A is B:
+        return True
+    if not (isinstance(A, np.ndarray) and isinstance(B, np.ndarray)):
+        return False
+    return (A.shape == B.shape and A.strides == B.strides and A.dtype == B.dtype
+            and A.__array_interface__["data"][0] == B.__array_interface__["data"][0])
+
+
+def _sq_norms64(A) -> np.ndarray:
+    """Squared row norms summed in float64 whatever A's dtype."""
+    if sp.issparse(A):
+        return _row_sq_norms(A.astype(np.float64))
+    return _row_sq_norms(np.asarray(A, dtype=np.float64))
+
+
 def _dense(A):
     return A.toarray() if sp.issparse(A) else A
 
@@ -131,46 +149,127 @@ class Kernel:
 
     __call__ = block
 
-    def block_into(self, A, B, out, *, BT=None, sq_A=None, sq_B=None, scratch=None):
+    def block_into(self, A, B, out, *, BT=None, sq_A=None, sq_B=None, scratch=None,
+                   same_rows=None):
         """Evaluate ``K(A, B)`` into ``out`` (float32 or float64), in place.
 
-        The kernels built on inner products (linear, poly, rbf, sigmoid) take one BLAS
-        product into a float64 ``scratch`` block and finish it in place there, so that a
-        block costs one product and a few passes over memory, and rounding happens once,
-        when the float64 values are stored into ``out``.
+        The one code path of every block of K that muflow computes: the in-memory Gram
+        (:func:`muflow.inmemory.numpy_gram`), the zarr tiles (:mod:`muflow.gram.build`),
+        rows on demand (:class:`muflow.kernel_rows.KernelRows`) and prediction. The kernels
+        built on inner products (linear, poly, rbf, sigmoid) take one BLAS product
+        ``G = A B'`` in the dtype of ``out`` (sgemm for float32, dgemm for float64) written
+        into ``out`` itself, then one element-wise finish in place: compiled and fused into
+        one pass for float32 (:mod:`muflow._kernel_compiled`), NumPy's in-place ufuncs for
+        float64.
 
         Parameters
         ----------
         A, B : ndarray or sparse matrix
         out : ndarray of shape (len(A), len(B)), float32 or float64
         BT : ndarray, optional
-            ``B.T`` as a C-ordered array (dense B only), computed once by callers that
-            evaluate many blocks against the same B.
+            ``B.T`` as a C-ordered array in the dtype of ``out`` (dense B only), computed
+            once by callers that evaluate many blocks against the same B.
         sq_A, sq_B : ndarray, optional
-            Squared row norms of A and B (rbf), likewise.
+            Squared row norms of A and B (rbf; the diagonal), computed in float64 from the
+            values multiplied, likewise.
         scratch : ndarray, optional
-            float64 work space with at least ``out.size`` elements, reused across calls.
+            float64 work space with at least ``out.size`` elements for the product of
+            sparse blocks, reused across calls.
+        same_rows : ndarray of int, optional
+            ``same_rows[r] = c >= 0`` where row r of A is row c of B: ``out[r, c]`` is then
+            written from the kernel's diagonal (:meth:`diagonal_from_sq`) instead of the
+            product, so that K(a, a) is exact (1 + offset for rbf) whatever the round-off of
+            ``||a||^2 + ||a||^2 - 2 a'a``. Default: every ``r`` when A and B are the same
+            array (a diagonal block), none otherwise.
+
+        Notes
+        -----
+        float32 accuracy: sgemm rounds each product ``a'b`` to about ``6e-8 ||a|| ||b||``,
+        and rbf's squared distance (clamped at 0) inherits that absolute error. Centring
+        leaves distances unchanged and makes the norms, hence the error, small: without
+        ``BT`` the two blocks are centred on B's mean here; callers that pass ``BT`` hold all
+        of X and centre it once (:func:`muflow.inmemory.row_source`).
         """
         name = self.name
-        if name in ("laplacian", "precomputed") or sp.issparse(A) or sp.issparse(B):
+        if name in ("laplacian", "precomputed"):
             out[...] = self.block_reference(A, B)
             return out
-        A = np.asarray(A, dtype=np.float64)
-        if scratch is None or scratch.size < out.size:
-            G = out if out.dtype == np.float64 else np.empty(out.shape)
+        if same_rows is None and _same_array(A, B):
+            same_rows = np.arange(A.shape[0])
+        dtype = np.dtype(out.dtype)
+        G = out if out.flags.c_contiguous else np.empty(out.shape, dtype)
+        if sp.issparse(A) or sp.issparse(B):
+            product = A @ B.T
+            if not sp.issparse(product):
+                G[...] = product
+            elif product.dtype == dtype:
+                product.toarray(out=G)
+            elif scratch is not None and scratch.size >= out.size:
+                G[...] = product.toarray(out=scratch.reshape(-1)[: out.size].reshape(out.shape))
+            else:
+                G[...] = product.toarray()
+            if name == "rbf":
+                sq_A = _row_sq_norms(A) if sq_A is None else sq_A
+                sq_B = _row_sq_norms(B) if sq_B is None else sq_B
         else:
-            G = scratch.reshape(-1)[: out.size].reshape(out.shape)
-        if BT is None:
-            BT = np.ascontiguousarray(np.asarray(B, dtype=np.float64).T)
-        # not ``A @ A.T``: NumPy sends that to syrk, which OpenBLAS runs many times slower
-        np.matmul(A, BT, out=G)
+            if BT is None and name == "rbf" and dtype == np.float32:
+                # distances do not change under a common shift: centring both blocks on B's
+                # mean before rounding to float32 makes the norms, hence sgemm's error, small
+                B = np.asarray(B, dtype=np.float64)
+                center = B.mean(axis=0) if B.shape[0] else 0.0
+                A = np.asarray(A, dtype=np.float64) - center
+                B = B - center
+                sq_A = sq_B = None
+            A = np.asarray(A, dtype=dtype)
+            if BT is None:
+                BT = np.ascontiguousarray(np.asarray(B, dtype=dtype).T)
+            elif BT.dtype != dtype:
+                BT = np.ascontiguousarray(BT, dtype=dtype)
+            # not ``A @ A.T``: NumPy sends that to syrk, which OpenBLAS runs many times slower
+            np.matmul(A, BT, out=G)
+            if name == "rbf" and sq_A is None:
+                sq_A = _sq_norms64(A)
+            if name == "rbf" and sq_B is None:
+                sq_B = _sq_norms64(BT.T)
+        if dtype == np.float32:
+            self._finish_float32(G, sq_A, sq_B)
+        else:
+            self._finish_float64(G, sq_A, sq_B)
+        if same_rows is not None:
+            same_rows = np.asarray(same_rows)
+            r = np.flatnonzero(same_rows >= 0)
+            if r.size:
+                sq = _sq_norms64(A) if sq_A is None else np.asarray(sq_A, dtype=np.float64)
+                G[r, same_rows[r]] = self.diagonal_from_sq(sq[r])
+        if G is not out:
+            out[...] = G
+        return out
+
+    def _finish_float32(self, G, sq_A, sq_B):
+        """The compiled, fused element-wise pass over a C-ordered float32 product."""
+        from muflow import _kernel_compiled as kc
+
+        f32 = np.float32
+        offset = f32(self.offset)
+        if self.name == "rbf":
+            kc.finish_rbf(G, np.ascontiguousarray(sq_A, dtype=np.float64),
+                          np.ascontiguousarray(sq_B, dtype=np.float64), float(self.gamma), offset)
+        elif self.name == "poly":
+            kc.finish_poly(G, f32(self.gamma), f32(self.coef0), int(self.degree), offset)
+        elif self.name == "sigmoid":
+            kc.finish_sigmoid(G, f32(self.gamma), f32(self.coef0), offset)
+        elif self.offset:
+            G += offset
+
+    def _finish_float64(self, G, sq_A, sq_B):
+        """NumPy's in-place passes over a float64 product (no compiled code: prediction
+        from a saved model needs NumPy and SciPy only)."""
+        name = self.name
         if name == "rbf":
             # -gamma ||a - b||^2 = 2 gamma a.b - gamma ||a||^2 - gamma ||b||^2, clipped at 0
-            sq_A = _row_sq_norms(A) if sq_A is None else sq_A
-            sq_B = _row_sq_norms(np.asarray(B, dtype=np.float64)) if sq_B is None else sq_B
             G *= 2.0 * self.gamma
-            G -= (self.gamma * sq_A)[:, None]
-            G -= (self.gamma * sq_B)[None, :]
+            G -= (self.gamma * np.asarray(sq_A, dtype=np.float64))[:, None]
+            G -= (self.gamma * np.asarray(sq_B, dtype=np.float64))[None, :]
             np.minimum(G, 0.0, out=G)
             np.exp(G, out=G)
         elif name == "poly":
@@ -183,9 +282,6 @@ class Kernel:
             np.tanh(G, out=G)
         if self.offset:
             G += self.offset
-        if G is not out:
-            out[...] = G
-        return out
 
     def block_reference(self, A, B=None) -> np.ndarray:
         """``K(A, B)`` by the textbook formulas, as float64 (laplacian, sparse input and the
@@ -212,19 +308,30 @@ class Kernel:
 
     def diagonal(self, A) -> np.ndarray:
         """``K(a_i, a_i)`` for every row, without building the block."""
+        if self.name == "precomputed":
+            return np.diag(_dense(A)).astype(np.float64) + self.offset
         if self.name in ("rbf", "laplacian"):
-            d = np.ones(A.shape[0])
-        elif self.name == "precomputed":
-            d = np.diag(_dense(A)).astype(np.float64)
+            return self.diagonal_from_sq(np.zeros(A.shape[0]))
+        return self.diagonal_from_sq(_row_sq_norms(A))
+
+    def diagonal_from_sq(self, sq) -> np.ndarray:
+        """``K(a, a)`` from ``||a||^2`` (float64): the exact diagonal of a block.
+
+        rbf and laplacian: ``1 + offset`` whatever ``sq``; linear ``sq``; poly
+        ``(gamma sq + coef0) ** degree``; sigmoid ``tanh(gamma sq + coef0)``.
+        """
+        sq = np.asarray(sq, dtype=np.float64)
+        if self.name in ("rbf", "laplacian"):
+            d = np.ones(sq.shape[0])
+        elif self.name == "linear":
+            d = sq.copy()
+        elif self.name == "poly":
+            d = (self.gamma * sq + self.coef0) ** int(self.degree)
+        elif self.name == "sigmoid":
+            d = np.tanh(self.gamma * sq + self.coef0)
         else:
-            sq = _row_sq_norms(A)
-            if self.name == "linear":
-                d = sq
-            elif self.name == "poly":
-                d = (self.gamma * sq + self.coef0) ** int(self.degree)
-            else:
-                d = np.tanh(self.gamma * sq + self.coef0)
-        return np.asarray(d, dtype=np.float64) + self.offset
+            raise MuflowInputError("a precomputed kernel's diagonal is read from the matrix, not from norms")
+        return d + self.offset
 
     # -- properties -------------------------------------------------------------------
     def is_nonnegative(self, X) -> bool:

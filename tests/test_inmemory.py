@@ -51,7 +51,9 @@ def test_block_into_agrees_with_block_for_rectangular_blocks(X):
     kernel = Kernel("poly", gamma=0.5, degree=2, coef0=0.5)
     out = np.empty((40, 90), dtype=np.float32)
     kernel.block_into(X[:40], X[100:190], out)
-    np.testing.assert_allclose(out, kernel.block_reference(X[:40], X[100:190]), rtol=1e-6)
+    # a float32 block is one sgemm: its error is absolute, about 6e-8 ||a|| ||b|| per product,
+    # not relative to an entry that cancels to nearly 0 ((gamma a'b + coef0)^2 with a'b ~ -1)
+    np.testing.assert_allclose(out, kernel.block_reference(X[:40], X[100:190]), rtol=1e-6, atol=1e-6)
 
 
 def test_gram_dtype_rule_and_svc_option(breast_cancer_split):

@@ -1,0 +1,142 @@
+"""Compiled element-wise finish of float32 kernel blocks (numba, cached on disk).
+
+A block of K is one BLAS product ``G = A B'`` followed by an element-wise transform
+(:meth:`muflow.kernels.Kernel.block_into`). For a float32 block the transform is one pass
+over G here, in place, released from the GIL so that the threads of
+:mod:`muflow.inmemory` finish their panels side by side.
+
+NumPy's float32 ``exp`` is a scalar libm call on CPUs without AVX-512 (about 2 ns a value
+measured on the 2-core AMD EPYC machine of the issue, as long as the sgemm of a8a's whole
+Gram). :func:`exp_nonpositive` is the Cephes ``expf`` (Moshier, Cephes Math Library,
+``expf.c``: Cody-Waite reduction by ln 2 in two parts, degree-5 polynomial on
+[-ln2/2, ln2/2], within about one ulp) written with branch-free operations and a bit
+cast for the power of two, which LLVM vectorises (8 floats per AVX2 instruction). Its
+argument is never positive here: rbf's -gamma ||a - b||^2 and tanh's -2|x|.
+
+Each function is compiled for one signature: a C-contiguous float32 block (and float64
+norms and parameters for rbf, float32 scalars otherwise); float64 blocks are finished by
+NumPy in :meth:`~muflow.kernels.Kernel.block_into`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
+
+# Cephes expf: ln 2 = _LN2_HI + _LN2_LO with _LN2_HI exact in a few bits, so that
+# x - n ln2 loses nothing for |n| <= 126
+_LOG2E = np.float32(1.44269504088896341)
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(-2.12194440e-4)
+_P0 = np.float32(1.9875691500e-4)
+_P1 = np.float32(1.3981999507e-3)
+_P2 = np.float32(8.3334519073e-3)
+_P3 = np.float32(4.1665795894e-2)
+_P4 = np.float32(1.6666665459e-1)
+_P5 = np.float32(5.0000001201e-1)
+#: Below this exp(x) < 1.7e-38, under float32's smallest normal: the result is 0.
+_EXP_FLOOR = np.float32(-87.0)
+
+# contraction into fused multiply-adds only: reassociation would fold the two-part
+# reduction x - n ln2_hi - n ln2_lo back into one rounded ln 2
+_FLAGS = {"contract", "nnan", "ninf", "nsz"}
+
+
+@intrinsic
+def _float32_from_bits(typingctx, bits):
+    """The float32 whose IEEE bits are the low 32 bits of the integer ``bits``."""
+    if not isinstance(bits, types.Integer):
+        return None
+    sig = types.float32(bits)
+
+    def codegen(context, builder, signature, args):
+        value = args[0]
+        if signature.args[0].bitwidth > 32:
+            value = builder.trunc(value, ir.IntType(32))
+        elif signature.args[0].bitwidth < 32:
+            value = builder.sext(value, ir.IntType(32))
+        return builder.bitcast(value, ir.FloatType())
+
+    return sig, codegen
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def exp_nonpositive(x):
+    """exp(x) for float32 x <= 0 (Cephes expf); 0 below -87."""
+    n = np.floor(x * _LOG2E + np.float32(0.5))
+    r = x - n * _LN2_HI
+    r = r - n * _LN2_LO
+    p = _P0 * r + _P1
+    p = p * r + _P2
+    p = p * r + _P3
+    p = p * r + _P4
+    p = p * r + _P5
+    p = p * (r * r) + r + np.float32(1.0)
+    scale = _float32_from_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+    return p * scale if x >= _EXP_FLOOR else np.float32(0.0)
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def _tanh(x):
+    """tanh(x) in float32: its Taylor series up to x^9 for |x| < 1/4, where 1 - e^(-2|x|)
+    would cancel, and (1 - e) / (1 + e) with e = exp(-2|x|) beyond."""
+    a = abs(x)
+    z = x * x
+    series = x * (np.float32(1.0) + z * (np.float32(-1.0 / 3.0) + z * (np.float32(2.0 / 15.0) + z * (
+        np.float32(-17.0 / 315.0) + z * np.float32(62.0 / 2835.0)))))
+    e = exp_nonpositive(np.float32(-2.0) * a)
+    tail = (np.float32(1.0) - e) / (np.float32(1.0) + e)
+    tail = tail if x >= np.float32(0.0) else -tail
+    return series if a < np.float32(0.25) else tail
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
+def finish_rbf(G, sq_A, sq_B, gamma, offset):
+    """G <- exp(-gamma max(sq_A_i + sq_B_j - 2 G_ij, 0)) + offset, in place.
+
+    G is float32 (the sgemm product), the norms float64: the squared distance
+    ||a||^2 + ||b||^2 - 2 a'b, where the terms cancel, is formed in float64 so that the
+    only float32 error left in it is the product's; it is clamped at 0 (no entry above
+    1 + offset) and only the exponent is rounded to float32.
+    """
+    zero = 0.0
+    for i in range(G.shape[0]):
+        a = sq_A[i]
+        row = G[i]
+        # two passes over a row that stays in cache: each vectorises at its own width
+        # (4 doubles for the distance, 8 floats for the exponential)
+        for j in range(row.shape[0]):
+            row[j] = np.float32(-gamma * max(a + sq_B[j] - 2.0 * np.float64(row[j]), zero))
+        for j in range(row.shape[0]):
+            row[j] = exp_nonpositive(row[j]) + offset
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
+def finish_sigmoid(G, gamma, coef0, offset):
+    """G <- tanh(gamma G + coef0) + offset, in place (float32)."""
+    for i in range(G.shape[0]):
+        row = G[i]
+        for j in range(row.shape[0]):
+            row[j] = _tanh(gamma * row[j] + coef0) + offset
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
+def finish_poly(G, gamma, coef0, degree, offset):
+    """G <- (gamma G + coef0) ** degree + offset, in place (float32).
+
+    The power is taken one factor at a time over a whole row (``degree - 1`` passes over a
+    row that stays in cache), which vectorises where a per-element loop would not.
+    """
+    base = np.empty(G.shape[1], dtype=np.float32)
+    for i in range(G.shape[0]):
+        row = G[i]
+        for j in range(row.shape[0]):
+            base[j] = gamma * row[j] + coef0
+            row[j] = base[j]
+        for _ in range(degree - 1):
+            for j in range(row.shape[0]):
+                row[j] *= base[j]
+        for j in range(row.shape[0]):
+            row[j] += offset
