@@ -4,7 +4,11 @@
 backend from its arguments:
 
 - in this process (:class:`~muflow.operators.DenseGram` over a NumPy array built on
-  threads, :func:`muflow.inmemory.numpy_gram`): the default;
+  threads, :func:`muflow.inmemory.numpy_gram`): the default while K fits in half the
+  available memory (:func:`muflow.memory.choose_gram`);
+- in this process, rows computed from X on demand (:class:`~muflow.kernel_rows.KernelRows`,
+  ``gram="rows"``): never an n x n array, for the subset solvers and their row cache; the
+  default when K does not fit;
 - in this process, read from the Gram store cache (``cache_dir``): a second fit on the
   same data and kernel reads K instead of computing it;
 - on a Dask cluster (:class:`~muflow.distributed.DaskGram`, K's row panels held by the
@@ -23,7 +27,7 @@ from muflow.operators import DenseGram, GramOperator
 
 def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, out=None,
                   store=None, store_dtype="float32", tile=None,
-                  resident_fraction=None) -> GramOperator:
+                  resident_fraction=None, gram="auto") -> GramOperator:
     """An operator for ``K(X, X)``: in process, or on the cluster of ``client``.
 
     Parameters
@@ -48,6 +52,15 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
         one buffer for every kernel setting); ignored otherwise.
     store, store_dtype, tile, resident_fraction
         Cluster only; see :func:`operator_for`.
+    gram : {"auto", "stored", "rows"}, default="auto"
+        In process: "stored" holds K (built, or read from ``cache_dir`` in float64) (refused with
+        :class:`~muflow.exceptions.MuflowInputError`, before anything is allocated, when it
+        cannot fit in the available memory: :func:`muflow.memory.check_gram_fits`);
+        "rows" computes rows of K from X when a solver asks
+        (:class:`~muflow.kernel_rows.KernelRows`: subset solvers read them through their
+        row cache of ``cache_mb``; a product ``K @ V`` costs a pass over K); "auto" stores
+        K when it takes at most half the available memory and computes rows otherwise.
+        Ignored for a precomputed kernel (K is given) and on a cluster.
 
     Returns
     -------
@@ -56,25 +69,42 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
 
     Notes
     -----
-    Memory: in process, ``n**2 * itemsize`` bytes for K; on a cluster, that much spread over
-    the workers (:class:`muflow.distributed.DaskGram`).
+    Memory: in process, ``n**2 * itemsize`` bytes for a stored K, X twice for rows on
+    demand; on a cluster, K spread over the workers (:class:`muflow.distributed.DaskGram`).
     """
+    from muflow.memory import GRAM_CHOICES
+
+    if gram not in GRAM_CHOICES:
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
     if kernel.name == "precomputed":
         return DenseGram(kernel.block(X))
     if client is not None:
         return _cluster_operator(X, kernel, client, store=store, cache_dir=cache_dir,
                                  dtype=store_dtype, tile=tile, resident_fraction=resident_fraction)
-    if cache_dir is not None:
-        from muflow.gram.build import ensure_gram
-
-        gram, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
-        return DenseGram(np.asarray(gram.read(), dtype=np.float64))
     from muflow.inmemory import gram_dtype as storage, numpy_gram
+    from muflow.memory import choose_gram
 
     n = X.shape[0]
     dtype = storage(n, gram_dtype)
-    if out is not None and (out.shape != (n, n) or out.dtype != dtype):
+    if out is not None and (cache_dir is not None or out.shape != (n, n) or out.dtype != dtype):
         out = None
+    if gram == "rows":
+        choice = "rows"
+    elif out is not None:
+        choice = "stored"  # the buffer is there already: nothing to allocate
+    else:
+        choice = choose_gram(n, np.float64 if cache_dir is not None else dtype, gram)
+    if choice == "rows":
+        from muflow.kernel_rows import KernelRows
+
+        return KernelRows(X, kernel, dtype=dtype)
+    if cache_dir is not None:
+        from muflow.gram.build import ensure_gram
+
+        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
+        return DenseGram(np.asarray(store.read(), dtype=np.float64))
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
 
 

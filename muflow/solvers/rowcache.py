@@ -9,6 +9,9 @@ misses returns to Python, which calls :meth:`RowCache.fetch` and resumes the loo
 Rows are of K, not of Q = diag(y) K diag(y), so the m columns of a batch (one-vs-rest
 classes, folds) share one cache.
 
+Rows computed from X on demand (:class:`muflow.kernel_rows.KernelRows`) are written by the
+operator straight into the cache's storage, in the cache's dtype.
+
 When the operator already holds K in this process's memory (:class:`~muflow.operators.DenseGram`
 over a C-ordered float array) the "cache" is K itself: every row is a hit, nothing is
 copied and ``cache_mb`` is not spent.
@@ -114,10 +117,15 @@ class RowCache:
             slots = np.arange(self.used, self.used + k)
             self.used += k
         else:
+            # the free slots (stamp 0) go first, then the least recently used
             slots = np.argpartition(self.stamp, k - 1)[:k] if k < self.slots else np.arange(self.slots)
+            self.used = self.slots
+        # ascending slots: a batch written over slots that an earlier batch filled together
+        # lands in runs that an operator computing rows can fill in place
+        slots = np.sort(slots)
         evicted = self.row_of[slots]
         self.slot_of[evicted[evicted >= 0]] = -1
-        self.data[slots] = self.operator.rows(idx)
+        self._write(idx, slots)
         self.row_of[slots] = idx
         self.slot_of[idx] = slots
         self.clock[0] += 1
@@ -135,13 +143,24 @@ class RowCache:
         else:
             slot = int(np.argmin(self.stamp))
             self.slot_of[self.row_of[slot]] = -1
-        self.data[slot] = self.operator.rows(np.array([i]))[0]
+        self._write(np.array([i]), np.array([slot]))
         self.row_of[slot] = i
         self.slot_of[i] = slot
         self.clock[0] += 1
         self.stamp[slot] = self.clock[0]
         self.fetches += 1
         self.rows_fetched += 1
+
+    def _write(self, idx, slots) -> None:
+        """Rows ``idx`` into ``data[slots]``: computed in place by an operator that computes
+        rows in the cache's dtype (:meth:`muflow.kernel_rows.KernelRows.rows_into`, no
+        float64 copy), else copied from ``operator.rows``."""
+        from muflow.kernel_rows import KernelRows
+
+        if isinstance(self.operator, KernelRows) and self.operator.dtype == self.dtype:
+            self.operator.rows_into(idx, self.data, slots)
+        else:
+            self.data[slots] = self.operator.rows(idx)
 
     def stats(self) -> dict:
         return {"cache_slots": self.slots, "row_fetches": self.fetches,

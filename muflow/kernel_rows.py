@@ -1,0 +1,262 @@
+"""Rows of K computed from X on demand: a Gram operator that never holds K.
+
+:class:`KernelRows` answers what the subset solvers ask of K (``rows(idx)``, the diagonal)
+and the products ``K @ V`` by computing the rows it needs from X, as SVMlight (Joachims,
+"Making large-scale SVM learning practical", 1999, section 5: kernel evaluations on demand
+with a cache) and libsvm (Chang & Lin 2011, section 5.1; its ``Kernel::get_Q`` behind an
+LRU ``Cache``) do, with ThunderSVM's batching: a batch of rows is one BLAS product of
+``X[idx]`` against ``X.T`` (made contiguous once) plus one fused element-wise pass, on all
+cores (:meth:`muflow.kernels.Kernel.block_into`, the same code as the in-memory Gram of
+:func:`muflow.inmemory.numpy_gram`, so the values agree with a stored K).
+
+There is no cache here: the solvers keep the rows they fetch in their
+:class:`~muflow.solvers.rowcache.RowCache`, an LRU cache sized in MB (``cache_mb``, libsvm's
+``cache_size``), which this operator fills in place (:meth:`KernelRows.rows_into`).
+
+Notes
+-----
+Memory: X twice in the operator's dtype (:class:`muflow.inmemory.RowSource`) plus, while a
+call runs, one panel of ``block_rows`` rows per thread; never an n x n array. Work: a row
+costs ``n * n_features`` multiply-adds and n element-wise evaluations; a product
+``K @ V`` costs the rows of K against the samples where V is non-zero (K is symmetric), so
+certifying a point whose support vectors are few is cheap and a dense V (multiplicative
+solvers) costs a whole K per product.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from muflow.exceptions import MuflowInputError
+from muflow.inmemory import Columns, contiguous_run, default_threads, row_source, run_panels
+from muflow.kernels import Kernel
+from muflow.operators import GramOperator
+
+#: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
+PRODUCT_PANEL_BYTES = 32 * 2**20
+
+
+class KernelRows(GramOperator):
+    """K(X, X) as rows computed on demand.
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n_samples, n_features)
+        Training samples (CSR for sparse data; at most
+        :data:`muflow.inmemory.DENSIFY_MAX_FEATURES` features are densified once).
+    kernel : muflow.kernels.Kernel
+        Any kernel but ``"precomputed"`` (a given K is stored already:
+        :class:`muflow.operators.DenseGram`).
+    dtype : {"float32", "float64"}, default="float32"
+        dtype of the rows (and of the products that compute them: sgemm for float32).
+        The solvers' row cache stores rows in this dtype, so float32 holds twice as many.
+    block_rows : int, default=256
+        Rows per panel of a batch: a batch of k rows runs as ``ceil(k / block_rows)``
+        panels on ``n_threads`` threads.
+    n_threads : int, optional
+        Default: the CPUs this process may use.
+
+    Attributes
+    ----------
+    n : int
+    dtype : numpy dtype
+    nonnegative : bool
+        :meth:`muflow.kernels.Kernel.is_nonnegative` on X.
+    rows_computed : int
+        Rows of K computed (by :meth:`rows`, :meth:`rows_native` and :meth:`rows_into`).
+    row_seconds : float
+        Time spent computing them.
+    seconds : float
+        Time spent in products ``K @ V``.
+    products : int
+        Products answered.
+
+    Notes
+    -----
+    The row cache is the solver's: ``solve_smo(problem, cache_mb=...)`` (and the other
+    subset solvers) keep ``cache_mb`` megabytes of rows, ``cache_mb * 2**20 / (n * itemsize)``
+    rows, evicting the least recently used.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from muflow.kernels import Kernel
+    >>> X = np.random.default_rng(0).normal(size=(100, 5))
+    >>> K = KernelRows(X, Kernel("rbf", gamma=0.5), dtype="float64")
+    >>> K.rows([3, 7]).shape
+    (2, 100)
+    """
+
+    def __init__(self, X, kernel: Kernel, dtype="float32", block_rows: int = 256,
+                 n_threads: int | None = None):
+        if not isinstance(kernel, Kernel):
+            raise MuflowInputError(f"kernel must be a muflow.kernels.Kernel, got {type(kernel).__name__}")
+        if kernel.name == "precomputed":
+            raise MuflowInputError("a precomputed kernel is K itself; wrap it in muflow.operators.DenseGram")
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise MuflowInputError(f"dtype must be float32 or float64, got {dtype}")
+        if getattr(X, "ndim", 0) != 2 or X.shape[0] == 0:
+            raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {getattr(X, 'shape', None)}")
+        if int(block_rows) < 1:
+            raise MuflowInputError(f"block_rows must be a positive integer, got {block_rows!r}")
+        self.kernel = kernel
+        self.source = row_source(X, kernel, dtype)
+        self.dtype = dtype
+        self.n = self.source.n
+        self.nonnegative = bool(kernel.is_nonnegative(X))
+        self.block_rows = int(block_rows)
+        self.n_threads = n_threads or default_threads()
+        self._columns = Columns(self.source)
+        self._diagonal = None
+        self.rows_computed = 0
+        self.row_seconds = 0.0
+        self.seconds = 0.0
+        self.products = 0
+
+    # -- rows ---------------------------------------------------------------------------
+    def _index(self, idx) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n):
+            raise MuflowInputError(f"row indices must lie in [0, {self.n}), got {idx.min()}..{idx.max()}")
+        return idx
+
+    def _panel(self, rows, out):
+        """``K(X[rows], X)`` into ``out`` (C-ordered, the operator's dtype)."""
+        if self.source.dtype == self.dtype:
+            return self._columns.panel_into(self.kernel, rows, out)
+        # laplacian evaluates in float64 whatever the storage
+        out[...] = self._columns.panel_into(self.kernel, rows, np.empty(out.shape))
+        return out
+
+    def rows_into(self, idx, data: np.ndarray, slots) -> None:
+        """Write ``K[idx[r], :]`` into ``data[slots[r]]`` (the row cache's storage, C-ordered,
+        the operator's dtype): panels whose slots are consecutive are computed in place,
+        the others through one panel of scratch per thread."""
+        t = time.perf_counter()
+        idx = self._index(idx)
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if slots.size != idx.size or data.ndim != 2 or data.shape[1] != self.n:
+            raise MuflowInputError("rows_into needs one slot per row and data of shape (slots, n)")
+        if data.dtype != self.dtype or not data.flags.c_contiguous:
+            raise MuflowInputError(f"rows_into writes into a C-ordered {self.dtype} array, got {data.dtype}")
+        block = self.block_rows
+        scratch = {}
+
+        def work(p0, p1, worker):
+            rows = idx[p0:p1]
+            first = contiguous_run(rows)
+            index = slice(first, first + rows.size) if first is not None else rows
+            start = contiguous_run(slots[p0:p1])
+            if start is not None:
+                self._panel(index, data[start:start + rows.size])
+                return
+            buf = scratch.get(worker)
+            if buf is None:
+                buf = scratch[worker] = np.empty((min(block, idx.size), self.n), dtype=self.dtype)
+            panel = self._panel(index, buf[: rows.size])
+            data[slots[p0:p1]] = panel
+
+        run_panels(idx.size, block, work, n_threads=self.n_threads)
+        self.rows_computed += idx.size
+        self.row_seconds += time.perf_counter() - t
+
+    def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
+        """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when
+        given (C-ordered). Indices may repeat and come in any order."""
+        idx = self._index(idx)
+        if out is None:
+            out = np.empty((idx.size, self.n), dtype=self.dtype)
+        elif out.shape != (idx.size, self.n):
+            raise MuflowInputError(f"out must have shape ({idx.size}, {self.n}), got {out.shape}")
+        self.rows_into(idx, out, np.arange(idx.size))
+        return out
+
+    def rows(self, idx) -> np.ndarray:
+        """``K[idx, :]`` in float64, shape (len(idx), n)."""
+        return self.rows_native(idx).astype(np.float64, copy=False)
+
+    def diagonal(self) -> np.ndarray:
+        """``K(x_i, x_i)`` in float64 from the squared norms of the values the rows are
+        computed from (the same entries as the rows' diagonal)."""
+        if self._diagonal is None:
+            # rounded to the rows' dtype: the same numbers as the rows' diagonal entries
+            diagonal = self.kernel.diagonal_from_sq(self.source.sq)
+            self._diagonal = diagonal.astype(self.dtype).astype(np.float64)
+        return self._diagonal.copy()
+
+    # -- products -------------------------------------------------------------------
+    def _product(self, V, out, precise: bool) -> np.ndarray:
+        """``K @ V`` panel by panel of rows, each panel only against the samples where V
+        has a non-zero row (K is symmetric: ``K V = K[:, nz] V[nz]``)."""
+        t = time.perf_counter()
+        V = np.asarray(V)
+        if V.ndim != 2 or V.shape[0] != self.n:
+            raise MuflowInputError(f"V must have shape ({self.n}, m), got {V.shape}")
+        out.fill(0)
+        nz = np.flatnonzero(np.any(V != 0, axis=1))
+        if nz.size:
+            columns = self._columns if nz.size == self.n else Columns(self.source, nz)
+            Vnz = V if nz.size == self.n else V[nz]
+            Vnz = np.ascontiguousarray(Vnz, dtype=np.float64 if precise else self.dtype)
+            itemsize = self.dtype.itemsize + (8 if precise else 0)
+            block = max(1, min(self.block_rows, PRODUCT_PANEL_BYTES // (itemsize * columns.m)))
+            buffers = {}
+
+            def work(p0, p1, worker):
+                bufs = buffers.get(worker)
+                if bufs is None:
+                    panel = np.empty((block, columns.m), dtype=self.dtype)
+                    wide = np.empty((block, columns.m)) if precise and self.dtype != np.float64 else None
+                    bufs = buffers[worker] = (panel, wide)
+                panel, wide = bufs
+                K = panel[: p1 - p0]
+                if self.source.dtype == self.dtype:
+                    columns.panel_into(self.kernel, slice(p0, p1), K)
+                else:
+                    K[...] = columns.panel_into(self.kernel, slice(p0, p1), np.empty(K.shape))
+                if wide is not None:
+                    wide[: p1 - p0] = K
+                    K = wide[: p1 - p0]
+                np.matmul(K, Vnz, out=out[p0:p1])
+
+            run_panels(self.n, block, work, n_threads=self.n_threads)
+        self.seconds += time.perf_counter() - t
+        self.products += 1
+        return out
+
+    def matmul(self, V) -> np.ndarray:
+        """``K @ V`` in float64 (each panel multiplied in the operator's dtype)."""
+        return self.matmul_native(V).astype(np.float64, copy=False)
+
+    def matmul_native(self, V, out=None) -> np.ndarray:
+        """``K @ V`` in the operator's dtype; into ``out`` (C-ordered) when given."""
+        V = np.asarray(V)
+        if out is None:
+            out = np.empty((self.n, V.shape[1]), dtype=self.dtype)
+        elif out.dtype != self.dtype or not out.flags.c_contiguous:
+            target = out
+            target[...] = self._product(V, np.empty((self.n, V.shape[1]), dtype=self.dtype), False)
+            return target
+        return self._product(V, out, False)
+
+    def matmul_precise(self, V) -> np.ndarray:
+        """``K @ V`` accumulated in float64 over the rows' values (what a stored K of the
+        same dtype gives, :meth:`muflow.operators.DenseGram.matmul_precise`)."""
+        V = np.asarray(V, dtype=np.float64)
+        return self._product(V, np.empty((self.n, V.shape[1])), True)
+
+    def stats(self) -> dict:
+        """Counters for progress reports."""
+        return {"rows_computed": self.rows_computed, "row_seconds": self.row_seconds,
+                "products": self.products, "product_seconds": self.seconds,
+                "source_bytes": self.source.nbytes}
+
+    def __repr__(self) -> str:
+        return (f"KernelRows(n={self.n}, kernel={self.kernel.name!r}, dtype={self.dtype.name}, "
+                f"block_rows={self.block_rows}, n_threads={self.n_threads})")
+
+
+__all__ = ["KernelRows"]

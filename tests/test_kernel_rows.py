@@ -1,0 +1,252 @@
+"""Rows of K on demand (KernelRows): the same numbers as a stored K, products block by block,
+the row cache filled in place, SMO unchanged on it, and never an n x n array; the memory
+check that refuses a stored Gram that cannot fit."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from muflow import inmemory
+from muflow.backends import gram_operator
+from muflow.exceptions import MuflowInputError
+from muflow.inmemory import numpy_gram
+from muflow.kernel_rows import KernelRows
+from muflow.kernels import Kernel
+from muflow.memory import (
+    GIB, available_memory_bytes, check_gram_fits, choose_gram, gram_bytes,
+)
+from muflow.operators import DenseGram
+from muflow.solvers.problem import DualProblem
+from muflow.solvers.rowcache import RowCache
+from muflow.solvers.smo import solve_smo
+from tests._references import a8a
+
+KERNELS = [
+    Kernel("linear"),
+    Kernel("poly", gamma=0.3, degree=3, coef0=1.0),
+    Kernel("rbf", gamma=0.2),
+    Kernel("rbf", gamma=0.2, offset=1.0),
+    Kernel("sigmoid", gamma=0.05, coef0=-0.5),
+    Kernel("laplacian", gamma=0.1),
+]
+#: float32 rows are one sgemm: errors of about 6e-8 ||a|| ||b|| per product
+TOLERANCE = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=1e-6, atol=2e-6)}
+#: unsorted, with repeats, crossing panel boundaries (block_rows=3 below)
+IDX = np.array([5, 3, 180, 3, 0, 100, 101, 102, 103, 5, 179])
+
+
+@pytest.fixture(scope="module")
+def X():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(181, 6))
+    X[rng.random(X.shape) < 0.4] = 0.0
+    return X
+
+
+def as_input(X, form, monkeypatch):
+    """Dense, or CSR kept sparse (the densifying threshold lowered to 0 so that the sparse
+    product path runs, as it does for data of more than 4096 features)."""
+    if form == "dense":
+        return X
+    monkeypatch.setattr(inmemory, "DENSIFY_MAX_FEATURES", 0)
+    return sp.csr_matrix(X)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k.name}-{k.offset:g}")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("form", ["dense", "csr"])
+def test_rows_equal_the_kernel_and_the_stored_gram(X, kernel, dtype, form, monkeypatch):
+    data = as_input(X, form, monkeypatch)
+    op = KernelRows(data, kernel, dtype=dtype, block_rows=3, n_threads=2)
+    reference = kernel.block_reference(X)
+    rows = op.rows(IDX)
+    assert rows.dtype == np.float64 and rows.shape == (IDX.size, X.shape[0])
+    np.testing.assert_allclose(rows, reference[IDX], **TOLERANCE[dtype])
+    # the same code as the in-memory Gram: the same numbers
+    stored = DenseGram(numpy_gram(data, kernel, dtype=dtype))
+    np.testing.assert_allclose(rows, stored.rows(IDX), rtol=0, atol=1e-12 if dtype == "float64" else 1e-6)
+    native = op.rows_native(IDX)
+    assert native.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(native, rows)
+    # the diagonal: the kernel's, and the very entries the rows hold
+    np.testing.assert_allclose(op.diagonal(), np.diag(reference), **TOLERANCE[dtype])
+    np.testing.assert_array_equal(rows[np.arange(IDX.size), IDX], op.diagonal()[IDX])
+    assert op.nonnegative == kernel.is_nonnegative(X)
+    assert op.rows_computed == 2 * IDX.size and op.dense is None and op.has_rows
+
+
+def test_rbf_diagonal_is_exactly_one_plus_offset_in_float32():
+    # large, uncentred values: ||a||^2 + ||a||^2 - 2 a'a cancels badly in float32
+    X = 1000.0 + np.random.default_rng(0).normal(size=(50, 30))
+    op = KernelRows(X, Kernel("rbf", gamma=0.01, offset=1.0), dtype="float32")
+    rows = op.rows_native(np.arange(50))
+    assert np.all(np.diag(rows) == np.float32(2.0)) and rows.max() <= np.float32(2.0)
+    np.testing.assert_allclose(rows, Kernel("rbf", gamma=0.01, offset=1.0).block_reference(X), atol=2e-6)
+
+
+@pytest.mark.parametrize("kernel", [Kernel("rbf", gamma=0.2), Kernel("poly", gamma=0.3, degree=3, coef0=1.0)],
+                         ids=lambda k: k.name)
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_products_equal_the_stored_gram(X, kernel, dtype):
+    rng = np.random.default_rng(1)
+    op = KernelRows(X, kernel, dtype=dtype, block_rows=16)
+    stored = DenseGram(numpy_gram(X, kernel, dtype=dtype))
+    dense_V = rng.normal(size=(X.shape[0], 3))
+    sparse_V = dense_V * (rng.random((X.shape[0], 1)) < 0.2)  # most rows zero (support vectors)
+    for V in (dense_V, sparse_V, np.zeros_like(dense_V)):
+        scale = max(np.abs(stored.matmul_precise(V)).max(), 1.0)
+        tight = 1e-12 if dtype == "float64" else 1e-6
+        np.testing.assert_allclose(op.matmul_precise(V), stored.matmul_precise(V), rtol=0, atol=tight * scale)
+        np.testing.assert_allclose(op.matmul(V), stored.matmul(V), rtol=0, atol=10 * tight * scale)
+        out = np.empty((X.shape[0], 3), dtype=dtype)
+        assert op.matmul_native(V, out=out) is out
+        np.testing.assert_allclose(out, stored.matmul(V), rtol=0, atol=10 * tight * scale)
+    pos, neg = op.matmul_parts(dense_V)
+    scale = np.abs(stored.matmul_precise(dense_V)).max()
+    np.testing.assert_allclose(pos - neg, stored.matmul_precise(dense_V), rtol=0, atol=1e-5 * scale)
+    assert op.products >= 9
+
+
+def test_row_cache_is_filled_in_place_in_the_rows_dtype(X):
+    kernel = Kernel("rbf", gamma=0.2)
+    op = KernelRows(X, kernel, dtype="float32", block_rows=4)
+    cache = RowCache(op, cache_mb=10 * X.shape[0] * 4 / 2**20)  # 10 rows
+    assert not cache.in_place and cache.dtype == np.float32 and cache.slots == 10
+    reference = numpy_gram(X, kernel, dtype="float32")
+    cache.fetch(np.array([7, 2, 9, 40, 41, 42]))      # free slots: one run, written in place
+    cache.fetch(np.array([100, 3, 150, 60, 61, 62]))  # 4 free slots and 2 evicted ones
+    cache.fetch(np.array([11, 12, 13, 14, 15]))       # evicts 5 scattered slots: via scratch
+    cache.fetch(np.array([16]))                       # one row
+    assert op.rows_computed == 18
+    cached = np.flatnonzero(cache.slot_of >= 0)
+    assert set(range(11, 17)) <= set(cached) and cached.size == 10
+    for i in cached:  # the right row in the right slot (panels of other shapes: ~1 ulp apart)
+        np.testing.assert_allclose(cache.data[cache.slot_of[i]], reference[i], rtol=0, atol=1e-6)
+
+
+def test_smo_on_rows_equals_smo_on_the_stored_gram(sonar_split):
+    """Same data, kernel and dtype: the same solution, through a small row cache."""
+    Xtr, _, ytr, _ = sonar_split
+    kernel = Kernel("rbf", gamma=0.5)
+    y = ytr.astype(float)
+    stored = solve_smo(DualProblem(DenseGram(numpy_gram(Xtr, kernel, dtype="float64")), y, upper=2.0,
+                                   equality=True), tol=1e-6)
+    op = KernelRows(Xtr, kernel, dtype="float64")
+    rows = solve_smo(DualProblem(op, y, upper=2.0, equality=True), tol=1e-6, cache_mb=0.01)
+    assert rows.timings["row_fetches"] > 10 and op.rows_computed >= rows.timings["rows_fetched"]
+    np.testing.assert_allclose(rows.alpha, stored.alpha, atol=1e-8)
+    np.testing.assert_allclose(rows.objective, stored.objective, rtol=1e-10)
+    assert rows.kkt_violation <= 1e-6
+
+
+def test_smo_on_float32_rows_of_a8a_matches_libsvm():
+    from sklearn.svm import SVC
+
+    X, y = a8a(1500)
+    kernel = Kernel("rbf", gamma=0.05)
+    op = KernelRows(X, kernel, dtype="float32")
+    sol = solve_smo(DualProblem(op, y, upper=1.0, equality=True), tol=1e-3, cache_mb=2.0)
+    K = kernel.block_reference(X)
+    ref = SVC(kernel="precomputed", C=1.0, tol=1e-5).fit(K, y)
+    alpha = np.zeros(len(y))
+    alpha[ref.support_] = np.abs(ref.dual_coef_[0])
+
+    def objective(a):
+        ya = y * a
+        return 0.5 * ya @ K @ ya - a.sum()
+
+    assert objective(sol.alpha[:, 0]) == pytest.approx(objective(alpha), rel=1e-4)
+    decision = K @ (y * sol.alpha[:, 0]) + sol.bias[0]
+    assert np.mean(np.sign(decision) == ref.predict(K)) >= 0.995
+
+
+def test_the_rows_path_never_allocates_n_squared(monkeypatch):
+    """n = 12,000: K would take 549 MiB in float32. The Gram builders are made to fail, and
+    the traced peak of a whole SMO fit on rows stays far below n^2 * 4 bytes. (What it does
+    hold: the row cache, 16 MB here, and SMO's own rows restricted to its active set, at
+    most 128 MB per call of its compiled loop: bounds that do not grow with n^2.)"""
+    rng = np.random.default_rng(0)
+    n = 12_000
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    X = rng.normal(size=(n, 8)) + 0.8 * y[:, None]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a stored Gram was built on the rows path")
+
+    def fit():
+        op = gram_operator(X, Kernel("rbf", gamma=0.1), gram="rows", gram_dtype="float32")
+        return op, solve_smo(DualProblem(op, y, upper=1.0, equality=True), tol=1e-3, cache_mb=16.0)
+
+    monkeypatch.setattr(inmemory, "numpy_gram", refuse)
+    monkeypatch.setattr(inmemory, "empty_populated", refuse)
+    fit()  # loads the compiled loops for these dtypes outside the trace
+    tracemalloc.start()
+    try:
+        op, sol = fit()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(op, KernelRows) and sol.kkt_violation <= 1e-3
+    assert peak < 0.4 * n * n * 4, f"peak {peak / 2**20:.1f} MiB"
+
+
+# -- the memory check ------------------------------------------------------------------
+def test_choose_gram_stores_what_fits_in_half_the_available_memory():
+    available = 8 * GIB
+    assert gram_bytes(30_000, "float32") == 30_000**2 * 4
+    assert choose_gram(30_000, "float32", available=available) == "stored"      # 3.4 GiB
+    assert choose_gram(50_000, "float32", available=available) == "rows"        # 9.3 GiB
+    assert choose_gram(40_000, "float32", "rows", available=available) == "rows"
+    assert choose_gram(40_000, "float32", "stored", available=available) == "stored"  # 6.0 of 8
+    with pytest.raises(MuflowInputError, match="9.3 GiB"):
+        choose_gram(50_000, "float32", "stored", available=available)
+    with pytest.raises(MuflowInputError, match="gram must be one of"):
+        choose_gram(10, "float32", "dense")
+    check_gram_fits(1000, "float64", available=8 * 10**6)  # fits: no error
+
+
+def test_auto_gram_operator_computes_rows_when_K_does_not_fit(monkeypatch):
+    import muflow.memory as memory
+
+    X = np.random.default_rng(0).normal(size=(300, 3))
+    kernel = Kernel("rbf", gamma=0.5)
+    K_bytes = 300 * 300 * 8  # float64 up to 4096 samples
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2 * K_bytes)  # K: half of it
+    assert isinstance(gram_operator(X, kernel), DenseGram)
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 2 * K_bytes - 1)
+    assert isinstance(gram_operator(X, kernel), KernelRows)
+    assert isinstance(gram_operator(X, kernel, gram="stored"), DenseGram)  # fits, if not by half
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: K_bytes - 1)
+    with pytest.raises(MuflowInputError, match='gram="rows"'):
+        gram_operator(X, kernel, gram="stored")
+    assert isinstance(gram_operator(X, kernel, gram="rows"), KernelRows)
+
+
+def test_a_stored_gram_of_100000_rows_is_refused_before_any_allocation():
+    """The issue's case: 100,000 rows need 37.3 GiB in float32 (more than this 24 GB machine
+    has). Where that much is available, 10^6 rows (3.6 TiB) stand in."""
+    n = 100_000
+    available = available_memory_bytes()
+    if available is None:
+        pytest.skip("the available memory cannot be read here")
+    if gram_bytes(n, "float32") <= available:
+        n = 1_000_000
+    X = np.zeros((n, 2))
+    kernel = Kernel("rbf", gamma=0.5)
+    tracemalloc.start()
+    try:
+        with pytest.raises(MuflowInputError) as refused:
+            gram_operator(X, kernel, gram="stored", gram_dtype="float32")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    message = str(refused.value)
+    needed = f"{gram_bytes(n, 'float32') / GIB:.1f} GiB"
+    assert needed in message and "available" in message and 'gram="rows"' in message
+    if n == 100_000:
+        assert "37.3 GiB" in message
+    assert peak < 2**20, f"traced peak {peak} bytes before the refusal"
