@@ -18,6 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
+from muflow.memory import GRAM_CHOICES
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
@@ -103,6 +104,16 @@ class SVC(ClassifierMixin, BaseEstimator):
         Storage of K in process memory: "auto" is float64 up to 4096 samples and float32
         above (half the memory; the solvers' gradients and certificates still sum in
         float64).
+    gram : {"auto", "stored", "rows"}, default="auto"
+        Where the kernel values come from in process (:func:`muflow.backends.gram_operator`):
+        "stored" builds the whole n x n K once (fastest while it fits; refused before any
+        allocation, naming the size, when it does not); "rows" computes rows of K from X on
+        demand (:class:`muflow.kernel_rows.KernelRows`, memory O(n * rows cached));
+        "auto" stores K when it takes at most half the available memory and computes rows
+        otherwise. Ignored with ``client`` or ``kernel="precomputed"``.
+    cache_size : float, default=200
+        Megabytes of kernel rows the subset solvers cache (libsvm's ``cache_size``); spent
+        only when rows are computed on demand or fetched from a cluster.
 
     Attributes
     ----------
@@ -139,6 +150,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         verbose=False,
         client=None,
         gram_dtype="auto",
+        gram="auto",
+        cache_size=200.0,
     ):
         self.kernel = kernel
         self.C = C
@@ -152,6 +165,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.verbose = verbose
         self.client = client
         self.gram_dtype = gram_dtype
+        self.gram = gram
+        self.cache_size = cache_size
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -167,6 +182,9 @@ class SVC(ClassifierMixin, BaseEstimator):
         check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
                      hint="float('inf') is the hard margin")
         check_choice(self.gram_dtype, "gram_dtype", GRAM_DTYPES)
+        check_choice(self.gram, "gram", GRAM_CHOICES)
+        check_number(self.cache_size, "cache_size", low=0, closed="neither",
+                     hint="megabytes of kernel rows to cache, as libsvm's cache_size")
         check_number(self.tol, "tol", low=0, closed="neither")
         check_number(self.max_iter, "max_iter", integer=True, low=1)
 
@@ -238,9 +256,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
-        operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype)
+        operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
+                                 gram=self.gram)
         try:
-            info = choose_solver(self.solver, intercept=self.intercept,
+            info = choose_solver(self._solver_for(operator), intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
         except BaseException:
             operator.close()
@@ -261,14 +280,23 @@ class SVC(ClassifierMixin, BaseEstimator):
         max_iter = int(self.max_iter) - (checkpointer.start_iteration if checkpointer else 0)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
+            options = {"cache_mb": float(self.cache_size)} if info.needs == "rows" else {}
             solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
-                                  callback=callback)
+                                  callback=callback, **options)
             if checkpointer is not None:
                 checkpointer.finish(solution)
         finally:
             operator.close()
         return self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=info.name,
                                 fit_time=time.perf_counter() - t0)
+
+    def _solver_for(self, operator) -> str:
+        """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
+        cluster), the working-set solver, which fetches rows q at a time in one product."""
+        if (self.solver == "auto" and self.client is None and operator.dense is None
+                and "working_set" in SOLVERS):
+            return "working_set"
+        return self.solver
 
     def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
         from muflow.checkpoint import Checkpointer, load_checkpoint

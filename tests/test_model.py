@@ -213,3 +213,35 @@ def test_decision_function_in_row_blocks_equals_one_block(blobs, kernel, monkeyp
     monkeypatch.setattr(muflow.model, "PREDICT_BLOCK_BYTES", 8 * len(model.support_) * 7)
     np.testing.assert_allclose(model.decision_function(A), whole, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(model.predict(A), model.classes_[np.argmax(whole, axis=1)])
+
+
+def test_rows_on_demand_fit_equals_the_stored_gram_fit(blobs):
+    X, y = blobs
+    stored = muflow.SVC(gamma=0.5, solver="smo", gram="stored", tol=1e-6).fit(X, y)
+    rows = muflow.SVC(gamma=0.5, solver="smo", gram="rows", gram_dtype="float64", cache_size=0.01,
+                      tol=1e-6).fit(X, y)
+    np.testing.assert_allclose(rows.objective_, stored.objective_, rtol=1e-9)
+    np.testing.assert_array_equal(rows.predict(X), stored.predict(X))
+
+
+def test_a_stored_gram_that_cannot_fit_is_refused_before_any_allocation():
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100_000, 2))
+    y = (X[:, 0] > 0).astype(int)
+    tracemalloc.start()
+    try:
+        with pytest.raises(MuflowInputError, match=r"37\.3 GiB[\s\S]*gram=.rows."):
+            muflow.SVC(gram="stored", gram_dtype="float32").fit(X, y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 200 * 2**20  # X and its validated copies, never the 37 GiB of K
+
+
+@pytest.mark.parametrize("params, match", [({"gram": "dense"}, "gram"),
+                                           ({"cache_size": 0}, "cache_size")])
+def test_bad_storage_parameters_are_refused(binary, params, match):
+    with pytest.raises(MuflowInputError, match=match):
+        muflow.SVC(**params).fit(*binary)
