@@ -124,3 +124,10 @@ def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path):
     fresh = muflow.SVC(solver="munk", tol=1e-4, max_iter=200000).fit(X, y)
     assert resumed.objective_[0] == pytest.approx(fresh.objective_[0], rel=1e-4)
     assert np.mean(resumed.predict(X) == fresh.predict(X)) >= 0.99
+
+
+def test_fit_with_rows_on_demand(csv_file, tmp_path, capsys):
+    out = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--label-column", "target", "--gamma", "0.5",
+                 "--solver", "smo", "--gram", "rows", "--cache-size", "1", "--out", str(out)]) == 0
+    assert "training accuracy 1.0000" in capsys.readouterr().out

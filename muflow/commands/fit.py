@@ -23,6 +23,14 @@ def add_parser(subparsers):
     p.add_argument("--max-iter", type=int, default=10_000,
                    help="most iterations in the solver's own unit: passes (multiplicative), "
                         "epochs (cd, adatron), sweeps of n pair steps (smo) (default: 10000)")
+    p.add_argument("--gram", default="auto", choices=("auto", "stored", "rows"),
+                   help="stored: build the whole n x n kernel matrix once (refused, naming the "
+                        "size, when it does not fit); rows: compute kernel rows on demand "
+                        "(memory grows with n, not n^2); auto: stored when it takes at most half "
+                        "the available memory (default: auto)")
+    p.add_argument("--cache-size", type=float, default=200.0, metavar="MB",
+                   help="megabytes of kernel rows to cache when rows are computed on demand "
+                        "(libsvm's cache_size; default: 200)")
     p.add_argument("--out", required=True, metavar="MODEL_DIR",
                    help="directory to write the model into (replaced atomically if it exists)")
     p.add_argument("--verbose", action="store_true", help="print solver progress")
@@ -51,7 +59,7 @@ def run(args) -> int:
     model = muflow.SVC(
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,
-        max_iter=args.max_iter, verbose=args.verbose,
+        max_iter=args.max_iter, verbose=args.verbose, gram=args.gram, cache_size=args.cache_size,
     )
     checkpoint_dir = Path(args.out).with_name(Path(args.out).name + ".checkpoint")
     if checkpoint_dir.exists() and not args.resume:
