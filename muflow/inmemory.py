@@ -17,7 +17,6 @@ fresh memory is a sizeable part of the cost (about 1 s per GiB measured here), w
 
 from __future__ import annotations
 
-import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
-from muflow.kernels import Kernel, _row_sq_norms
+from muflow.kernels import Kernel, _row_sq_norms, rbf_center
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -92,9 +91,9 @@ class RowSource:
     Attributes
     ----------
     X : ndarray of shape (n, n_features) in ``dtype``, C-ordered, or CSR (float64)
-        The rows multiplied. Dense data of an rbf kernel are centred (each feature minus its
-        mean): distances, hence K, are unchanged and the norms whose cancellation float32
-        pays for are as small as they can be.
+        The rows multiplied. Dense data of an rbf kernel in float32 are shifted by
+        :func:`muflow.kernels.rbf_center` where that shrinks the norms whose cancellation
+        float32 pays for (distances, hence K, are unchanged).
     XT : ndarray of shape (n_features, n), C-ordered, or None for CSR
         ``X.T`` laid out for the BLAS product, made once.
     sq : ndarray of shape (n,), float64
@@ -132,8 +131,9 @@ def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
         return RowSource(Xb, None, _row_sq_norms(Xb), dtype)
     if kernel.name not in PRODUCT_KERNELS:
         dtype = np.dtype(np.float64)
-    if kernel.name == "rbf" and Xb.shape[0]:
-        Xb = Xb - Xb.mean(axis=0)
+    center = rbf_center(Xb) if kernel.name == "rbf" and dtype == np.float32 else None
+    if center is not None:
+        Xb = Xb - center
     Xc = np.ascontiguousarray(Xb, dtype=dtype)
     sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
     return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype)
@@ -181,14 +181,14 @@ class Columns:
 _CONTROLLER = None
 
 
-def _blas_single_threaded(n_threads: int):
-    """BLAS held to one thread while ``n_threads`` of ours run panels side by side (each
-    panel's product then runs next to another panel's element-wise pass). The controller
-    is made once: threadpoolctl's ``threadpool_limits`` scans the loaded libraries on every
-    call, which a row fetched alone would pay each time."""
+def _blas_single_threaded():
+    """BLAS held to one thread: our threads run panels side by side (each panel's product
+    next to another panel's element-wise pass), and a panel of a few rows is faster on one
+    BLAS thread than on several (a single a8a row: 1 ms against 8 ms with OpenBLAS's two
+    threads on the 2-core machine, where they wait on each other). The controller is made
+    once: threadpoolctl's ``threadpool_limits`` scans the loaded libraries on every call,
+    which a row fetched alone would pay each time."""
     global _CONTROLLER
-    if n_threads <= 1:
-        return contextlib.nullcontext()
     if _CONTROLLER is None:
         from threadpoolctl import ThreadpoolController
 
@@ -202,19 +202,24 @@ def default_threads() -> int:
 
 
 def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None) -> None:
-    """Call ``work(p0, p1, worker)`` for consecutive panels ``[p0, p1)`` of ``n_items`` rows,
-    ``block_rows`` at a time, on ``n_threads`` threads (panels dealt round-robin; the
-    worker index names its scratch buffers). One panel runs in the calling thread with
-    BLAS free to use every core."""
-    starts = list(range(0, n_items, max(1, int(block_rows))))
-    n_threads = max(1, min(n_threads or default_threads(), len(starts)))
+    """Call ``work(p0, p1, worker)`` for consecutive panels ``[p0, p1)`` covering
+    ``n_items`` rows on ``n_threads`` threads, BLAS on one thread each.
+
+    Panels have at most ``block_rows`` rows, fewer when that spreads a small batch over
+    every thread; they are dealt round-robin and ``worker`` names the thread's scratch
+    buffers. A single panel runs in the calling thread.
+    """
+    n_threads = max(1, n_threads or default_threads())
+    block = max(1, min(int(block_rows), -(-n_items // n_threads)))
+    starts = list(range(0, n_items, block))
+    n_threads = min(n_threads, len(starts))
 
     def panels(worker):
         for p0 in starts[worker::n_threads]:
-            work(p0, min(p0 + block_rows, n_items), worker)
+            work(p0, min(p0 + block, n_items), worker)
 
-    with _blas_single_threaded(n_threads):
-        if n_threads == 1:
+    with _blas_single_threaded():
+        if n_threads <= 1:
             panels(0)
         else:
             with ThreadPoolExecutor(n_threads) as pool:

@@ -86,6 +86,29 @@ def _sq_norms64(A) -> np.ndarray:
     return _row_sq_norms(np.asarray(A, dtype=np.float64))
 
 
+def rbf_center(X) -> np.ndarray | None:
+    """The shift to subtract from dense rows X before a float32 rbf block, or None.
+
+    ``||a - b||^2`` is the same for ``a - c`` and ``b - c``, and sgemm's error in it scales
+    with ``||a||^2 + ||b||^2``: a shift that shrinks the norms shrinks the error.
+
+    - Integer-valued data (binary features as in a8a, counts, small integer scales): their
+      float32 products are exact as they are (entries and sums below 2**24), so the shift
+      is the mean rounded to integers, which keeps them integers (None when it is 0).
+    - Other data: the mean, when it at least halves the mean squared norm
+      (``||mean||^2 >= total variance``); otherwise subtracting it would only add a
+      rounding.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    if X.shape[0] == 0:
+        return None
+    mean = X.mean(axis=0)
+    if np.array_equal(X, np.rint(X)):
+        center = np.rint(mean)
+        return center if np.any(center) else None
+    return mean if mean @ mean >= X.var(axis=0).sum() else None
+
+
 def _dense(A):
     return A.toarray() if sp.issparse(A) else A
 
@@ -185,10 +208,11 @@ class Kernel:
         Notes
         -----
         float32 accuracy: sgemm rounds each product ``a'b`` to about ``6e-8 ||a|| ||b||``,
-        and rbf's squared distance (clamped at 0) inherits that absolute error. Centring
-        leaves distances unchanged and makes the norms, hence the error, small: without
-        ``BT`` the two blocks are centred on B's mean here; callers that pass ``BT`` hold all
-        of X and centre it once (:func:`muflow.inmemory.row_source`).
+        and rbf's squared distance (clamped at 0) inherits that absolute error. A common
+        shift leaves distances unchanged and can make the norms, hence the error, small
+        (:func:`rbf_center`): without ``BT`` the two blocks are shifted by B's here;
+        callers that pass ``BT`` hold all of X and shift it once
+        (:func:`muflow.inmemory.row_source`).
         """
         name = self.name
         if name in ("laplacian", "precomputed"):
@@ -213,13 +237,14 @@ class Kernel:
                 sq_B = _row_sq_norms(B) if sq_B is None else sq_B
         else:
             if BT is None and name == "rbf" and dtype == np.float32:
-                # distances do not change under a common shift: centring both blocks on B's
-                # mean before rounding to float32 makes the norms, hence sgemm's error, small
+                # distances do not change under a common shift: one that makes the norms
+                # small makes sgemm's cancellation error small
                 B = np.asarray(B, dtype=np.float64)
-                center = B.mean(axis=0) if B.shape[0] else 0.0
-                A = np.asarray(A, dtype=np.float64) - center
-                B = B - center
-                sq_A = sq_B = None
+                center = rbf_center(B)
+                if center is not None:
+                    A = np.asarray(A, dtype=np.float64) - center
+                    B = B - center
+                    sq_A = sq_B = None
             A = np.asarray(A, dtype=dtype)
             if BT is None:
                 BT = np.ascontiguousarray(np.asarray(B, dtype=dtype).T)

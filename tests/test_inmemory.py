@@ -80,3 +80,27 @@ def test_empty_populated_is_a_writable_array():
     assert big.flags.writeable and big.dtype == np.float64 and small.shape == (3, 4)
     big[:] = 1.0
     assert big.sum() == big.size
+
+
+def test_float32_rbf_is_exact_to_rounding_on_integer_data_and_shifted_otherwise():
+    """sgemm's products of integer data are exact, so a float32 rbf K of binary features
+    (a8a) is only rounded; other data are shifted by their mean when that halves the norms."""
+    from muflow.kernels import rbf_center
+
+    rng = np.random.default_rng(5)
+    kernel = Kernel("rbf", gamma=0.05)
+    binary = (rng.random((300, 60)) < 0.7).astype(float)
+    center = rbf_center(binary)
+    assert center is not None and np.array_equal(center, np.rint(center))
+    K = numpy_gram(binary, kernel, dtype="float32")
+    np.testing.assert_allclose(K, kernel.block_reference(binary), rtol=0, atol=1.2e-7)
+    assert np.all(np.diagonal(K) == 1.0)
+    normal = rng.normal(size=(300, 6))
+    assert rbf_center(normal) is None
+    shifted = 1000.0 + normal
+    np.testing.assert_allclose(rbf_center(shifted), shifted.mean(axis=0))
+    for data in (shifted, sp.csr_matrix(shifted)):
+        np.testing.assert_allclose(numpy_gram(data, kernel), kernel.block_reference(shifted), rtol=0, atol=2e-6)
+    out = np.empty((100, 200), dtype=np.float32)  # a lone block: shifted by B's mean
+    kernel.block_into(shifted[:100], shifted[100:], out)
+    np.testing.assert_allclose(out, kernel.block_reference(shifted[:100], shifted[100:]), rtol=0, atol=2e-6)
