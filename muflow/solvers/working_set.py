@@ -1,0 +1,495 @@
+"""Working-set decomposition with a large working set (SVMlight / ThunderSVM), rows on demand.
+
+The decomposition of Joachims, "Making large-scale SVM learning practical" (1999, SVMlight),
+as ThunderSVM's ``CSMOSolver`` runs it (Wen et al., JMLR 19, 2018): every outer iteration
+
+1. chooses a working set B of q variables. With the sum constraint, q/2 come from I_up and
+   q/2 from I_low, ranked by the second-order rule WSS 2 of Fan, Chen & Lin, "Working set
+   selection using second order information for training support vector machines" (JMLR 6,
+   2005, eq. (14)): a variable of I_low by the decrease of its pair with the maximal violator
+   i of I_up, -(b_it)^2 / a_it, a variable of I_up by its pair with the maximal violator j of
+   I_low; both violators are always in B (their pair alone guarantees progress). The rule
+   reads the violators' rows; a side whose violator's row is not cached is ranked by b_it
+   alone (first order, as ThunderSVM's selection), so that every row of B still comes in
+   one batch. Without the sum constraint, the q variables with the largest projected
+   gradient. The part of the previous B that is still useful (free, or still violating)
+   is kept, at most q/2 of it, as ThunderSVM keeps half of its previous set, so half of
+   B's rows are already cached;
+2. fetches the rows of B that the row cache lacks, in one batch (``operator.rows``);
+3. solves the q-variable subproblem in process with the compiled SMO
+   (:func:`muflow.solvers.smo.smo_column`) on K_BB: the same bounds, the linear term
+   G_B - Q_BB alpha_B (so that its gradient at alpha_B is G_B), the sum of y_B alpha_B kept,
+   to a tolerance a tenth of the current gap;
+4. updates the gradient with one product, G += y * (K[B, :]^T (y_B delta_B)), summed in
+   float64 from the cached rows.
+
+Shrinking is libsvm's (Fan, Chen & Lin 2005, sec. 4; Chang & Lin, LIBSVM sec. 5.2): bounded
+variables that the maximal violating pair says cannot move leave the active set, whose
+gradient alone is kept; G_bar_t = y_t sum_{alpha_j = U_j} U_j y_j K_jt is kept for every
+variable (updated from B's rows when a variable reaches or leaves its bound), so that the
+gradient of the shrunk ones is rebuilt, G_t = p_t + G_bar_t + y_t sum_{free j} y_j alpha_j K_jt,
+from the rows of the free variables (or of the shrunk ones, whichever are fewer). It is
+rebuilt once when the gap first falls below ten times the tolerance (libsvm's unshrinking)
+and before every certificate. The point is certified on the whole set with the common KKT
+measure (:mod:`muflow.solvers.kkt`); a failed certificate reactivates every variable and the
+loop goes on, with a tighter internal gap if nothing was shrunk.
+
+K is read only through ``operator.rows`` (via a :class:`~muflow.solvers.rowcache.RowCache`
+that the m columns of a batch share: rows are of K, not of Q) and ``operator.diagonal``;
+one product ``K @ V`` is taken only for a warm start (the start's gradient and G_bar).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from muflow.exceptions import MuflowInputError
+from muflow.operators import DenseGram, require_rows
+from muflow.solvers import _subset_compiled as sc
+from muflow.solvers._subset import Column, assemble, column_callback
+from muflow.solvers._working_set_compiled import Threads, add_row_dots, add_rows, gather_block
+from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.smo import smo_column
+
+_TAU = 1e-12  # libsvm's floor on a pair's curvature
+
+
+def default_q(n: int) -> int:
+    """The working-set size for n samples: the power of two nearest 4 sqrt(n), in [64, 2048]
+    (ThunderSVM's default is 512 at n ~ 10^4 to 10^5)."""
+    q = 2 ** int(round(np.log2(4.0 * np.sqrt(max(int(n), 1)))))
+    return int(np.clip(q, 64, 2048))
+
+
+def _smallest(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the (at most) k smallest finite entries of ``values``."""
+    finite = np.flatnonzero(np.isfinite(values))
+    k = min(k, finite.size)
+    if k <= 0:
+        return finite[:0]
+    if k < finite.size:
+        finite = finite[np.argpartition(values[finite], k - 1)[:k]]
+    return finite
+
+
+def _ordered_unique(parts) -> np.ndarray:
+    """The indices of ``parts`` in order of first appearance, each once."""
+    idx = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    _, first = np.unique(idx, return_index=True)
+    return idx[np.sort(first)]
+
+
+class ColumnState:
+    """One column's decomposition state: alpha, the active set, its gradient and G_bar.
+
+    The seam for the distributed solver (the Dask issue): the outer loop talks to the state
+    only through :meth:`extremes` and :meth:`candidates` ("select candidates from my slice
+    of the gradient"), :meth:`fetch_rows` ("fetch rows of B") and :meth:`update_gradient`
+    ("update my slice of the gradient with K[B, :]^T delta"). A worker holding rows
+    [lo, hi) of G, G_bar, alpha and its own row cache answers the same questions for its
+    slice (the driver merges the extremes by max and the candidates by their gains); the
+    q x q subproblem stays on the driver.
+
+    Parameters
+    ----------
+    col : Column
+    cache : RowCache
+        Shared by every column of the batch.
+    alpha, G, G_bar : ndarray of shape (n,)
+        A feasible start, its gradient Q alpha + p and (with shrinking) G_bar; G_bar None
+        without shrinking.
+    QD : ndarray of shape (n,)
+        The diagonal of K.
+    threads : Threads
+    timings : dict
+        Receives counts and seconds.
+    """
+
+    def __init__(self, col: Column, cache: RowCache, alpha, G, G_bar, QD, threads: Threads,
+                 timings: dict):
+        self.col = col
+        self.y, self.U, self.p = col.y, col.U, col.p
+        self.equality = col.equality
+        self.cache = cache
+        self.alpha = alpha
+        self.G = G
+        self.G_bar = G_bar
+        self.QD = QD
+        self.threads = threads
+        self.timings = timings
+        self.valid = self.U > 0
+        self.act = np.flatnonzero(self.valid).astype(np.int64)
+        self._every = np.zeros(0, dtype=np.int64)  # add_rows: an empty list means every index
+        self.previous = np.zeros(0, dtype=np.int64)
+        self.F = col.objective(alpha, G)
+        self.bias = 0.0
+        self._view = None
+
+    # ---- the seam: candidates from my slice, rows of B, my slice of the gradient ----
+
+    def extremes(self) -> float:
+        """The active set's gap, with its maximal violators remembered for the selection.
+
+        With the sum constraint: m(alpha) - M(alpha) = max_{I_up} -y G + max_{I_low} y G
+        (Fan, Chen & Lin 2005, eq. (9)); without it: max |projected gradient|.
+        """
+        act = self.act
+        if act.size == 0:
+            self._view = None
+            return -np.inf
+        y, a, U = self.y[act], self.alpha[act], self.U[act]
+        g = self.G[act]
+        v = {"y": y, "a": a, "U": U}
+        if self.equality:
+            yG = y * g
+            up = np.where(y > 0, a < U, a > 0)
+            low = np.where(y > 0, a > 0, a < U)
+            v_up = np.where(up, -yG, -np.inf)
+            v_low = np.where(low, yG, -np.inf)
+            if not up.any() or not low.any():
+                self._view = None
+                return -np.inf
+            ku, kl = int(np.argmax(v_up)), int(np.argmax(v_low))
+            v.update(yG=yG, up=up, low=low, ku=ku, kl=kl, gmax=v_up[ku], gmax2=v_low[kl],
+                     score=np.maximum(v_up + v_low[kl], np.where(low, yG + v_up[ku], -np.inf)))
+            self._view = v
+            return float(v_up[ku] + v_low[kl])
+        pg = np.where(a <= 0.0, np.minimum(g, 0.0), np.where(a >= U, np.maximum(g, 0.0), g))
+        v.update(g=g, score=np.abs(pg))
+        self._view = v
+        return float(v["score"].max())
+
+    def candidates(self, q: int) -> np.ndarray:
+        """The working set (global indices, at most q): the maximal violators, the useful
+        part of the previous set (at most q/2, most violating first), then new variables by
+        the second-order gain (sum constraint, q/2 a side) or the projected gradient."""
+        v, act = self._view, self.act
+        score, a, U = v["score"], v["a"], v["U"]
+        free = (a > 0) & (a < U)
+        # the previous set's positions in the (sorted) active set; shrunk ones are gone
+        pos = np.minimum(np.searchsorted(act, self.previous), act.size - 1)
+        pos = pos[act[pos] == self.previous]
+        useful = pos[(score[pos] > 0) | free[pos]]
+        kept = useful[np.argsort(-score[useful], kind="stable")[: q // 2]]
+        taken = np.zeros(act.size, dtype=bool)
+        taken[kept] = True
+        if not self.equality:
+            gain = np.where(score > 0, -score, np.inf)
+            gain[taken] = np.inf
+            new = _smallest(gain, q - kept.size)
+            return np.sort(act[_ordered_unique([new, kept])][:q])
+        ku, kl = v["ku"], v["kl"]
+        anchors = np.array([ku, kl], dtype=np.int64)
+        taken[anchors] = True
+        need = q - int(taken.sum())
+        QD, yG = self.QD[act], v["yG"]
+        b_up = -yG + v["gmax2"]
+        b_low = yG + v["gmax"]
+        # second order: each side by its pair with the other side's maximal violator,
+        # whose row the cache holds more often than not (it was in a recent B); when it
+        # does not, that side is ranked by its violation alone (first order, a = 1) and the
+        # row comes with B's batch, not in a call of its own
+        slot_i, slot_j = self.cache.slot_of[act[ku]], self.cache.slot_of[act[kl]]
+        data = self.cache.data
+        self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
+        a_up = np.maximum(QD + QD[kl] - 2.0 * data[slot_j][act], _TAU) if slot_j >= 0 else 1.0
+        a_low = np.maximum(QD[ku] + QD - 2.0 * data[slot_i][act], _TAU) if slot_i >= 0 else 1.0
+        gain_up = np.where(v["up"] & (b_up > 0) & ~taken, -(b_up * b_up) / a_up, np.inf)
+        gain_low = np.where(v["low"] & (b_low > 0) & ~taken, -(b_low * b_low) / a_low, np.inf)
+        new_up = _smallest(gain_up, need // 2)
+        gain_low[new_up] = np.inf
+        new_low = _smallest(gain_low, need - new_up.size)
+        if new_up.size + new_low.size < need:  # one side ran short: the other fills B
+            gain_up[new_low] = np.inf
+            gain_up[new_up] = np.inf
+            extra = _smallest(gain_up, need - new_up.size - new_low.size)
+            new_up = np.concatenate([new_up, extra])
+        # sorted: K_BB is then gathered from rows of K in address order
+        return np.sort(act[_ordered_unique([anchors, kept, new_up, new_low])][:q])
+
+    def fetch_rows(self, idx: np.ndarray) -> np.ndarray:
+        """The cache slots of rows ``idx`` (distinct, at most the cache's slots), fetching
+        the missing ones in one batch; the cached ones are touched first so that the batch
+        evicts none of them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        cache = self.cache
+        cached = cache.slot_of[idx] >= 0
+        self.timings["rows_requested"] += idx.size
+        self.timings["cache_hits"] += int(cached.sum())
+        if not cache.in_place and not cached.all():
+            cache.clock[0] += 1
+            cache.stamp[cache.slot_of[idx[cached]]] = cache.clock[0]
+            cache.fetch(idx[~cached])
+        return np.ascontiguousarray(cache.slot_of[idx])
+
+    def update_gradient(self, slots, coef, targets=None, out=None) -> None:
+        """``out[t] += y_t sum_b coef_b K[row_b, t]`` for t in ``targets`` (default: every
+        t) into ``out`` (default: G), from the rows at cache ``slots``: one product
+        K[B, :]^T c, summed in float64."""
+        if len(slots) == 0:
+            return
+        t = time.perf_counter()
+        out = self.G if out is None else out
+        if targets is None:
+            targets = self._every
+        total = self.y.shape[0] if targets.size == 0 else targets.size
+        self.threads.split(add_rows, total, len(slots), out, self.y, self.cache.data,
+                           np.ascontiguousarray(slots, dtype=np.int64),
+                           np.ascontiguousarray(coef, dtype=np.float64), targets)
+        self.timings["gradient"] += time.perf_counter() - t
+
+    # ---- one outer iteration ----
+
+    def step(self, B: np.ndarray, gap: float, gap_tol: float) -> bool:
+        """Solve the subproblem on B and update the gradient; False when nothing moved."""
+        slots = self.fetch_rows(B)
+        t = time.perf_counter()
+        K_BB = np.empty((B.size, B.size))
+        gather_block(self.cache.data, slots, B, K_BB)
+        yB, UB = self.y[B], self.U[B]
+        aB = self.alpha[B].copy()
+        # Q_BB alpha_B with K_BB as the updates read it (row b of K for variable b)
+        lin = self.G[B] - yB * (K_BB.T @ (yB * aB))
+        sub = Column(DualProblem(DenseGram(K_BB), yB, upper=UB, linear=lin,
+                                 equality=self.equality), 0)
+        scale = 2.0 if self.equality else 1.0
+        scratch = {}
+        new, _, curve, _, steps = smo_column(
+            sub, RowCache(sub.problem.operator), aB.copy(), tol=0.1 * max(gap_tol, gap) / scale,
+            max_updates=50 * B.size + 1000, timings=scratch)
+        self.timings["subproblem"] += time.perf_counter() - t
+        self.timings["subproblem_steps"] += steps
+        delta = new - aB
+        moved = np.flatnonzero(delta != 0.0)
+        if moved.size == 0:
+            return False
+        self.alpha[B] = new
+        self.F += curve[-1] - curve[0]
+        # the active set, or every variable when that is most of them: rows read
+        # contiguously, and a shrunk variable's gradient is rebuilt before it is read anyway
+        targets = None if self.act.size > self.y.shape[0] // 2 else self.act
+        self.update_gradient(slots[moved], yB[moved] * delta[moved], targets)
+        if self.G_bar is not None:
+            flips = np.flatnonzero((aB >= UB) != (new >= UB))
+            sign = np.where(new[flips] >= UB[flips], 1.0, -1.0)
+            self.update_gradient(slots[flips], sign * UB[flips] * yB[flips], out=self.G_bar)
+        self.previous = np.sort(B)
+        return True
+
+    # ---- shrinking and certification ----
+
+    def shrink(self) -> None:
+        """libsvm's shrinking of the active set (the compiled rules SMO uses)."""
+        t = time.perf_counter()
+        v, act = self._view, self.act
+        n_act = act.size
+        if self.equality:
+            yG = np.ascontiguousarray(v["yG"])
+            kept = sc._shrink_compact(self.y, self.alpha, self.G, act, act.copy(), v["y"].copy(),
+                                      v["U"].copy(), v["a"].copy(), yG, self.QD[act],
+                                      v["up"].copy(), v["low"].copy(), n_act)
+        else:
+            kept = sc._shrink_single(self.U, self.alpha, self.G, act, n_act, float(v["score"].max()))
+        self.act = np.sort(act[:kept])
+        self._view = None
+        self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
+        self.timings["shrink"] += time.perf_counter() - t
+
+    @property
+    def shrunk(self) -> int:
+        return int(self.valid.sum()) - self.act.size
+
+    def reconstruct(self) -> None:
+        """The gradient of the shrunk variables from G_bar and the free variables' rows
+        (or the shrunk variables' own rows, whichever are fewer), as libsvm's
+        ``reconstruct_gradient``."""
+        if self.G_bar is None or self.shrunk == 0:
+            return
+        t = time.perf_counter()
+        inactive = np.flatnonzero(self.valid)
+        inactive = np.setdiff1d(inactive, self.act, assume_unique=True)
+        self.G[inactive] = self.p[inactive] + self.G_bar[inactive]
+        free = np.flatnonzero((self.alpha > 0) & (self.alpha < self.U))
+        coef = np.ascontiguousarray(self.y[free] * self.alpha[free])
+        block = max(1, min(self.cache.slots, 1024))
+        if 0 < free.size <= inactive.size:
+            for s in range(0, free.size, block):
+                slots = self.fetch_rows(free[s: s + block])
+                self.update_gradient(slots, coef[s: s + block], inactive)
+        elif free.size:
+            for s in range(0, inactive.size, block):
+                rows = np.ascontiguousarray(inactive[s: s + block])
+                slots = self.fetch_rows(rows)
+                self.threads.split(add_row_dots, rows.size, free.size, self.G, self.y,
+                                   self.cache.data, slots, rows, free, coef)
+        self.timings["reconstruct"] += time.perf_counter() - t
+
+    def reactivate(self) -> None:
+        """Every variable active again, its gradient rebuilt."""
+        self.reconstruct()
+        self.act = np.flatnonzero(self.valid).astype(np.int64)
+        self._view = None
+
+    def certify(self):
+        """The common KKT measure on the whole set (shrunk gradients rebuilt first)."""
+        self.reconstruct()
+        t = time.perf_counter()
+        self.F = self.col.objective(self.alpha, self.G)
+        violation, self.bias = self.col.kkt(self.alpha, self.G, self.bias)
+        self.timings["kkt"] += time.perf_counter() - t
+        return violation
+
+
+def _solve_column(state: ColumnState, *, q: int, tol: float, max_iter: int, shrinking: bool,
+                  on_iter, curve: list) -> tuple[float, int]:
+    """The outer loop on one column until certified, stalled or ``max_iter``; returns
+    (violation, outer iterations)."""
+    gap_tol = (2.0 if state.equality else 1.0) * tol  # gap <= 2 tol gives a residual <= tol
+    shrink_every = max(1, min(state.y.shape[0], 1000) // q)  # libsvm: every 1000 steps
+    it, since_shrink, unshrunk, stalls = 0, 0, False, 0
+    timings = state.timings
+    while True:
+        stopped = False
+        while it < max_iter:
+            t = time.perf_counter()
+            gap = state.extremes()
+            if shrinking and since_shrink >= shrink_every and gap > gap_tol:
+                state.shrink()
+                since_shrink = 0
+                gap = state.extremes()
+            if shrinking and not unshrunk and gap <= 10.0 * gap_tol:
+                unshrunk = True
+                if state.shrunk:
+                    state.reactivate()
+                    gap = state.extremes()
+            if not gap > gap_tol:
+                timings["select"] += time.perf_counter() - t
+                break
+            B = state.candidates(q)
+            timings["select"] += time.perf_counter() - t
+            moved = state.step(B, gap, gap_tol)
+            it += 1
+            since_shrink += 1
+            curve.append(state.F)
+            if on_iter is not None and on_iter(it, state.F):
+                stopped = True
+                break
+            if not moved:
+                break
+        violation = state.certify()
+        curve[-1] = state.F
+        if violation <= tol or it >= max_iter or stopped:
+            return violation, it
+        if state.shrunk == 0:
+            stalls += 1
+            if stalls > 20:  # the gap cannot be closed further (rounding): give up uncertified
+                return violation, it
+            gap_tol *= 0.25
+        state.reactivate()
+
+
+def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
+                      max_iter: int = 100_000, callback=None, cache_mb: float = DEFAULT_CACHE_MB,
+                      shrinking: bool = True, q: int | None = None,
+                      n_threads: int | None = None) -> DualSolution:
+    """Working-set decomposition (SVMlight / ThunderSVM with WSS 2) on every column.
+
+    Parameters
+    ----------
+    problem : DualProblem
+        Any intercept mode, per-sample bounds and linear term; the operator must answer
+        ``rows`` and ``diagonal`` (a stored Gram or rows computed on demand).
+    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias) or DualSolution, optional
+        Warm start; clipped to the box and, with the sum constraint, balanced
+        (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch.
+    tol : float, default=1e-3
+        Common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) to reach.
+    max_iter : int, default=100000
+        Outer iterations at most per column (one working set solved, the gradient updated).
+    callback : callable, optional
+        ``callback(iteration, alpha, objective)`` after every outer iteration; True stops.
+    cache_mb : float, default=256
+        Row cache in MB, shared by the m columns; it must hold the q rows of a working set,
+        so q is lowered to what it holds (an in-memory K is read in place, no cache).
+    shrinking : bool, default=True
+    q : int, optional
+        Working-set size, even, at least 2; default :func:`default_q` (64 to 2048 from n),
+        never more than the variables that can move.
+    n_threads : int, optional
+        Threads for the gradient updates; default the CPUs this process may use.
+
+    Returns
+    -------
+    DualSolution
+        ``n_iter`` counts outer iterations (the most of any column); ``objective_curve``
+        F after each. ``timings``: "select", "subproblem", "gradient", "shrink",
+        "reconstruct", "kkt" and "total" seconds, "fetch_seconds" (rows), "rows_requested",
+        "cache_hits", "rows_fetched", "row_fetches", "subproblem_steps" and "q".
+
+    Notes
+    -----
+    Memory: the row cache (``cache_mb``), four vectors of n per column and the q x q
+    subproblem; K is never held whole unless the operator holds it.
+    """
+    require_rows(problem.operator, "working_set")
+    if q is not None and (int(q) != q or q < 2 or q % 2):
+        raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")
+    t_start = time.perf_counter()
+    timings = dict.fromkeys(("select", "subproblem", "gradient", "shrink", "reconstruct", "kkt",
+                             "full_gradient"), 0.0)
+    timings.update(rows_requested=0, cache_hits=0, subproblem_steps=0, second_order_sides=0)
+    n, m = problem.n, problem.m
+    cache = RowCache(problem.operator, cache_mb)
+    q_max = int(q) if q is not None else default_q(n)
+    q_max = max(2, min(q_max, cache.slots) // 2 * 2)
+    timings["q"] = q_max
+    QD = np.ascontiguousarray(problem.operator.diagonal(), dtype=np.float64)
+    alpha0, _ = problem.check_init(init)
+    cols = [Column(problem, j) for j in range(m)]
+    starts = [col.start(None if alpha0 is None else alpha0[:, j]) for j, col in enumerate(cols)]
+    Gs, G_bars = _start_gradients(problem, cols, starts, shrinking, timings)
+    threads = Threads(n_threads)
+    alphas, biases, curves, viols, iters = [], [], [], [], 0
+    try:
+        for j, col in enumerate(cols):
+            state = ColumnState(col, cache, starts[j], Gs[j], G_bars[j], QD, threads, timings)
+            curve = [state.F]
+            on_iter = column_callback(callback, problem, alphas, curves, j, state.alpha)
+            n_free = int(state.valid.sum())
+            qj = max(2, min(q_max, n_free + n_free % 2))
+            v, it = _solve_column(state, q=qj, tol=tol, max_iter=max(0, int(max_iter)),
+                                  shrinking=shrinking, on_iter=on_iter, curve=curve)
+            alphas.append(state.alpha)
+            biases.append(state.bias if col.equality else 0.0)
+            curves.append(curve)
+            viols.append(v)
+            iters = max(iters, it)
+    finally:
+        threads.close()
+    timings.update(cache.stats())
+    timings["outer_iterations"] = iters
+    timings["total"] = time.perf_counter() - t_start
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters)
+
+
+def _start_gradients(problem, cols, starts, shrinking, timings):
+    """G = Q alpha + p and G_bar of every column's start: p and 0 from zero, else one
+    product for the whole batch (alpha and the bounded part, two columns per problem)."""
+    n, m = problem.n, problem.m
+    at_upper = [np.where(a >= col.U, col.U, 0.0) * (col.U > 0) for col, a in zip(cols, starts)]
+    if not any(np.any(a) for a in starts):
+        return [col.p.copy() for col in cols], [np.zeros(n) if shrinking else None for _ in cols]
+    t = time.perf_counter()
+    V = np.empty((n, 2 * m))
+    for j, col in enumerate(cols):
+        V[:, j] = col.y * starts[j]
+        V[:, m + j] = col.y * at_upper[j]
+    product = problem.operator.matmul_precise(V)
+    timings["full_gradient"] += time.perf_counter() - t
+    Gs = [np.ascontiguousarray(col.y * product[:, j] + col.p) for j, col in enumerate(cols)]
+    bars = [np.ascontiguousarray(col.y * product[:, m + j]) if shrinking else None
+            for j, col in enumerate(cols)]
+    return Gs, bars
