@@ -228,8 +228,8 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
 
 def contiguous_run(index: np.ndarray) -> int | None:
     """The first element of ``index`` when it is a run ``s, s+1, ..., s+k-1``, else None."""
-    if index.size == 0:
-        return None
+    if index.size <= 1:
+        return int(index[0]) if index.size else None
     s = int(index[0])
     return s if int(index[-1]) - s == index.size - 1 and np.all(np.diff(index) == 1) else None
 

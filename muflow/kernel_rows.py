@@ -76,8 +76,9 @@ class KernelRows(GramOperator):
     Notes
     -----
     The row cache is the solver's: ``solve_smo(problem, cache_mb=...)`` (and the other
-    subset solvers) keep ``cache_mb`` megabytes of rows, ``cache_mb * 2**20 / (n * itemsize)``
-    rows, evicting the least recently used.
+    subset solvers) keep ``cache_mb`` megabytes of rows (libsvm's ``cache_size``, in the
+    same unit), ``cache_mb * 2**20 / (n * itemsize)`` rows, evicting the least recently
+    used; this operator writes each fetched row straight into that cache.
 
     Examples
     --------
@@ -188,20 +189,23 @@ class KernelRows(GramOperator):
         return self._diagonal.copy()
 
     # -- products -------------------------------------------------------------------
-    def _product(self, V, out, precise: bool) -> np.ndarray:
-        """``K @ V`` panel by panel of rows, each panel only against the samples where V
-        has a non-zero row (K is symmetric: ``K V = K[:, nz] V[nz]``)."""
+    def _product(self, V, out, precise: bool, neg=None) -> np.ndarray:
+        """``K @ V`` into ``out`` panel by panel of rows, each panel only against the samples
+        where V has a non-zero row (K is symmetric: ``K V = K[:, nz] V[nz]``); with ``neg``,
+        ``K+ @ V`` into ``out`` and ``K- @ V`` into ``neg`` (M3 eq. (5))."""
         t = time.perf_counter()
         V = np.asarray(V)
         if V.ndim != 2 or V.shape[0] != self.n:
             raise MuflowInputError(f"V must have shape ({self.n}, m), got {V.shape}")
         out.fill(0)
+        if neg is not None:
+            neg.fill(0)
         nz = np.flatnonzero(np.any(V != 0, axis=1))
         if nz.size:
             columns = self._columns if nz.size == self.n else Columns(self.source, nz)
             Vnz = V if nz.size == self.n else V[nz]
             Vnz = np.ascontiguousarray(Vnz, dtype=np.float64 if precise else self.dtype)
-            itemsize = self.dtype.itemsize + (8 if precise else 0)
+            itemsize = self.dtype.itemsize * (2 if neg is not None else 1) + (8 if precise else 0)
             block = max(1, min(self.block_rows, PRODUCT_PANEL_BYTES // (itemsize * columns.m)))
             buffers = {}
 
@@ -210,13 +214,22 @@ class KernelRows(GramOperator):
                 if bufs is None:
                     panel = np.empty((block, columns.m), dtype=self.dtype)
                     wide = np.empty((block, columns.m)) if precise and self.dtype != np.float64 else None
-                    bufs = buffers[worker] = (panel, wide)
-                panel, wide = bufs
+                    part = np.empty((block, columns.m), dtype=self.dtype) if neg is not None else None
+                    bufs = buffers[worker] = (panel, wide, part)
+                panel, wide, part = bufs
                 K = panel[: p1 - p0]
                 if self.source.dtype == self.dtype:
                     columns.panel_into(self.kernel, slice(p0, p1), K)
                 else:
                     K[...] = columns.panel_into(self.kernel, slice(p0, p1), np.empty(K.shape))
+                if neg is not None:
+                    P = part[: p1 - p0]
+                    np.maximum(K, 0, out=P)
+                    np.matmul(P, Vnz, out=out[p0:p1])
+                    np.minimum(K, 0, out=P)
+                    np.negative(P, out=P)
+                    np.matmul(P, Vnz, out=neg[p0:p1])
+                    return
                 if wide is not None:
                     wide[: p1 - p0] = K
                     K = wide[: p1 - p0]
@@ -247,6 +260,18 @@ class KernelRows(GramOperator):
         same dtype gives, :meth:`muflow.operators.DenseGram.matmul_precise`)."""
         V = np.asarray(V, dtype=np.float64)
         return self._product(V, np.empty((self.n, V.shape[1])), True)
+
+    def matmul_parts(self, V) -> tuple[np.ndarray, np.ndarray]:
+        """``(K+ @ V, K- @ V)``, K+ = max(K, 0), K- = max(-K, 0) (M3 eq. (5)), float64,
+        panel by panel; ``(K @ V, 0)`` for a non-negative kernel."""
+        if self.nonnegative:
+            pos = self.matmul(V)
+            return pos, np.zeros_like(pos)
+        V = np.asarray(V)
+        pos = np.empty((self.n, V.shape[1]), dtype=self.dtype)
+        neg = np.empty_like(pos)
+        self._product(V, pos, False, neg=neg)
+        return pos.astype(np.float64, copy=False), neg.astype(np.float64, copy=False)
 
     def stats(self) -> dict:
         """Counters for progress reports."""

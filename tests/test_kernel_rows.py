@@ -88,8 +88,8 @@ def test_rbf_diagonal_is_exactly_one_plus_offset_in_float32():
     np.testing.assert_allclose(rows, Kernel("rbf", gamma=0.01, offset=1.0).block_reference(X), atol=2e-6)
 
 
-@pytest.mark.parametrize("kernel", [Kernel("rbf", gamma=0.2), Kernel("poly", gamma=0.3, degree=3, coef0=1.0)],
-                         ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", [Kernel("rbf", gamma=0.2), Kernel("poly", gamma=0.3, degree=3, coef0=1.0),
+                                    Kernel("sigmoid", gamma=0.05, coef0=-0.5)], ids=lambda k: k.name)
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_products_equal_the_stored_gram(X, kernel, dtype):
     rng = np.random.default_rng(1)
@@ -105,9 +105,13 @@ def test_products_equal_the_stored_gram(X, kernel, dtype):
         out = np.empty((X.shape[0], 3), dtype=dtype)
         assert op.matmul_native(V, out=out) is out
         np.testing.assert_allclose(out, stored.matmul(V), rtol=0, atol=10 * tight * scale)
-    pos, neg = op.matmul_parts(dense_V)
-    scale = np.abs(stored.matmul_precise(dense_V)).max()
-    np.testing.assert_allclose(pos - neg, stored.matmul_precise(dense_V), rtol=0, atol=1e-5 * scale)
+    for V in (dense_V, sparse_V):
+        pos, neg = op.matmul_parts(V)
+        ref_pos, ref_neg = stored.matmul_parts(V)
+        scale = max(np.abs(ref_pos).max(), np.abs(ref_neg).max())
+        np.testing.assert_allclose(pos, ref_pos, rtol=0, atol=1e-5 * scale)
+        np.testing.assert_allclose(neg, ref_neg, rtol=0, atol=1e-5 * scale)
+        assert (neg == 0).all() == op.nonnegative
     assert op.products >= 9
 
 
@@ -250,3 +254,22 @@ def test_a_stored_gram_of_100000_rows_is_refused_before_any_allocation():
     if n == 100_000:
         assert "37.3 GiB" in message
     assert peak < 2**20, f"traced peak {peak} bytes before the refusal"
+
+
+@pytest.mark.parametrize("kernel", [Kernel("rbf", gamma=0.5, offset=1.0), Kernel("poly", gamma=0.2, degree=3, coef0=1.0)],
+                         ids=["rbf", "poly-signed"])
+def test_multiplicative_updates_run_on_rows_through_products(generated_split, kernel):
+    """The multiplicative solvers only ask for products: on rows they compute K @ V panel by
+    panel (a whole K per pass, slowly; the signed kernel through matmul_parts) and take the
+    stored Gram's steps."""
+    from muflow.solvers.multiplicative import solve_multiplicative
+
+    Xtr, _, ytr, _ = generated_split
+    y = ytr.astype(float)
+    stored = solve_multiplicative(DualProblem(DenseGram(numpy_gram(Xtr, kernel, dtype="float64")), y,
+                                              upper=1.0), rule="m3", tol=1e-12, max_iter=150)
+    op = KernelRows(Xtr, kernel, dtype="float64")
+    rows = solve_multiplicative(DualProblem(op, y, upper=1.0), rule="m3", tol=1e-12, max_iter=150)
+    assert rows.n_iter == stored.n_iter == 150 and op.products >= 150
+    np.testing.assert_allclose(rows.alpha, stored.alpha, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(rows.objective, stored.objective, rtol=1e-12)
