@@ -3,12 +3,19 @@ variants, the estimator, and the solver's own invariants (rows only, shared cach
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 import muflow
+from muflow import inmemory
+from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
+from muflow.kernel_rows import KernelRows
+from muflow.kernels import Kernel
 from muflow.operators import DenseGram, GramOperator
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.registry import SOLVERS
@@ -79,6 +86,59 @@ def test_matches_libsvm(data, gamma, C, kind, request):
     Kte = rbf(Xte, Xtr, gamma)
     ours = Kte @ (ytr * a) + sol.bias[0]
     assert same_sign(ours, ref.decision_function(Kte)) >= AGREEMENT
+
+
+@pytest.mark.parametrize("form, dtype", [("dense", "float64"), ("dense", "float32"),
+                                         ("sparse", "float32")])
+def test_on_rows_computed_from_X_matches_libsvm(form, dtype, monkeypatch):
+    """Rows on demand (:class:`KernelRows`, never K): a8a's binary features, dense or kept
+    sparse (the CSR product path), rows in float32 or float64; libsvm on the float64 K."""
+    X, y = a8a(1500)
+    if form == "sparse":
+        monkeypatch.setattr(inmemory, "DENSIFY_MAX_FEATURES", 0)
+    else:
+        X = X.toarray()
+    kernel = Kernel("rbf", gamma=0.05)
+    op = KernelRows(X, kernel, dtype=dtype)
+    sol = solve_working_set(DualProblem(op, y, upper=1.0, equality=True), tol=TOL, cache_mb=4.0)
+    assert sol.converged.all() and op.rows_computed == sol.timings["rows_fetched"] < len(y)
+    K = kernel.block_reference(sp.csr_matrix(X) if form == "sparse" else X)
+    exact = DualProblem(DenseGram(K), y, upper=1.0, equality=True)
+    alpha_ref, ref = libsvm(K, y, 1.0)
+    f_ref = exact.objective(alpha_ref[:, None])[0]
+    assert abs(exact.objective(sol.alpha)[0] - f_ref) <= OBJECTIVE_RTOL * abs(f_ref)
+    decision = K @ (y * sol.alpha[:, 0]) + sol.bias[0]
+    assert same_sign(decision, ref.decision_function(K)) >= AGREEMENT
+
+
+def test_the_rows_path_never_allocates_n_squared(monkeypatch):
+    """n = 8,000: K would take 244 MiB in float32. The Gram builders fail if called and the
+    traced peak of a whole fit stays far below n^2 * 4 bytes (what it holds: the 8 MB row
+    cache, a few vectors of n and the q x q subproblem)."""
+    rng = np.random.default_rng(0)
+    n = 8000
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
+    X = rng.normal(size=(n, 8)) + 0.6 * y[:, None]
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a stored Gram was built on the rows path")
+
+    def fit():
+        op = gram_operator(X, Kernel("rbf", gamma=0.1), gram="rows", gram_dtype="float32")
+        return op, solve_working_set(DualProblem(op, y, upper=1.0, equality=True), tol=1e-3,
+                                     cache_mb=8.0)
+
+    monkeypatch.setattr(inmemory, "numpy_gram", refuse)
+    monkeypatch.setattr(inmemory, "empty_populated", refuse)
+    fit()  # loads the compiled loops outside the trace
+    tracemalloc.start()
+    try:
+        op, sol = fit()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(op, KernelRows) and sol.converged.all()
+    assert peak < 0.1 * n * n * 4, f"peak {peak / 2**20:.1f} MiB"
 
 
 def test_many_outer_iterations_of_four_variables_agree(breast_cancer_split):
@@ -264,10 +324,13 @@ def test_svc_fits_and_predicts_like_smo_dense_and_sparse(a8a_subset):
     smo = muflow.SVC(solver="smo", **params).fit(Xtr, ytr)
     sparse = muflow.SVC(solver="working_set", **params).fit(Xtr, ytr)
     dense = muflow.SVC(solver="working_set", **params).fit(Xtr.toarray(), ytr)
-    assert sparse.solver_ == "working_set" and sparse.converged_.all()
+    on_rows = muflow.SVC(solver="working_set", gram="rows", cache_size=1.0, **params).fit(Xtr, ytr)
+    assert sparse.solver_ == "working_set" and sparse.converged_.all() and on_rows.converged_.all()
     np.testing.assert_allclose(sparse.objective_, smo.objective_, rtol=OBJECTIVE_RTOL)
+    np.testing.assert_allclose(on_rows.objective_, smo.objective_, rtol=OBJECTIVE_RTOL)
     np.testing.assert_allclose(dense.dual_coef_, sparse.dual_coef_, atol=1e-8)
-    assert np.mean(sparse.predict(Xte) == smo.predict(Xte)) >= AGREEMENT
+    for model in (sparse, on_rows):
+        assert np.mean(model.predict(Xte) == smo.predict(Xte)) >= AGREEMENT
 
 
 def test_svc_one_vs_rest(generated_split):
