@@ -1,23 +1,18 @@
-"""Compiled gradient updates of the working-set solver (numba, cached on disk, GIL released).
+"""Compiled pieces of the working-set solver (numba, cached on disk, GIL released).
 
-The decomposition solver (:mod:`muflow.solvers.working_set`) keeps G = Q alpha + p for the
-active variables and, with shrinking, libsvm's G_bar (Fan, Chen & Lin 2005, sec. 5; Chang &
-Lin, LIBSVM, sec. 5.2) for every variable. Both change by sums of rows of K:
+The decomposition solver (:mod:`muflow.solvers.working_set`) keeps the gradient
+G = Q alpha + p of every variable and changes it, once per outer iteration, by the rows of
+K of the working set B that moved:
 
-- :func:`add_rows`: ``G[t] += y[t] * sum_b coef[b] * K[rows_b, t]`` for t in a list of
-  indices, the rows read from the row cache's storage at ``slots`` (the gradient update
-  K[B, :]^T (y_B delta_B) of one outer iteration, G_bar's change when variables reach or
-  leave their upper bound, and the reconstruction of shrunk gradients from the rows of the
-  free variables);
-- :func:`add_row_dots`: ``G[rows_k] += y[rows_k] * sum_c K[rows_k, cols_c] coef[c]``, the same
-  reconstruction read from the rows of the shrunk variables themselves (libsvm's choice when
-  they are fewer than the free ones);
+- :func:`add_rows`: ``G[t] += y[t] * sum_b coef[b] * K[row_b, t]`` for t in [lo, hi), the rows
+  read from the row cache's storage at ``slots``: the product K[B, :]^T (y_B delta_B),
+  summed in float64 whatever the cache's dtype (a float32 row is widened as it is read),
+  on a range of targets so that the driver splits one update over threads
+  (:meth:`Threads.split`) and a worker holding a slice of G updates just that slice;
 - :func:`gather_block`: K_BB, the subproblem's matrix, from the cached rows of B.
 
-Both sum in float64 whatever the cache's dtype (a float32 row is widened as it is read)
-and work on the index range [lo, hi) of their targets, so that the driver splits one
-update over threads (:func:`split`). Arrays: G, y, coef float64; slots, idx, rows, cols
-int64; data the cache's (slots, n) storage, float32 or float64; all C-contiguous.
+Arrays: G, y, coef float64; slots, cols int64; data the cache's (slots, n) storage, float32
+or float64; all C-contiguous.
 """
 
 from __future__ import annotations
@@ -34,45 +29,38 @@ _BLOCK = 2048
 
 
 @njit(cache=True, nogil=True)
-def add_rows(G, y, data, slots, coef, idx, lo, hi):
-    """``G[idx[k]] += y[idx[k]] * sum_b coef[b] * data[slots[b], idx[k]]`` for lo <= k < hi.
+def add_rows(G, y, data, slots, coef, lo, hi):
+    """``G[t] += y[t] * sum_b coef[b] * data[slots[b], t]`` for lo <= t < hi.
 
-    ``idx`` of length 0 stands for every target (idx[k] = k): the rows are then read
-    contiguously, without a gather, which vectorises.
+    Memory-bound (each row is read once): the rows are taken four at a time, so that the
+    block's partial sums are loaded and stored once per four rows (1.5x faster than one
+    at a time, measured on 800 float32 rows of 100,000).
     """
     nb = slots.shape[0]
-    every = idx.shape[0] == 0
     acc = np.empty(_BLOCK)
     for start in range(lo, hi, _BLOCK):
         stop = min(start + _BLOCK, hi)
         width = stop - start
         for k in range(width):
             acc[k] = 0.0
-        for b in range(nb):
+        b = 0
+        while b + 4 <= nb:
+            w0, w1, w2, w3 = coef[b], coef[b + 1], coef[b + 2], coef[b + 3]
+            r0 = data[slots[b], start:stop]
+            r1 = data[slots[b + 1], start:stop]
+            r2 = data[slots[b + 2], start:stop]
+            r3 = data[slots[b + 3], start:stop]
+            for k in range(width):
+                acc[k] += (w0 * r0[k] + w1 * r1[k]) + (w2 * r2[k] + w3 * r3[k])
+            b += 4
+        while b < nb:
             w = coef[b]
-            if every:
-                row = data[slots[b], start:stop]
-                for k in range(width):
-                    acc[k] += w * row[k]
-            else:
-                row = data[slots[b]]
-                for k in range(width):
-                    acc[k] += w * row[idx[start + k]]
+            row = data[slots[b], start:stop]
+            for k in range(width):
+                acc[k] += w * row[k]
+            b += 1
         for k in range(width):
-            t = start + k if every else idx[start + k]
-            G[t] += y[t] * acc[k]
-
-
-@njit(cache=True, nogil=True)
-def add_row_dots(G, y, data, slots, rows, cols, coef, lo, hi):
-    """``G[rows[k]] += y[rows[k]] * sum_c data[slots[k], cols[c]] * coef[c]`` for lo <= k < hi."""
-    for k in range(lo, hi):
-        row = data[slots[k]]
-        s = 0.0
-        for c in range(cols.shape[0]):
-            s += row[cols[c]] * coef[c]
-        t = rows[k]
-        G[t] += y[t] * s
+            G[start + k] += y[start + k] * acc[k]
 
 
 @njit(cache=True, nogil=True)
