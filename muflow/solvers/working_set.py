@@ -128,6 +128,7 @@ class ColumnState:
         self.F = col.objective(alpha, G)
         self.bias = 0.0
         self._view = None
+        self._block = np.empty(0)
 
     # ---- the seam: candidates from my slice, rows of B, my slice of the gradient ----
 
@@ -243,7 +244,10 @@ class ColumnState:
         """Solve the subproblem on B and update the gradient; False when nothing moved."""
         slots = self.fetch_rows(B)
         t = time.perf_counter()
-        K_BB = np.empty((B.size, B.size))
+        # one buffer for every iteration: a fresh q x q array costs its page faults each time
+        if self._block.size < B.size * B.size:
+            self._block = np.empty(B.size * B.size)
+        K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
         gather_block(self.cache.data, slots, B, K_BB)
         yB, UB = self.y[B], self.U[B]
         aB = self.alpha[B].copy()
