@@ -5,32 +5,33 @@ and maximizes it where the inputs live, in a metric ``||x - x_i||_{G_i}`` that m
 per sample (section 2).
 
 - :mod:`~muflow.input_margin._algorithm`: the maths, with no validation of user input:
-  the discriminant of eq. (2), the projection on the boundary (eq. 12, section 3.4), the
-  margin (eq. 3), the steps of Algorithm 1 (eq. 8-11, 18) and of the simplified algorithm
-  (eq. 22);
+  the discriminant of eq. (2), the steps of Algorithm 1 (eq. 8-11, 18) and of the
+  simplified algorithm (eq. 22), and why the algorithm's margin estimate is not its margin;
+- :mod:`~muflow.input_margin._projection`: the projection on the boundary (eq. 12,
+  section 3.4) with its safeguards, and the margin (eq. 3);
 - :mod:`~muflow.input_margin.estimator`: :func:`input_space_margin` and
   :class:`InputMarginSVC`, which validate their input and call the maths.
 """
 
 from muflow.input_margin._algorithm import (
     DEFAULT_MAX_BYTES,
+    MEASURE_MAX_ITER,
     Discriminant,
-    InputMargin,
     QPStep,
     StepTrace,
     check_metric,
     full_step_problem,
-    measure_margin,
     project_hyperplane,
-    project_onto_boundary,
     run_steps,
     simplified_g,
     update_parameters,
 )
+from muflow.input_margin._projection import InputMargin, measure_margin, project_onto_boundary
 from muflow.input_margin.estimator import InputMarginSVC, default_qp_solver, input_space_margin
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "MEASURE_MAX_ITER",
     "Discriminant",
     "InputMargin",
     "InputMarginSVC",

@@ -22,13 +22,13 @@ from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.input_margin._algorithm import (
     DEFAULT_MAX_BYTES,
+    MEASURE_MAX_ITER,
     Discriminant,
-    InputMargin,
     check_memory,
     check_metric,
-    measure_margin,
     run_steps,
 )
+from muflow.input_margin._projection import InputMargin, measure_margin
 from muflow.kernel_derivatives import check_differentiable
 from muflow.kernels import Kernel
 from muflow.solvers.registry import SOLVERS
@@ -60,9 +60,30 @@ def _discriminant_of(model) -> Discriminant:
     return Discriminant(kernel.with_offset(0.0), sv, a, np.zeros_like(sv), float(model.intercept_[0]))
 
 
+def _warn_unsettled(res: InputMargin, what: str, stacklevel: int) -> None:
+    """Warn when a margin rests on projections that are not measurements: samples whose
+    projection (eq. 12) diverged, or a margin sample whose projection did not converge."""
+    i = int(np.argmin(res.distances))
+    if np.any(res.diverged):
+        where = np.flatnonzero(res.diverged)
+        warnings.warn(
+            f"{what}: the projection (eq. 12) of {len(where)} sample(s) (indices "
+            f"{where[:10].tolist()}) found no boundary within reach: grad f vanishes there, or "
+            "the linearised boundary lies beyond the extent of the data; their distances are "
+            "eq. (3) at the last point, not measured. Check that the model separates the "
+            "classes, or pass x_start with points near the boundary",
+            ConvergenceWarning, stacklevel=stacklevel + 1)
+    elif not res.converged[i]:
+        warnings.warn(
+            f"{what}: the projection (eq. 12) of the margin's sample {i} did not converge in "
+            f"{res.n_iter} iterations; the margin {res.margin:.6g} is eq. (3) at its last point. "
+            "Raise max_iter, or pass x_start with points near the boundary",
+            ConvergenceWarning, stacklevel=stacklevel + 1)
 
-def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, tol=1e-9,
-                       slow_down=True, max_bytes=DEFAULT_MAX_BYTES, force=False) -> InputMargin:
+
+def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=MEASURE_MAX_ITER,
+                       tol=1e-9, slow_down=True, max_bytes=DEFAULT_MAX_BYTES,
+                       force=False) -> InputMargin:
     """Margin of a fitted binary classifier in the input space (input-space-margin.txt).
 
     Parameters
@@ -76,11 +97,12 @@ def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, t
         G_i: Euclidean, one matrix for all samples, or one per sample.
     x_start : array-like of shape (n, m), optional
         Starting points of the iteration (12); default the samples themselves.
-    max_iter : int, default=50
+    max_iter : int, default=200
         Iterations of (12) at most.
     tol : float, default=1e-9
-        Stop when no point moves more than ``tol`` (times the data's scale) and every point
-        is within that distance of the boundary (|f| / ||grad f||, before its last move).
+        Stop when no point moves more than ``tol`` (times the data's scale, or the rounding
+        error of f where that is larger) and every point is within that distance of the
+        boundary (|f| / ||grad f||).
     slow_down : bool, default=True
         Apply the slow-down of section 3.4 where a local minimum is unstable.
     max_bytes : int, default=2**30
@@ -90,7 +112,20 @@ def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, t
     Returns
     -------
     InputMargin
-        ``.projections``, ``.distances`` (eq. 3 at the projection, in G_i), ``.margin``.
+        ``.projections``, ``.distances`` (eq. 3 at the projection, in G_i), ``.margin``,
+        ``.converged``, ``.diverged``.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When the projection of some sample diverged (no boundary within reach), or that of
+        the sample setting the margin did not converge in ``max_iter`` iterations.
+
+    Notes
+    -----
+    Eq. (12) converges to a critical point of the distance from x_i to the boundary
+    (Proposition 1), in practice the nearest from where it starts: the distances are
+    local minima, upper bounds of the distances to the whole boundary.
     """
     disc = _discriminant_of(model)
     X = np.asarray(X, dtype=np.float64)
@@ -108,8 +143,10 @@ def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=50, t
     if np.any(disc.b):
         check_memory(n, len(disc.centers), m, max_bytes, force, "input_space_margin")
     _, G_inv, L = check_metric(metric, n, m)
-    return measure_margin(disc, X, y_pm, G_inv, L, x_start, max_iter=max_iter, tol=tol,
-                          slow_down=slow_down)
+    res = measure_margin(disc, X, y_pm, G_inv, L, x_start, max_iter=max_iter, tol=tol,
+                         slow_down=slow_down)
+    _warn_unsettled(res, "input_space_margin", stacklevel=2)
+    return res
 
 
 class InputMarginSVC(ClassifierMixin, BaseEstimator):
@@ -132,8 +169,11 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
         "full": Algorithm 1 (section 3.6). "simplified": section 6 (x_hat_i = x_i, eta_i = 0,
         only g_i of eq. 22 kept).
     n_steps : int, default=5
-        Steps of the algorithm; the best of steps 0..n_steps by estimated margin is kept
-        (section 3.6; step 0 is the ordinary SVM).
+        Steps of the algorithm. The margin of every step's boundary is measured (eq. 12 from
+        each sample until it converges, then eq. 3: :func:`input_space_margin`) and the step
+        with the largest measured margin is kept; step 0, the ordinary SVM, is a candidate,
+        so the kept margin is never below the SVM's. (The paper keeps the best by the
+        algorithm's estimate, section 3.6; see ``estimated_margin_history_``.)
     n_projection_iter : int, default=10
         Iterations of eq. (12) per step to update x_hat (the paper's figures use 10).
     qp_solver : str or None, default=None
@@ -162,22 +202,42 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
     kernel_ : Kernel
     discriminant_ : Discriminant
     input_margin_ : float
-        Estimated input-space margin of the kept step.
+        Measured input-space margin of the kept step, ``margin_history_[best_step_]``: what
+        ``input_space_margin(model, X, y, metric)`` returns for the training set.
     margin_history_ : ndarray of shape (n_steps + 1,)
-        Estimated margin after each step; entry 0 is the ordinary SVM.
+        Measured margin of each step's boundary; entry 0 is the ordinary SVM's. Negative when
+        a training sample is misclassified (a soft margin, or a hard-margin QP that did not
+        separate the classes).
+    estimated_margin_history_ : ndarray of shape (n_steps + 1,)
+        The algorithm's own estimate of each step's margin, the figure the paper reports:
+        eq. (3) at the projections of step 1 of Algorithm 1, ``n_projection_iter`` iterations
+        of eq. (12) from the previous step's points (from the samples for "simplified"). It
+        may differ from ``margin_history_``; see Notes.
     best_step_ : int
+        Index of the kept step, the largest measured margin (the earliest of equals).
     initial_margin_ : float
-        ``margin_history_[0]``.
+        Measured margin of the ordinary SVM, ``margin_history_[0]``.
     projections_ : ndarray of shape (n_samples, n_features)
-        Projection points of the training samples on the kept boundary.
+        Projection points of the training samples on the kept boundary (the measurement's).
     svm_ : muflow.SVC
         The ordinary SVM of the initialisation step.
+
+    Warns
+    -----
+    ConvergenceWarning
+        When a QP step stops at ``max_iter``, or when the measurement of the kept step rests
+        on projections that diverged or did not converge (see :func:`input_space_margin`).
 
     Notes
     -----
     Algorithm 1 needs O(m^2 n^2) memory and O(m^3 n^2) time per step for the temporaries
     (section 3.6); the QP has the size of the ordinary SVM's. The iteration is not monotone
-    and keeps the best step, as the paper's simulation does.
+    and keeps the best step, as the paper's simulation does, but by the measured margin:
+    the estimate can exceed it several-fold, when the few iterations of eq. (12) from the
+    previous step's points settle on a farther local minimum of the distance or stop off
+    the boundary (the findings are in :mod:`muflow.input_margin._algorithm`). Measuring
+    costs ``n_steps + 1`` runs of eq. (12) to convergence, on the order of the steps
+    themselves for small n.
     """
 
     def __init__(self, kernel="rbf", *, C=float("inf"), gamma="scale", degree=3, coef0=0.0,
@@ -251,19 +311,19 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
         trace = run_steps(disc, X, y_pm, G_inv, L, upper=upper, method=self.method,
                           n_steps=self.n_steps, n_projection_iter=self.n_projection_iter,
                           solve=functools.partial(self._solve, solver))
-        self.margin_history_ = np.asarray(trace.margins)
-        self.best_step_ = int(np.argmax(self.margin_history_))
+        self.margin_history_ = trace.measured
+        self.estimated_margin_history_ = np.asarray(trace.estimates)
+        self.best_step_ = trace.best
         best = trace.discriminants[self.best_step_]
-        keep = np.flatnonzero((best.a != 0) | np.any(best.b != 0, axis=1))
-        self.support_ = keep.astype(np.int32)
-        self.a_ = best.a[keep].copy()
-        self.b_ = best.b[keep].copy()
-        self.x_hat_ = best.centers[keep].copy()
+        measure = trace.measures[self.best_step_]
+        self.support_ = best.support().astype(np.int32)
+        self.discriminant_ = best.compact()
+        self.a_, self.b_, self.x_hat_ = self.discriminant_.a, self.discriminant_.b, self.discriminant_.centers
         self.f0_ = float(best.f0)
-        self.discriminant_ = Discriminant(kernel, self.x_hat_, self.a_, self.b_, self.f0_)
         self.input_margin_ = float(self.margin_history_[self.best_step_])
         self.initial_margin_ = float(self.margin_history_[0])
-        self.projections_ = trace.projections[self.best_step_]
+        self.projections_ = measure.projections
+        _warn_unsettled(measure, f"InputMarginSVC (step {self.best_step_} kept)", stacklevel=2)
         return self
 
     def _solve(self, solver, problem, g):
