@@ -381,6 +381,7 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         Row cache in MB, shared by the m columns; it must hold the q rows of a working set,
         so q is lowered to what it holds (an in-memory K is read in place, no cache).
     shrinking : bool, default=True
+        libsvm's shrinking of the set the selection scans (the gradient stays whole).
     q : int, optional
         Working-set size, even, at least 2; default :func:`default_q` (64 to 2048 from n),
         never more than the variables that can move.
@@ -391,13 +392,16 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
     -------
     DualSolution
         ``n_iter`` counts outer iterations (the most of any column); ``objective_curve``
-        F after each. ``timings``: "select", "subproblem", "gradient", "shrink",
-        "kkt" and "total" seconds, "fetch_seconds" (rows), "rows_requested",
-        "cache_hits", "rows_fetched", "row_fetches", "subproblem_steps" and "q".
+        F after each. ``timings``: seconds in "select", "subproblem" (K_BB and its SMO),
+        "gradient", "shrink", "kkt", "full_gradient" (a warm start's product), "fetch_seconds"
+        (rows) and "total"; counts "rows_requested" (rows of B asked of the cache),
+        "cache_hits", "rows_fetched" (computed by the operator), "row_fetches" (its calls),
+        "subproblem_steps" (SMO pair steps), "second_order_sides" (sides ranked by WSS 2),
+        "max_shrunk" (with shrinking) and "q".
 
     Notes
     -----
-    Memory: the row cache (``cache_mb``), four vectors of n per column and the q x q
+    Memory: the row cache (``cache_mb``), a few vectors of n per column and the q x q
     subproblem; K is never held whole unless the operator holds it.
     """
     require_rows(problem.operator, "working_set")
