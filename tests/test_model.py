@@ -245,3 +245,12 @@ def test_a_stored_gram_that_cannot_fit_is_refused_before_any_allocation():
 def test_bad_storage_parameters_are_refused(binary, params, match):
     with pytest.raises(MuflowInputError, match=match):
         muflow.SVC(**params).fit(*binary)
+
+
+def test_auto_computes_rows_with_the_working_set_solver_above_the_threshold(blobs, monkeypatch):
+    X, y = blobs
+    monkeypatch.setattr(muflow.model, "ROWS_MIN_SAMPLES", len(y) - 1)
+    assert muflow.SVC(gamma=0.5).fit(X, y).solver_ == "working_set"
+    assert muflow.SVC(gamma=0.5, gram="stored").fit(X, y).solver_ == "smo"
+    monkeypatch.setattr(muflow.model, "ROWS_MIN_SAMPLES", len(y))
+    assert muflow.SVC(gamma=0.5).fit(X, y).solver_ == "smo"
