@@ -8,6 +8,7 @@ import scipy.sparse as sp
 from sklearn.svm import SVC as LibsvmSVC
 
 import muflow
+import muflow.model
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 
