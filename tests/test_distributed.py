@@ -246,3 +246,10 @@ def test_map_rows_computes_blockwise_on_the_cluster(client):
     assert is_dask_array(scores) and not is_dask_array(X)
     np.testing.assert_allclose(client.compute(scores).result(), kernel.block(X, sv) @ np.arange(7.0))
     np.testing.assert_allclose(client.compute(both).result(), kernel.block(X, sv)[:, :2])
+
+
+def test_the_stored_gram_is_exactly_symmetric(rbf_store):
+    # the panel servers answer rows of K from its columns: K must equal K' bit for bit,
+    # float32 diagonal tiles included (sgemm's A A' is symmetric only up to round-off)
+    K = rbf_store.read()
+    np.testing.assert_array_equal(K, K.T)

@@ -72,6 +72,12 @@ def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, d
     r0, r1 = tile_bounds(i, n, tile)
     c0, c1 = tile_bounds(j, n, tile)
     block = Kernel.from_dict(kernel).block_into(X[r0:r1], X[c0:c1], np.empty((r1 - r0, c1 - c0), dtype))
+    if i == j:
+        # sgemm's A A' is symmetric only up to round-off (its blocking differs above and
+        # below the diagonal); the store must be exactly symmetric, since the workers'
+        # panels answer rows of K from its columns
+        lower = np.tril_indices(r1 - r0, -1)
+        block[lower] = block.T[lower]
     array = _open_for_write(url)
     array[r0:r1, c0:c1] = block
     if i != j:
