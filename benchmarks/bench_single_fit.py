@@ -43,7 +43,9 @@ from pathlib import Path
 
 import numpy as np
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_a8a_single_fit import load as load_a8a  # noqa: E402  (a8a / a8a.t, 32-bit indices)
+
 CACHE_MB = 2000
 SETTINGS = {"a8a": {"gamma": 0.05, "C": 1.0}, "make100k": {"gamma": 0.02, "C": 1.0}}
 CONTENDERS = ("muflow", "muflow_rows", "sklearnex", "libsvm")
@@ -52,14 +54,7 @@ CONTENDERS = ("muflow", "muflow_rows", "sklearnex", "libsvm")
 def load(name):
     """(X_train, y_train, X_test, y_test) of a data set."""
     if name == "a8a":
-        from sklearn.datasets import load_svmlight_file
-
-        Xtr, ytr = load_svmlight_file(str(DATA / "a8a"), n_features=123)
-        Xte, yte = load_svmlight_file(str(DATA / "a8a.t"), n_features=123)
-        for X in (Xtr, Xte):  # libsvm's wrapper takes 32-bit sparse indices only
-            X.indices = X.indices.astype(np.int32)
-            X.indptr = X.indptr.astype(np.int32)
-        return Xtr, ytr, Xte, yte
+        return load_a8a()
     if name == "make100k":
         from sklearn.datasets import make_classification
 

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
+from muflow.kernels import Kernel
+
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
@@ -36,3 +38,14 @@ def a8a(rows: int):
         pytest.skip(f"{path} not present (the shared data folder sits beside the repository)")
     X, y = load_svmlight_file(str(path), n_features=123)
     return X[:rows], y[:rows]
+
+
+#: One of every kernel muflow builds, with an offset (the regularized intercept) once.
+KERNELS = [
+    Kernel("linear"),
+    Kernel("poly", gamma=0.3, degree=3, coef0=1.0),
+    Kernel("rbf", gamma=0.2),
+    Kernel("rbf", gamma=0.2, offset=1.0),
+    Kernel("sigmoid", gamma=0.05, coef0=-0.5),
+    Kernel("laplacian", gamma=0.1),
+]

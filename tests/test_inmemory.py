@@ -7,15 +7,8 @@ import scipy.sparse as sp
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import numpy_gram
 from muflow.kernels import Kernel
+from tests._references import KERNELS
 
-KERNELS = [
-    Kernel("linear"),
-    Kernel("poly", gamma=0.3, degree=3, coef0=1.0),
-    Kernel("rbf", gamma=0.2),
-    Kernel("rbf", gamma=0.2, offset=1.0),
-    Kernel("sigmoid", gamma=0.05, coef0=-0.5),
-    Kernel("laplacian", gamma=0.1),
-]
 
 
 @pytest.fixture(scope="module")

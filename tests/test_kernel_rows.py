@@ -23,16 +23,8 @@ from muflow.operators import DenseGram
 from muflow.solvers.problem import DualProblem
 from muflow.solvers.rowcache import RowCache
 from muflow.solvers.smo import solve_smo
-from tests._references import a8a
+from tests._references import KERNELS, a8a
 
-KERNELS = [
-    Kernel("linear"),
-    Kernel("poly", gamma=0.3, degree=3, coef0=1.0),
-    Kernel("rbf", gamma=0.2),
-    Kernel("rbf", gamma=0.2, offset=1.0),
-    Kernel("sigmoid", gamma=0.05, coef0=-0.5),
-    Kernel("laplacian", gamma=0.1),
-]
 #: float32 rows are one sgemm: errors of about 6e-8 ||a|| ||b|| per product
 TOLERANCE = {"float64": dict(rtol=1e-12, atol=1e-12), "float32": dict(rtol=1e-6, atol=2e-6)}
 #: unsorted, with repeats, crossing panel boundaries (block_rows=3 below)
