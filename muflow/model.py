@@ -19,6 +19,7 @@ from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
 from muflow.memory import GRAM_CHOICES
+from muflow.progress import FitProgress
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
@@ -100,7 +101,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         coordinate steps (cd, adatron), sweeps of n pair steps (smo), passes plus sweeps
         (hybrid). ``n_iter_`` counts the same unit, and so does a resumed fit.
     verbose : bool, default=False
-        Print the objective every 500 iterations (in the unit of ``max_iter``).
+        Print progress on stderr while a fit takes longer than 2 s, a line every 2 s
+        (:class:`muflow.progress.FitProgress`): the working-set solver reports its KKT
+        gap, the kernel rows computed and the row cache's hit rate; the others their
+        iteration and objective.
     client : distributed.Client or str, optional
         Train on a Dask cluster: the Gram store of K(X, X) is built (or reused) on the
         cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must reach) and every solver
@@ -139,6 +143,11 @@ class SVC(ClassifierMixin, BaseEstimator):
         Final dual objective 1/2 a'Qa - sum a (minimisation form).
     objective_curve_ : ndarray of shape (n_iter + 1, n_problems)
     kkt_violation_ : ndarray of shape (n_problems,)
+    rows_computed_ : int
+        Kernel rows computed from X during the solve (rows on demand; 0 when K was
+        stored whole, whose n rows were built before it).
+    timings_ : dict
+        The solver's seconds and counts (its ``DualSolution.timings``).
     solver_ : str
     fit_time_ : float
     """
@@ -279,7 +288,8 @@ class SVC(ClassifierMixin, BaseEstimator):
             linear=-1.0 + Y * drift[:, None],
             equality=self.intercept == "exact",
         )
-        callback = self._progress if self.verbose else None
+        progress = FitProgress() if self.verbose else None
+        callback = progress.callback if progress is not None and not info.reports_progress else None
         init, checkpointer = None, None
         if checkpoint_dir is not None:
             init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
@@ -289,6 +299,8 @@ class SVC(ClassifierMixin, BaseEstimator):
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
             options = {"cache_mb": float(self.cache_size)} if info.needs == "rows" else {}
+            if progress is not None and info.reports_progress:
+                options["progress"] = progress
             solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback, **options)
             if checkpointer is not None:
@@ -321,11 +333,6 @@ class SVC(ClassifierMixin, BaseEstimator):
         ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
         checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
         return (None if ckpt is None else ckpt.init), checkpointer
-
-    def _progress(self, iteration, alpha, objective):
-        if iteration % 500 == 0:
-            print(f"[muflow] iteration {iteration:6d}  objective {np.array2string(np.asarray(objective), precision=6)}")
-        return False
 
     @classmethod
     def from_solution(cls, solution, *, X, Y, classes, kernel, fit_time=0.0, **params):
@@ -392,6 +399,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         self.kkt_violation_ = np.asarray(solution.kkt_violation)
         self.converged_ = np.asarray(solution.converged)
         self.timings_ = dict(solution.timings)
+        self.rows_computed_ = int(solution.timings.get("rows_fetched", 0))
         self.shape_fit_ = X.shape
         self.solver_ = solver
         self.fit_time_ = float(fit_time)

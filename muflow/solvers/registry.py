@@ -43,6 +43,10 @@ class SolverInfo:
     needs : {"products", "rows"}
         What it asks of the operator: products ``K @ V`` only, or rows of K and its
         diagonal as well (:attr:`muflow.operators.GramOperator.has_rows`).
+    reports_progress : bool
+        Its ``solve`` takes ``progress=`` (:class:`muflow.progress.FitProgress`) and
+        reports the KKT gap and kernel rows as it goes; the others report through the
+        common callback.
     """
 
     name: str
@@ -52,6 +56,7 @@ class SolverInfo:
     summary: str
     iteration_unit: str
     needs: str = "products"
+    reports_progress: bool = False
 
     def __post_init__(self):
         if self.needs not in NEEDS:
@@ -103,7 +108,8 @@ register(SolverInfo(
     "working-set decomposition (Joachims 1999 SVMlight; ThunderSVM): q variables chosen by "
     "WSS 2 (Fan, Chen & Lin 2005), q/2 per side, solved by the compiled SMO on K_BB, the "
     "gradient updated with K[B, :]^T delta; shrinking; reads only rows of K on demand",
-    "outer iteration: one working set of q variables solved and the gradient updated", "rows"))
+    "outer iteration: one working set of q variables solved and the gradient updated", "rows",
+    reports_progress=True))
 
 #: What ``solver="auto"`` takes per intercept mode (benchmarks/bench_a8a_single_fit.py and
 #: bench_usps_objective_vs_time.py: SMO is the fastest to KKT <= 1e-3 with the sum

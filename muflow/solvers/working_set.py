@@ -310,9 +310,11 @@ class ColumnState:
 
 
 def _solve_column(state: ColumnState, *, q: int, tol: float, max_iter: int, shrinking: bool,
-                  on_iter, curve: list) -> tuple[float, int]:
+                  on_iter, curve: list, report=None) -> tuple[float, int]:
     """The outer loop on one column until certified, stalled or ``max_iter``; returns
-    (violation, outer iterations)."""
+    (violation, outer iterations). ``report(iteration, gap, target)``, when given, hears
+    of every outer iteration (:class:`muflow.progress.FitProgress` through
+    :func:`_reporter`)."""
     gap_tol = (2.0 if state.equality else 1.0) * tol  # gap <= 2 tol gives a residual <= tol
     shrink_every = max(1, min(state.y.shape[0], 1000) // q)  # libsvm: every 1000 steps
     it, since_shrink, unshrunk, stalls = 0, 0, False, 0
@@ -340,6 +342,8 @@ def _solve_column(state: ColumnState, *, q: int, tol: float, max_iter: int, shri
             it += 1
             since_shrink += 1
             curve.append(state.F)
+            if report is not None:
+                report(it, gap, gap_tol)
             if on_iter is not None and on_iter(it, state.F):
                 stopped = True
                 break
@@ -360,7 +364,7 @@ def _solve_column(state: ColumnState, *, q: int, tol: float, max_iter: int, shri
 def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
                       max_iter: int = 100_000, callback=None, cache_mb: float = DEFAULT_CACHE_MB,
                       shrinking: bool = True, q: int | None = None,
-                      n_threads: int | None = None) -> DualSolution:
+                      n_threads: int | None = None, progress=None) -> DualSolution:
     """Working-set decomposition (SVMlight / ThunderSVM with WSS 2) on every column.
 
     Parameters
@@ -387,6 +391,9 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         never more than the variables that can move.
     n_threads : int, optional
         Threads for the gradient updates; default the CPUs this process may use.
+    progress : callable, optional
+        Hears of every outer iteration: the KKT gap, rows computed, cache hits and the
+        active set (:class:`muflow.progress.FitProgress`, which throttles itself).
 
     Returns
     -------
@@ -430,8 +437,9 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
             on_iter = column_callback(callback, problem, alphas, curves, j, state.alpha)
             n_free = int(state.valid.sum())
             qj = max(2, min(q_max, n_free + n_free % 2))
+            report = _reporter(progress, state, timings, column=j, columns=m)
             v, it = _solve_column(state, q=qj, tol=tol, max_iter=max(0, int(max_iter)),
-                                  shrinking=shrinking, on_iter=on_iter, curve=curve)
+                                  shrinking=shrinking, on_iter=on_iter, curve=curve, report=report)
             alphas.append(state.alpha)
             biases.append(state.bias if col.equality else 0.0)
             curves.append(curve)
@@ -443,6 +451,22 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
     timings["outer_iterations"] = iters
     timings["total"] = time.perf_counter() - t_start
     return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters)
+
+
+def _reporter(progress, state: ColumnState, timings: dict, *, column: int, columns: int):
+    """``report(iteration, gap, target)`` for :func:`_solve_column` that hands ``progress``
+    what the state and the row cache know; None without ``progress``."""
+    if progress is None:
+        return None
+    n = state.y.shape[0]
+
+    def report(iteration, gap, target):
+        progress(iteration=iteration, gap=float(gap), target=float(target),
+                 rows_computed=state.cache.rows_fetched, rows_requested=timings["rows_requested"],
+                 cache_hits=timings["cache_hits"], active=int(state.act.size), n=n,
+                 column=column, columns=columns)
+
+    return report
 
 
 def _start_gradients(problem, cols, starts, timings):
