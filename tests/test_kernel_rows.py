@@ -124,6 +124,26 @@ def test_row_cache_is_filled_in_place_in_the_rows_dtype(X):
         np.testing.assert_allclose(cache.data[cache.slot_of[i]], reference[i], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["rbf", "poly", "sigmoid", "linear"])
+def test_rows_for_scattered_slots_are_computed_a_column_chunk_at_a_time(X, name, monkeypatch):
+    """Chunks of 48 columns (181 columns: three full chunks and a partial one): every row
+    lands in its slot with the stored K's values and its exact diagonal entry."""
+    import muflow.kernel_rows as kernel_rows
+
+    monkeypatch.setattr(kernel_rows, "CHUNK_BYTES", 48 * 4 * 5)  # 5 rows a panel: width 48
+    monkeypatch.setattr(kernel_rows, "MIN_CHUNK_COLUMNS", 16)
+    kernel = Kernel(name, gamma=0.2, degree=3, coef0=0.5)
+    op = KernelRows(X, kernel, dtype="float32", block_rows=5, n_threads=2)
+    reference = numpy_gram(X, kernel, dtype="float32")
+    rows = np.array([0, 57, 58, 59, 100, 180, 3, 47, 48, 49, 95, 96, 143, 144, 176])
+    slots = np.array([14, 2, 9, 0, 5, 11, 7, 1, 12, 3, 13, 6, 10, 4, 8])  # no run of two
+    data = np.full((15, X.shape[0]), np.nan, dtype=np.float32)
+    op.rows_into(rows, data, slots)
+    scale = np.abs(reference).max()
+    np.testing.assert_allclose(data[slots], reference[rows], rtol=0, atol=1e-6 * scale)
+    assert np.array_equal(data[slots, rows], kernel.diagonal_from_sq(op.source.sq[rows]).astype(np.float32))
+
+
 def test_smo_on_rows_equals_smo_on_the_stored_gram(sonar_split):
     """Same data, kernel and dtype: the same solution, through a small row cache."""
     Xtr, _, ytr, _ = sonar_split
