@@ -140,3 +140,37 @@ def finish_poly(G, gamma, coef0, degree, offset):
                 row[j] *= base[j]
         for j in range(row.shape[0]):
             row[j] += offset
+
+
+#: Columns of a row accumulated at a time by :func:`sparse_rows_product` (8 KiB of float32:
+#: the accumulator stays in L1 while the row's entries add their rows of X^T into it).
+_SPARSE_CHUNK = 2048
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy", boundscheck=False)
+def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
+    """out[r, :] <- X[rows[r], :] @ X^T[:, c0:c1] for sparse rows of X (CSR: ``indptr``,
+    ``indices``, ``values``, int64 / float32) and the dense float32 ``XT``.
+
+    A row with e stored entries costs e AXPYs over the columns (e n multiply-adds) where a
+    dense product costs n_features n; the columns go by chunks of 2048, so each chunk's
+    accumulator stays in L1 and the entries' rows of X^T stream from L2. The terms of an
+    entry ``(i, j)`` are added in the order of the features, with zeros of ``X[i]``
+    skipped and those of ``X[j]`` adding exact zeros: ``out`` is the same whichever of the
+    two is the row (K stays exactly symmetric).
+    """
+    acc = np.empty(_SPARSE_CHUNK, dtype=np.float32)
+    for s0 in range(c0, c1, _SPARSE_CHUNK):
+        w = min(c1, s0 + _SPARSE_CHUNK) - s0
+        for r in range(rows.shape[0]):
+            for c in range(w):
+                acc[c] = np.float32(0.0)
+            i = rows[r]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = values[p]
+                x = XT[indices[p], s0:s0 + w]
+                for c in range(w):
+                    acc[c] += v * x[c]
+            o = out[r, s0 - c0:s0 - c0 + w]
+            for c in range(w):
+                o[c] = acc[c]

@@ -165,8 +165,9 @@ class KernelRows(GramOperator):
             piece = buf[: k * (c1 - c0)].reshape(k, c1 - c0)
             same = rows - c0
             same[(same < 0) | (same >= c1 - c0)] = -1
-            self.kernel.block_into(A, source.X[c0:c1], piece, BT=source.XT[:, c0:c1],
-                                   sq_A=sq_A, sq_B=source.sq[c0:c1], same_rows=same)
+            source.product_into(rows, source.XT, piece, c0, c1, A=A)
+            self.kernel.block_into(None, None, piece, sq_A=sq_A, sq_B=source.sq[c0:c1],
+                                   same_rows=same, product_ready=True)
             data[target, c0:c1] = piece
 
     def rows_into(self, idx, data: np.ndarray, slots) -> None:

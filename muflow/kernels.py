@@ -173,7 +173,7 @@ class Kernel:
     __call__ = block
 
     def block_into(self, A, B, out, *, BT=None, sq_A=None, sq_B=None, scratch=None,
-                   same_rows=None):
+                   same_rows=None, product_ready=False):
         """Evaluate ``K(A, B)`` into ``out`` (float32 or float64), in place.
 
         The one code path of every block of K that muflow computes: the in-memory Gram
@@ -204,6 +204,10 @@ class Kernel:
             product, so that K(a, a) is exact (1 + offset for rbf) whatever the round-off of
             ``||a||^2 + ||a||^2 - 2 a'a``. Default: every ``r`` when A and B are the same
             array (a diagonal block), none otherwise.
+        product_ready : bool, default=False
+            ``out`` (C-ordered) holds ``A B'`` already, computed by the caller
+            (:meth:`muflow.inmemory.RowSource.product_into`); only the finish is done here,
+            with ``sq_A`` and ``sq_B`` for rbf.
 
         Notes
         -----
@@ -222,7 +226,10 @@ class Kernel:
             same_rows = np.arange(A.shape[0])
         dtype = np.dtype(out.dtype)
         G = out if out.flags.c_contiguous else np.empty(out.shape, dtype)
-        if sp.issparse(A) or sp.issparse(B):
+        if product_ready:
+            if G is not out:
+                raise ValueError("block_into(product_ready=True) needs a C-ordered out")
+        elif sp.issparse(A) or sp.issparse(B):
             product = A @ B.T
             if not sp.issparse(product):
                 G[...] = product

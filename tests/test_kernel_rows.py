@@ -144,6 +144,55 @@ def test_rows_for_scattered_slots_are_computed_a_column_chunk_at_a_time(X, name,
     assert np.array_equal(data[slots, rows], kernel.diagonal_from_sq(op.source.sq[rows]).astype(np.float32))
 
 
+@pytest.fixture(scope="module")
+def mostly_zero_X():
+    """90 % zeros, real values: rows multiplied as sparse rows (:data:`SPARSE_ROWS_MAX_DENSITY`)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 40))
+    X[rng.random(X.shape) < 0.9] = 0.0
+    return X
+
+
+@pytest.mark.parametrize("name", ["rbf", "poly", "sigmoid", "linear"])
+def test_mostly_zero_rows_are_multiplied_as_sparse_rows_with_the_same_values(mostly_zero_X, name,
+                                                                             monkeypatch):
+    from muflow import inmemory as im
+    import muflow.kernel_rows as kernel_rows
+
+    kernel = Kernel(name, gamma=0.1, degree=3, coef0=0.5)
+    sparse_rows = KernelRows(sp.csr_matrix(mostly_zero_X), kernel, block_rows=32)
+    assert sparse_rows.source.csr is not None
+    monkeypatch.setattr(im, "SPARSE_ROWS_MAX_DENSITY", 0.0)
+    dense_rows = KernelRows(mostly_zero_X, kernel, block_rows=32)
+    assert dense_rows.source.csr is None
+    idx = np.arange(300)
+    K, K_dense = sparse_rows.rows_native(idx), dense_rows.rows_native(idx)
+    np.testing.assert_allclose(K, K_dense, rtol=0, atol=2e-6 * np.abs(K_dense).max())
+    assert np.array_equal(K, K.T)  # the same terms in the same order for (i, j) and (j, i)
+    assert np.array_equal(np.diag(K), sparse_rows.diagonal().astype(np.float32))
+    # rows for scattered cache slots, a column chunk at a time, agree with the panels
+    monkeypatch.setattr(kernel_rows, "CHUNK_BYTES", 64 * 4 * 8)
+    monkeypatch.setattr(kernel_rows, "MIN_CHUNK_COLUMNS", 16)
+    rows, slots = np.array([5, 299, 17, 150, 151, 2, 88, 0]), np.array([7, 0, 5, 2, 4, 6, 1, 3])
+    data = np.full((8, 300), np.nan, dtype=np.float32)
+    sparse_rows.rows_into(rows, data, slots)
+    assert np.array_equal(data[slots], K[rows])
+
+
+def test_a8a_rows_as_sparse_rows_equal_the_sgemm_rows_exactly(monkeypatch):
+    """a8a's binary features (integers after rbf's integer shift) make both products exact."""
+    from muflow import inmemory as im
+
+    X, _ = a8a(2000)
+    kernel = Kernel("rbf", gamma=0.05)
+    sparse_rows = KernelRows(X, kernel)
+    monkeypatch.setattr(im, "SPARSE_ROWS_MAX_DENSITY", 0.0)
+    dense_rows = KernelRows(X, kernel)
+    assert sparse_rows.source.csr is not None and dense_rows.source.csr is None
+    idx = np.array([0, 1, 2, 999, 1500, 1999])
+    assert np.array_equal(sparse_rows.rows_native(idx), dense_rows.rows_native(idx))
+
+
 def test_smo_on_rows_equals_smo_on_the_stored_gram(sonar_split):
     """Same data, kernel and dtype: the same solution, through a small row cache."""
     Xtr, _, ytr, _ = sonar_split
