@@ -38,6 +38,13 @@ common KKT measure (:mod:`muflow.solvers.kkt`) at that exact gradient; a failed 
 reactivates every variable and the loop goes on, with a tighter internal gap if nothing was
 shrunk.
 
+The loop stops where libsvm stops: when the maximal violating pair's gap is at most
+``tol`` (libsvm's ``eps``, scikit-learn's ``tol``), so that a fit at the same ``tol`` is
+never looser than the peer's (on 100,000 samples: a dual objective 2e-3 below
+scikit-learn-intelex's where a gap of 2 tol left it 2e-3 above, for 8 % more time). With the
+sum constraint that is a KKT violation of at most tol / 2 on the common measure, within the
+solver contract's ``tol``.
+
 K is read only through ``operator.rows`` (via a :class:`~muflow.solvers.rowcache.RowCache`
 that the m columns of a batch share: rows are of K, not of Q) and ``operator.diagonal``;
 one product ``K @ V`` is taken only for a warm start (the start's gradient).
@@ -315,7 +322,7 @@ def _solve_column(state: ColumnState, *, q: int, tol: float, max_iter: int, shri
     (violation, outer iterations). ``report(iteration, gap, target)``, when given, hears
     of every outer iteration (:class:`muflow.progress.FitProgress` through
     :func:`_reporter`)."""
-    gap_tol = (2.0 if state.equality else 1.0) * tol  # gap <= 2 tol gives a residual <= tol
+    gap_tol = tol  # libsvm's stop (module notes): a residual <= tol / 2 with the sum constraint
     shrink_every = max(1, min(state.y.shape[0], 1000) // q)  # libsvm: every 1000 steps
     it, since_shrink, unshrunk, stalls = 0, 0, False, 0
     timings = state.timings
@@ -376,7 +383,9 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         Warm start; clipped to the box and, with the sum constraint, balanced
         (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch.
     tol : float, default=1e-3
-        Common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) to reach.
+        The maximal violating pair's gap at which the loop stops (libsvm's ``eps``); the
+        common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) certified is then at
+        most ``tol`` (``tol / 2`` with the sum constraint).
     max_iter : int, default=100000
         Outer iterations at most per column (one working set solved, the gradient updated).
     callback : callable, optional
