@@ -28,6 +28,7 @@ whose package is missing is reported as skipped.
 
     python benchmarks/bench_single_fit.py                      # both data sets, all contenders
     python benchmarks/bench_single_fit.py --data a8a --skip libsvm
+    python benchmarks/bench_single_fit.py --data a8a --repeat 3    # median of 3, order rotated
 """
 
 from __future__ import annotations
@@ -121,37 +122,57 @@ def dual_objective(X, support, coef, gamma, block=4096):
     return 0.5 * quad - float(np.abs(coef).sum())
 
 
-def run(data, contenders):
+def run_child(contender, data, out):
+    """One contender's fit in a fresh process: its record, or ``{"skipped": why}``."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, __file__, "--child", contender, "--data", data,
+                           "--out", str(out)], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0 or not out.exists():
+        return {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
+    record = json.loads(out.read_text())
+    record["process_s"] = wall
+    return record
+
+
+def run(data, contenders, repeat=1):
+    """Each contender ``repeat`` times, in fresh processes, the order rotated each round (the
+    first process after a pause finds its memory pages cold on a virtual machine); the
+    median fit time is reported, with every run's time."""
     settings = SETTINGS[data]
-    print(f"\n{data}: RBF gamma={settings['gamma']} C={settings['C']}; peers with cache_size={CACHE_MB} MB")
-    results = {}
+    print(f"\n{data}: RBF gamma={settings['gamma']} C={settings['C']}; peers with cache_size={CACHE_MB} MB; "
+          f"{repeat} run(s) each, median reported")
+    results, times = {}, {c: [] for c in contenders}
     with tempfile.TemporaryDirectory() as tmp:
-        for contender in contenders:
-            out = Path(tmp) / f"{contender}.json"
-            t0 = time.perf_counter()
-            proc = subprocess.run([sys.executable, __file__, "--child", contender, "--data", data,
-                                   "--out", str(out)], capture_output=True, text=True)
-            wall = time.perf_counter() - t0
-            if proc.returncode != 0 or not out.exists():
-                results[contender] = {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
-            else:
-                results[contender] = json.loads(out.read_text())
-                results[contender]["process_s"] = wall
-            rec = results[contender]
-            print(f"  {contender}: " + (rec["skipped"] if "skipped" in rec else
-                                        f"fit {rec['fit_s']:.2f} s (process {wall:.1f} s)"), flush=True)
+        for r in range(repeat):
+            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
+            for contender in order:
+                if "skipped" in results.get(contender, {}):
+                    continue
+                rec = run_child(contender, data, Path(tmp) / f"{contender}-{r}.json")
+                results[contender] = rec
+                if "skipped" not in rec:
+                    times[contender].append(rec["fit_s"])
+                print(f"  run {r + 1} {contender}: " + (rec["skipped"] if "skipped" in rec else
+                      f"fit {rec['fit_s']:.2f} s (process {rec['process_s']:.1f} s)"), flush=True)
+    for contender, rec in results.items():
+        if "skipped" not in rec:
+            rec["fit_s"] = float(np.median(times[contender]))
+            rec["fit_runs"] = times[contender]
     Xtr = load(data)[0]
     base = results.get("muflow", {})
     print(f"\n{'contender':<11} {'fit (s)':>9} {'x muflow':>9} {'peak RSS':>10} {'accuracy':>9} "
-          f"{'n_SV':>7} {'dual objective':>16}  note")
-    for contender, rec in results.items():
+          f"{'n_SV':>7} {'dual objective':>16}  runs (s); note")
+    for contender in contenders:
+        rec = results[contender]
         if "skipped" in rec:
             print(f"{contender:<11} skipped: {rec['skipped']}")
             continue
         objective = dual_objective(Xtr, rec["support"], rec["dual_coef"], settings["gamma"])
         ratio = rec["fit_s"] / base["fit_s"] if "fit_s" in base else float("nan")
+        runs = " ".join(f"{t:.2f}" for t in rec["fit_runs"])
         print(f"{contender:<11} {rec['fit_s']:9.2f} {ratio:9.2f} {rec['peak_rss_mb']:8.0f}MB "
-              f"{rec['accuracy']:9.4f} {rec['n_support']:7d} {objective:16.6f}  {rec.get('note', '')}")
+              f"{rec['accuracy']:9.4f} {rec['n_support']:7d} {objective:16.6f}  {runs}; {rec.get('note', '')}")
     return results
 
 
@@ -159,6 +180,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="a8a,make100k", help="comma-separated: a8a, make100k")
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="fits per contender, in rotated order; the median is reported (default: 1)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -171,7 +194,7 @@ def main(argv=None):
 
     print(f"machine: {platform.machine()}, {len(os.sched_getaffinity(0))} CPUs; python {platform.python_version()}")
     for data in args.data.split(","):
-        run(data, contenders)
+        run(data, contenders, repeat=max(1, args.repeat))
 
 
 if __name__ == "__main__":
