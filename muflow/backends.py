@@ -102,9 +102,14 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
         return KernelRows(X, kernel, dtype=dtype)
     if cache_dir is not None:
         from muflow.gram.build import ensure_gram
+        from muflow.gram.store import StoreCorruptError
 
         store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
-        return DenseGram(np.asarray(store.read(), dtype=np.float64))
+        try:
+            return DenseGram(np.asarray(store.read(), dtype=np.float64))
+        except StoreCorruptError:  # a damaged tile, with X at hand: recompute it
+            store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=True)
+            return DenseGram(np.asarray(store.read(), dtype=np.float64))
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
 
 
@@ -152,12 +157,20 @@ def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float3
     """
     from muflow.distributed import DaskGram
     from muflow.gram.build import ensure_gram
-    from muflow.gram.store import default_cache_dir
+    from muflow.gram.store import StoreCorruptError, default_cache_dir
 
     if store is None and cache_dir is None:
         cache_dir = default_cache_dir()
     gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
                           dtype=dtype, tile=tile)
     kwargs = {} if resident_fraction is None else {"resident_fraction": resident_fraction}
-    return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
-                    owns_client=owns_client, **kwargs)
+    try:
+        return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
+                        owns_client=owns_client, **kwargs)
+    except StoreCorruptError:
+        # a tile failed its checksum while the workers loaded it; X is at hand: read every
+        # tile, recompute the damaged ones, start again
+        gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
+                              dtype=dtype, tile=tile, deep_check=True)
+        return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
+                        owns_client=owns_client, **kwargs)

@@ -33,7 +33,7 @@ import uuid
 import numpy as np
 
 from muflow.exceptions import MuflowError, MuflowInputError
-from muflow.gram.store import GramStore
+from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import tile_bounds
 from muflow.operators import GramOperator
 
@@ -56,17 +56,16 @@ class PanelServer:
     """
 
     def __init__(self, url, shards, resident, tile):
-        import zarr
-
         self.url = url
-        self.array = zarr.open_array(url, mode="r")
+        self.store = GramStore.open(url, mode="r")
+        self.array = self.store.array
         self.shards = [tuple(map(int, s)) for s in shards]
         self.resident = bool(resident)
         self.tile = int(tile)
         self.panels = {}
-        if self.resident:
+        if self.resident:  # every chunk's checksum verified as it loads
             for r0, r1 in self.shards:
-                self.panels[(r0, r1)] = np.ascontiguousarray(self.array[r0:r1])
+                self.panels[(r0, r1)] = np.ascontiguousarray(self.store.read_block(r0, r1))
         self.calls = 0
 
     def _blocks(self, shard):
@@ -76,7 +75,7 @@ class PanelServer:
             yield r0, self.panels[shard]
             return
         for start in range(r0, r1, self.tile):
-            yield start, np.asarray(self.array[start:min(r1, start + self.tile)])
+            yield start, self.store.read_block(start, min(r1, start + self.tile))
 
     def info(self):
         import os
@@ -112,8 +111,19 @@ class PanelServer:
             if self.resident:
                 out.append((r0, self.panels[shard][:, idx]))
             else:
-                out.append((r0, self.array.get_orthogonal_selection((slice(r0, r1), idx))))
+                out.append((r0, self._verified(lambda: self.array.get_orthogonal_selection(
+                    (slice(r0, r1), idx)), r0, r1)))
         return out
+
+    def _verified(self, read, r0, r1):
+        """A streamed read whose chunks fail their checksum (or are missing) names them."""
+        try:
+            values = np.asarray(read())
+        except Exception:
+            raise self.store.damaged_error(r0, r1, 0, self.store.n) from None
+        if not np.all(np.isfinite(values)):
+            raise self.store.damaged_error(r0, r1, 0, self.store.n)
+        return values
 
     def diagonal(self):
         out = []
@@ -123,7 +133,8 @@ class PanelServer:
             if self.resident:
                 out.append((r0, self.panels[shard][rows - r0, rows]))
             else:
-                out.append((r0, np.asarray(self.array.get_coordinate_selection((rows, rows)))))
+                out.append((r0, self._verified(
+                    lambda: self.array.get_coordinate_selection((rows, rows)), r0, r1)))
         return out
 
     def release(self):
@@ -131,8 +142,32 @@ class PanelServer:
         return True
 
 
+def scheduler_address(client) -> str:
+    """The scheduler's address as the client knew it (also once the client is closed)."""
+    scheduler = getattr(client, "scheduler", None)
+    return str(getattr(scheduler, "address", None) or getattr(client, "_start_arg", None) or "?")
+
+
+class SchedulerLostError(MuflowError):
+    """The Dask scheduler went away during a fit."""
+
+
+def lost_scheduler_error(client) -> SchedulerLostError:
+    return SchedulerLostError(
+        f"the Dask scheduler at {scheduler_address(client)} is gone (the client is "
+        f"{getattr(client, 'status', 'closed')}): the fit cannot go on. Start the scheduler "
+        "and its workers again and rerun; a fit given checkpoint_dir (`muflow fit` always "
+        "keeps one) continues from its last checkpoint with --resume"
+    )
+
+
 def _worker_limits(client) -> dict:
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
+        raise lost_scheduler_error(client)
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except (KeyError, OSError, TimeoutError) as exc:
+        raise lost_scheduler_error(client) from exc
     return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}
 
 
@@ -264,6 +299,8 @@ class DaskGram(GramOperator):
             future, _, address = self._actors[shard]
             try:
                 actor = future.result()
+            except StoreCorruptError:
+                raise
             except Exception:
                 if attempts <= 0:
                     raise MuflowError(
@@ -311,6 +348,10 @@ class DaskGram(GramOperator):
             for task in done:
                 try:
                     results.extend(task.result())
+                except StoreCorruptError:
+                    for other in pending:
+                        other.cancel()
+                    raise
                 except Exception:
                     failed.add(tasks[task])
             for task in list(pending):

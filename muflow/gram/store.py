@@ -2,8 +2,12 @@
 
 A store is an ``n x n`` zarr v3 array, chunked in square tiles (:mod:`muflow.gram.tiling`),
 uncompressed, no shards (one writer per chunk: zarr loses data when two tasks write parts
-of one shard). It opens with plain ``zarr.open_array(path)``; its attributes are plain
-JSON:
+of one shard). Every chunk carries a CRC-32C checksum (zarr v3's ``crc32c`` codec), which
+zarr verifies on every read: a chunk overwritten, truncated or zeroed on disk fails to
+decode instead of reading as wrong numbers, and a deleted one reads as the NaN fill value.
+:meth:`GramStore.read_block` turns either into a :class:`StoreCorruptError` that names the
+store, the tile and the repair. It opens with plain ``zarr.open_array(path)``; its
+attributes are plain JSON:
 
 ``muflow_version``  version that wrote it
 ``kernel``          the kernel and its parameters (:meth:`muflow.kernels.Kernel.to_dict`)
@@ -40,7 +44,8 @@ from muflow.exceptions import MuflowInputError
 from muflow.gram.tiling import n_tiles, tile_bounds, tile_pairs
 from muflow.kernels import Kernel
 
-FORMAT = 1
+#: 2: chunks carry CRC-32C checksums. Stores of format 1 (none) are refused with the repair.
+FORMAT = 2
 DTYPES = ("float32", "float64")
 
 
@@ -81,8 +86,8 @@ def fingerprint(X) -> dict:
 
 def cache_key(fp: dict, kernel: Kernel, dtype: str) -> str:
     """Hash of (fingerprint, kernel, dtype): the store's name in a cache directory."""
-    doc = json.dumps({"fingerprint": fp["sha256"], "kernel": kernel.to_dict(), "dtype": dtype},
-                     sort_keys=True)
+    doc = json.dumps({"fingerprint": fp["sha256"], "kernel": kernel.to_dict(), "dtype": dtype,
+                      "format": FORMAT}, sort_keys=True)
     return hashlib.sha256(doc.encode()).hexdigest()[:24]
 
 
@@ -183,6 +188,12 @@ class GramStore:
                 f"{url} is a zarr array but not a muflow Gram store (attribute {exc} is "
                 "missing or invalid); delete it or choose another --out"
             ) from None
+        if int(attrs.get("muflow_format", 1)) < FORMAT:
+            raise StoreCorruptError(
+                f"{url} is a Gram store written by an older muflow, without tile checksums "
+                f"(format {attrs.get('muflow_format', 1)}); delete it (rm -r {url}) and build it "
+                "again: stores are caches of K(X, X), nothing is lost"
+            )
         if array.shape != (self.n, self.n) or array.chunks != (self.tile, self.tile):
             raise StoreCorruptError(
                 f"{url}: array shape {array.shape} / chunks {array.chunks} disagree with its "
@@ -209,9 +220,11 @@ class GramStore:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         url = normalize_url(url)
+        from zarr.codecs import Crc32cCodec
+
         array = zarr.create_array(
             store=url, shape=(n, n), chunks=(tile, tile), dtype=dtype,
-            compressors=None, fill_value=np.nan, zarr_format=3, attributes=attrs,
+            compressors=[Crc32cCodec()], fill_value=np.nan, zarr_format=3, attributes=attrs,
             overwrite=True, storage_options=storage_options,
         )
         return cls(url, array)
@@ -280,15 +293,44 @@ class GramStore:
         return missing
 
     def _tile_is_sound(self, i, j) -> bool:
+        """Both chunks of tile (i, j) decode (their checksums hold) and are finite."""
+        return self.chunk_problem(i, j) is None and self.chunk_problem(j, i) is None
+
+    def chunk_problem(self, i: int, j: int) -> str | None:
+        """What is wrong with chunk (i, j), or None: it fails to decode (checksum,
+        truncation) or holds non-finite values (NaN: the fill value of a missing chunk)."""
         r0, r1 = tile_bounds(i, self.n, self.tile)
         c0, c1 = tile_bounds(j, self.n, self.tile)
         try:
-            for block in (self.array[r0:r1, c0:c1], self.array[c0:c1, r0:r1]):
-                if not np.all(np.isfinite(block)):
-                    return False
+            block = self.array[r0:r1, c0:c1]
+        except Exception as exc:  # zarr's checksum and size errors are ValueErrors, others vary
+            return f"it fails to decode ({type(exc).__name__}: {str(exc)[:120]})"
+        if not np.all(np.isfinite(block)):
+            return "it is missing or holds non-finite values"
+        return None
+
+    def read_block(self, r0: int, r1: int, c0: int = 0, c1: int | None = None) -> np.ndarray:
+        """``K[r0:r1, c0:c1]`` read and verified: every chunk's checksum is checked by zarr,
+        and the values must be finite. A damaged chunk raises :class:`StoreCorruptError`
+        naming the store, the tile and the repair (:func:`damaged_error`)."""
+        c1 = self.n if c1 is None else c1
+        try:
+            block = np.asarray(self.array[r0:r1, c0:c1])
+            if np.all(np.isfinite(block)):
+                return block
         except Exception:
-            return False
-        return True
+            pass
+        raise self.damaged_error(r0, r1, c0, c1)
+
+    def damaged_error(self, r0, r1, c0, c1) -> "StoreCorruptError":
+        """The error for a damaged region: the first damaged chunk in it, and the repair."""
+        t = self.tile
+        for i in range(r0 // t, (max(r1, r0 + 1) - 1) // t + 1):
+            for j in range(c0 // t, (max(c1, c0 + 1) - 1) // t + 1):
+                problem = self.chunk_problem(i, j)
+                if problem is not None:
+                    return damaged_store_error(self.url, (i, j), problem)
+        return damaged_store_error(self.url, None, "it changed while being read")
 
     @property
     def complete(self) -> bool:
@@ -303,12 +345,23 @@ class GramStore:
         return self.n * self.n * np.dtype(self.dtype).itemsize
 
     def read(self) -> np.ndarray:
-        """The whole matrix in memory (small stores, tests)."""
-        return np.asarray(self.array[...])
+        """The whole matrix in memory (small stores, tests), verified (:meth:`read_block`)."""
+        return self.read_block(0, self.n)
 
     def __repr__(self):
         return (f"GramStore({self.url!r}, n={self.n}, tile={self.tile}, dtype={self.dtype}, "
                 f"{_kernel_text(self.kernel.to_dict())})")
+
+
+def damaged_store_error(url: str, tile, problem: str) -> StoreCorruptError:
+    """A damaged Gram store, named with its tile and the command that repairs it."""
+    where = f"tile {tuple(int(v) for v in tile)}" if tile is not None else "a tile"
+    return StoreCorruptError(
+        f"Gram store {url}: {where} is damaged ({problem}). Repair it with `python -m muflow "
+        f"gram --data <the same data> --out {url} --deep-check` (recomputes the damaged "
+        "tiles only), or delete the store; a fit or sweep given the data and --cache-dir "
+        "recomputes it by itself"
+    )
 
 
 def open_store(url, *, mode="r+", storage_options=None) -> GramStore:
