@@ -9,11 +9,20 @@ A model is a directory holding
 No pickle anywhere: loading a model from an untrusted source runs no code. The directory
 is written under a temporary name next to its destination and renamed into place, so a
 failed save never leaves a half-written model that looks complete.
+
+Nothing loads silently wrong: ``model.json`` records a SHA-256 digest of ``arrays.npz`` and
+of its own content (:func:`model_digest`), and :func:`load` checks it and the model's
+consistency (shapes agree with the classes, the support vectors and the features; every
+array finite) before it returns. Each failure is a :class:`MuflowInputError` naming the
+file and what is wrong. Models of format version 1 (no digest) load with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import warnings
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +33,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 
 FORMAT = "muflow-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: model.json carries the digest
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
            "objective_curve_", "kkt_violation_", "converged_", "coef_")
 
@@ -76,9 +85,19 @@ def save(model, path) -> Path:
 
     def write(tmp: Path):
         np.savez(tmp / "arrays.npz", **arrays)
+        meta["digest"] = model_digest(meta, (tmp / "arrays.npz").read_bytes())
         (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     return atomic_directory(path, write)
+
+
+def model_digest(meta: dict, arrays_bytes: bytes) -> str:
+    """``sha256:<hex>`` of ``arrays.npz``'s bytes and of ``meta`` without its ``digest``
+    (canonical JSON: sorted keys, no spaces)."""
+    h = hashlib.sha256(arrays_bytes)
+    doc = {k: v for k, v in meta.items() if k != "digest"}
+    h.update(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    return "sha256:" + h.hexdigest()
 
 
 def _is_json_scalar(v) -> bool:
@@ -123,14 +142,95 @@ def load(path):
     model.solver_ = meta.get("solver")
     model.n_features_in_ = meta["n_features_in"]
     model.shape_fit_ = tuple(meta.get("shape_fit", ()))
-    with np.load(path / "arrays.npz", allow_pickle=False) as data:
-        for name in _ARRAYS:
-            if name in data.files:
-                setattr(model, name, data[name])
-        if meta.get("support_vectors") == "csr":
-            model.support_vectors_ = sp.csr_matrix(
-                (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
-            )
-        elif meta.get("support_vectors") == "dense":
-            model.support_vectors_ = data["support_vectors_"]
+    arrays_file = path / "arrays.npz"
+    _check_digest(meta, meta_file, arrays_file)
+    try:
+        with np.load(arrays_file, allow_pickle=False) as data:
+            for name in _ARRAYS:
+                if name in data.files:
+                    setattr(model, name, data[name])
+            if meta.get("support_vectors") == "csr":
+                model.support_vectors_ = sp.csr_matrix(
+                    (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
+                )
+            elif meta.get("support_vectors") == "dense":
+                model.support_vectors_ = data["support_vectors_"]
+    except FileNotFoundError:
+        raise MuflowInputError(f"{arrays_file} is missing; the model directory is incomplete") from None
+    except KeyError as exc:
+        raise MuflowInputError(f"{arrays_file}: array {exc} is missing; re-fit and save the model") from None
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise MuflowInputError(
+            f"{arrays_file} cannot be read ({type(exc).__name__}: {exc}); it is damaged or "
+            "truncated: re-fit and save the model, or restore the file") from None
+    _check_consistent(model, meta, arrays_file)
     return model
+
+
+def _check_digest(meta: dict, meta_file: Path, arrays_file: Path) -> None:
+    recorded = meta.get("digest")
+    if recorded is None:
+        warnings.warn(f"{meta_file} was saved without a digest (format version "
+                      f"{meta.get('format_version')}); its files cannot be checked for changes. "
+                      "Save it again with this muflow to protect it", UserWarning, stacklevel=3)
+        return
+    try:
+        content = arrays_file.read_bytes()
+    except FileNotFoundError:
+        raise MuflowInputError(f"{arrays_file} is missing; the model directory is incomplete") from None
+    if model_digest(meta, content) != recorded:
+        raise MuflowInputError(
+            f"{meta_file.parent}: model.json or arrays.npz changed after the model was saved "
+            "(their SHA-256 digest does not match the one recorded in model.json); restore the "
+            "original files or re-fit and save the model")
+
+
+def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
+    """The fitted arrays agree with each other, with the classes and the features, and are
+    finite: what prediction would otherwise turn into wrong answers or raw errors."""
+    where = arrays_file.parent
+
+    def fail(what):
+        raise MuflowInputError(f"{where}: {what}; the model is inconsistent: re-fit and save it")
+
+    classes = model.classes_
+    if classes.ndim != 1 or len(classes) < 2 or len(np.unique(classes)) != len(classes):
+        fail(f"classes {classes.tolist()!r} are not at least 2 distinct labels")
+    k = len(classes)
+    problems = {1} if k == 2 else {k, k * (k - 1) // 2}
+    intercept = getattr(model, "intercept_", None)
+    if intercept is None:
+        fail("intercept_ is missing")
+    if np.ndim(intercept) != 1 or len(intercept) not in problems:
+        fail(f"intercept_ has shape {np.shape(intercept)} where {len(classes)} classes need "
+             f"{' or '.join(str(p) for p in sorted(problems))} binary problems")
+    n_problems = len(intercept)
+    finite = {"intercept_": intercept}
+    n_features = int(meta.get("n_features_in") or 0)
+    if meta["estimator"] == "LinearSVC":
+        coef = getattr(model, "coef_", None)
+        if coef is None or coef.shape != (n_problems, n_features):
+            fail(f"coef_ has shape {getattr(coef, 'shape', None)}, expected ({n_problems}, {n_features})")
+        finite["coef_"] = coef
+    else:
+        dual = getattr(model, "dual_coef_", None)
+        support = getattr(model, "support_", None)
+        if dual is None or support is None:
+            fail("dual_coef_ or support_ is missing")
+        if dual.ndim != 2 or dual.shape != (n_problems, len(support)):
+            fail(f"dual_coef_ has shape {dual.shape}, expected ({n_problems}, {len(support)}): one "
+                 "row per binary problem, one column per support vector")
+        finite["dual_coef_"] = dual
+        sv = getattr(model, "support_vectors_", None)
+        precomputed = meta.get("params", {}).get("kernel") == "precomputed"
+        if not precomputed:
+            if sv is None or sv.shape[0] != len(support) or sv.shape[1] != n_features:
+                fail(f"support_vectors_ has shape {getattr(sv, 'shape', None)}, expected "
+                     f"({len(support)}, {n_features})")
+            finite["support_vectors_"] = sv.data if sp.issparse(sv) else sv
+        shape_fit = meta.get("shape_fit") or ()
+        if len(support) and shape_fit and (support.min() < 0 or support.max() >= int(shape_fit[0])):
+            fail(f"support_ holds indices outside the {shape_fit[0]} training samples")
+    for name, values in finite.items():
+        if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
+            fail(f"{name} holds NaN or infinite values")

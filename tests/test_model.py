@@ -103,7 +103,8 @@ def test_save_and_load_round_trip_without_pickle(binary, tmp_path):
     model = muflow.SVC(kernel="poly", degree=2, gamma=0.5, coef0=1.0, solver="m3").fit(X, y)
     path = muflow.save(model, tmp_path / "model")
     meta = json.loads((path / "model.json").read_text())
-    assert meta["format_version"] == 1 and meta["estimator"] == "SVC"
+    assert meta["format_version"] == 2 and meta["estimator"] == "SVC"
+    assert meta["digest"].startswith("sha256:")
     with np.load(path / "arrays.npz", allow_pickle=False) as data:
         assert "dual_coef_" in data.files
     loaded = muflow.load(path)
