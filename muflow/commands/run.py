@@ -8,9 +8,10 @@ LocalCluster on this machine, the bundled breast-cancer data, a small RBF and po
 grid; it prints a summary table and where the report is.
 
 Prefect is imported only when the command runs (``import muflow`` never imports it).
-Without ``PREFECT_API_URL`` Prefect runs the flow against a temporary local server; with
-it, against that server (checked first: one that does not answer is exit code 1, with
-nothing written).
+Without ``PREFECT_API_URL`` the flow runs against a temporary local server that ends with
+the command on every exit path, a ``SIGKILL`` included
+(:mod:`muflow.flows.temporary_server`); with it, against that server (checked first: one
+that does not answer is exit code 1, with nothing written).
 
 Everything that can be checked before work starts is checked before the run directory
 is created: the configuration, the data path, the run directory, the Dask scheduler, the
@@ -94,10 +95,8 @@ def _has_finished_stage(out: Path) -> bool:
 
 
 def run(args) -> int:
-    # No telemetry from a library command, and room for a slow start of Prefect's temporary
-    # server on a loaded machine (the default, 20 s, is too short on two busy cores).
+    # no telemetry from a library command
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
     from muflow.cluster import SchedulerUnreachableError, connect
     from muflow.config import check_data_exists, default_config, load_config
@@ -128,10 +127,13 @@ def run(args) -> int:
     logging.getLogger("distributed").setLevel(logging.WARNING)  # keep the console to the stages
 
     print(f"muflow run: run directory {out}", flush=True)
+    from muflow.flows.temporary_server import temporary_prefect_server
+
     t0 = time.perf_counter()
     try:
-        result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
-            config=cfg.to_dict(), out_dir=str(out))
+        with temporary_prefect_server():
+            result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
+                config=cfg.to_dict(), out_dir=str(out))
     except BaseException as exc:
         if created and out.exists() and not _has_finished_stage(out):
             shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind

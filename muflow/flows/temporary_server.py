@@ -1,0 +1,107 @@
+"""The temporary Prefect server of ``python -m muflow run``, which never outlives it.
+
+Without ``PREFECT_API_URL`` Prefect would start its own temporary server (uvicorn in a
+subprocess) and stop it at a normal exit; a ``SIGKILL`` of the run skips every exit path
+and left that server running, re-parented to pid 1. Here the run starts the server itself
+(Prefect's application factory under uvicorn, on a free loopback port) and
+
+- on Linux, the server is started with ``PR_SET_PDEATHSIG`` = ``SIGKILL`` (``prctl(2)``):
+  the kernel kills it when the process that started it dies, however it dies;
+- on every exit path that runs Python code (return, exception, ``SIGTERM`` turned into
+  an exception by the caller), :func:`temporary_prefect_server` terminates it.
+
+The flow then runs against it as against any server (``PREFECT_API_URL`` set for the
+duration of the context).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+#: Seconds to wait for the server's ``/api/health`` (two busy cores need more than Prefect's 20).
+STARTUP_TIMEOUT = 120.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover  (runs in the child, before exec)
+    """In the server's process before it executes: be killed when the parent dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, str]:
+    """Start a Prefect API server on loopback; return its process and API URL once it
+    answers ``/health``. Raises RuntimeError (with its output) when it does not."""
+    import httpx
+
+    port = _free_port()
+    env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    env.pop("PREFECT_API_URL", None)
+    command = [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
+               "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+    url = f"http://127.0.0.1:{port}/api"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            err = process.stderr.read().decode(errors="replace")[-2000:] if process.stderr else ""
+            raise RuntimeError(f"the temporary Prefect server exited with code {process.returncode}: {err}")
+        try:
+            if httpx.get(url + "/health", timeout=2.0).status_code == 200:
+                return process, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    stop_server(process)
+    raise RuntimeError(f"the temporary Prefect server did not answer on {url} within {timeout:.0f} s")
+
+
+def stop_server(process: subprocess.Popen) -> None:
+    """Terminate the server, killing it if it has not gone within 5 s."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stderr:
+        process.stderr.close()
+
+
+@contextlib.contextmanager
+def temporary_prefect_server():
+    """A temporary server for the duration of the context, unless ``PREFECT_API_URL`` names
+    one already (then nothing is started). Yields the API URL the flows use."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    configured = PREFECT_API_URL.value()
+    if configured:
+        yield configured
+        return
+    process, url = start_server()
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        stop_server(process)
+
+
+__all__ = ["start_server", "stop_server", "temporary_prefect_server"]
