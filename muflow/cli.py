@@ -65,6 +65,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"muflow {args.command}: interrupted", file=sys.stderr)
         return EXIT_FAILURE
+    except OSError as exc:
+        import errno
+
+        hint = ("; free space there, or write elsewhere (--out, --cache-dir): nothing half-written "
+                "was kept") if exc.errno == errno.ENOSPC else ""
+        print(f"muflow {args.command}: failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        return EXIT_FAILURE
     except Exception as exc:  # any other failure: one line, exit 1
         print(f"muflow {args.command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_FAILURE

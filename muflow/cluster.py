@@ -39,8 +39,13 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
     workers do not oversubscribe the cores) and ``memory_fraction`` of the machine's memory
     split evenly between them, unless ``memory_limit`` says otherwise.
     """
+    import logging
+
     from distributed import LocalCluster
 
+    # a task that fails (a full disk, say) reaches the caller as one exception, which the
+    # commands print in one line; the workers' own WARNING with its traceback would come first
+    kwargs.setdefault("silence_logs", logging.ERROR)
     cores, memory = machine_resources()
     if n_workers is None:
         n_workers = cores

@@ -15,6 +15,7 @@ row panel is one contiguous read).
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -205,6 +206,37 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     elif cache_dir is not None:
         record_in_cache(cache_dir, fp, kernel, dtype, str(store))
     url = str(store)
+    with build_lock(url):
+        return _open_or_create_and_build(X, kernel, url, fp, client=client, dtype=dtype, tile=tile,
+                                         deep_check=deep_check, on_tile=on_tile,
+                                         storage_options=storage_options)
+
+
+@contextlib.contextmanager
+def build_lock(url: str):
+    """One build of a local store at a time: an exclusive ``flock`` on ``.<name>.lock`` beside
+    it. A second build of the same store waits for the first, then finds its tiles complete
+    and computes nothing (two identical concurrent ``gram`` runs used to compute every tile
+    twice). Stores behind fsspec URLs are not locked."""
+    if "://" in url:
+        yield
+        return
+    import fcntl
+    import os
+
+    path = os.path.abspath(url.rstrip("/"))
+    lock = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
+    os.makedirs(os.path.dirname(lock), exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _open_or_create_and_build(X, kernel, url, fp, *, client, dtype, tile, deep_check, on_tile,
+                              storage_options):
     n = X.shape[0]
     if store_exists(url, storage_options):
         gram = GramStore.open(url, storage_options=storage_options)

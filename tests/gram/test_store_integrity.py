@@ -113,3 +113,28 @@ def test_on_a_cluster_a_damaged_tile_is_named_without_the_data_and_recomputed_wi
             np.testing.assert_allclose(operator.matmul(V), clean.astype(np.float64) @ V, rtol=1e-5)
         finally:
             operator.close()
+
+
+def test_two_concurrent_builds_of_one_store_compute_each_tile_once(X, tmp_path):
+    import threading
+
+    url = str(tmp_path / "K.zarr")
+    reports, errors = [], []
+
+    def build():
+        try:
+            reports.append(ensure_gram(X, KERNEL, store=url, tile=20,
+                                       on_tile=lambda i, j, k: __import__("time").sleep(0.01))[1])
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    computed = sorted(len(r.computed) for r in reports)
+    assert computed == [0, 15]  # 5 x 5 tiles, upper triangle: the second build reused them
+    np.testing.assert_allclose(GramStore.open(url).read(), numpy_gram(X, KERNEL, dtype="float32"),
+                               rtol=0, atol=1e-6)
