@@ -146,7 +146,10 @@ def run(args) -> int:
     t = result.timings
     print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
           f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
-          f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, other {t['overhead']:.1f} s)")
+          f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, refit {t['refit']:.1f} s, "
+          f"other {t['overhead']:.1f} s)")
+    per_c = [(k[len("solve C="):], v) for k, v in t.items() if k.startswith("solve C=")]
+    print("  solve by C: " + ", ".join(f"C={c} {v:.1f} s" for c, v in per_c))
     if "compare" in result.path_report:
         c = result.path_report["compare"]
         print(f"paths on the first kernel setting ({c['solver']}): batched {c['batched_seconds']:.2f} s, "

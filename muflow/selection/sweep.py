@@ -42,8 +42,10 @@ class SweepResult:
         ``results``, ``best``, ``best_model``, ``test_metrics`` (with a test set), one
         ``heatmap_<kernel>`` per kernel and ``convergence``.
     timings : dict
-        Seconds: ``gram`` (Gram builds), ``solve`` (solver iterations), ``overhead``
-        (everything else: validation, scoring, outputs, plots), ``total``.
+        Seconds: ``gram`` (Gram builds), ``solve`` (solver iterations of the folds),
+        ``"solve C=<C>"`` (the same, by C value: :func:`solve_key`), ``refit`` (the best
+        configurations refitted on all rows), ``overhead`` (everything else: validation,
+        scoring, outputs, plots), ``total``.
     test_metrics : dict or None
     path_report : dict
         Per kernel setting the path and solver used and its solve seconds; with
@@ -169,7 +171,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             "halving": halving, "halving_min_iter": int(halving_min_iter)}
     rundir.check_or_write_meta(out_dir, meta, resume)
 
-    timings = {"gram": 0.0, "solve": 0.0}
+    timings = {"gram": 0.0, "solve": 0.0, "refit": 0.0}
+    timings.update({solve_key(c): 0.0 for c in Cs})
     counts_out = {"grams_built": 0, "kernels_solved": 0, "kernels_resumed": 0}
     path_report = {"settings": []}
     records = []
@@ -212,12 +215,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             else:
                 res = solve(kpath, halving)
                 timings["solve"] += res.solve_seconds
+            for c, seconds in zip(Cs, res.seconds):
+                timings[solve_key(c)] += float(seconds)
             rows = configuration_rows(setting, Cs, res, splits, y_enc)
             c_best = best_index([rows])[1]
             if beats(rows[c_best], records):
                 refit = solve_paths.refit(operator, Y, Cs[c_best], res, c_best, info, intercept,
                                           tol, max_iter)
-                timings["solve"] += refit.seconds
+                timings["refit"] += refit.seconds
             else:  # an earlier setting is better: this one's model would never be used
                 refit = Refit()
             del operator
@@ -248,9 +253,15 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     paths = rundir.write_outputs(out_dir, table, folds, best, model, test_metrics)
     paths.update(write_plots(out_dir, records, Cs))
     timings["total"] = time.perf_counter() - t_start
-    timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"]
+    timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
     return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                        test_metrics=test_metrics, path_report=path_report, counts=counts_out)
+
+
+def solve_key(C) -> str:
+    """The key of ``SweepResult.timings`` that holds the seconds spent on one C value (the
+    folds' columns of every kernel setting; a continuation chain's time is split by C)."""
+    return f"solve C={float(C):g}"
 
 
 def _best_model(X, Y, classes, record: KernelRecord, intercept, tol, max_iter):

@@ -192,7 +192,10 @@ def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
         assert paths[name].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
     t = result.timings
-    assert t["total"] == pytest.approx(t["gram"] + t["solve"] + t["overhead"])
+    assert t["total"] == pytest.approx(t["gram"] + t["solve"] + t["refit"] + t["overhead"])
+    assert t["refit"] > 0  # the best configuration was refitted on all rows
+    per_c = {k: v for k, v in t.items() if k.startswith("solve C=")}
+    assert len(per_c) == len(result.table) // 2 and all(v > 0 for v in per_c.values())
 
 
 @pytest.mark.parametrize("path", ["continuation", "batched"])
