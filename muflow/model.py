@@ -1,29 +1,44 @@
-"""The scikit-learn compatible estimator :class:`SVC`.
+"""The scikit-learn compatible estimator :class:`SVC`, a drop-in for ``sklearn.svm.SVC``.
 
 ``__init__`` only stores arguments; ``fit`` validates them once, builds the Gram matrix,
-poses one :class:`~muflow.solvers.DualProblem` column per binary problem (one-vs-rest
-classes share the Gram matrix and every pass over it) and hands it to a registered solver.
+poses one :class:`~muflow.solvers.DualProblem` column per binary problem and hands the
+batch to a registered solver. More than two classes are one-vs-one by default, as libsvm:
+the k(k-1)/2 pair problems are columns of the one batch on the one Gram, the samples
+outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass`).
+``probability=True`` adds Platt's sigmoids fitted by internal cross-validation on the same
+Gram (:mod:`muflow.probability`).
 """
 
 from __future__ import annotations
 
+import inspect
+import numbers
 import time
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.utils import check_random_state
+from sklearn.utils._available_if import available_if
+from sklearn.utils.class_weight import compute_class_weight
+from sklearn.utils.deprecation import deprecated
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import (_num_samples, check_consistent_length, check_is_fitted,
+                                      column_or_1d, validate_data)
 
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
 from muflow.memory import GRAM_CHOICES
+from muflow.multiclass import (MULTICLASS, binary_problems, libsvm_dual_coef, ovo_coef,
+                               ovr_scores, pair_coefficients, predict_index)
 from muflow.progress import FitProgress
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
-from muflow.validation import check_choice, check_number, check_per_sample
+from muflow.validation import check_bool, check_choice, check_number, check_per_sample
 
 #: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
 #: bytes (float64), so that predicting on many samples never holds n_samples x n_SV at once.
@@ -40,16 +55,16 @@ ROWS_MIN_SAMPLES = 8192
 #: vector (multiplicative iterates approach zero without reaching it).
 SUPPORT_THRESHOLD = 1e-8
 
+#: max_iter=-1 (scikit-learn's "no limit") hands the solver this many iterations.
+NO_LIMIT = np.iinfo(np.int32).max
 
-def binary_problems(y_encoded: np.ndarray, n_classes: int) -> np.ndarray:
-    """Labels in {-1, +1} per binary problem, shape (n, n_problems).
-
-    Two classes: one problem, +1 for ``classes_[1]`` (scikit-learn's sign convention).
-    More: one-vs-rest, one column per class, all sharing one Gram matrix.
-    """
-    if n_classes == 2:
-        return np.where(y_encoded == 1, 1.0, -1.0)[:, None]
-    return np.where(y_encoded[:, None] == np.arange(n_classes)[None, :], 1.0, -1.0)
+#: scikit-learn 1.9's deprecation of ``probability`` (sklearn/svm/_base.py), word for word.
+PROBABILITY_DEPRECATION = (
+    "The `probability` parameter was deprecated in 1.9 and will be removed in version 1.11. "
+    "Use `CalibratedClassifierCV(SVC(), ensemble=False)` instead of `SVC(probability=True)`")
+_PROB_ATTRIBUTE_DEPRECATION = (
+    "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
+    "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
 
 
 def _is_dask_array(X) -> bool:
@@ -72,19 +87,71 @@ def _chain(*callbacks):
     return call
 
 
+def _wants_probability(probability) -> bool:
+    return probability is not False and probability != "deprecated" and bool(probability)
+
+
 class SVC(ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
+    Takes every parameter of ``sklearn.svm.SVC`` with its meaning (the README's "Coming
+    from scikit-learn" table lists each), plus muflow's own: ``multiclass``, ``solver``,
+    ``intercept``, ``client``, ``gram_dtype`` and ``gram``.
+
     Parameters
     ----------
-    kernel : {"rbf", "linear", "poly", "sigmoid", "laplacian", "precomputed"}, default="rbf"
+    kernel : {"rbf", "linear", "poly", "sigmoid", "laplacian", "precomputed"} or callable, \
+default="rbf"
+        A callable ``kernel(X, Y) -> ndarray of shape (n_X, n_Y)`` is evaluated on the
+        training data once (its Gram is then used as a precomputed kernel) and on
+        ``(X_test, X_train)`` to predict, as scikit-learn does.
     C : float, default=1.0
         Penalty per unit slack; ``float("inf")`` is the hard margin of the papers.
-        ``sample_weight`` scales it per sample.
+        ``sample_weight`` and ``class_weight`` scale it per sample.
     gamma : {"scale", "auto"} or float, default="scale"
         Kernel scale; the papers' Gaussian width sigma is ``muflow.kernels.gamma_from_sigma``.
     degree : int, default=3
     coef0 : float, default=0.0
+    shrinking : bool, default=True
+        libsvm's shrinking of the active set, in the solvers that shrink (smo,
+        working_set, cd); the others ignore it.
+    probability : bool, default="deprecated"
+        Fit Platt's sigmoids by 5-fold internal cross-validation on the fit's Gram
+        (:mod:`muflow.probability`) so that ``predict_proba`` is available. Deprecated in
+        scikit-learn 1.9, and muflow warns as it does (a ``FutureWarning`` when given).
+    tol : float, default=1e-3
+        KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
+    cache_size : float, default=200
+        Megabytes of kernel rows the subset solvers cache (libsvm's ``cache_size``); spent
+        only when rows are computed on demand or fetched from a cluster.
+    class_weight : dict or "balanced", default=None
+        C of class i is ``class_weight[i] * C``; "balanced" is
+        ``n_samples / (n_classes * np.bincount(y))``.
+    verbose : bool, default=False
+        Print progress on stderr while a fit takes longer than 2 s, a line every 2 s
+        (:class:`muflow.progress.FitProgress`): the working-set solver reports its KKT
+        gap, the kernel rows computed and the row cache's hit rate; the others their
+        iteration and objective.
+    max_iter : int, default=-1
+        -1: no limit (scikit-learn's default). Otherwise at most this many of the solver's
+        own iterations (``SOLVERS[solver_].iteration_unit``): passes over K
+        (multiplicative), epochs (cd, adatron), sweeps of n pair steps (smo; libsvm counts
+        single pair steps), outer iterations (working_set). A solve stopped by it raises a
+        ``ConvergenceWarning`` and sets ``fit_status_ = 1``.
+    decision_function_shape : {"ovr", "ovo"}, default="ovr"
+        Shape of ``decision_function`` with more than two classes under one-vs-one: the
+        k(k-1)/2 pair decisions ("ovo") or k class scores ("ovr": votes plus a squashed
+        summed confidence, scikit-learn's aggregation).
+    break_ties : bool, default=False
+        With ``decision_function_shape="ovr"`` and more than two classes, predict the
+        argmax of the class scores (ties in votes broken by confidence) instead of
+        libsvm's vote winner (ties to the first class).
+    random_state : int, RandomState instance or None, default=None
+        Shuffles the internal cross-validation folds of ``probability=True``.
+    multiclass : {"ovo", "ovr"}, default="ovo"
+        How more than two classes are trained: one-vs-one (libsvm's, scikit-learn's) or
+        one-vs-rest (k problems of all samples; ``decision_function`` then returns the k
+        one-vs-rest decisions and ``predict`` their argmax).
     solver : str, default="auto"
         A name from :data:`muflow.solvers.SOLVERS` ("m3", "m3_flipped", "munk", "musik",
         "seminmf", ...). "auto" picks a solver valid for the kernel and intercept and
@@ -93,18 +160,6 @@ class SVC(ClassifierMixin, BaseEstimator):
         "exact": the bias of libsvm (constraint sum_i y_i alpha_i = 0); "regularized": the
         bias as a constant 1 added to the kernel (keeps a non-negative kernel
         non-negative); "none": hyperplane through the origin, as in the papers.
-    tol : float, default=1e-3
-        KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
-    max_iter : int, default=10000
-        At most this many of the solver's own iterations
-        (``SOLVERS[solver_].iteration_unit``): passes over K (multiplicative), epochs of n
-        coordinate steps (cd, adatron), sweeps of n pair steps (smo), passes plus sweeps
-        (hybrid). ``n_iter_`` counts the same unit, and so does a resumed fit.
-    verbose : bool, default=False
-        Print progress on stderr while a fit takes longer than 2 s, a line every 2 s
-        (:class:`muflow.progress.FitProgress`): the working-set solver reports its KKT
-        gap, the kernel rows computed and the row cache's hit rate; the others their
-        iteration and objective.
     client : distributed.Client or str, optional
         Train on a Dask cluster: the Gram store of K(X, X) is built (or reused) on the
         cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must reach) and every solver
@@ -123,26 +178,43 @@ class SVC(ClassifierMixin, BaseEstimator):
         "auto" stores K up to :data:`ROWS_MIN_SAMPLES` samples and computes rows above, or
         sooner when K would take more than half the available memory. Ignored with
         ``client`` or ``kernel="precomputed"``.
-    cache_size : float, default=200
-        Megabytes of kernel rows the subset solvers cache (libsvm's ``cache_size``); spent
-        only when rows are computed on demand or fetched from a cluster.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
+    class_weight_ : ndarray of shape (n_classes,)
+        The multiplier of C per class.
     support_ : ndarray of shape (n_SV,)
-        Indices of the samples that are support vectors of at least one binary problem.
-    support_vectors_ : ndarray of shape (n_SV, n_features)
-    dual_coef_ : ndarray of shape (n_problems, n_SV)
-        y_i alpha_i per binary problem (one row for two classes, one per class otherwise).
+        Indices of the support vectors (of at least one binary problem), grouped by class
+        in the order of ``classes_``, ascending within a class (libsvm's order).
+    support_vectors_ : ndarray or sparse matrix of shape (n_SV, n_features)
+        Sparse (CSR) after a fit on sparse input; empty for precomputed and callable kernels.
+    n_support_ : ndarray of int32 of shape (n_classes,)
+        Support vectors per class.
+    dual_coef_ : ndarray or sparse matrix
+        y_i alpha_i. Two classes: shape (1, n_SV), positive for ``classes_[1]``.
+        One-vs-one: libsvm's layout, shape (n_classes - 1, n_SV): a support vector of class
+        c holds its coefficient in the pair (c, o) in row o - 1 if o > c, row o if o < c.
+        One-vs-rest: shape (n_classes, n_SV), one row per class.
+    coef_ : ndarray or sparse matrix of shape (n_problems, n_features)
+        The weight vectors, for ``kernel="linear"`` only (read-only).
     intercept_ : ndarray of shape (n_problems,)
+        One per binary problem: 1, k(k-1)/2 (one-vs-one, pairs in libsvm's order) or k.
+    fit_status_ : int
+        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter``.
+    shape_fit_ : tuple
+        Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)
-        Iterations taken, in the unit of ``max_iter`` (at most ``max_iter``); after a fit
-        resumed from a checkpoint, those of this call (the checkpoint holds the total).
+        Iterations taken, in the unit of ``max_iter``; after a fit resumed from a
+        checkpoint, those of this call (the checkpoint holds the total).
+    probA_, probB_ : ndarray of shape (n_problems,)
+        Platt's sigmoid per binary problem (deprecated, as scikit-learn 1.9's); empty
+        without ``probability=True``.
     objective_ : ndarray of shape (n_problems,)
         Final dual objective 1/2 a'Qa - sum a (minimisation form).
     objective_curve_ : ndarray of shape (n_iter + 1, n_problems)
     kkt_violation_ : ndarray of shape (n_problems,)
+    converged_ : ndarray of bool of shape (n_problems,)
     rows_computed_ : int
         Kernel rows computed from X during the solve (rows on demand; 0 when K was
         stored whole, whose n rows were built before it).
@@ -160,30 +232,44 @@ class SVC(ClassifierMixin, BaseEstimator):
         gamma="scale",
         degree=3,
         coef0=0.0,
+        shrinking=True,
+        probability="deprecated",
+        tol=1e-3,
+        cache_size=200.0,
+        class_weight=None,
+        verbose=False,
+        max_iter=-1,
+        decision_function_shape="ovr",
+        break_ties=False,
+        random_state=None,
+        multiclass="ovo",
         solver="auto",
         intercept="exact",
-        tol=1e-3,
-        max_iter=10_000,
-        verbose=False,
         client=None,
         gram_dtype="auto",
         gram="auto",
-        cache_size=200.0,
     ):
         self.kernel = kernel
         self.C = C
         self.gamma = gamma
         self.degree = degree
         self.coef0 = coef0
+        self.shrinking = shrinking
+        self.probability = probability
+        self.tol = tol
+        self.cache_size = cache_size
+        self.class_weight = class_weight
+        self.verbose = verbose
+        self.max_iter = max_iter
+        self.decision_function_shape = decision_function_shape
+        self.break_ties = break_ties
+        self.random_state = random_state
+        self.multiclass = multiclass
         self.solver = solver
         self.intercept = intercept
-        self.tol = tol
-        self.max_iter = max_iter
-        self.verbose = verbose
         self.client = client
         self.gram_dtype = gram_dtype
         self.gram = gram
-        self.cache_size = cache_size
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -193,7 +279,8 @@ class SVC(ClassifierMixin, BaseEstimator):
 
     # -- validation --------------------------------------------------------------------
     def _check_params(self):
-        check_choice(self.kernel, "kernel", KERNELS)
+        if not callable(self.kernel):
+            check_choice(self.kernel, "kernel", KERNELS, hint="or a callable kernel(X, Y)")
         check_choice(self.intercept, "intercept", INTERCEPTS)
         check_choice(self.solver, "solver", ("auto", *SOLVERS))
         check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
@@ -203,11 +290,71 @@ class SVC(ClassifierMixin, BaseEstimator):
         check_number(self.cache_size, "cache_size", low=0, closed="neither",
                      hint="megabytes of kernel rows to cache, as libsvm's cache_size")
         check_number(self.tol, "tol", low=0, closed="neither")
-        check_number(self.max_iter, "max_iter", integer=True, low=1)
+        if self.max_iter != -1:
+            check_number(self.max_iter, "max_iter", integer=True, low=1,
+                         hint="-1 means no limit (scikit-learn's default)")
+        check_bool(self.shrinking, "shrinking")
+        check_bool(self.break_ties, "break_ties")
+        check_choice(self.decision_function_shape, "decision_function_shape", ("ovr", "ovo"))
+        check_choice(self.multiclass, "multiclass", MULTICLASS)
+        if self.probability != "deprecated":
+            check_bool(self.probability, "probability")
+        if self.class_weight is not None and self.class_weight != "balanced" \
+                and not isinstance(self.class_weight, dict):
+            raise MuflowInputError(
+                f"class_weight must be a dict {{class: weight}}, 'balanced' or None, got "
+                f"{self.class_weight!r}")
+        check_random_state(self.random_state)
 
     def _kernel_for(self, X) -> Kernel:
+        if callable(self.kernel):
+            return kernel_from_setting({"kernel": "precomputed"}, X, intercept=self.intercept)
         setting = {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
         return kernel_from_setting(setting, X, intercept=self.intercept)
+
+    def _validate_fit_input(self, X, y):
+        """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
+        checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
+        if sp.issparse(X) and self.kernel == "precomputed":
+            raise TypeError("Sparse precomputed kernels are not supported.")
+        if callable(self.kernel):
+            check_consistent_length(X, y)
+            y = column_or_1d(y, warn=True)
+            self.n_features_in_ = np.shape(X)[1] if np.ndim(X) == 2 else 1
+            K = np.asarray(self.kernel(X, X), dtype=np.float64)
+            if K.ndim != 2 or K.shape[0] != K.shape[1]:
+                raise ValueError(
+                    f"X.shape[0] should be equal to X.shape[1]: the callable kernel returned an "
+                    f"array of shape {K.shape} for kernel(X, X), expected ({_num_samples(X)}, "
+                    f"{_num_samples(X)})")
+            check_finite(K, "kernel(X, X)")
+            return K, y, X
+        X, y = validate_data(
+            self, X, y,
+            accept_sparse="csr" if self.kernel != "precomputed" else False,
+            dtype=np.float64, ensure_all_finite=False,
+        )
+        check_finite(X)
+        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
+            raise MuflowInputError(
+                f"Precomputed matrix must be a square matrix. Input is a {X.shape[0]}x"
+                f"{X.shape[1]} matrix; pass K(X_train, X_train)")
+        return X, y, X
+
+    def _upper_bounds(self, y_encoded, n, sample_weight):
+        """C per sample: C * class_weight * sample_weight, samples of weight <= 0 pinned at
+        zero (libsvm drops them, and scikit-learn's messages name what is left)."""
+        weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
+        positive = weights > 0
+        if not positive.any():
+            raise MuflowInputError(
+                "Invalid input - all samples have zero or negative weights. Give some samples "
+                "a positive sample_weight")
+        if len(np.unique(y_encoded[positive])) < 2:
+            raise MuflowInputError(
+                "Invalid input - all samples with positive weights belong to the same class; "
+                "a classifier needs samples of at least 2 classes with positive weight")
+        return float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
 
     # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None, offset=None, checkpoint_dir=None, checkpoint_every=100):
@@ -216,10 +363,12 @@ class SVC(ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like or sparse matrix of shape (n_samples, n_features)
-            Training data, or the (n_samples, n_samples) Gram matrix with kernel="precomputed".
+            Training data, or the (n_samples, n_samples) Gram matrix with
+            kernel="precomputed"; anything the callable ``kernel`` takes.
         y : array-like of shape (n_samples,)
         sample_weight : array-like of shape (n_samples,), optional
-            Scales C per sample (the weighted SVM); must be >= 0.
+            Scales C per sample (the weighted SVM). Samples of weight <= 0 take no part
+            (libsvm drops them).
         offset : array-like of shape (n_samples,), optional
             Fixed per-sample intercepts d_i of the drifted SVM
             (svm-variants-coordinate-descent.txt, section 2): the linear term becomes
@@ -237,37 +386,24 @@ class SVC(ClassifierMixin, BaseEstimator):
         """
         t0 = time.perf_counter()
         self._check_params()
-        X, y = validate_data(
-            self, X, y,
-            accept_sparse="csr" if self.kernel != "precomputed" else False,
-            dtype=np.float64,
-            ensure_all_finite=False,
-        )
-        check_finite(X)
+        probability = _wants_probability(self.probability)
+        if self.probability != "deprecated":
+            warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
+        X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
-        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
-            raise MuflowInputError(
-                f"a precomputed kernel must be square (n_samples, n_samples), got {X.shape}; "
-                "pass K(X_train, X_train)"
-            )
         self.classes_, y_encoded = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
             raise MuflowInputError(
-                f"the training data hold only one class ({self.classes_[0]!r}); a classifier "
-                "needs samples of at least 2 classes"
-            )
-        n = X.shape[0]
-        weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
-        if np.any(weights < 0):
-            raise MuflowInputError("sample_weight must be >= 0 (negative weights have no meaning for C_i)")
-        if not np.any(weights > 0):
-            raise MuflowInputError("sample_weight is zero for every sample; give some samples a positive weight")
-        weighted_classes = np.unique(y_encoded[weights > 0])
-        if len(weighted_classes) < 2:
+                f"The number of classes has to be greater than one; got 1 class: the training "
+                f"data hold only one class ({self.classes_[0].item()!r}); a classifier needs "
+                "samples of at least 2 classes")
+        if probability and self.multiclass == "ovr" and len(self.classes_) > 2:
             raise MuflowInputError(
-                "after dropping the samples with zero sample_weight only one class is left; a "
-                "classifier needs samples of at least 2 classes with positive weight"
-            )
+                "probability=True needs the one-vs-one problems (libsvm's pairwise coupling); "
+                "use multiclass='ovo'")
+        self.class_weight_ = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
+        n = X.shape[0]
+        upper = self._upper_bounds(y_encoded, n, sample_weight)
         drift = check_per_sample(offset, n, "offset", default=0.0)
 
         from muflow.backends import gram_operator
@@ -281,13 +417,10 @@ class SVC(ClassifierMixin, BaseEstimator):
         except BaseException:
             operator.close()
             raise
-        Y = binary_problems(y_encoded, len(self.classes_))
-        problem = DualProblem(
-            operator, Y,
-            upper=float(self.C) * weights,
-            linear=-1.0 + Y * drift[:, None],
-            equality=self.intercept == "exact",
-        )
+        Y, member = binary_problems(y_encoded, len(self.classes_), self.multiclass)
+        U = upper[:, None] * member
+        problem = DualProblem(operator, Y, upper=U, linear=-1.0 + Y * drift[:, None],
+                              equality=self.intercept == "exact")
         progress = FitProgress() if self.verbose else None
         callback = progress.callback if progress is not None and not info.reports_progress else None
         init, checkpointer = None, None
@@ -295,20 +428,63 @@ class SVC(ClassifierMixin, BaseEstimator):
             init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
             callback = _chain(checkpointer, callback)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
-        max_iter = int(self.max_iter) - (checkpointer.start_iteration if checkpointer else 0)
+        budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
+        max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
+        options = self._solver_options(info, progress)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
-            options = {"cache_mb": float(self.cache_size)} if info.needs == "rows" else {}
-            if progress is not None and info.reports_progress:
-                options["progress"] = progress
             solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback, **options)
             if checkpointer is not None:
                 checkpointer.finish(solution)
+            if probability:
+                self._fit_probability(operator, Y, U, info, options, drift)
+            else:
+                self._probA = self._probB = np.empty(0)
         finally:
             operator.close()
-        return self._set_fitted(solution, X=X, Y=Y, kernel=kernel, solver=info.name,
-                                fit_time=time.perf_counter() - t0)
+        self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
+                         fit_time=time.perf_counter() - t0, budget=budget)
+        self._warn_from_fit_status()
+        return self
+
+    def _solver_options(self, info, progress) -> dict:
+        """What the solver takes beyond the common signature: the row cache in MB,
+        shrinking, progress reporting."""
+        accepted = inspect.signature(info.solve).parameters
+        options = {}
+        if info.needs == "rows" and "cache_mb" in accepted:
+            options["cache_mb"] = float(self.cache_size)
+        if "shrinking" in accepted:
+            options["shrinking"] = bool(self.shrinking)
+        if progress is not None and info.reports_progress:
+            options["progress"] = progress
+        return options
+
+    def _fit_probability(self, operator, Y, U, info, options, drift):
+        """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
+        a column of one batch on this fit's Gram (:func:`muflow.probability.fit_platt`).
+        Two classes are fitted in libsvm's orientation (positive for ``classes_[0]``), so
+        that ``probA_`` and ``probB_`` read as scikit-learn's."""
+        from muflow.probability import fit_platt
+
+        sign = -1.0 if len(self.classes_) == 2 else 1.0
+        rng = check_random_state(self.random_state)
+        budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
+        options = {k: v for k, v in options.items() if k != "progress"}
+
+        def solve(problem):
+            problem.linear = -1.0 + problem.y * drift[:, None] if np.any(drift) else problem.linear
+            return info.solve(problem, tol=float(self.tol), max_iter=budget, **options)
+
+        self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
+                                             equality=self.intercept == "exact", rng=rng)
+
+    def _warn_from_fit_status(self):
+        if self.fit_status_ == 1:
+            warnings.warn(
+                f"Solver terminated early (max_iter={self.max_iter}).  Consider pre-processing "
+                "your data with StandardScaler or MinMaxScaler.", ConvergenceWarning, stacklevel=3)
 
     def _gram_for(self, n: int) -> str:
         """The ``gram`` asked for; "auto" above :data:`ROWS_MIN_SAMPLES` samples is "rows"
@@ -335,7 +511,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         return (None if ckpt is None else ckpt.init), checkpointer
 
     @classmethod
-    def from_solution(cls, solution, *, X, Y, classes, kernel, fit_time=0.0, **params):
+    def from_solution(cls, solution, *, X, y_encoded, classes, kernel, fit_time=0.0, **params):
         """A fitted estimator from a dual solution solved elsewhere (the sweep's refit).
 
         Sets every fitted attribute exactly as :meth:`fit` does (``fit`` ends here too),
@@ -344,12 +520,13 @@ class SVC(ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         solution : DualSolution
-            The solution of the problems posed on ``X`` and ``Y``.
+            The solution of the problems :func:`muflow.multiclass.binary_problems` poses
+            for ``y_encoded`` (layout ``params["multiclass"]``, default one-vs-one).
         X : ndarray or sparse matrix of shape (n_samples, n_features)
             The training samples, validated (float64; CSR when sparse), or the
             (n_samples, n_samples) Gram matrix with ``kernel="precomputed"``.
-        Y : ndarray of shape (n_samples, n_problems)
-            Labels in {-1, +1} per binary problem, as :func:`binary_problems` poses them.
+        y_encoded : ndarray of int of shape (n_samples,)
+            Class index of every training sample (into ``classes``).
         classes : array-like of shape (n_classes,)
             The class labels, sorted (``classes_``).
         kernel : Kernel
@@ -372,86 +549,222 @@ class SVC(ClassifierMixin, BaseEstimator):
             params.setdefault(name, value)
         model = cls(**params)
         model.classes_ = np.asarray(classes)
+        model.class_weight_ = np.ones(len(model.classes_))
         model.n_features_in_ = X.shape[1]
-        return model._set_fitted(solution, X=X, Y=Y, kernel=kernel,
-                                 solver=solution.solver or model.solver, fit_time=fit_time)
+        model._probA = model._probB = np.empty(0)
+        max_iter = params.get("max_iter", -1)
+        return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
+                                 solver=solution.solver or model.solver, fit_time=fit_time,
+                                 budget=NO_LIMIT if max_iter == -1 else int(max_iter))
 
-    def _set_fitted(self, solution, *, X, Y, kernel, solver, fit_time):
+    def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
         """The fitted attributes from a solution; the one place both fit paths set them."""
+        k = len(self.classes_)
+        Y, _ = binary_problems(y_encoded, k, self.multiclass)
         alpha = solution.alpha
         largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
-        is_support = (alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1)
-        self.support_ = np.flatnonzero(is_support).astype(np.int32)
-        self.dual_coef_ = (Y * alpha)[self.support_].T.copy()
+        candidates = np.flatnonzero((alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1))
+        # libsvm's order: grouped by class, ascending within a class
+        support = candidates[np.argsort(y_encoded[candidates], kind="stable")]
+        self.support_ = support.astype(np.int32)
+        self.n_support_ = np.bincount(y_encoded[support], minlength=k).astype(np.int32)
+        coef = (Y * alpha)[support]
+        if k > 2 and self.multiclass == "ovo":
+            dual = libsvm_dual_coef(coef, y_encoded[support], k)
+        else:
+            dual = coef.T.copy()
         if kernel.offset:
             # f(x) = sum a y (k + r) = sum a y k + r sum a y: the bias of the augmented kernel
             self.intercept_ = kernel.offset * (Y * alpha).sum(axis=0) + solution.bias
         else:
             self.intercept_ = np.asarray(solution.bias, dtype=np.float64).copy()
-        if self.kernel == "precomputed":
+        self._sparse = sp.issparse(X) and not callable(self.kernel)
+        if callable(self.kernel):
+            self._X_fit = X
+            self.support_vectors_ = np.empty((0, 0))
+        elif self.kernel == "precomputed":
             self.support_vectors_ = np.empty((0, 0))
         else:
             self.support_vectors_ = X[self.support_]
+        self.dual_coef_ = sp.csr_matrix(dual) if self._sparse else dual
+        if not (np.all(np.isfinite(dual)) and np.all(np.isfinite(self.intercept_))):
+            raise ValueError(
+                "The dual coefficients or intercepts are not finite. The input data may "
+                "contain large values and need to be preprocessed (e.g. StandardScaler)")
         self.kernel_ = kernel.with_offset(0.0)
-        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int64)
+        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int32)
         self.objective_ = np.asarray(solution.objective, dtype=np.float64)
         self.objective_curve_ = np.asarray(solution.objective_curve)
         self.kkt_violation_ = np.asarray(solution.kkt_violation)
         self.converged_ = np.asarray(solution.converged)
+        self.fit_status_ = int(not self.converged_.all() and solution.n_iter >= budget)
         self.timings_ = dict(solution.timings)
         self.rows_computed_ = int(solution.timings.get("rows_fetched", 0))
-        self.shape_fit_ = X.shape
+        self.shape_fit_ = X.shape if hasattr(X, "shape") else (_num_samples(X),)
         self.solver_ = solver
         self.fit_time_ = float(fit_time)
         return self
 
-    # -- predict -----------------------------------------------------------------------
-    def decision_function(self, X):
-        """Signed distance to the separating surface(s).
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) for two classes, (n_samples, n_classes) otherwise.
-        """
+    # -- fitted attributes as scikit-learn's -------------------------------------------
+    @property
+    def coef_(self):
+        """Weights of the features, ``kernel="linear"`` only: one row per binary problem
+        (read-only, as scikit-learn's)."""
+        if self.kernel != "linear":
+            raise AttributeError("coef_ is only available when using a linear kernel")
         check_is_fitted(self)
-        if _is_dask_array(X):  # blockwise, against the support vectors only
-            from muflow.distributed import map_rows
+        if self._ovo:
+            coef = ovo_coef(self.dual_coef_, self.n_support_, self.support_vectors_)
+        else:
+            coef = self.dual_coef_ @ self.support_vectors_
+            coef = sp.csr_matrix(coef) if sp.issparse(coef) else np.asarray(coef)
+        if sp.issparse(coef):
+            coef.data.flags.writeable = False
+        else:
+            coef.flags.writeable = False
+        return coef
 
-            n_out = None if len(self.classes_) == 2 else len(self.classes_)
-            return map_rows(self.decision_function, X, n_outputs=n_out)
+    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probA_"))
+    @property
+    def probA_(self):
+        """Platt's A per binary problem (``probability=True``), libsvm's orientation."""
+        return self._probA
+
+    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probB_"))
+    @property
+    def probB_(self):
+        """Platt's B per binary problem (``probability=True``), libsvm's orientation."""
+        return self._probB
+
+    @property
+    def _ovo(self) -> bool:
+        """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
+        return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
+
+    # -- predict -----------------------------------------------------------------------
+    def _pair_weights(self) -> np.ndarray:
+        """(n_SV, n_problems): the coefficients of every problem's support vectors."""
+        if self._ovo:
+            return pair_coefficients(self.dual_coef_, self.n_support_)
+        dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
+        return np.asarray(dual).T
+
+    def _decision_problems(self, X) -> np.ndarray:
+        """Decision value of every binary problem, shape (n_samples, n_problems); a
+        one-vs-one pair's is positive for its first class."""
         X = self._validate_for_predict(X)
+        W = self._pair_weights()
+        if callable(self.kernel):
+            K = np.asarray(self.kernel(X, self._X_fit), dtype=np.float64)[:, self.support_]
+            return K @ W + self.intercept_[None, :]
         n_support = max(len(self.support_), 1)
         step = max(1, PREDICT_BLOCK_BYTES // (8 * n_support))
-        scores = np.empty((X.shape[0], self.dual_coef_.shape[0]))
+        scores = np.empty((X.shape[0], W.shape[1]))
         for start in range(0, X.shape[0], step):  # K(X, SV) a block of rows at a time
             rows = X[start:start + step]
             if self.kernel == "precomputed":
                 K = rows[:, self.support_]
             else:
                 K = self.kernel_.block(rows, self.support_vectors_)
-            scores[start:start + step] = K @ self.dual_coef_.T + self.intercept_[None, :]
-        return scores.ravel() if len(self.classes_) == 2 else scores
+            scores[start:start + step] = K @ W + self.intercept_[None, :]
+        return scores
+
+    def decision_function(self, X):
+        """Signed distance to the separating surface(s).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) for two classes; otherwise (n_samples, n_classes)
+        (``decision_function_shape="ovr"``, or one-vs-rest training) or
+        (n_samples, n_classes * (n_classes - 1) / 2) (``"ovo"``: the pair decisions,
+        positive for the pair's first class, libsvm's order).
+        """
+        check_is_fitted(self)
+        k = len(self.classes_)
+        if _is_dask_array(X):  # blockwise, against the support vectors only
+            from muflow.distributed import map_rows
+
+            if k == 2:
+                n_out = None
+            elif self._ovo and self.decision_function_shape == "ovo":
+                n_out = k * (k - 1) // 2
+            else:
+                n_out = k
+            return map_rows(self.decision_function, X, n_outputs=n_out)
+        scores = self._decision_problems(X)
+        if k == 2:
+            return scores.ravel()
+        if self._ovo and self.decision_function_shape == "ovr":
+            return ovr_scores(scores, k)
+        return scores
 
     def predict(self, X):
-        """Class labels: the sign of the decision function, or the largest one-vs-rest score."""
+        """Class labels: the sign of the decision function for two classes; one-vs-one:
+        libsvm's vote winner, or with ``break_ties`` the argmax of the class scores;
+        one-vs-rest: the largest decision."""
+        check_is_fitted(self)
+        if self.break_ties and self.decision_function_shape == "ovo":
+            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
         if _is_dask_array(X):
             from muflow.distributed import map_rows
 
-            check_is_fitted(self)
             return map_rows(self.predict, X, dtype=self.classes_.dtype)
-        scores = self.decision_function(X)
+        scores = self._decision_problems(X)
+        index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
+                              break_ties=self.break_ties)
+        return self.classes_.take(index)
+
+    def _check_proba(self):
+        if not _wants_probability(self.probability):
+            raise AttributeError("predict_proba is not available when probability=False")
+        return True
+
+    @available_if(_check_proba)
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes), columns in the order of
+        ``classes_``: Platt's sigmoid of each binary decision and, for more than two
+        classes, their pairwise coupling (:mod:`muflow.probability`). Like libsvm's, they
+        come from the internal cross-validation, so their argmax may differ from
+        ``predict`` on a few samples."""
+        from muflow.probability import predict_proba_ovo
+
+        check_is_fitted(self)
+        if np.size(getattr(self, "_probA", ())) == 0:
+            raise NotFittedError("predict_proba is not available when fitted with probability=False")
+        scores = self._decision_problems(X)
         if len(self.classes_) == 2:
-            return self.classes_[(scores > 0).astype(int)]
-        return self.classes_[np.argmax(scores, axis=1)]
+            scores = -scores  # libsvm's orientation: positive for classes_[0]
+        return predict_proba_ovo(scores, self._probA, self._probB, len(self.classes_))
+
+    @available_if(_check_proba)
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        return np.log(self.predict_proba(X))
 
     def _validate_for_predict(self, X):
-        X = validate_data(
-            self, X, reset=False,
-            accept_sparse="csr" if self.kernel != "precomputed" else False,
-            dtype=np.float64, ensure_all_finite=False,
-        ) if self.kernel != "precomputed" else self._check_precomputed(X)
+        if callable(self.kernel):
+            return X
+        if self.kernel == "precomputed":
+            X = self._check_precomputed(X)
+        else:
+            X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
+                              ensure_all_finite=False)
+            if sp.issparse(X) and not getattr(self, "_sparse", True):
+                raise ValueError(
+                    f"cannot use sparse input in {type(self).__name__!r} trained on dense data; "
+                    "pass X.toarray() or fit on sparse data")
         check_finite(X)
+        self._check_support_layout()
         return X
+
+    def _check_support_layout(self):
+        """The support vectors, their counts per class and the coefficients agree (what
+        scikit-learn checks against CVE-2020-28975): an altered model is refused, not
+        read out of bounds."""
+        n_sv = len(self.support_)
+        n_support = getattr(self, "n_support_", None)
+        if (n_support is not None and int(np.sum(n_support)) != n_sv) or self.dual_coef_.shape[1] != n_sv:
+            raise ValueError(f"The internal representation of {type(self).__name__} was altered")
 
     def _check_precomputed(self, X):
         if sp.issparse(X):
@@ -459,7 +772,7 @@ class SVC(ClassifierMixin, BaseEstimator):
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.shape_fit_[0]:
             raise MuflowInputError(
-                f"a precomputed kernel for prediction must have shape (n_samples, "
-                f"{self.shape_fit_[0]}) = K(X_test, X_train), got {X.shape}"
-            )
+                f"X.shape[1] = {X.shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
+                f"of samples at training time: a precomputed kernel for prediction is "
+                f"K(X_test, X_train), got shape {X.shape}")
         return X

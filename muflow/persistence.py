@@ -35,7 +35,18 @@ from muflow.kernels import Kernel
 FORMAT = "muflow-model"
 FORMAT_VERSION = 2  # 2: model.json carries the digest
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
-           "objective_curve_", "kkt_violation_", "converged_", "coef_")
+           "objective_curve_", "kkt_violation_", "converged_", "coef_",
+           "n_support_", "class_weight_", "_probA", "_probB")
+
+
+def _stored(model, name) -> bool:
+    """Whether the fitted array ``name`` is saved: it is set, and is data rather than a
+    property computed from other arrays (SVC.coef_)."""
+    return not isinstance(getattr(type(model), name, None), property) and hasattr(model, name)
+
+
+def _dense(a):
+    return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
 def _json_classes(classes: np.ndarray):
@@ -69,8 +80,9 @@ def save(model, path) -> Path:
         "solver": getattr(model, "solver_", None),
         "n_features_in": int(getattr(model, "n_features_in_", 0)),
         "shape_fit": list(getattr(model, "shape_fit_", ())),
+        "sparse_fit": bool(getattr(model, "_sparse", False)),
     }
-    arrays = {name: np.asarray(getattr(model, name)) for name in _ARRAYS if hasattr(model, name)}
+    arrays = {name: _dense(getattr(model, name)) for name in _ARRAYS if _stored(model, name)}
     sv = getattr(model, "support_vectors_", None)
     if sv is None:
         meta["support_vectors"] = None
@@ -135,7 +147,11 @@ def load(path):
     cls = estimators.get(meta["estimator"])
     if cls is None:
         raise MuflowInputError(f"{meta_file}: unknown estimator {meta['estimator']!r}")
-    model = cls(**meta["params"])
+    params = dict(meta["params"])
+    if cls is SVC and len(meta["classes"]["values"]) > 2:
+        params.setdefault("multiclass", "ovr")  # saved before one-vs-one: one-vs-rest
+    model = cls(**params)
+    meta["params"] = params
     model.classes_ = _classes_from_json(meta["classes"])
     if meta.get("kernel") is not None:
         model.kernel_ = Kernel.from_dict(meta["kernel"])
@@ -147,8 +163,11 @@ def load(path):
     try:
         with np.load(arrays_file, allow_pickle=False) as data:
             for name in _ARRAYS:
-                if name in data.files:
+                if name in data.files and not isinstance(getattr(cls, name, None), property):
                     setattr(model, name, data[name])
+            if meta.get("sparse_fit"):
+                model._sparse = True
+                model.dual_coef_ = sp.csr_matrix(model.dual_coef_)
             if meta.get("support_vectors") == "csr":
                 model.support_vectors_ = sp.csr_matrix(
                     (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
@@ -197,7 +216,8 @@ def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
     if classes.ndim != 1 or len(classes) < 2 or len(np.unique(classes)) != len(classes):
         fail(f"classes {classes.tolist()!r} are not at least 2 distinct labels")
     k = len(classes)
-    problems = {1} if k == 2 else {k, k * (k - 1) // 2}
+    ovo = k > 2 and meta.get("params", {}).get("multiclass", "ovr") == "ovo"
+    problems = {1} if k == 2 else {k * (k - 1) // 2} if ovo else {k}
     intercept = getattr(model, "intercept_", None)
     if intercept is None:
         fail("intercept_ is missing")
@@ -217,10 +237,15 @@ def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
         support = getattr(model, "support_", None)
         if dual is None or support is None:
             fail("dual_coef_ or support_ is missing")
-        if dual.ndim != 2 or dual.shape != (n_problems, len(support)):
-            fail(f"dual_coef_ has shape {dual.shape}, expected ({n_problems}, {len(support)}): one "
-                 "row per binary problem, one column per support vector")
-        finite["dual_coef_"] = dual
+        rows = k - 1 if ovo else n_problems  # one-vs-one: libsvm's layout
+        if dual.ndim != 2 or dual.shape != (rows, len(support)):
+            fail(f"dual_coef_ has shape {dual.shape}, expected ({rows}, {len(support)}): one "
+                 "row per binary problem (k - 1 for one-vs-one), one column per support vector")
+        n_support = getattr(model, "n_support_", None)
+        if n_support is not None and (len(n_support) != k or int(np.sum(n_support)) != len(support)):
+            fail(f"n_support_ {np.asarray(n_support).tolist()} does not count the {len(support)} "
+                 f"support vectors of {k} classes")
+        finite["dual_coef_"] = _dense(dual)
         sv = getattr(model, "support_vectors_", None)
         precomputed = meta.get("params", {}).get("kernel") == "precomputed"
         if not precomputed:

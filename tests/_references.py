@@ -40,6 +40,18 @@ def a8a(rows: int):
     return X[:rows], y[:rows]
 
 
+def usps_digits():
+    """USPS ``zip.test`` (2007 x 256, digits 0-9, pixels in [-1, 1]) as (X, y); the test is
+    skipped where the shared data folder does not hold it. One line carries a trailing
+    extra field: the label and the 256 pixels are kept."""
+    path = SHARED_DATA / "zip.test"
+    if not path.exists():
+        pytest.skip(f"{path} not present (the shared data folder sits beside the repository)")
+    rows = [line.split()[:257] for line in path.read_text().splitlines() if line.strip()]
+    M = np.array(rows, dtype=np.float64)
+    return M[:, 1:], M[:, 0].astype(int)
+
+
 #: One of every kernel muflow builds, with an offset (the regularized intercept) once.
 KERNELS = [
     Kernel("linear"),

@@ -49,12 +49,23 @@ def test_binary_attributes_follow_sklearn_conventions(binary):
     np.testing.assert_allclose(model.intercept_, ref.intercept_, atol=5e-3)
 
 
-def test_multiclass_one_vs_rest_shares_one_gram(blobs):
+def test_multiclass_one_vs_one_pairs_share_one_gram(blobs):
     X, y = blobs
     model = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk").fit(X, y)
-    assert model.dual_coef_.shape[0] == 3
+    assert model.dual_coef_.shape == (2, len(model.support_))  # libsvm's (k - 1, n_SV)
+    assert model.intercept_.shape == (3,)  # one per pair
     assert model.decision_function(X).shape == (90, 3)
-    assert model.objective_curve_.shape[1] == 3  # three columns advanced together
+    assert model.objective_curve_.shape[1] == 3  # three pair columns advanced together
+    assert model.score(X, y) > 0.9
+
+
+def test_multiclass_one_vs_rest_stays_available(blobs):
+    X, y = blobs
+    model = muflow.SVC(kernel="rbf", gamma=0.5, solver="munk", multiclass="ovr").fit(X, y)
+    assert model.dual_coef_.shape == (3, len(model.support_))
+    assert model.decision_function(X).shape == (90, 3)
+    np.testing.assert_array_equal(model.predict(X),
+                                  model.classes_[np.argmax(model.decision_function(X), axis=1)])
     assert model.score(X, y) > 0.9
 
 
@@ -155,10 +166,22 @@ def test_bad_parameters_are_refused_clearly(binary, params, match):
         muflow.SVC(**params).fit(X, y)
 
 
-def test_negative_sample_weight_is_refused(binary):
+def test_negative_sample_weights_drop_samples_as_scikit_learn(binary):
+    """libsvm (and so scikit-learn) drops samples of weight <= 0: the fit equals the fit
+    without them, and weights that leave nothing or one class are refused with its words."""
     X, y = binary
-    with pytest.raises(MuflowInputError, match="sample_weight must be >= 0"):
+    w = np.ones(len(y))
+    w[::7] = -0.5
+    w[1::9] = 0.0
+    kept = w > 0
+    model = muflow.SVC(kernel="rbf", gamma=0.5).fit(X, y, sample_weight=w)
+    alone = muflow.SVC(kernel="rbf", gamma=0.5).fit(X[kept], y[kept])
+    np.testing.assert_array_equal(model.support_, np.flatnonzero(kept)[alone.support_])
+    np.testing.assert_allclose(model.decision_function(X), alone.decision_function(X), atol=1e-6)
+    with pytest.raises(MuflowInputError, match="all samples have zero or negative weights"):
         muflow.SVC().fit(X, y, sample_weight=-np.ones(len(y)))
+    with pytest.raises(MuflowInputError, match="positive weights belong to the same class"):
+        muflow.SVC().fit(X, y, sample_weight=np.where(y == "yes", 1.0, -1.0))
 
 
 def test_predict_on_a_different_number_of_features_is_refused(binary):
@@ -185,7 +208,8 @@ def test_linear_svc_round_trips_through_save_and_load(binary, tmp_path):
 
 def test_from_solution_builds_the_model_fit_builds(blobs):
     """The public constructor from a solution sets exactly what fit sets (one code path)."""
-    from muflow.model import SVC, binary_problems
+    from muflow.model import SVC
+    from muflow.multiclass import binary_problems
     from muflow.operators import DenseGram
     from muflow.solvers import DualProblem
     from muflow.solvers.registry import SOLVERS
@@ -193,11 +217,11 @@ def test_from_solution_builds_the_model_fit_builds(blobs):
     X, y = blobs
     fitted = SVC(kernel="rbf", gamma=0.5, C=2.0, solver="smo").fit(X, y)
     classes, y_encoded = np.unique(y, return_inverse=True)
-    Y = binary_problems(y_encoded, len(classes))
-    problem = DualProblem(DenseGram(fitted.kernel_.block(X)), Y, upper=2.0, equality=True)
-    solution = SOLVERS["smo"].solve(problem, tol=fitted.tol, max_iter=fitted.max_iter)
-    built = SVC.from_solution(solution, X=X, Y=Y, classes=classes, kernel=fitted.kernel_,
-                              C=2.0, solver="smo")
+    Y, member = binary_problems(y_encoded, len(classes))
+    problem = DualProblem(DenseGram(fitted.kernel_.block(X)), Y, upper=2.0 * member, equality=True)
+    solution = SOLVERS["smo"].solve(problem, tol=fitted.tol, max_iter=muflow.model.NO_LIMIT)
+    built = SVC.from_solution(solution, X=X, y_encoded=y_encoded, classes=classes,
+                              kernel=fitted.kernel_, C=2.0, solver="smo")
     assert built.get_params() == fitted.get_params()
     assert built.solver_ == "smo"
     for name in ("support_", "dual_coef_", "intercept_", "n_iter_", "support_vectors_"):

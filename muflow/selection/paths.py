@@ -3,10 +3,11 @@
 For one kernel setting (one Gram matrix K of all n samples) every (C, fold, class)
 problem is a column of the dual batch (:class:`muflow.solvers.DualProblem`):
 
-- the labels of column j are those of its binary problem (one-vs-rest for more than two
-  classes, as :func:`muflow.model.binary_problems`);
-- its upper bounds are ``U_ij = C_j`` for the training samples of its fold and ``0`` for
-  the held-out ones, which pins them at alpha = 0: a fold is a mask, not a copy of K.
+- the labels of column j are those of its binary problem (one-vs-one pairs for more than
+  two classes, as :func:`muflow.multiclass.binary_problems` poses them for muflow.SVC);
+- its upper bounds are ``U_ij = C_j`` for the training samples of its fold that belong to
+  its problem and ``0`` for the others (held-out samples, samples outside the pair), which
+  pins them at alpha = 0: a fold or a pair is a mask, not a copy of K.
 
 Two paths solve the batch:
 
@@ -35,8 +36,8 @@ configuration standing runs to convergence (or ``max_iter`` iterations in all).
 Notes
 -----
 Memory per kernel setting: K (``8 n^2`` bytes in memory; a Dask operator keeps it on the
-workers) plus ``3 * 8 * n * m`` bytes of iterates, with m = folds * classes * len(C)
-(batched) or folds * classes (continuation).
+workers) plus ``3 * 8 * n * m`` bytes of iterates, with m = folds * P * len(C)
+(batched) or folds * P (continuation), P the binary problems (1, or k(k-1)/2 pairs).
 """
 
 from __future__ import annotations
@@ -83,28 +84,32 @@ def gram(X, setting, intercept, client, cache_dir, buffer=None):
     return kernel, gram_operator(X, kernel, client=client, cache_dir=cache_dir, out=buffer)
 
 
-def columns(Y, masks, Cs):
-    """Labels and upper bounds of the columns (C, fold, class), class fastest.
+def columns(Y, masks, Cs, member=None):
+    """Labels and upper bounds of the columns (C, fold, problem), problem fastest.
 
     Column ``(c * folds + f) * P + p``: labels of binary problem p, ``U = C_c`` on the
-    training samples of fold f and 0 on its held-out samples.
+    training samples of fold f that belong to problem p (``member``, default all) and 0 on
+    the others.
     """
     n, P = Y.shape
     F = masks.shape[1]
+    member = np.ones((n, P), dtype=bool) if member is None else member
     ycols = np.tile(Y, (1, len(Cs) * F))
     upper = np.empty_like(ycols)
     j = 0
     for C in Cs:
         for f in range(F):
-            upper[:, j:j + P] = np.where(masks[:, f], C, 0.0)[:, None]
+            upper[:, j:j + P] = np.where(masks[:, f][:, None] & member, C, 0.0)
             j += P
     return ycols, upper
 
 
 def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, halving,
-                 halving_min_iter, callback=None, n_jobs=1) -> KernelSolve:
-    """Solve every (C, fold, class) column of one Gram by ``path`` ("batched" or
-    "continuation"); ``halving`` as the module docstring says."""
+                 halving_min_iter, callback=None, n_jobs=1, member=None, y_enc=None) -> KernelSolve:
+    """Solve every (C, fold, problem) column of one Gram by ``path`` ("batched" or
+    "continuation"); ``halving`` as the module docstring says. ``member`` and ``y_enc``:
+    the samples of each binary problem and the class index of each sample
+    (:func:`muflow.multiclass.binary_problems`)."""
     n, P = Y.shape
     F = masks.shape[1]
     per_c = F * P
@@ -116,7 +121,7 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     seconds = np.zeros(len(Cs))
     stopped = np.zeros(len(Cs), dtype=bool)
     curves = [None] * len(Cs)
-    ycols, upper = columns(Y, masks, Cs)
+    ycols, upper = columns(Y, masks, Cs, member)
     t0 = time.perf_counter()
     # subset solvers solve column by column anyway: in "batched" their columns are cold,
     # independent solves, one task per (C, fold); "continuation" is one task per fold,
@@ -167,7 +172,7 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
             if halving is None or sol.converged.all() or spent >= max_iter:
                 break
             if len(active) > 1:
-                acc = cv_accuracy(operator, ycols[:, cols], alpha[:, cols], bias[cols], masks, P)
+                acc = cv_accuracy(operator, ycols[:, cols], alpha[:, cols], bias[cols], masks, y_enc)
                 keep_n = math.ceil(len(active) / halving)
                 order = sorted(range(len(active)), key=lambda k: (-acc[k], k))
                 keep = sorted(order[:keep_n])
@@ -308,7 +313,7 @@ def pool_size(tasks: int, n_jobs: int) -> int:
     return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
 
 
-def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter) -> Refit:
+def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None) -> Refit:
     """Solve the configuration (this Gram, C) on all samples while K is in memory.
 
     Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
@@ -322,7 +327,8 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter) -
     F = per_c // P
     block = res.alpha[:, res.block(c)].reshape(-1, F, P)
     init = (block.mean(axis=1), res.bias[res.block(c)].reshape(F, P).mean(axis=0))
-    problem = DualProblem(operator, Y, float(C), equality=intercept == "exact")
+    upper = float(C) if member is None else np.where(member, float(C), 0.0)
+    problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
     t = time.perf_counter()
     sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter)
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,

@@ -37,7 +37,7 @@ class KernelSolve:
     alpha : ndarray of shape (n_samples, n_columns)
     bias : ndarray of shape (n_columns,)
     n_problems : int
-        P: binary problems per (C, fold): 1 for two classes, else the number of classes.
+        P: binary problems per (C, fold): 1 for two classes, else k(k-1)/2 one-vs-one pairs.
     per_c : int
         Columns per C value: folds * P.
     n_iter, seconds, stopped : ndarray of shape (n_C,)

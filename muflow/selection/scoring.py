@@ -2,8 +2,9 @@
 
 The decision values of every column at every sample come from ONE product,
 ``f = K @ (y * alpha) + b`` (n x m); fold f's accuracy is read on its held-out rows: the
-sign for two classes, the argmax over the one-vs-rest columns of that (C, fold)
-otherwise. The CV accuracy of a configuration is the mean over folds (std: population
+sign for two classes, otherwise the one-vs-one vote over the pair columns of that
+(C, fold), by the same function as :meth:`muflow.SVC.predict`
+(:func:`muflow.multiclass.predict_index`). The CV accuracy of a configuration is the mean over folds (std: population
 standard deviation, as scikit-learn's ``std_test_score``).
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from muflow.kernels import KERNEL_PARAMETERS
+from muflow.multiclass import n_problems, predict_index
 from muflow.selection.grid import PARAM_ORDER
 from muflow.selection.records import ConfigurationRow, KernelSolve
 
@@ -19,23 +21,24 @@ from muflow.selection.records import ConfigurationRow, KernelSolve
 TIE = 1e-12
 
 
-def fold_predictions(D_cf, P):
+def fold_predictions(D_cf, n_classes):
     """Class index per sample from the decision values of one (C, fold): (n, P) -> (n,)."""
-    return (D_cf[:, 0] > 0).astype(int) if P == 1 else np.argmax(D_cf, axis=1)
+    return predict_index(D_cf, n_classes)
 
 
-def cv_accuracy(operator, ycols, alpha, bias, masks, P):
+def cv_accuracy(operator, ycols, alpha, bias, masks, y_enc):
     """Mean validation accuracy per configuration of a batch (used by successive halving)."""
     D = operator.matmul(ycols * alpha) + bias[None, :]
     F = masks.shape[1]
+    n_classes = int(y_enc.max()) + 1
+    P = n_problems(n_classes)
     per_c = F * P
-    y_enc = np.where(ycols[:, :P] > 0)[1] if P > 1 else (ycols[:, 0] > 0).astype(int)
     out = []
     for k in range(D.shape[1] // per_c):
         accs = []
         for f in range(F):
             held = ~masks[:, f]
-            pred = fold_predictions(D[held, k * per_c + f * P:k * per_c + (f + 1) * P], P)
+            pred = fold_predictions(D[held, k * per_c + f * P:k * per_c + (f + 1) * P], n_classes)
             accs.append(np.mean(pred == y_enc[held]))
         out.append(float(np.mean(accs)))
     return out
@@ -47,11 +50,12 @@ def configuration_rows(setting, Cs, res: KernelSolve, splits, y_enc) -> list[Con
     from muflow.model import SUPPORT_THRESHOLD
 
     rows = []
+    n_classes = int(y_enc.max()) + 1
     for c, C in enumerate(Cs):
         accs, n_sv = [], []
         for f, (_, test) in enumerate(splits):
             cols = res.fold_columns(c, f)
-            pred = fold_predictions(res.decision[test, cols], res.n_problems)
+            pred = fold_predictions(res.decision[test, cols], n_classes)
             accs.append(float(np.mean(pred == y_enc[test])))
             a = res.alpha[:, cols]
             largest = np.maximum(a.max(axis=0), np.finfo(float).tiny)

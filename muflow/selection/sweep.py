@@ -131,7 +131,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     from sklearn.utils.validation import check_X_y
 
     from muflow.data import check_finite
-    from muflow.model import binary_problems
+    from muflow.multiclass import binary_problems
 
     grid.validate()
     check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
@@ -161,7 +161,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(splits):
         masks[train, f] = True
-    Y = binary_problems(y_enc, len(classes))
+    Y, member = binary_problems(y_enc, len(classes))
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -201,7 +201,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             def solve(p, halving_eta):
                 return solve_paths.solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol,
                                                 max_iter, halving_eta, halving_min_iter,
-                                                bar.iteration_callback(), n_jobs)
+                                                bar.iteration_callback(), n_jobs, member, y_enc)
 
             if kpath == "compare":
                 res_b, res_c = solve("batched", None), solve("continuation", None)
@@ -221,7 +221,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             c_best = best_index([rows])[1]
             if beats(rows[c_best], records):
                 refit = solve_paths.refit(operator, Y, Cs[c_best], res, c_best, info, intercept,
-                                          tol, max_iter)
+                                          tol, max_iter, member)
                 timings["refit"] += refit.seconds
             else:  # an earlier setting is better: this one's model would never be used
                 refit = Refit()
@@ -245,7 +245,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     table = [row for rec in records for row in rec.rows]
     k_best, c_best = best_index([rec.rows for rec in records])
     best = best_summary(records[k_best].rows[c_best])
-    model = _best_model(X, Y, classes, records[k_best], intercept, tol, max_iter)
+    model = _best_model(X, y_enc, classes, records[k_best], intercept, tol, max_iter)
     test_metrics = None
     if X_test is not None:
         test_metrics = {"accuracy": float(model.score(X_test, y_test)), "n_samples": int(X_test.shape[0]),
@@ -264,7 +264,7 @@ def solve_key(C) -> str:
     return f"solve C={float(C):g}"
 
 
-def _best_model(X, Y, classes, record: KernelRecord, intercept, tol, max_iter):
+def _best_model(X, y_enc, classes, record: KernelRecord, intercept, tol, max_iter):
     """A fitted :class:`muflow.SVC` from the refit of the best configuration on all samples.
 
     The refit ran while the Gram was in memory (:func:`muflow.selection.paths.refit`), so
@@ -281,6 +281,6 @@ def _best_model(X, Y, classes, record: KernelRecord, intercept, tol, max_iter):
                             n_iter=int(refit.n_iter),
                             objective_curve=np.asarray(refit.curve, dtype=np.float64),
                             kkt_violation=viol, converged=viol <= tol, solver=record.solver)
-    return SVC.from_solution(solution, X=X, Y=Y, classes=classes, kernel=record.kernel,
+    return SVC.from_solution(solution, X=X, y_encoded=y_enc, classes=classes, kernel=record.kernel,
                              fit_time=refit.seconds, C=float(record.rows[refit.c_index].C),
                              solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter)

@@ -129,14 +129,29 @@ def test_multiplicative_batch_matches_svc_alone(breast_cancer_200, tmp_path):
         np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12, err_msg=str(row))
 
 
-def test_multiclass_one_vs_rest_columns_match_svc_alone(iris, tmp_path):
-    X, y = iris
+@pytest.mark.parametrize("dataset", ["iris", "blobs4"])
+def test_multiclass_one_vs_one_columns_match_svc_alone(dataset, iris, tmp_path):
+    """Sweeps pose the one-vs-one pairs and vote as muflow.SVC does (one shared function,
+    muflow.multiclass.predict_index): every fold's accuracy is SVC's on that fold. Four
+    classes make 6 pairs, where one-vs-rest would have 4 columns."""
+    from sklearn.datasets import make_blobs
+
+    if dataset == "iris":
+        X, y = iris
+    else:
+        X, y = make_blobs(n_samples=120, centers=4, cluster_std=2.5, random_state=1)
+    k = len(np.unique(y))
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.2]}], C=[0.5, 5.0])
     result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, tol=1e-5, progress=False)
     for row in result.table:
         alone = _alone_fold_accuracies(X, y, row, 3, 0, solver="smo", tol=1e-5)
         np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12)
-    assert result.best_model.dual_coef_.shape[0] == 3
+    model = result.best_model
+    assert model.dual_coef_.shape == (k - 1, len(model.support_))  # libsvm's layout
+    assert model.intercept_.shape == (k * (k - 1) // 2,)
+    best = result.best
+    refit = muflow.SVC(kernel="rbf", gamma=best["gamma"], C=best["C"], tol=1e-5).fit(X, y)
+    assert np.mean(model.predict(X) == refit.predict(X)) >= 0.99
 
 
 @pytest.mark.parametrize("dataset", ["breast_cancer_200", "sonar"])
