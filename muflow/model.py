@@ -87,6 +87,26 @@ def _chain(*callbacks):
     return call
 
 
+def _dense_kernel(K) -> np.ndarray:
+    """A callable kernel's values as a float64 array (a sparse result is densified)."""
+    return K.toarray() if sp.issparse(K) else np.asarray(K, dtype=np.float64)
+
+
+def _check_magnitude(X):
+    """Refuse X whose inner products overflow float64: the kernel, and so the dual
+    coefficients, would not be finite (scikit-learn's message, and the fix)."""
+    values = X.data if sp.issparse(X) else X
+    if not values.size:
+        return
+    with np.errstate(over="ignore"):
+        bound = np.square(np.max(np.abs(values))) * max(X.shape[1], 1)
+    if not np.isfinite(bound):
+        raise MuflowInputError(
+            "The dual coefficients or intercepts are not finite: X holds values so large "
+            f"(largest |x| = {float(np.max(np.abs(values))):.3g}) that its inner products overflow. "
+            "The input data need to be preprocessed (e.g. sklearn.preprocessing.StandardScaler)")
+
+
 def _wants_probability(probability) -> bool:
     return probability is not False and probability != "deprecated" and bool(probability)
 
@@ -321,7 +341,7 @@ default="rbf"
             check_consistent_length(X, y)
             y = column_or_1d(y, warn=True)
             self.n_features_in_ = np.shape(X)[1] if np.ndim(X) == 2 else 1
-            K = np.asarray(self.kernel(X, X), dtype=np.float64)
+            K = _dense_kernel(self.kernel(X, X))
             if K.ndim != 2 or K.shape[0] != K.shape[1]:
                 raise ValueError(
                     f"X.shape[0] should be equal to X.shape[1]: the callable kernel returned an "
@@ -335,6 +355,8 @@ default="rbf"
             dtype=np.float64, ensure_all_finite=False,
         )
         check_finite(X)
+        if self.kernel != "precomputed":
+            _check_magnitude(X)
         if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
             raise MuflowInputError(
                 f"Precomputed matrix must be a square matrix. Input is a {X.shape[0]}x"
@@ -637,6 +659,17 @@ default="rbf"
         return self._probB
 
     @property
+    def _n_support(self):
+        """scikit-learn's private name of ``n_support_`` (the same array), which its
+        tests and tools read."""
+        return self.n_support_
+
+    @property
+    def _gamma(self):
+        """scikit-learn's private name of the resolved gamma (``kernel_.gamma``)."""
+        return self.kernel_.gamma
+
+    @property
     def _ovo(self) -> bool:
         """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
         return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
@@ -655,7 +688,7 @@ default="rbf"
         X = self._validate_for_predict(X)
         W = self._pair_weights()
         if callable(self.kernel):
-            K = np.asarray(self.kernel(X, self._X_fit), dtype=np.float64)[:, self.support_]
+            K = _dense_kernel(self.kernel(X, self._X_fit))[:, self.support_]
             return K @ W + self.intercept_[None, :]
         n_support = max(len(self.support_), 1)
         step = max(1, PREDICT_BLOCK_BYTES // (8 * n_support))
