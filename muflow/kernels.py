@@ -202,8 +202,9 @@ class Kernel:
             ``same_rows[r] = c >= 0`` where row r of A is row c of B: ``out[r, c]`` is then
             written from the kernel's diagonal (:meth:`diagonal_from_sq`) instead of the
             product, so that K(a, a) is exact (1 + offset for rbf) whatever the round-off of
-            ``||a||^2 + ||a||^2 - 2 a'a``. Default: every ``r`` when A and B are the same
-            array (a diagonal block), none otherwise.
+            ``||a||^2 + ||a||^2 - 2 a'a``, or of sgemm for float32 (a float64 product of the
+            other kernels is kept: its a'a is as exact). Default: every ``r`` when A and B
+            are the same array (a diagonal block), none otherwise.
         product_ready : bool, default=False
             ``out`` (C-ordered) holds ``A B'`` already, computed by the caller
             (:meth:`muflow.inmemory.RowSource.product_into`); only the finish is done here,
@@ -267,7 +268,9 @@ class Kernel:
             self._finish_float32(G, sq_A, sq_B)
         else:
             self._finish_float64(G, sq_A, sq_B)
-        if same_rows is not None:
+        if same_rows is not None and (name == "rbf" or dtype == np.float32):
+            # a float64 product's a'a is as exact as the norm (and bit for bit the matrix
+            # a user computes as np.dot(X, X.T)); rbf's exp(0) and float32's rounding are not
             same_rows = np.asarray(same_rows)
             r = np.flatnonzero(same_rows >= 0)
             if r.size:

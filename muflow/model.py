@@ -11,6 +11,7 @@ Gram (:mod:`muflow.probability`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import numbers
 import time
@@ -155,8 +156,9 @@ default="rbf"
     max_iter : int, default=-1
         -1: no limit (scikit-learn's default). Otherwise at most this many of the solver's
         own iterations (``SOLVERS[solver_].iteration_unit``): passes over K
-        (multiplicative), epochs (cd, adatron), sweeps of n pair steps (smo; libsvm counts
-        single pair steps), outer iterations (working_set). A solve stopped by it raises a
+        (multiplicative), epochs (cd, adatron), single pair steps (smo: libsvm's and
+        scikit-learn's unit; the solver alone counts sweeps of n steps), outer iterations
+        (working_set). A solve stopped by it raises a
         ``ConvergenceWarning`` and sets ``fit_status_ = 1``.
     decision_function_shape : {"ovr", "ovo"}, default="ovr"
         Shape of ``decision_function`` with more than two classes under one-vs-one: the
@@ -472,7 +474,7 @@ default="rbf"
 
     def _solver_options(self, info, progress) -> dict:
         """What the solver takes beyond the common signature: the row cache in MB,
-        shrinking, progress reporting."""
+        shrinking, progress reporting, and libsvm's iteration unit (smo)."""
         accepted = inspect.signature(info.solve).parameters
         options = {}
         if info.needs == "rows" and "cache_mb" in accepted:
@@ -481,6 +483,8 @@ default="rbf"
             options["shrinking"] = bool(self.shrinking)
         if progress is not None and info.reports_progress:
             options["progress"] = progress
+        if "libsvm_iterations" in accepted:
+            options["libsvm_iterations"] = True
         return options
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
@@ -575,9 +579,14 @@ default="rbf"
         model.n_features_in_ = X.shape[1]
         model._probA = model._probB = np.empty(0)
         max_iter = params.get("max_iter", -1)
+        budget = NO_LIMIT if max_iter == -1 else int(max_iter)
+        if solution.solver == "smo" and "pair_steps" in solution.timings:
+            # the solver counted sweeps of n pair steps; SVC counts libsvm's pair steps
+            budget = budget if budget == NO_LIMIT else budget * max(X.shape[0], 1)
+            solution = dataclasses.replace(solution, n_iter=int(solution.timings["pair_steps"]))
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,
-                                 budget=NO_LIMIT if max_iter == -1 else int(max_iter))
+                                 budget=budget)
 
     def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
         """The fitted attributes from a solution; the one place both fit paths set them."""

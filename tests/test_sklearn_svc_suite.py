@@ -39,28 +39,6 @@ import muflow
 EXCEPTIONS = {
     "test_svm__test_tweak_params": (
         "writes libsvm's private _dual_coef_ and expects predict to read it"),
-    "test_svm__test_libsvm_convergence_warnings": (
-        "max_iter counts libsvm's single pair steps there; muflow's SMO counts sweeps of n pair "
-        "steps (its documented unit), and on the 6-sample toy problem one sweep converges: no "
-        "ConvergenceWarning and n_iter_ != 2"),
-    "test_sparse__test_timeout": (
-        "max_iter=1 is one libsvm pair step there; muflow's SMO counts sweeps of n pair steps, "
-        "and one sweep solves the 6-sample toy problem, so no ConvergenceWarning"),
-    "test_svm__test_precomputed": (
-        "asserts that SVC on np.dot(X, X.T) and SVC(kernel='linear') agree to 6 decimals on iris; "
-        "muflow's linear Gram differs from np.dot in the last bit of 0.3 % of its entries, and on "
-        "iris (duplicate samples, ties in the working-set choice) that sends SMO along another "
-        "path to another point within tol: dual_coef_ differs by up to 0.013 at tol=1e-3, "
-        "1.7e-4 at tol=1e-5"),
-    "test_svm__test_svc_clone_with_callable_kernel": (
-        "the same comparison as test_precomputed (a callable np.dot kernel against "
-        "kernel='linear' on iris, dual_coef_ to 6 decimals): last-bit differences of the Gram, "
-        "another SMO path, a point as far within tol"),
-    "test_svm__test_negative_weights_svc_leave_two_labels[SVC-partial-mask-label-1]": (
-        "asserts coef_ within rtol=1e-3 of libsvm's values (0.3998, 0.4); muflow's SMO stops "
-        "at the common KKT measure <= tol, a maximal-pair gap of 2 tol where libsvm stops at "
-        "tol, and gives 0.40023 (1.08e-3 off; the optimum is 0.4, 0.4; tol=5e-4 gives "
-        "0.40005, 0.39996)"),
 }
 
 

@@ -20,9 +20,10 @@ def add_parser(subparsers):
                    help="exact: libsvm's bias; regularized: bias as a constant added to the kernel; "
                         "none: through the origin (default: exact)")
     p.add_argument("--tol", type=float, default=1e-3, help="KKT violation at which to stop (default: 1e-3)")
-    p.add_argument("--max-iter", type=int, default=10_000,
+    p.add_argument("--max-iter", type=int, default=-1,
                    help="most iterations in the solver's own unit: passes (multiplicative), "
-                        "epochs (cd, adatron), sweeps of n pair steps (smo) (default: 10000)")
+                        "epochs (cd, adatron), pair steps (smo, as libsvm), outer iterations "
+                        "(working_set); -1: no limit (default: -1, as scikit-learn)")
     p.add_argument("--gram", default="auto", choices=("auto", "stored", "rows"),
                    help="stored: build the whole n x n kernel matrix once (refused, naming the "
                         "size, when it does not fit); rows: compute kernel rows on demand "
@@ -58,7 +59,8 @@ def run(args) -> int:
 
     X, y = load_from_args(args)
     check_number(args.tol, "--tol", low=0, closed="neither")
-    check_number(args.max_iter, "--max-iter", integer=True, low=1)
+    if args.max_iter != -1:
+        check_number(args.max_iter, "--max-iter", integer=True, low=1)
     model = muflow.SVC(
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,

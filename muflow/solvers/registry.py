@@ -89,7 +89,8 @@ register(SolverInfo(
     "smo", solve_smo, INTERCEPTS, False,
     "SMO with second-order working-set selection (Fan, Chen & Lin 2005) and shrinking; "
     "exact bias via pair steps, greedy single steps without the sum constraint",
-    "sweep: n pair steps (n_iter = sweeps begun; timings['pair_steps'] has the steps)", "rows"))
+    "sweep: n pair steps (n_iter = sweeps begun; timings['pair_steps'] has the steps; "
+    "muflow.SVC counts single pair steps, as libsvm)", "rows"))
 register(SolverInfo(
     "cd", solve_coordinate, ("regularized", "none"), False,
     "dual coordinate descent (LIBLINEAR style, variants paper eq. 4): random permutation, "

@@ -15,8 +15,9 @@ maximal violating pair says cannot move leave the active set. The compiled loop 
 the active set meets the internal gap; the driver then recomputes the full gradient with
 one product ``K @ v`` (the operator's cheapest question), certifies the point with the
 common KKT measure and, if it falls short of ``tol``, brings the variables back and goes
-on. An internal gap m(alpha) - M(alpha) <= 2 tol implies a natural residual <= tol (the
-bias at the middle of the gap), so normally one check suffices.
+on. The loop stops as libsvm does, at an internal gap m(alpha) - M(alpha) <= tol: the
+natural residual is then <= tol / 2 (the bias at the middle of the gap), so normally one
+check suffices, and SVC(tol=...) stops where scikit-learn's SVC with the same tol stops.
 
 Rows of K come through ``operator.rows`` into a :class:`~muflow.solvers.rowcache.RowCache`
 of ``cache_mb`` megabytes.
@@ -39,6 +40,11 @@ from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 def sweeps(steps: int, n: int) -> int:
     """Sweeps begun after ``steps`` pair steps: SMO's iteration is a sweep of n steps."""
     return -(-int(steps) // max(int(n), 1))
+
+
+def iteration_size(n: int, libsvm_iterations: bool) -> int:
+    """Pair steps per SMO iteration: n (a sweep, muflow's unit) or 1 (libsvm's)."""
+    return 1 if libsvm_iterations else max(int(n), 1)
 
 
 def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
@@ -69,7 +75,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
     state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
     state[sc.STATE_NACT] = int(member.sum())
-    gap_tol = (2.0 if col.equality else 1.0) * tol
+    gap_tol = tol  # libsvm's eps (module notes)
     buf = np.empty(chunk)
     violation, bias = np.inf, 0.0
     shrink_every = min(n, 1000)
@@ -121,7 +127,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
 
 def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: int = 10_000,
               callback=None, cache_mb: float = DEFAULT_CACHE_MB, shrinking: bool = True,
-              callback_every: int | None = None) -> DualSolution:
+              callback_every: int | None = None, libsvm_iterations: bool = False) -> DualSolution:
     """SMO (WSS 2, shrinking) on every column of ``problem``.
 
     Parameters
@@ -144,12 +150,15 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     shrinking : bool, default=True
     callback_every : int, optional
         Steps between callbacks; default n (once a sweep).
+    libsvm_iterations : bool, default=False
+        Count ``max_iter``, ``n_iter`` and the callback's iteration in libsvm's unit, single
+        pair steps, instead of sweeps (:class:`muflow.SVC` does, as scikit-learn's SVC).
 
     Returns
     -------
     DualSolution
-        ``n_iter`` counts sweeps begun, ceil(steps / n) for the column with the most steps
-        (at most ``max_iter``); ``timings["pair_steps"]`` holds those steps and
+        ``n_iter`` counts sweeps begun, ceil(steps / n) (or steps), for the column with the
+        most steps (at most ``max_iter``); ``timings["pair_steps"]`` holds those steps and
         ``objective_curve`` F after every step.
     """
     require_rows(problem.operator, "smo")
@@ -158,14 +167,15 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     cache = RowCache(problem.operator, cache_mb)
     alpha0, bias0 = problem.check_init(init)
     n = max(problem.n, 1)
+    size = iteration_size(n, libsvm_iterations)
     alphas, biases, curves, viols, iters = [], [], [], [], 0
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
         on_sweep = column_callback(callback, problem, alphas, curves, j, alpha)
-        on_chunk = None if on_sweep is None else (lambda steps, F: on_sweep(sweeps(steps, n), F))
+        on_chunk = None if on_sweep is None else (lambda steps, F: on_sweep(sweeps(steps, size), F))
         a, b, curve, v, it = smo_column(
-            col, cache, alpha, tol=tol, max_updates=max(0, max_iter) * n,
+            col, cache, alpha, tol=tol, max_updates=max(0, max_iter) * size,
             shrinking=shrinking, on_chunk=on_chunk,
             chunk=(callback_every or n) if callback is not None else 65536, timings=timings)
         alphas.append(a)
@@ -176,4 +186,4 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     timings["pair_steps"] = iters
     timings.update(cache.stats())
     timings["total"] = time.perf_counter() - t_start
-    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", sweeps(iters, n))
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", sweeps(iters, size))

@@ -11,7 +11,11 @@ import pytest
 import muflow
 import muflow.checkpoint
 from muflow.checkpoint import load_checkpoint
+from muflow.kernels import Kernel
+from muflow.operators import DenseGram
+from muflow.solvers import DualProblem
 from muflow.solvers.registry import SOLVERS
+from muflow.solvers.smo import solve_smo
 
 #: Far below what 50 iterations reach for the multiplicative solvers, so the cap binds.
 TOL = 1e-8
@@ -39,14 +43,20 @@ def test_the_cap_binds_for_the_multiplicative_solvers(name, breast_cancer_split)
     assert model.n_iter_.tolist() == [50] and not model.converged_.any()
 
 
-def test_an_smo_iteration_is_a_sweep_of_n_pair_steps(breast_cancer_split):
+def test_smo_counts_sweeps_alone_and_libsvm_pair_steps_in_svc(breast_cancer_split):
     Xtr, _, ytr, _ = breast_cancer_split
     n = len(ytr)
-    one = muflow.SVC(**params_for("smo", max_iter=1, tol=1e-12)).fit(Xtr, ytr)
-    assert one.n_iter_.tolist() == [1] and one.timings_["pair_steps"] == n
+    y = np.where(ytr == ytr.max(), 1.0, -1.0)
+    problem = DualProblem(DenseGram(Kernel("rbf", gamma=2.0).block(Xtr)), y, upper=10.0,
+                          equality=True)
+    one = solve_smo(problem, max_iter=1, tol=1e-12)
+    assert one.n_iter == 1 and one.timings["pair_steps"] == n  # a sweep: n pair steps
+    # muflow.SVC counts pair steps, as libsvm (scikit-learn's max_iter and n_iter_)
+    seven = muflow.SVC(**params_for("smo", max_iter=7, tol=1e-12)).fit(Xtr, ytr)
+    assert seven.n_iter_.tolist() == [7] and seven.timings_["pair_steps"] == 7
+    assert seven.fit_status_ == 1
     full = muflow.SVC(**params_for("smo", tol=1e-3)).fit(Xtr, ytr)
-    steps = full.timings_["pair_steps"]
-    assert full.converged_.all() and full.n_iter_.tolist() == [-(-steps // n)]
+    assert full.converged_.all() and full.n_iter_.tolist() == [full.timings_["pair_steps"]]
 
 
 def test_the_hybrid_counts_passes_and_sweeps_together(breast_cancer_split):
@@ -64,20 +74,22 @@ def test_a_resumed_fit_spends_the_rest_of_the_same_budget(name, breast_cancer_sp
                                                           monkeypatch):
     Xtr, _, ytr, _ = breast_cancer_split
     run = tmp_path / "ckpt"
-    # the first fit is interrupted after its first iteration by its checkpoint callback
+    # SVC counts smo's pair steps (libsvm's unit); its callbacks come once a sweep of n steps
+    per = len(ytr) if name == "smo" else 1
+    # the first fit is interrupted after its first callback by its checkpoint
     interrupted = functools.partial(muflow.checkpoint.Checkpointer, stop_after=1)
     monkeypatch.setattr(muflow.checkpoint, "Checkpointer", interrupted)
-    first = muflow.SVC(**params_for(name, max_iter=4, tol=TOL)).fit(
+    first = muflow.SVC(**params_for(name, max_iter=4 * per, tol=TOL)).fit(
         Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
     monkeypatch.undo()
     done = load_checkpoint(run).iteration
-    assert done == first.n_iter_.max() == 1 and not first.converged_.any()
-    resumed = muflow.SVC(**params_for(name, max_iter=4, tol=TOL)).fit(
+    assert done == first.n_iter_.max() == per and not first.converged_.any()
+    resumed = muflow.SVC(**params_for(name, max_iter=4 * per, tol=TOL)).fit(
         Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
-    assert 1 <= resumed.n_iter_.max() <= 4 - done
+    assert 1 <= resumed.n_iter_.max() <= 4 * per - done
     assert load_checkpoint(run).iteration == done + resumed.n_iter_.max()
     # a budget the checkpoint has spent: the start is certified, nothing more is done
-    spent = muflow.SVC(**params_for(name, max_iter=1, tol=TOL)).fit(
+    spent = muflow.SVC(**params_for(name, max_iter=per, tol=TOL)).fit(
         Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
     assert spent.n_iter_.max() == 0
     np.testing.assert_allclose(spent.objective_, resumed.objective_, rtol=1e-9)
