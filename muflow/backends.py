@@ -113,6 +113,24 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
 
 
+def rows_on_workers(X, kernel, client):
+    """X partitioned over the workers of ``client`` (a Client or a scheduler address,
+    connected here and owned by the operator) for the working-set solver there
+    (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
+    from muflow.dask_working_set import DaskRowPartitions
+
+    if not isinstance(client, str):
+        return DaskRowPartitions(X, kernel, client)
+    from muflow.cluster import connect
+
+    opened = connect(client)
+    try:
+        return DaskRowPartitions(X, kernel, opened, owns_client=True)
+    except BaseException:
+        opened.close()
+        raise
+
+
 def _cluster_operator(X, kernel, client, **kwargs):
     """:func:`operator_for` on ``client``, connecting first (and owning the client) when
     given an address; a failed start closes the client it opened."""

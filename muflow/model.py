@@ -183,9 +183,14 @@ default="rbf"
         bias as a constant 1 added to the kernel (keeps a non-negative kernel
         non-negative); "none": hyperplane through the origin, as in the papers.
     client : distributed.Client or str, optional
-        Train on a Dask cluster: the Gram store of K(X, X) is built (or reused) on the
-        cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must reach) and every solver
-        iteration is served by the workers (:class:`muflow.distributed.DaskGram`). A
+        Train on a Dask cluster. With ``solver="auto"`` or ``"working_set"``, X stays on
+        the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
+        dask.array or the partitions of a dask.dataframe are used where they are), and
+        the working-set solver runs one round trip per iteration sending O(q d)
+        (:mod:`muflow.dask_working_set`). With another solver, the Gram store of K(X, X)
+        is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers
+        must reach) and every solver iteration is served by the workers
+        (:class:`muflow.distributed.DaskGram`). A
         scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
         survives scikit-learn's ``clone``. None (default) keeps everything in process.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
@@ -334,9 +339,35 @@ default="rbf"
         setting = {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
         return kernel_from_setting(setting, X, intercept=self.intercept)
 
+    def _validate_dask_input(self, X, y):
+        """A dask.array or dask.dataframe X stays on the workers (its partitions become
+        the solver's, :class:`muflow.dask_working_set.DaskRowPartitions`); y (O(n)) comes
+        to the client. Non-finite values are refused by the worker that holds them."""
+        if not self._on_workers():
+            raise MuflowInputError(
+                "X is a dask collection: fit it on the cluster with client=... (a Client or a "
+                "scheduler address) and solver='auto' or 'working_set', or pass a NumPy array")
+        if hasattr(X, "to_dask_array"):
+            X = X.to_dask_array(lengths=True)
+        if X.ndim != 2:
+            raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
+        from muflow.dask_working_set import check_finite_blocks
+
+        check_finite_blocks(X)
+        if is_dask_collection(y):
+            y = y.compute()
+        y = column_or_1d(np.asarray(y), warn=True)
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"Found input variables with inconsistent numbers of samples: "
+                             f"[{X.shape[0]}, {y.shape[0]}]")
+        self.n_features_in_ = int(X.shape[1])
+        return X, y, X
+
     def _validate_fit_input(self, X, y):
         """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
         checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
+        if is_dask_collection(X):
+            return self._validate_dask_input(X, y)
         if sp.issparse(X) and self.kernel == "precomputed":
             raise TypeError("Sparse precomputed kernels are not supported.")
         if callable(self.kernel):
@@ -433,8 +464,13 @@ default="rbf"
         from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
-        operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
-                                 gram=self._gram_for(n))
+        if self._on_workers():
+            from muflow.backends import rows_on_workers
+
+            operator = rows_on_workers(X, kernel, self.client)
+        else:
+            operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
+                                     gram=self._gram_for(n))
         try:
             info = choose_solver(self._solver_for(operator), intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
@@ -465,10 +501,12 @@ default="rbf"
                 self._fit_probability(operator, Y, U, info, options, drift)
             else:
                 self._probA = self._probB = np.empty(0)
+            if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
+                X_fit = _RowsOnWorkers(operator, X_fit.shape)
+            self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
+                             fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
-        self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
-                         fit_time=time.perf_counter() - t0, budget=budget)
         self._warn_from_fit_status()
         return self
 
@@ -519,9 +557,19 @@ default="rbf"
             return "rows"
         return self.gram
 
+    def _on_workers(self) -> bool:
+        """With a client, the working-set solver (``solver="auto"`` or ``"working_set"``)
+        runs on X partitioned over the workers (:mod:`muflow.dask_working_set`); the other
+        solvers run on a Gram store built there (:class:`muflow.distributed.DaskGram`)."""
+        return (self.client is not None and self.solver in ("auto", "working_set")
+                and isinstance(self.kernel, str) and self.kernel != "precomputed")
+
     def _solver_for(self, operator) -> str:
         """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
-        cluster), the working-set solver, which fetches rows q at a time in one product."""
+        cluster) or on X partitioned over a cluster, the working-set solver, which fetches
+        rows q at a time in one product."""
+        if getattr(operator, "partitioned", False):
+            return "working_set"
         if (self.solver == "auto" and self.client is None and operator.dense is None
                 and "working_set" in SOLVERS):
             return "working_set"
@@ -818,3 +866,21 @@ default="rbf"
                 f"of samples at training time: a precomputed kernel for prediction is "
                 f"K(X_test, X_train), got shape {X.shape}")
         return X
+
+
+def is_dask_collection(X) -> bool:
+    """A dask.array or dask.dataframe (without importing dask)."""
+    return type(X).__module__.split(".")[0] in ("dask", "dask_expr")
+
+
+class _RowsOnWorkers:
+    """Rows of X that live on the workers, as :meth:`SVC._set_fitted` reads them:
+    ``X[support]`` fetched from their partitions."""
+
+    def __init__(self, operator, shape):
+        self.operator = operator
+        self.shape = tuple(shape)
+
+    def __getitem__(self, idx):
+        return self.operator.take(idx)
+

@@ -86,6 +86,22 @@ def _smallest(values: np.ndarray, k: int) -> np.ndarray:
     return finite
 
 
+def side_violations(y, a, U, G):
+    """WSS 2's index sets and violations (Fan, Chen & Lin 2005, eq. (9)): ``(yG, up, low,
+    v_up, v_low)`` with I_up = {y = +1, a < U} u {y = -1, a > 0}, I_low the mirror, and
+    ``v_up = -yG`` on I_up, ``v_low = yG`` on I_low (-inf outside)."""
+    yG = y * G
+    up = np.where(y > 0, a < U, a > 0)
+    low = np.where(y > 0, a > 0, a < U)
+    return yG, up, low, np.where(up, -yG, -np.inf), np.where(low, yG, -np.inf)
+
+
+def projected_gradient(a, U, G):
+    """The gradient projected on the box [0, U] (no sum constraint): its size is the
+    violation of each variable."""
+    return np.where(a <= 0.0, np.minimum(G, 0.0), np.where(a >= U, np.maximum(G, 0.0), G))
+
+
 def _ordered_unique(parts) -> np.ndarray:
     """The indices of ``parts`` in order of first appearance, each once."""
     idx = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
@@ -153,11 +169,7 @@ class ColumnState:
         g = self.G[act]
         v = {"y": y, "a": a, "U": U}
         if self.equality:
-            yG = y * g
-            up = np.where(y > 0, a < U, a > 0)
-            low = np.where(y > 0, a > 0, a < U)
-            v_up = np.where(up, -yG, -np.inf)
-            v_low = np.where(low, yG, -np.inf)
+            yG, up, low, v_up, v_low = side_violations(y, a, U, g)
             if not up.any() or not low.any():
                 self._view = None
                 return -np.inf
@@ -166,8 +178,7 @@ class ColumnState:
                      score=np.maximum(v_up + v_low[kl], np.where(low, yG + v_up[ku], -np.inf)))
             self._view = v
             return float(v_up[ku] + v_low[kl])
-        pg = np.where(a <= 0.0, np.minimum(g, 0.0), np.where(a >= U, np.maximum(g, 0.0), g))
-        v.update(g=g, score=np.abs(pg))
+        v.update(g=g, score=np.abs(projected_gradient(a, U, g)))
         self._view = v
         return float(v["score"].max())
 
@@ -378,7 +389,9 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
     ----------
     problem : DualProblem
         Any intercept mode, per-sample bounds and linear term; the operator must answer
-        ``rows`` and ``diagonal`` (a stored Gram or rows computed on demand).
+        ``rows`` and ``diagonal`` (a stored Gram or rows computed on demand), or be X
+        partitioned over Dask workers (:class:`muflow.dask_working_set.DaskRowPartitions`,
+        solved by :func:`muflow.dask_working_set.solve_working_set_dask`).
     init : ndarray of shape (n,) or (n, m), tuple (alpha, bias) or DualSolution, optional
         Warm start; clipped to the box and, with the sum constraint, balanced
         (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch.
@@ -420,6 +433,12 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
     Memory: the row cache (``cache_mb``), a few vectors of n per column and the q x q
     subproblem; K is never held whole unless the operator holds it.
     """
+    if getattr(problem.operator, "partitioned", False):
+        # X partitioned over Dask workers: the same loop, one round trip an iteration
+        from muflow.dask_working_set import solve_working_set_dask
+
+        return solve_working_set_dask(problem, init=init, tol=tol, max_iter=max_iter, q=q,
+                                      shrinking=shrinking, callback=callback)
     require_rows(problem.operator, "working_set")
     if q is not None and (int(q) != q or q < 2 or q % 2):
         raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")

@@ -1,0 +1,143 @@
+"""The working-set solver across Dask workers (muflow.dask_working_set) on a real 2-worker
+LocalCluster: the same answer as in process, X kept on the workers, O(q d) per iteration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import make_blobs, make_classification
+
+import muflow
+from muflow.dask_working_set import DaskRowPartitions, solve_working_set_dask
+from muflow.exceptions import MuflowInputError
+from muflow.kernels import Kernel
+from muflow.operators import DenseGram
+from muflow.solvers import DualProblem
+from muflow.solvers.working_set import solve_working_set
+from tests.dask_cluster import breast_cancer, local_client
+
+OBJECTIVE_RTOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def client():
+    with local_client(2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = make_classification(n_samples=1500, n_features=20, n_informative=10, flip_y=0.05,
+                               random_state=0)
+    return X, y
+
+
+def as_form(X, form):
+    import dask.array as da
+
+    if form == "numpy":
+        return X
+    if form == "csr":
+        return sp.csr_matrix(X)
+    if form == "dask.array":
+        return da.from_array(X, chunks=(500, X.shape[1]))
+    import dask.dataframe as dd
+    import pandas as pd
+
+    return dd.from_pandas(pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]), npartitions=3)
+
+
+@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array", "dask.dataframe"])
+@pytest.mark.parametrize("intercept", ["exact", "regularized", "none"])
+def test_distributed_fit_equals_the_in_process_fit(client, data, intercept, form):
+    X, y = data
+    params = dict(kernel="rbf", gamma=0.05, C=1.0, intercept=intercept)
+    local = muflow.SVC(solver="working_set", **params).fit(X, y)
+    remote = muflow.SVC(client=client, **params).fit(as_form(X, form), y)
+    assert remote.solver_ == "working_set" and remote.converged_.all()
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=OBJECTIVE_RTOL)
+    assert remote.support_vectors_.shape[1] == X.shape[1]
+    assert np.mean(remote.predict(X) == local.predict(X)) >= 0.995
+    assert remote.timings_["round_trips"] >= remote.n_iter_.max()
+
+
+def test_one_vs_one_on_the_workers_as_in_process(client):
+    X, y = make_blobs(n_samples=900, centers=4, cluster_std=2.5, random_state=0)
+    local = muflow.SVC(gamma=0.1, solver="working_set").fit(X, y)
+    remote = muflow.SVC(gamma=0.1, client=client).fit(X, y)
+    assert remote.objective_.shape == (6,)
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=OBJECTIVE_RTOL)
+    np.testing.assert_array_equal(remote.n_support_.sum(), len(remote.support_))
+    assert np.mean(remote.predict(X) == local.predict(X)) >= 0.995
+
+
+def _solve_on_workers(client, X, y, C, **kwargs):
+    kernel = Kernel("rbf", gamma=0.05)
+    parts = DaskRowPartitions(X, kernel, client)
+    try:
+        problem = DualProblem(parts, y, upper=C, equality=True)
+        return solve_working_set_dask(problem, **kwargs), kernel
+    finally:
+        parts.close()
+
+
+@pytest.mark.parametrize("n", [1000, 3000])
+def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
+    X, y = make_classification(n_samples=n, n_features=16, flip_y=0.05, random_state=1)
+    y = np.where(y > 0, 1.0, -1.0)
+    q, d, workers = 64, X.shape[1], 2
+    sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
+    t = sol.timings
+    trips = t["round_trips"]
+    # sent: X_B, y_B delta_B, B and alpha_B to each worker; received: at most 2q
+    # candidates of each side plus the previous set from each worker, a row and 7 numbers each
+    assert t["bytes_sent"] / trips <= workers * q * (d + 3) * 8
+    assert t["bytes_received"] / trips <= workers * 3 * q * (d + 7) * 8
+    assert sol.converged.all()
+
+
+def test_a_warm_start_reaches_the_cold_solution(client, data):
+    X, y = data
+    y = np.where(y > 0, 1.0, -1.0)
+    cold, kernel = _solve_on_workers(client, X, y, 10.0)
+    low, _ = _solve_on_workers(client, X, y, 1.0)
+    warm, _ = _solve_on_workers(client, X, y, 10.0, init=low.alpha * 10.0)
+    reference = solve_working_set(DualProblem(DenseGram(kernel.block(X)), y, upper=10.0, equality=True))
+    np.testing.assert_allclose(cold.objective, reference.objective, rtol=OBJECTIVE_RTOL)
+    np.testing.assert_allclose(warm.objective, reference.objective, rtol=OBJECTIVE_RTOL)
+
+
+def test_the_partitions_answer_products_and_rows_as_the_kernel(client):
+    X, _ = breast_cancer()
+    kernel = Kernel("rbf", gamma=0.3)
+    K = kernel.block(X)
+    parts = DaskRowPartitions(X[:333], kernel, client)
+    try:
+        V = np.zeros((333, 2))
+        V[[3, 100, 250], 0] = [1.0, -2.0, 0.5]
+        V[7, 1] = 1.0
+        np.testing.assert_allclose(parts.matmul(V), K[:333, :333] @ V, atol=1e-12)
+        np.testing.assert_allclose(parts.rows(np.array([300, 5])), K[[300, 5], :333], atol=1e-12)
+        np.testing.assert_allclose(parts.diagonal(), np.ones(333))
+        np.testing.assert_array_equal(parts.take(np.array([200, 2, 170])), X[[200, 2, 170]])
+    finally:
+        parts.close()
+
+
+def test_dask_input_needs_the_cluster_path(client, data):
+    X, y = data
+    Xd = as_form(X, "dask.array")
+    with pytest.raises(MuflowInputError, match="client="):
+        muflow.SVC().fit(Xd, y)
+    with pytest.raises(MuflowInputError, match="solver='auto' or 'working_set'"):
+        muflow.SVC(client=client, solver="m3").fit(Xd, y)
+
+
+def test_non_finite_values_are_named_by_their_rows(client, data):
+    X, y = data
+    X = X.copy()
+    X[1200, 3] = np.nan
+    # a dask array is checked where its blocks are (NumPy input as in process, on the client)
+    with pytest.raises(ValueError, match=r"NaN or infinity \(in rows 1000 to 1499\)"):
+        muflow.SVC(client=client).fit(as_form(X, "dask.array"), y)
