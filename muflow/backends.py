@@ -113,19 +113,19 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
 
 
-def rows_on_workers(X, kernel, client):
+def rows_on_workers(X, kernel, client, *, cache_mb=256.0):
     """X partitioned over the workers of ``client`` (a Client or a scheduler address,
     connected here and owned by the operator) for the working-set solver there
     (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
     from muflow.dask_working_set import DaskRowPartitions
 
     if not isinstance(client, str):
-        return DaskRowPartitions(X, kernel, client)
+        return DaskRowPartitions(X, kernel, client, cache_mb=cache_mb)
     from muflow.cluster import connect
 
     opened = connect(client)
     try:
-        return DaskRowPartitions(X, kernel, opened, owns_client=True)
+        return DaskRowPartitions(X, kernel, opened, owns_client=True, cache_mb=cache_mb)
     except BaseException:
         opened.close()
         raise

@@ -40,16 +40,20 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 
 import numpy as np
 import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
+from muflow.inmemory import gram_dtype
+from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram, GramOperator
 from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import RowCache
+from muflow.solvers._working_set_compiled import Threads, add_rows
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.smo import smo_column
 from muflow.solvers.working_set import (_TAU, _smallest, default_q, projected_gradient,
                                          side_violations)
@@ -79,7 +83,7 @@ class RowPartition:
         :meth:`muflow.kernels.Kernel.to_dict`.
     """
 
-    def __init__(self, X, lo, kernel):
+    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB):
         self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.lo = int(lo)
         self.n = self.X.shape[0]
@@ -90,6 +94,16 @@ class RowPartition:
         self.kernel = Kernel.from_dict(kernel)
         self.QD = np.ascontiguousarray(self.kernel.diagonal(self.X), dtype=np.float64)
         self.products = 0
+        # kernel rows computed as in process (muflow.kernel_rows): float64 up to 4096
+        # samples in all, float32 above; X_p prepared once, a column chunk at a time
+        self.rows_op = KernelRows(self.X, self.kernel, dtype=gram_dtype(int(n_total)), n_threads=1)
+        self.dtype = self.rows_op.dtype
+        slots = int(np.clip(cache_mb * 2**20 // (self.dtype.itemsize * max(self.n, 1)), 2, 1 << 20))
+        self.cache = np.empty((slots, self.n), dtype=self.dtype)
+        self.slot_of = OrderedDict()  # global row -> slot, least recently used first
+        self.rows_computed = 0
+        self.threads = Threads(1)
+        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
 
     # -- the kernel on this partition's rows --------------------------------------------
     def _times(self, XB, coef):
@@ -105,12 +119,43 @@ class RowPartition:
         return out
 
     def kernel_rows(self, XR):
-        """``K(X_R, X_p)``: the columns of this partition of the rows R."""
+        """``K(X_R, X_p)``: the columns of this partition of the rows R (float64)."""
         block = np.empty((XR.shape[0], self.n))
         return self.kernel.block_into(XR, self.X, block)
 
+    def _slots(self, XB, B):
+        """Cache slots of the rows B (distinct global indices), computing the missing ones
+        in one block; least recently used rows are evicted (never one of B)."""
+        slots = np.empty(B.size, dtype=np.int64)
+        missing = []
+        for k, b in enumerate(B.tolist()):
+            slot = self.slot_of.get(b)
+            if slot is None:
+                missing.append(k)
+            else:
+                self.slot_of.move_to_end(b)
+                slots[k] = slot
+        if missing:
+            missing = np.asarray(missing, dtype=np.int64)
+            free = len(self.cache) - len(self.slot_of)
+            for k in missing:
+                if free > 0:
+                    slot = len(self.cache) - free
+                    free -= 1
+                else:
+                    _, slot = self.slot_of.popitem(last=False)
+                self.slot_of[int(B[k])] = slot
+                slots[k] = slot
+            rows = B[missing]
+            same = np.where((rows >= self.lo) & (rows < self.lo + self.n), rows - self.lo, -1)
+            self.rows_op.foreign_rows_into(XB[missing], self.cache, slots[missing], same)
+            self.rows_computed += missing.size
+        return slots
+
     def info(self):
-        return {"lo": self.lo, "n": self.n, "products": self.products}
+        return {"lo": self.lo, "n": self.n, "products": self.products,
+                "rows_computed": self.rows_computed, "cache_slots": len(self.cache),
+                "seconds": dict(self.seconds), "row_seconds": self.rows_op.row_seconds}
 
     def diagonal(self):
         return self.QD
@@ -133,19 +178,30 @@ class RowPartition:
         self.act = np.flatnonzero(self.U > 0)
         return self.n
 
-    def iterate(self, XB, coef, B, alpha_B, shrink_with, reactivate, k):
-        """Apply the last subproblem's step, shrink or reactivate when asked, and answer
-        the best ``k`` candidates of each side (see the module notes)."""
+    def iterate(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate, k):
+        """Apply the last subproblem's step (rows ``moved`` of X_B, ``coef`` = y delta
+        there), shrink or reactivate when asked, and answer the best ``k`` candidates of
+        each side (see the module notes)."""
+        t0 = time.perf_counter()
         B = np.asarray(B, dtype=np.int64)
         if len(coef):
-            self.G += self.y * self._times(XB, np.asarray(coef, dtype=np.float64))
+            slots = self._slots(XB, np.asarray(moved, dtype=np.int64))
+            t1 = time.perf_counter()
+            self.seconds["rows"] += t1 - t0
+            self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache, slots,
+                               np.ascontiguousarray(coef, dtype=np.float64))
+            self.seconds["gradient"] += time.perf_counter() - t1
         mine = (B >= self.lo) & (B < self.lo + self.n)
         self.alpha[B[mine] - self.lo] = np.asarray(alpha_B)[mine]
         if reactivate:
             self.act = np.flatnonzero(self.U > 0)
         elif shrink_with is not None:
             self._shrink(*shrink_with)
-        return self._candidates(int(k), B[mine] - self.lo)
+        t2 = time.perf_counter()
+        answer = self._candidates(int(k), B[mine] - self.lo)
+        self.seconds["candidates"] += time.perf_counter() - t2
+        self.seconds["iterate"] += time.perf_counter() - t0
+        return answer
 
     def _shrink(self, gmax, gmax2):
         """libsvm's rule (Chang & Lin, LIBSVM sec. 5.2): a variable at a bound that the
@@ -220,9 +276,11 @@ class DaskRowPartitions(GramOperator):
     client : distributed.Client
     owns_client : bool, default=False
         Close ``client`` with the operator.
+    cache_mb : float, default=256
+        Kernel rows each worker caches (libsvm's ``cache_size``), in MB.
     """
 
-    def __init__(self, X, kernel: Kernel, client, *, owns_client=False):
+    def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB):
         self.client = client
         self.owns_client = bool(owns_client)
         self.kernel = kernel
@@ -230,8 +288,8 @@ class DaskRowPartitions(GramOperator):
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
         tag = uuid.uuid4().hex[:8]
-        futures = [client.submit(RowPartition, block, lo, kernel.to_dict(), actor=True, pure=False,
-                                 key=f"muflow-rows-{tag}-{lo}-{hi}")
+        futures = [client.submit(RowPartition, block, lo, kernel.to_dict(), self.n, cache_mb,
+                                 actor=True, pure=False, key=f"muflow-rows-{tag}-{lo}-{hi}")
                    for block, (lo, hi) in zip(blocks, bounds)]
         self.actors = [f.result() for f in futures]
         self._futures = futures
@@ -271,8 +329,13 @@ class DaskRowPartitions(GramOperator):
 
     def call(self, method, *args):
         """``method(*args)`` on every actor in one round trip; answers in partition order."""
-        futures = [getattr(actor, method)(*args) for actor in self.actors]
-        return [f.result() for f in futures]
+        return self.wait([getattr(actor, method)(*args) for actor in self.actors])
+
+    def wait(self, calls) -> list:
+        """The answers of actor calls, awaited together in the client's event loop (each
+        call's own ``result()`` kept the client's thread busy: measured, the client took a
+        core from the two workers)."""
+        return self.client.sync(_answers, calls)
 
     def take(self, idx) -> np.ndarray:
         """Rows ``idx`` of X (dense or CSR), fetched from their partitions."""
@@ -282,7 +345,7 @@ class DaskRowPartitions(GramOperator):
             where = np.flatnonzero((idx >= lo) & (idx < hi))
             if where.size or not futures:
                 futures.append((where, actor.rows(idx[where] - lo)))
-        got = _stack([f.result() for _, f in futures])  # row k is idx[positions[k]]
+        got = _stack(self.wait([f for _, f in futures]))  # row k is idx[positions[k]]
         positions = np.concatenate([w for w, _ in futures])
         return got[np.argsort(positions)] if idx.size else got
 
@@ -379,22 +442,22 @@ class _ColumnLoop:
         coef = col.y[support] * alpha[support]
         futures = [actor.begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi], alpha[lo:hi], col.equality,
                                XS, coef) for actor, (lo, hi) in zip(parts.actors, parts.bounds)]
-        for f in futures:
-            f.result()
+        parts.wait(futures)
         n_free = int((col.U > 0).sum())
         self.q = max(2, min(q, n_free + n_free % 2))
         self.kernel = parts.kernel
 
 
-    def _round_trip(self, XB, coef, B, alpha_B, shrink_with, reactivate):
+    def _round_trip(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
         t = time.perf_counter()
-        k = self.q
-        futures = [actor.iterate(XB, coef, B, alpha_B, shrink_with, reactivate, k)
+        k = max(1, self.q // 2)  # the most any side of B can take from one worker
+        futures = [actor.iterate(XB, moved, coef, B, alpha_B, shrink_with, reactivate, k)
                    for actor in self.parts.actors]
-        answers = [f.result() for f in futures]
+        answers = self.parts.wait(futures)
         self.timings["calls"] += time.perf_counter() - t
         self.timings["round_trips"] += 1
-        sent = (XB.data.nbytes if sp.issparse(XB) else XB.nbytes) + coef.nbytes + B.nbytes + alpha_B.nbytes
+        sent = ((XB.data.nbytes if sp.issparse(XB) else XB.nbytes) + moved.nbytes + coef.nbytes
+                + B.nbytes + alpha_B.nbytes)
         self.timings["bytes_sent"] += sent * len(futures)
         self.timings["bytes_received"] += sum(
             (a["X"].data.nbytes if sp.issparse(a["X"]) else a["X"].nbytes) + 7 * 8 * a["idx"].size
@@ -405,8 +468,8 @@ class _ColumnLoop:
         """The loop of :func:`muflow.solvers.working_set._solve_column`, one round trip an
         iteration; returns (violation, iterations, bias, curve)."""
         col, timings = self.col, self.timings
-        nothing = (self.parts.take(np.zeros(0, dtype=np.int64)), np.zeros(0), np.zeros(0, dtype=np.int64),
-                   np.zeros(0))
+        none = np.zeros(0, dtype=np.int64)
+        nothing = (self.parts.take(none), none, np.zeros(0), none, np.zeros(0))
         sending = nothing
         gap_tol = tol
         shrink_every = max(1, min(col.y.shape[0], 1000) // self.q)  # libsvm: every 1000 steps
@@ -433,8 +496,8 @@ class _ColumnLoop:
                 sel = cand.select(self.q, self.kernel)
                 timings["select"] += time.perf_counter() - t
                 *sending, change = self._step(cand, sel, cand.gap, gap_tol)
-                previous = sending[2]
-                if sending[1].size == 0:  # nothing moved: certify
+                previous = sending[3]
+                if sending[2].size == 0:  # nothing moved: certify
                     break
                 it += 1
                 since_shrink += 1
@@ -443,7 +506,7 @@ class _ColumnLoop:
                 if on_iter is not None and on_iter(it, F):
                     stopped = True
                     break
-            if sending[1].size:  # stopped by the callback: the last step reaches the workers
+            if sending[2].size:  # stopped by the callback: the last step reaches the workers
                 self._round_trip(*sending, None, False)
                 sending = nothing
             violation, F, bias = self._certify_state(bias)
@@ -485,7 +548,7 @@ class _ColumnLoop:
         moved = np.flatnonzero(delta != 0.0)
         self.alpha[B] = new
         order = np.argsort(B)
-        return (XB[moved], yB[moved] * delta[moved], B[order], new[order],
+        return (XB[moved], B[moved], yB[moved] * delta[moved], B[order], new[order],
                 float(curve[-1] - curve[0]))
 
 
@@ -558,3 +621,8 @@ class _Candidates:
         useful = np.flatnonzero(self.previous & ((score > 0) | free))
         return useful[np.argsort(-score[useful], kind="stable")[: q // 2]]
 
+
+async def _answers(calls) -> list:
+    import asyncio
+
+    return list(await asyncio.gather(*(call._result() for call in calls)))

@@ -107,6 +107,16 @@ class RowSource:
     sq: np.ndarray
     dtype: np.dtype
     csr: tuple | None = None
+    center: np.ndarray | None = None
+
+    def prepare(self, A) -> tuple[np.ndarray, np.ndarray]:
+        """Rows A (not necessarily of X) as X was prepared: shifted by the same center and
+        cast to the product's dtype; with their squared norms in float64."""
+        A = np.asarray(A.toarray() if sp.issparse(A) else A, dtype=np.float64)
+        if self.center is not None:
+            A = A - self.center
+        A = np.ascontiguousarray(A, dtype=self.dtype)
+        return A, np.einsum("ij,ij->i", A, A, dtype=np.float64)
 
     def product_into(self, rows, BT, out, c0: int = 0, c1: int | None = None, A=None) -> np.ndarray:
         """``out <- X[rows] @ BT[:, c0:c1]`` (float32 or float64, C-ordered ``out``).
@@ -160,7 +170,7 @@ def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
     if dtype == np.float32 and np.count_nonzero(Xc) <= SPARSE_ROWS_MAX_DENSITY * Xc.size:
         S = sp.csr_matrix(Xc)
         csr = (S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data.astype(np.float32))
-    return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype, csr)
+    return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype, csr, center)
 
 
 #: float32 rows of X (after rbf's shift: binary features become sparser still) with at most

@@ -153,9 +153,14 @@ class KernelRows(GramOperator):
         written again). Measured on 100,000 x 50 rows in batches of 512: 255 against 360
         CPU microseconds a row."""
         source = self.source
-        k = rows.size
-        A = source.X[rows]
-        sq_A = source.sq[rows]
+        self._chunks_into(rows, source.X[rows], source.sq[rows], rows, data, target, scratch, worker)
+
+    def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker) -> None:
+        """The chunk loop of :meth:`_panel_by_chunks` for prepared rows A (``rows``: their
+        indices in X for the sparse-row product, or None); ``same_rows[r] = c >= 0`` where
+        A[r] is row c of X."""
+        source = self.source
+        k = A.shape[0]
         width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
         buf = scratch.get(worker)
         if buf is None or buf.size < k * width:
@@ -163,12 +168,34 @@ class KernelRows(GramOperator):
         for c0 in range(0, self.n, width):
             c1 = min(self.n, c0 + width)
             piece = buf[: k * (c1 - c0)].reshape(k, c1 - c0)
-            same = rows - c0
-            same[(same < 0) | (same >= c1 - c0)] = -1
-            source.product_into(rows, source.XT, piece, c0, c1, A=A)
+            same = same_rows - c0
+            same[(same_rows < 0) | (same < 0) | (same >= c1 - c0)] = -1
+            if rows is None:
+                np.matmul(A, source.XT[:, c0:c1], out=piece)
+            else:
+                source.product_into(rows, source.XT, piece, c0, c1, A=A)
             self.kernel.block_into(None, None, piece, sq_A=sq_A, sq_B=source.sq[c0:c1],
                                    same_rows=same, product_ready=True)
             data[target, c0:c1] = piece
+
+    def foreign_rows_into(self, A, data: np.ndarray, slots, same_rows=None) -> None:
+        """Write ``K(A[r], X)`` into ``data[slots[r]]`` for rows A that need not be rows of
+        X (the working set that :mod:`muflow.dask_working_set`'s client sends a worker
+        holding X), computed as :meth:`rows_into` computes rows: A prepared as X was
+        (:meth:`muflow.inmemory.RowSource.prepare`), a column chunk at a time.
+        ``same_rows[r] = c >= 0`` where A[r] is row c of X (its exact diagonal entry)."""
+        t = time.perf_counter()
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        same_rows = (np.full(slots.size, -1, dtype=np.int64) if same_rows is None
+                     else np.asarray(same_rows, dtype=np.int64))
+        if self._chunked:
+            A, sq_A = self.source.prepare(A)
+            self._chunks_into(None, A, sq_A, same_rows, data, slots, {}, 0)
+        else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
+            data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
+                                                 same_rows=same_rows)
+        self.rows_computed += slots.size
+        self.row_seconds += time.perf_counter() - t
 
     def rows_into(self, idx, data: np.ndarray, slots) -> None:
         """Write ``K[idx[r], :]`` into ``data[slots[r]]`` (the row cache's storage, C-ordered,

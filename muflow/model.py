@@ -52,6 +52,11 @@ PREDICT_BLOCK_BYTES = 64 * 2**20
 #: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
 ROWS_MIN_SAMPLES = 8192
 
+#: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
+#: whole on one worker as one task (:meth:`SVC._fit_as_one_task`): a pass of a solver on
+#: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
+ONE_TASK_MAX_SAMPLES = 4096
+
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
 SUPPORT_THRESHOLD = 1e-8
@@ -183,7 +188,9 @@ default="rbf"
         bias as a constant 1 added to the kernel (keeps a non-negative kernel
         non-negative); "none": hyperplane through the origin, as in the papers.
     client : distributed.Client or str, optional
-        Train on a Dask cluster. With ``solver="auto"`` or ``"working_set"``, X stays on
+        Train on a Dask cluster. A problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples
+        in memory is fitted whole on one worker as one task, whatever the solver. Above,
+        with ``solver="auto"`` or ``"working_set"``, X stays on
         the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
         the working-set solver runs one round trip per iteration sending O(q d)
@@ -444,6 +451,8 @@ default="rbf"
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
+        if checkpoint_dir is None and self._one_task(X):
+            return self._fit_as_one_task(X, y, sample_weight, offset)
         X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
         self.classes_, y_encoded = np.unique(y, return_inverse=True)
@@ -467,7 +476,7 @@ default="rbf"
         if self._on_workers():
             from muflow.backends import rows_on_workers
 
-            operator = rows_on_workers(X, kernel, self.client)
+            operator = rows_on_workers(X, kernel, self.client, cache_mb=float(self.cache_size))
         else:
             operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
                                      gram=self._gram_for(n))
@@ -556,6 +565,43 @@ default="rbf"
         if self.gram == "auto" and n > ROWS_MIN_SAMPLES:
             return "rows"
         return self.gram
+
+    def _one_task(self, X) -> bool:
+        """With a client, a problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples (in
+        memory, not a dask collection) is fitted on one worker as one task."""
+        return (self.client is not None and not is_dask_collection(X)
+                and _num_samples(X) <= ONE_TASK_MAX_SAMPLES)
+
+    def _fit_as_one_task(self, X, y, sample_weight, offset):
+        """The whole fit on one worker, next to its data, as one task: a round trip per
+        fit instead of one per solver iteration. The fitted attributes come back."""
+        from muflow.distributed import lost_scheduler_error
+
+        client, owned = self.client, False
+        if isinstance(client, str):
+            from muflow.cluster import connect
+
+            client, owned = connect(client), True
+        params = self.get_params(deep=False)
+        params.update(client=None, verbose=False)
+        t0 = time.perf_counter()
+        try:
+            future = client.submit(_fit_here, params, X, y, sample_weight, offset, pure=False)
+            try:
+                fitted = future.result()
+            except Exception:
+                if getattr(client, "status", "running") != "running":
+                    raise lost_scheduler_error(client) from None
+                raise
+        finally:
+            if owned:
+                client.close()
+        for name, value in vars(fitted).items():
+            if name not in params:
+                setattr(self, name, value)
+        self.timings_ = dict(self.timings_, one_task=time.perf_counter() - t0)
+        self._warn_from_fit_status()
+        return self
 
     def _on_workers(self) -> bool:
         """With a client, the working-set solver (``solver="auto"`` or ``"working_set"``)
@@ -866,6 +912,11 @@ default="rbf"
                 f"of samples at training time: a precomputed kernel for prediction is "
                 f"K(X_test, X_train), got shape {X.shape}")
         return X
+
+
+def _fit_here(params, X, y, sample_weight, offset):
+    """The task of :meth:`SVC._fit_as_one_task`: an in-process fit on the worker."""
+    return SVC(**params).fit(X, y, sample_weight=sample_weight, offset=offset)
 
 
 def is_dask_collection(X) -> bool:

@@ -9,6 +9,7 @@ import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_classification
 
 import muflow
+import muflow.model
 from muflow.dask_working_set import DaskRowPartitions, solve_working_set_dask
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
@@ -24,6 +25,13 @@ OBJECTIVE_RTOL = 1e-5
 def client():
     with local_client(2) as c:
         yield c
+
+
+@pytest.fixture(autouse=True)
+def iterate_on_the_workers(monkeypatch):
+    """These problems are small enough to be fitted whole on one worker as one task
+    (muflow.model.ONE_TASK_MAX_SAMPLES): this module tests the per-iteration path."""
+    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
 
 
 @pytest.fixture(scope="module")

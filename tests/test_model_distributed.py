@@ -8,6 +8,7 @@ import pytest
 from dask_cluster import breast_cancer, local_client
 
 import muflow
+import muflow.model
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,9 @@ def cache_dir(tmp_path, monkeypatch):
     return path
 
 
-def test_svc_on_the_cluster_matches_the_in_process_fit(client, cache_dir):
+def test_svc_on_the_cluster_matches_the_in_process_fit(client, cache_dir, monkeypatch):
+    # 300 samples would be fitted whole on one worker: this test serves every pass there
+    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
     X, y = breast_cancer()
     X, y = X[:300], y[:300]
     params = dict(kernel="rbf", gamma=1.0, C=1.0, solver="m3", max_iter=80, tol=1e-12)
@@ -55,3 +58,27 @@ def test_predict_accepts_dask_arrays(client, cache_dir):
     # with an address rather than a Client object, sklearn's clone works
     cloned = clone(muflow.SVC(client=client.scheduler.address))
     assert cloned.client == client.scheduler.address
+
+
+def test_a_small_problem_is_fitted_whole_on_one_worker(client, cache_dir):
+    """Every registered solver: one task on a worker, the in-process answer, no store."""
+    from muflow.solvers.registry import SOLVERS
+
+    X, y = breast_cancer()
+    X, y = X[:200], y[:200]
+    for name in sorted(SOLVERS):
+        intercept = "exact" if "exact" in SOLVERS[name].intercepts else "regularized"
+        params = dict(kernel="rbf", gamma=1.0, C=1.0, solver=name, intercept=intercept, max_iter=300)
+        local = muflow.SVC(**params).fit(X, y)
+        remote = muflow.SVC(client=client.scheduler.address, **params).fit(X, y)
+        assert remote.timings_["one_task"] > 0 and remote.solver_ == local.solver_
+        np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9, err_msg=name)
+        np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+        assert remote.client == client.scheduler.address
+    assert not os.path.exists(cache_dir) or not [p for p in os.listdir(cache_dir) if p.endswith(".zarr")]
+
+
+def test_one_task_errors_are_the_in_process_errors(client):
+    X, y = breast_cancer()
+    with pytest.raises(ValueError, match="NaN"):
+        muflow.SVC(client=client).fit(np.where(X == X[0, 0], np.nan, X)[:100], y[:100])
