@@ -178,19 +178,20 @@ class KernelRows(GramOperator):
                                    same_rows=same, product_ready=True)
             data[target, c0:c1] = piece
 
-    def foreign_rows_into(self, A, data: np.ndarray, slots, same_rows=None) -> None:
+    def foreign_rows_into(self, A, data: np.ndarray, slots, same_rows=None, scratch=None) -> None:
         """Write ``K(A[r], X)`` into ``data[slots[r]]`` for rows A that need not be rows of
         X (the working set that :mod:`muflow.dask_working_set`'s client sends a worker
         holding X), computed as :meth:`rows_into` computes rows: A prepared as X was
         (:meth:`muflow.inmemory.RowSource.prepare`), a column chunk at a time.
-        ``same_rows[r] = c >= 0`` where A[r] is row c of X (its exact diagonal entry)."""
+        ``same_rows[r] = c >= 0`` where A[r] is row c of X (its exact diagonal entry);
+        ``scratch``: a dict kept by the caller, whose chunk buffer is reused across calls."""
         t = time.perf_counter()
         slots = np.asarray(slots, dtype=np.int64).reshape(-1)
         same_rows = (np.full(slots.size, -1, dtype=np.int64) if same_rows is None
                      else np.asarray(same_rows, dtype=np.int64))
         if self._chunked:
             A, sq_A = self.source.prepare(A)
-            self._chunks_into(None, A, sq_A, same_rows, data, slots, {}, 0)
+            self._chunks_into(None, A, sq_A, same_rows, data, slots, {} if scratch is None else scratch, 0)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)

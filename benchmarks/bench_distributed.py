@@ -1,0 +1,117 @@
+"""The working-set solver on 2 Dask worker processes against the same fit in process.
+
+Side by side in one run, on this machine's cores (the in-process fit uses every core; the
+cluster has one single-threaded worker process per core):
+
+1. ``n`` in ``--sizes`` (default 20,000 and 50,000) samples of
+   ``make_classification(n, 50 features, 20 informative, flip_y=0.05, random_state=0)``,
+   RBF gamma=0.02, C=1: ``SVC(solver="working_set", gram="rows")`` in process against
+   ``SVC(client=...)`` (X scattered once, :mod:`muflow.dask_working_set`). Printed: both
+   times and their ratio (target <= 1.5), the objectives, the transfer per outer
+   iteration against q d 8 bytes (target O(q d)), and, in a second distributed fit under
+   ``tracemalloc``, the client's peak traced memory against the 8 n bytes of one vector
+   (target O(n)).
+2. 537 rows of breast cancer (the bundled copy) with a client, ``smo`` and ``m3``: the fit
+   runs whole on one worker as one task (``muflow.model.ONE_TASK_MAX_SAMPLES``) against the
+   same fit in process; median of 5 after a warm-up fit (target <= 3x).
+
+Usage::
+
+    python benchmarks/bench_distributed.py
+    python benchmarks/bench_distributed.py --sizes 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import tracemalloc
+
+import numpy as np
+
+
+def generated(n):
+    from sklearn.datasets import make_classification
+
+    return make_classification(n_samples=n, n_features=50, n_informative=20, flip_y=0.05,
+                               random_state=0)
+
+
+def large(client, n):
+    import muflow
+
+    X, y = generated(n)
+    params = dict(kernel="rbf", gamma=0.02, C=1.0)
+    t = time.perf_counter()
+    local = muflow.SVC(solver="working_set", gram="rows", **params).fit(X, y)
+    t_local = time.perf_counter() - t
+    t = time.perf_counter()
+    remote = muflow.SVC(client=client, **params).fit(X, y)
+    t_remote = time.perf_counter() - t
+    tm = remote.timings_
+    trips, q, d = tm["round_trips"], tm["q"], X.shape[1]
+    tracemalloc.start()
+    muflow.SVC(client=client, **params).fit(X, y)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    rel = abs(remote.objective_[0] - local.objective_[0]) / abs(local.objective_[0])
+    print(f"n={n}: in process {t_local:.2f} s ({local.n_iter_[0]} outer iterations), on 2 workers "
+          f"{t_remote:.2f} s ({remote.n_iter_[0]}; {trips} round trips): ratio {t_remote / t_local:.2f}x "
+          f"(target <= 1.5x)")
+    print(f"    objective {remote.objective_[0]:.6f} vs {local.objective_[0]:.6f} (relative difference "
+          f"{rel:.1e}); client's seconds: subproblems {tm['subproblem']:.2f}, selection "
+          f"{tm['select']:.2f}, waiting for the workers {tm['calls']:.2f}")
+    print(f"    per outer iteration: sent {tm['bytes_sent'] / trips / 1e3:.0f} kB, received "
+          f"{tm['bytes_received'] / trips / 1e3:.0f} kB, all workers; q d 8 = {q * d * 8 / 1e3:.0f} kB "
+          f"(q={q}, d={d})")
+    print(f"    client's peak traced memory during a distributed fit: {peak / 1e6:.1f} MB = "
+          f"{peak / (8 * n):.1f} x 8n bytes (X itself: {X.nbytes / 1e6:.0f} MB, scattered once)")
+    return t_remote / t_local
+
+
+def small(client, repeats=5):
+    import muflow
+    import muflow.datasets
+
+    X, y = muflow.datasets.load_breast_cancer()
+    X, y = X[:537] / 10.0, y[:537]
+    worst = 0.0
+    for solver in ("smo", "m3"):
+        params = dict(kernel="rbf", gamma=0.5, C=1.0, solver=solver)
+        muflow.SVC(client=client, **params).fit(X, y)  # warm-up: the workers import muflow
+        local, remote = [], []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            a = muflow.SVC(**params).fit(X, y)
+            local.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            b = muflow.SVC(client=client, **params).fit(X, y)
+            remote.append(time.perf_counter() - t)
+        ratio = np.median(remote) / np.median(local)
+        worst = max(worst, ratio)
+        print(f"537 rows, {solver}: in process {np.median(local) * 1e3:.1f} ms, given a client "
+              f"{np.median(remote) * 1e3:.1f} ms (one task on a worker): ratio {ratio:.2f}x "
+              f"(target <= 3x); objectives {a.objective_[0]:.6f} / {b.objective_[0]:.6f}")
+    return worst
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sizes", default="20000,50000", help="comma-separated n (default: 20000,50000)")
+    args = p.parse_args()
+    from distributed import Client, LocalCluster
+
+    import os
+
+    print(f"machine: {len(os.sched_getaffinity(0))} CPUs; cluster: 2 worker processes x 1 thread")
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
+                      memory_limit="8GiB") as cluster, Client(cluster) as client:
+        print(f"dashboard: {client.dashboard_link}")
+        ratios = [large(client, int(n)) for n in args.sizes.split(",")]
+        worst_small = small(client)
+    print(f"largest ratio for n >= 20,000: {max(ratios):.2f}x (target <= 1.5x); 537 rows: "
+          f"{worst_small:.2f}x (target <= 3x)")
+
+
+if __name__ == "__main__":
+    main()
