@@ -254,9 +254,14 @@ _FORK_STATE = None
 
 
 def _chain_in_child(k):
+    from muflow.inmemory import _blas_single_threaded
+
     state, tasks = _FORK_STATE
     local, c_indices = tasks[k]
-    return state.run(local, c_indices)
+    # the chains' products (a warm start's gradient, each certificate) are BLAS calls whose
+    # idle threads would spin on the cores the other chains need: one thread per chain
+    with _blas_single_threaded():
+        return state.run(local, c_indices)
 
 
 def _forked_chains(state: _ChainState, tasks, n_jobs):

@@ -57,6 +57,7 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
+from muflow.inmemory import _blas_single_threaded
 from muflow.operators import DenseGram, require_rows
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
@@ -466,8 +467,12 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
             n_free = int(state.valid.sum())
             qj = max(2, min(q_max, n_free + n_free % 2))
             report = _reporter(progress, state, timings, column=j, columns=m)
-            v, it = _solve_column(state, q=qj, tol=tol, max_iter=max(0, int(max_iter)),
-                                  shrinking=shrinking, on_iter=on_iter, curve=curve, report=report)
+            # BLAS on one thread: its calls here are small (K_BB products) and OpenBLAS's idle
+            # threads spin on the cores that the row panels and gradient updates use
+            with _blas_single_threaded():
+                v, it = _solve_column(state, q=qj, tol=tol, max_iter=max(0, int(max_iter)),
+                                      shrinking=shrinking, on_iter=on_iter, curve=curve,
+                                      report=report)
             alphas.append(state.alpha)
             biases.append(state.bias if col.equality else 0.0)
             curves.append(curve)
