@@ -45,7 +45,7 @@ from collections import OrderedDict
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.exceptions import MuflowInputError
+from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import _blas_single_threaded, gram_dtype
 from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
@@ -58,8 +58,11 @@ from muflow.solvers.smo import smo_column
 from muflow.solvers.working_set import (_TAU, _smallest, default_q, projected_gradient,
                                          side_violations)
 
-#: Largest kernel block K(X_B, X_p) an actor holds at once (bytes, float64).
+#: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
+
+#: Partitions lost with their workers are restarted at most this many times in a row.
+MAX_RECOVERIES = 3
 
 
 def _stack(rows):
@@ -286,16 +289,37 @@ class DaskRowPartitions(GramOperator):
         self.client = client
         self.owns_client = bool(owns_client)
         self.kernel = kernel
-        blocks, bounds = self._blocks(X)
+        self.cache_mb = float(cache_mb)
+        self._source = X
+        self._blocks_of, bounds = self._blocks(X)
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
-        tag = uuid.uuid4().hex[:8]
-        futures = [client.submit(RowPartition, block, lo, kernel.to_dict(), self.n, cache_mb,
-                                 actor=True, pure=False, key=f"muflow-rows-{tag}-{lo}-{hi}")
-                   for block, (lo, hi) in zip(blocks, bounds)]
-        self.actors = [f.result() for f in futures]
+        self.recoveries = 0
+        futures = [self._start(i) for i in range(len(bounds))]
+        self.actors = self.client.gather(futures)
         self._futures = futures
         self.nonnegative = kernel.name in ("rbf", "laplacian") and kernel.offset >= 0
+
+    def _start(self, i):
+        """Start the actor of partition i on its rows: a dask block where it is (the
+        scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
+        lo, hi = self.bounds[i]
+        block = self._blocks_of[i]
+        if block is None:
+            block = self.client.scatter(self._source[lo:hi])
+        return self.client.submit(RowPartition, block, lo, self.kernel.to_dict(), self.n,
+                                  self.cache_mb, actor=True, pure=False,
+                                  key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
+
+    def recover(self, lost) -> None:
+        """New actors for the partitions ``lost`` (their worker died), on the workers left
+        or restarted: their rows reloaded from the source (:meth:`_start`). The caller
+        gives them their column state again (:meth:`RowPartition.begin`)."""
+        self.recoveries += 1
+        for i in lost:
+            self._blocks_of[i] = None if not self._from_dask else self._blocks_of[i]
+            self._futures[i] = self._start(i)
+            self.actors[i] = self._futures[i].result()
 
     #: :func:`muflow.solvers.working_set.solve_working_set` solves on the workers
     partitioned = True
@@ -316,6 +340,7 @@ class DaskRowPartitions(GramOperator):
             by_key = {f.key: f for f in futures_of(X)}
             blocks = [by_key[row[0]] for row in X.__dask_keys__()]
             sizes = X.chunks[0]
+            self._from_dask = True
         else:
             workers = sorted(client.scheduler_info()["workers"])
             n = X.shape[0]
@@ -323,6 +348,7 @@ class DaskRowPartitions(GramOperator):
             edges = np.linspace(0, n, parts + 1).astype(int)
             sizes = np.diff(edges)
             blocks = [client.scatter(X[a:b], workers=[w]) for a, b, w in zip(edges[:-1], edges[1:], workers)]
+            self._from_dask = False
         bounds, lo = [], 0
         for s in sizes:
             bounds.append((lo, lo + int(s)))
@@ -336,8 +362,27 @@ class DaskRowPartitions(GramOperator):
     def wait(self, calls) -> list:
         """The answers of actor calls, awaited together in the client's event loop (each
         call's own ``result()`` kept the client's thread busy: measured, the client took a
-        core from the two workers)."""
-        return self.client.sync(_answers, calls)
+        core from the two workers).
+
+        Raises
+        ------
+        LostPartitions
+            When calls failed because their worker is gone (the others' answers are lost);
+            a closed scheduler raises :class:`muflow.distributed.SchedulerLostError`.
+        """
+        from muflow.distributed import lost_scheduler_error
+
+        answers = self.client.sync(_answers, calls)
+        lost = [i for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        if lost:
+            if getattr(self.client, "status", "running") != "running":
+                raise lost_scheduler_error(self.client)
+            errors = [answers[i] for i in lost]
+            worker_gone = [e for e in errors if not isinstance(e, (ValueError, TypeError, MuflowInputError))]
+            if len(worker_gone) < len(errors):
+                raise next(e for e in errors if e not in worker_gone)
+            raise LostPartitions(lost)
+        return answers
 
     def take(self, idx) -> np.ndarray:
         """Rows ``idx`` of X (dense or CSR), fetched from their partitions."""
@@ -443,18 +488,59 @@ class _ColumnLoop:
 
     def __init__(self, parts, col, alpha, q, timings):
         self.parts, self.col, self.alpha, self.timings = parts, col, alpha, timings
-        support = np.flatnonzero(alpha)
-        XS = parts.take(support)
-        coef = col.y[support] * alpha[support]
-        futures = [actor.begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi], alpha[lo:hi], col.equality,
-                               XS, coef) for actor, (lo, hi) in zip(parts.actors, parts.bounds)]
-        parts.wait(futures)
+        self._recovering(lambda: self._begin(range(len(parts.actors))))
         n_free = int((col.U > 0).sum())
         self.q = max(2, min(q, n_free + n_free % 2))
         self.kernel = parts.kernel
 
+    def _begin(self, which):
+        """Hand partitions ``which`` their slices of the column at the current alpha (their
+        gradient is computed there from the support's rows)."""
+        col, alpha, parts = self.col, self.alpha, self.parts
+        support = np.flatnonzero(alpha)
+        XS = parts.take(support)
+        coef = col.y[support] * alpha[support]
+        calls = []
+        for i in which:
+            lo, hi = parts.bounds[i]
+            calls.append(parts.actors[i].begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
+                                               alpha[lo:hi], col.equality, XS, coef))
+        parts.wait(calls)
+
+    def _recovering(self, call):
+        """``call()``; when partitions are lost with their workers, restart them from their
+        source, give them the column at the current alpha and call again (at most
+        :data:`MAX_RECOVERIES` times)."""
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                return call()
+            except LostPartitions as lost:
+                if attempt == MAX_RECOVERIES:
+                    raise MuflowError(f"the working-set solve lost workers {MAX_RECOVERIES + 1} "
+                                      "times in a row; check the workers' memory and logs") from None
+                self.parts.recover(lost.lost)
+                try:
+                    self._begin(lost.lost)
+                except LostPartitions:
+                    continue
 
     def _round_trip(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
+        """One call per actor (see :meth:`_round_trip_once`). After a recovery the call is
+        made again without the step, which the other workers applied and the restarted
+        ones hold in their gradient, with every variable active again."""
+        first = [True]
+
+        def call():
+            if first[0]:
+                first[0] = False
+                return self._round_trip_once(XB, moved, coef, B, alpha_B, shrink_with, reactivate)
+            none = np.zeros(0, dtype=np.int64)
+            return self._round_trip_once(XB[:0], none, np.zeros(0), none, np.zeros(0), None, True)
+
+        return self._recovering(call)
+
+
+    def _round_trip_once(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
         t = time.perf_counter()
         k = max(8, self.q // (2 * len(self.parts.actors)))  # a side of B from all workers
         futures = [actor.iterate(XB, moved, coef, B, alpha_B, shrink_with, reactivate, k)
@@ -529,7 +615,7 @@ class _ColumnLoop:
     def _certify_state(self, bias=0.0):
         """Pull G (O(n), once per certificate): the common KKT measure, F and the bias."""
         t = time.perf_counter()
-        G = np.concatenate([np.asarray(g) for _, g in self.parts.call("state")])
+        G = np.concatenate([np.asarray(g) for _, g in self._recovering(lambda: self.parts.call("state"))])
         violation, bias = self.col.kkt(self.alpha, G, bias)
         F = self.col.objective(self.alpha, G)
         self.timings["kkt"] += time.perf_counter() - t
@@ -629,6 +715,15 @@ class _Candidates:
 
 
 async def _answers(calls) -> list:
+    """Every call's answer, or the exception it raised."""
     import asyncio
 
-    return list(await asyncio.gather(*(call._result() for call in calls)))
+    return list(await asyncio.gather(*(call._result() for call in calls), return_exceptions=True))
+
+
+class LostPartitions(Exception):
+    """Actor calls failed because their workers are gone (partition indices)."""
+
+    def __init__(self, lost):
+        super().__init__(f"partitions {lost} lost with their workers")
+        self.lost = lost

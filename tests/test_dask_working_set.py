@@ -149,3 +149,34 @@ def test_non_finite_values_are_named_by_their_rows(client, data):
     # a dask array is checked where its blocks are (NumPy input as in process, on the client)
     with pytest.raises(ValueError, match=r"NaN or infinity \(in rows 1000 to 1499\)"):
         muflow.SVC(client=client).fit(as_form(X, "dask.array"), y)
+
+
+@pytest.mark.parametrize("form", ["numpy", "dask.array"])
+def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(client, data, form):
+    import os
+    import signal
+
+    X, y = data
+    y = np.where(y > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=0.05)
+    reference = solve_working_set(DualProblem(DenseGram(kernel.block(X)), y, upper=1.0, equality=True))
+    parts = DaskRowPartitions(as_form(X, form), kernel, client)
+    pids = client.run(os.getpid)
+    victim = pids[parts.actors[0]._address]
+    killed = []
+
+    def kill_at_5(iteration, alpha, objective):
+        if iteration == 5 and not killed:
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+        return False
+
+    try:
+        sol = solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True), q=64,
+                                     callback=kill_at_5)
+        assert killed and parts.recoveries >= 1
+    finally:
+        parts.close()
+    assert sol.converged.all()
+    np.testing.assert_allclose(sol.objective, reference.objective, rtol=OBJECTIVE_RTOL)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker
