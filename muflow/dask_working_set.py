@@ -306,7 +306,7 @@ class DaskRowPartitions(GramOperator):
         lo, hi = self.bounds[i]
         block = self._blocks_of[i]
         if block is None:
-            block = self.client.scatter(self._source[lo:hi])
+            block = self.client.scatter(self._source[lo:hi], hash=False)
         return self.client.submit(RowPartition, block, lo, self.kernel.to_dict(), self.n,
                                   self.cache_mb, actor=True, pure=False,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
@@ -347,7 +347,7 @@ class DaskRowPartitions(GramOperator):
             parts = max(1, min(len(workers), n))
             edges = np.linspace(0, n, parts + 1).astype(int)
             sizes = np.diff(edges)
-            blocks = [client.scatter(X[a:b], workers=[w]) for a, b, w in zip(edges[:-1], edges[1:], workers)]
+            blocks = [client.scatter(X[a:b], workers=[w], hash=False) for a, b, w in zip(edges[:-1], edges[1:], workers)]
             self._from_dask = False
         bounds, lo = [], 0
         for s in sizes:
