@@ -88,9 +88,23 @@ def client_for(scheduler: str | None = None, *, timeout: float = 10.0, **cluster
     if scheduler:
         client = connect(scheduler, timeout=timeout)
         try:
+            print_dashboard(client)
             yield client
         finally:
             client.close()
         return
     with local_cluster(**cluster_kwargs) as cluster, Client(cluster, set_as_default=False) as client:
+        print_dashboard(client)
         yield client
+
+
+def print_dashboard(client) -> None:
+    """Say on stderr where the cluster's Dask dashboard is (bokeh serves it), if it has one."""
+    import sys
+
+    try:
+        link = client.dashboard_link
+    except Exception:  # noqa: BLE001 (no dashboard: nothing to say)
+        return
+    if link:
+        print(f"Dask dashboard: {link}", file=sys.stderr, flush=True)

@@ -120,12 +120,14 @@ def test_gram_command_builds_then_reuses(client, tmp_path, capsys):
     argv = ["gram", "--data", BREAST_CANCER, "--label-column", "class", "--kernel", "rbf",
             "--gamma", "0.05", "--tile", "256", "--out", out, "--scheduler", client.scheduler.address]
     assert cli_main(argv) == 0
-    first = capsys.readouterr().out
-    assert f"Gram store: {out}" in first and "computed 6 of 6 tiles" in first
+    first = capsys.readouterr()
+    assert f"Gram store: {out}" in first.out and "computed 6 of 6 tiles" in first.out
+    assert f"Dask dashboard: {client.dashboard_link}" in first.err  # where to watch the build
     assert cli_main(argv) == 0
     assert "reused" in capsys.readouterr().out
     assert cli_main(argv[:8] + ["0.1"] + argv[9:]) == 2
-    err = capsys.readouterr().err
+    err = "".join(line for line in capsys.readouterr().err.splitlines(keepends=True)
+                  if not line.startswith("Dask dashboard:"))
     assert "does not match" in err and "kernel differs" in err and "\n" == err[-1] and err.count("\n") == 1
 
 
