@@ -61,26 +61,34 @@ def pick_solver(name, path, setting, X, intercept, client):
 
     nonneg = kernel_from_setting(setting, X, intercept=intercept).is_nonnegative(X)
     if name == "auto" and client is not None:
-        # the Dask operator serves products only: a multiplicative solver
-        name = "munk" if nonneg else "m3"
+        # X partitioned over the workers, the working-set solver there
+        name = "working_set"
     info = choose_solver(name, intercept=intercept, kernel_nonnegative=nonneg)
     if client is not None and info.name in SUBSET_SOLVERS:
         raise MuflowInputError(
             f"solver {info.name!r} reads rows of K, which the Dask operator does not serve; "
-            "use a multiplicative solver (solver='m3' or 'munk') with a client/scheduler")
+            "with a client/scheduler use solver='working_set' (X on the workers) or a "
+            "multiplicative solver ('m3', 'munk') on a Gram store")
     if path == "auto":
-        path = "continuation" if info.name in SUBSET_SOLVERS else "batched"
+        path = "continuation" if info.name in CHAINED_SOLVERS else "batched"
     return info, path
 
 
-def gram(X, setting, intercept, client, cache_dir, buffer=None):
+#: Solvers whose warm starts pay (continuation over C by default).
+CHAINED_SOLVERS = (*SUBSET_SOLVERS, "working_set")
+
+
+def gram(X, setting, intercept, client, cache_dir, buffer=None, solver=None):
     """The kernel of ``setting`` and an operator for K(X, X) from the one factory
-    (:func:`muflow.backends.gram_operator`): on the cluster of ``client``, read from the
-    store cache, or in memory, into ``buffer`` (the previous setting's K) when it has the
-    right shape and dtype."""
-    from muflow.backends import gram_operator
+    (:func:`muflow.backends.gram_operator`): on the cluster of ``client`` (X partitioned
+    over the workers for the working-set solver, else a Gram store), read from the store
+    cache, or in memory, into ``buffer`` (the previous setting's K) when it has the right
+    shape and dtype."""
+    from muflow.backends import gram_operator, rows_on_workers
 
     kernel = kernel_from_setting(setting, X, intercept=intercept)
+    if client is not None and solver == "working_set":
+        return kernel, rows_on_workers(X, kernel, client)
     return kernel, gram_operator(X, kernel, client=client, cache_dir=cache_dir, out=buffer)
 
 
@@ -127,6 +135,8 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     # independent solves, one task per (C, fold); "continuation" is one task per fold,
     # ascending C, warm-started. Tasks are shared out to forked processes, costliest first.
     chained = path == "continuation" or (halving is None and info.name in SUBSET_SOLVERS)
+    if getattr(operator, "partitioned", False):
+        n_jobs = 1  # the workers hold X: this process only drives them (no fork)
     if chained:
         warm = path == "continuation"
         # one process: every fold's columns in one solve call per C; more: a task per fold

@@ -88,8 +88,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
-        picks with K in memory (SMO for the exact intercept), and a multiplicative solver
-        (MUNK on a non-negative kernel, else M3) with a Dask client.
+        picks with K in memory (SMO for the exact intercept), and with a Dask client the
+        working-set solver on X partitioned over the workers
+        (:mod:`muflow.dask_working_set`); "m3" or "munk" with a client use a Gram store
+        built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
         See :mod:`muflow.selection.paths`; "compare" solves the first kernel setting both
         ways, keeps the faster path for the rest and reports both times in
@@ -192,7 +194,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             if chosen_path is not None:
                 kpath = chosen_path
             t = time.perf_counter()
-            kernel, operator = solve_paths.gram(X, setting, intercept, client, cache_dir, buffer)
+            kernel, operator = solve_paths.gram(X, setting, intercept, client, cache_dir, buffer,
+                                                solver=info.name)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t
             counts_out["grams_built"] += 1
@@ -225,6 +228,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 timings["refit"] += refit.seconds
             else:  # an earlier setting is better: this one's model would never be used
                 refit = Refit()
+            operator.close()  # a cluster's partitions or panels are released here
             del operator
             res.decision = None
             counts_out["kernels_solved"] += 1

@@ -365,9 +365,10 @@ def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, m
     assert [r.mean_cv_accuracy for r in first.table] == [r.mean_cv_accuracy for r in second.table]
 
 
-def test_sweep_on_a_dask_cluster_matches_the_in_memory_batch(breast_cancer_200, tmp_path):
-    """With a client, each Gram is built into the store cache on the workers and the
-    multiplicative batch multiplies with the Dask operator: same CV accuracies as in memory."""
+def test_sweep_on_a_dask_cluster_matches_the_in_memory_sweep(breast_cancer_200, tmp_path):
+    """With a client, "auto" runs the working-set solver on X partitioned over the workers
+    (continuation over C); "munk" builds each Gram into the store cache on the workers and
+    multiplies with the Dask operator. Same CV accuracies as in memory."""
     from tests.dask_cluster import local_client
 
     X, y = breast_cancer_200
@@ -377,11 +378,18 @@ def test_sweep_on_a_dask_cluster_matches_the_in_memory_batch(breast_cancer_200, 
     with local_client(2) as client:
         remote = run_sweep(X, y, grid, out_dir=tmp_path / "dask", client=client,
                            cache_dir=tmp_path / "cache", **options)
-    local = run_sweep(X, y, grid, out_dir=tmp_path / "local", **dict(options, solver="munk"))
-    assert {r.solver for r in remote.table} == {"munk"}
-    assert {r.path for r in remote.table} == {"batched"}
+        remote_munk = run_sweep(X, y, grid, out_dir=tmp_path / "dask-munk", client=client,
+                                cache_dir=tmp_path / "cache", **dict(options, solver="munk"))
+    local = run_sweep(X, y, grid, out_dir=tmp_path / "local", **dict(options, solver="working_set"))
+    local_munk = run_sweep(X, y, grid, out_dir=tmp_path / "local-munk", **dict(options, solver="munk"))
+    assert {r.solver for r in remote.table} == {"working_set"}
+    assert {r.path for r in remote.table} == {"continuation"}
+    assert {(r.solver, r.path) for r in remote_munk.table} == {("munk", "batched")}
     for a, b in zip(remote.table, local.table):
+        assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=0.01)
+    for a, b in zip(remote_munk.table, local_munk.table):
         assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=1e-12)
+    assert remote.best_model.predict(X).shape == (len(y),)
     with pytest.raises(MuflowInputError, match="reads rows of K"):
         run_sweep(X, y, grid, out_dir=tmp_path / "x", client=object(), solver="smo", progress=False)
 
