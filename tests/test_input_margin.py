@@ -277,7 +277,9 @@ def test_fit_improves_the_margin_and_evaluates_eq_2(mixture, method):
     res = input_space_margin(model, X, y)
     assert res.margin == pytest.approx(model.input_margin_, rel=1e-12)
     np.testing.assert_allclose(model.projections_, res.projections, rtol=1e-12)
-    assert input_space_margin(model.svm_, X, y).margin == pytest.approx(model.initial_margin_, rel=1e-12)
+    # the SVC's discriminant sums over its support vectors, step 0's over every sample (zero
+    # coefficients included): one function, rounded differently through the projection's steps
+    assert input_space_margin(model.svm_, X, y).margin == pytest.approx(model.initial_margin_, rel=1e-9)
     # decision_function is eq. (2) with the fitted a_i, b_i, x_hat_i, f0
     Z = np.random.default_rng(5).random((40, 2))
     k = model.kernel_
