@@ -684,18 +684,23 @@ default="rbf"
 
     def _decision_problems(self, X) -> np.ndarray:
         """Decision value of every binary problem, shape (n_samples, n_problems); a
-        one-vs-one pair's is positive for its first class."""
+        one-vs-one pair's is positive for its first class.
+
+        K(X, support vectors) is evaluated a block of rows at a time, each block's kernel
+        values within :data:`PREDICT_BLOCK_BYTES` (a callable kernel's block is K(rows,
+        X_train), as scikit-learn evaluates it), so that predicting many samples never
+        holds n_samples x n_SV at once; the rows of the result do not depend on the block.
+        """
         X = self._validate_for_predict(X)
         W = self._pair_weights()
-        if callable(self.kernel):
-            K = _dense_kernel(self.kernel(X, self._X_fit))[:, self.support_]
-            return K @ W + self.intercept_[None, :]
-        n_support = max(len(self.support_), 1)
-        step = max(1, PREDICT_BLOCK_BYTES // (8 * n_support))
-        scores = np.empty((X.shape[0], W.shape[1]))
-        for start in range(0, X.shape[0], step):  # K(X, SV) a block of rows at a time
+        columns = _num_samples(self._X_fit) if callable(self.kernel) else len(self.support_)
+        step = max(1, PREDICT_BLOCK_BYTES // (8 * max(columns, 1)))
+        scores = np.empty((_num_samples(X), W.shape[1]))
+        for start in range(0, scores.shape[0], step):
             rows = X[start:start + step]
-            if self.kernel == "precomputed":
+            if callable(self.kernel):
+                K = _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
+            elif self.kernel == "precomputed":
                 K = rows[:, self.support_]
             else:
                 K = self.kernel_.block(rows, self.support_vectors_)
