@@ -67,14 +67,14 @@ _PROB_ATTRIBUTE_DEPRECATION = (
     "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
 
 
-def _is_dask_array(X) -> bool:
-    """Whether X is a ``dask.array.Array``, importing nothing (no Dask, no zarr) for any
+def _is_dask_collection(X) -> bool:
+    """Whether X is a Dask array or DataFrame, importing nothing (no Dask, no zarr) for any
     other input: predicting from a saved model needs NumPy and SciPy only."""
     if not type(X).__module__.startswith("dask"):
         return False
-    from muflow.distributed import is_dask_array
+    from muflow.dask_predict import is_dask_collection
 
-    return is_dask_array(X)
+    return is_dask_collection(X)
 
 
 def _chain(*callbacks):
@@ -682,6 +682,21 @@ default="rbf"
         dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
         return np.asarray(dual).T
 
+    def _prediction_state(self):
+        """A copy of this fitted model holding only what prediction reads: the parameters
+        (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
+        Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
+        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
+        params = self.get_params(deep=False)
+        params["client"] = None
+        state = type(self)(**params)
+        for name in ("classes_", "n_features_in_", "shape_fit_", "kernel_", "support_",
+                     "support_vectors_", "n_support_", "dual_coef_", "intercept_", "_sparse",
+                     "_X_fit", "_probA", "_probB"):
+            if hasattr(self, name):
+                setattr(state, name, getattr(self, name))
+        return state
+
     def _decision_problems(self, X) -> np.ndarray:
         """Decision value of every binary problem, shape (n_samples, n_problems); a
         one-vs-one pair's is positive for its first class.
@@ -718,17 +733,11 @@ default="rbf"
         positive for the pair's first class, libsvm's order).
         """
         check_is_fitted(self)
-        k = len(self.classes_)
-        if _is_dask_array(X):  # blockwise, against the support vectors only
-            from muflow.distributed import map_rows
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
 
-            if k == 2:
-                n_out = None
-            elif self._ovo and self.decision_function_shape == "ovo":
-                n_out = k * (k - 1) // 2
-            else:
-                n_out = k
-            return map_rows(self.decision_function, X, n_outputs=n_out)
+            return predict_lazy(self, "decision_function", X)
+        k = len(self.classes_)
         scores = self._decision_problems(X)
         if k == 2:
             return scores.ravel()
@@ -743,10 +752,10 @@ default="rbf"
         check_is_fitted(self)
         if self.break_ties and self.decision_function_shape == "ovo":
             raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
-        if _is_dask_array(X):
-            from muflow.distributed import map_rows
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
 
-            return map_rows(self.predict, X, dtype=self.classes_.dtype)
+            return predict_lazy(self, "predict", X)
         scores = self._decision_problems(X)
         index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
                               break_ties=self.break_ties)
@@ -769,6 +778,10 @@ default="rbf"
         check_is_fitted(self)
         if np.size(getattr(self, "_probA", ())) == 0:
             raise NotFittedError("predict_proba is not available when fitted with probability=False")
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
+
+            return predict_lazy(self, "predict_proba", X)
         scores = self._decision_problems(X)
         if len(self.classes_) == 2:
             scores = -scores  # libsvm's orientation: positive for classes_[0]
@@ -777,7 +790,7 @@ default="rbf"
     @available_if(_check_proba)
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))
+        return np.log(self.predict_proba(X))  # lazy for Dask input, as predict_proba
 
     def _validate_for_predict(self, X):
         if callable(self.kernel):
@@ -808,9 +821,14 @@ default="rbf"
         if sp.issparse(X):
             raise MuflowInputError("a precomputed kernel must be a dense array")
         X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.shape_fit_[0]:
-            raise MuflowInputError(
-                f"X.shape[1] = {X.shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
-                f"of samples at training time: a precomputed kernel for prediction is "
-                f"K(X_test, X_train), got shape {X.shape}")
+        self._check_precomputed_shape(X.shape)
         return X
+
+    def _check_precomputed_shape(self, shape):
+        """A precomputed kernel to predict is K(X_test, X_train): one column per training
+        sample (also checked on a Dask array's shape, without computing it)."""
+        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
+            raise MuflowInputError(
+                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
+                f"of samples at training time: a precomputed kernel for prediction is "
+                f"K(X_test, X_train), got shape {tuple(shape)}")
