@@ -74,14 +74,14 @@ _PROB_ATTRIBUTE_DEPRECATION = (
     "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
 
 
-def _is_dask_array(X) -> bool:
-    """Whether X is a ``dask.array.Array``, importing nothing (no Dask, no zarr) for any
+def _is_dask_collection(X) -> bool:
+    """Whether X is a Dask array or DataFrame, importing nothing (no Dask, no zarr) for any
     other input: predicting from a saved model needs NumPy and SciPy only."""
     if not type(X).__module__.startswith("dask"):
         return False
-    from muflow.distributed import is_dask_array
+    from muflow.dask_predict import is_dask_collection
 
-    return is_dask_array(X)
+    return is_dask_collection(X)
 
 
 def _chain(*callbacks):
@@ -362,7 +362,7 @@ default="rbf"
         from muflow.dask_working_set import check_finite_blocks
 
         check_finite_blocks(X)
-        if is_dask_collection(y):
+        if _is_dask_collection(y):
             y = y.compute()
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != X.shape[0]:
@@ -374,7 +374,7 @@ default="rbf"
     def _validate_fit_input(self, X, y):
         """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
         checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
-        if is_dask_collection(X):
+        if _is_dask_collection(X):
             return self._validate_dask_input(X, y)
         if sp.issparse(X) and self.kernel == "precomputed":
             raise TypeError("Sparse precomputed kernels are not supported.")
@@ -511,7 +511,7 @@ default="rbf"
                 self._fit_probability(operator, Y, U, info, options, drift)
             else:
                 self._probA = self._probB = np.empty(0)
-            if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
+            if _is_dask_collection(X_fit):  # the support vectors' rows, from the workers
                 X_fit = _RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
@@ -570,7 +570,7 @@ default="rbf"
     def _one_task(self, X) -> bool:
         """With a client, a problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples (in
         memory, not a dask collection) is fitted on one worker as one task."""
-        return (self.client is not None and not is_dask_collection(X)
+        return (self.client is not None and not _is_dask_collection(X)
                 and _num_samples(X) <= ONE_TASK_MAX_SAMPLES)
 
     def _fit_as_one_task(self, X, y, sample_weight, offset):
@@ -792,20 +792,40 @@ default="rbf"
         dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
         return np.asarray(dual).T
 
+    def _prediction_state(self):
+        """A copy of this fitted model holding only what prediction reads: the parameters
+        (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
+        Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
+        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
+        params = self.get_params(deep=False)
+        params["client"] = None
+        state = type(self)(**params)
+        for name in ("classes_", "n_features_in_", "shape_fit_", "kernel_", "support_",
+                     "support_vectors_", "n_support_", "dual_coef_", "intercept_", "_sparse",
+                     "_X_fit", "_probA", "_probB"):
+            if hasattr(self, name):
+                setattr(state, name, getattr(self, name))
+        return state
+
     def _decision_problems(self, X) -> np.ndarray:
         """Decision value of every binary problem, shape (n_samples, n_problems); a
-        one-vs-one pair's is positive for its first class."""
+        one-vs-one pair's is positive for its first class.
+
+        K(X, support vectors) is evaluated a block of rows at a time, each block's kernel
+        values within :data:`PREDICT_BLOCK_BYTES` (a callable kernel's block is K(rows,
+        X_train), as scikit-learn evaluates it), so that predicting many samples never
+        holds n_samples x n_SV at once; the rows of the result do not depend on the block.
+        """
         X = self._validate_for_predict(X)
         W = self._pair_weights()
-        if callable(self.kernel):
-            K = _dense_kernel(self.kernel(X, self._X_fit))[:, self.support_]
-            return K @ W + self.intercept_[None, :]
-        n_support = max(len(self.support_), 1)
-        step = max(1, PREDICT_BLOCK_BYTES // (8 * n_support))
-        scores = np.empty((X.shape[0], W.shape[1]))
-        for start in range(0, X.shape[0], step):  # K(X, SV) a block of rows at a time
+        columns = _num_samples(self._X_fit) if callable(self.kernel) else len(self.support_)
+        step = max(1, PREDICT_BLOCK_BYTES // (8 * max(columns, 1)))
+        scores = np.empty((_num_samples(X), W.shape[1]))
+        for start in range(0, scores.shape[0], step):
             rows = X[start:start + step]
-            if self.kernel == "precomputed":
+            if callable(self.kernel):
+                K = _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
+            elif self.kernel == "precomputed":
                 K = rows[:, self.support_]
             else:
                 K = self.kernel_.block(rows, self.support_vectors_)
@@ -823,17 +843,11 @@ default="rbf"
         positive for the pair's first class, libsvm's order).
         """
         check_is_fitted(self)
-        k = len(self.classes_)
-        if _is_dask_array(X):  # blockwise, against the support vectors only
-            from muflow.distributed import map_rows
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
 
-            if k == 2:
-                n_out = None
-            elif self._ovo and self.decision_function_shape == "ovo":
-                n_out = k * (k - 1) // 2
-            else:
-                n_out = k
-            return map_rows(self.decision_function, X, n_outputs=n_out)
+            return predict_lazy(self, "decision_function", X)
+        k = len(self.classes_)
         scores = self._decision_problems(X)
         if k == 2:
             return scores.ravel()
@@ -848,10 +862,10 @@ default="rbf"
         check_is_fitted(self)
         if self.break_ties and self.decision_function_shape == "ovo":
             raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
-        if _is_dask_array(X):
-            from muflow.distributed import map_rows
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
 
-            return map_rows(self.predict, X, dtype=self.classes_.dtype)
+            return predict_lazy(self, "predict", X)
         scores = self._decision_problems(X)
         index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
                               break_ties=self.break_ties)
@@ -874,6 +888,10 @@ default="rbf"
         check_is_fitted(self)
         if np.size(getattr(self, "_probA", ())) == 0:
             raise NotFittedError("predict_proba is not available when fitted with probability=False")
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
+
+            return predict_lazy(self, "predict_proba", X)
         scores = self._decision_problems(X)
         if len(self.classes_) == 2:
             scores = -scores  # libsvm's orientation: positive for classes_[0]
@@ -882,7 +900,7 @@ default="rbf"
     @available_if(_check_proba)
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))
+        return np.log(self.predict_proba(X))  # lazy for Dask input, as predict_proba
 
     def _validate_for_predict(self, X):
         if callable(self.kernel):
@@ -913,12 +931,17 @@ default="rbf"
         if sp.issparse(X):
             raise MuflowInputError("a precomputed kernel must be a dense array")
         X = np.asarray(X, dtype=np.float64)
-        if X.ndim != 2 or X.shape[1] != self.shape_fit_[0]:
-            raise MuflowInputError(
-                f"X.shape[1] = {X.shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
-                f"of samples at training time: a precomputed kernel for prediction is "
-                f"K(X_test, X_train), got shape {X.shape}")
+        self._check_precomputed_shape(X.shape)
         return X
+
+    def _check_precomputed_shape(self, shape):
+        """A precomputed kernel to predict is K(X_test, X_train): one column per training
+        sample (also checked on a Dask array's shape, without computing it)."""
+        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
+            raise MuflowInputError(
+                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
+                f"of samples at training time: a precomputed kernel for prediction is "
+                f"K(X_test, X_train), got shape {tuple(shape)}")
 
 
 class _Fitter:
@@ -939,11 +962,6 @@ def _fitter_on(client):
     if fitter is None:
         fitter = _FITTERS[client] = client.submit(_Fitter, actor=True, pure=False).result()
     return fitter
-
-
-def is_dask_collection(X) -> bool:
-    """A dask.array or dask.dataframe (without importing dask)."""
-    return type(X).__module__.split(".")[0] in ("dask", "dask_expr")
 
 
 class _RowsOnWorkers:
