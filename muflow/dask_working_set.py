@@ -295,6 +295,7 @@ class DaskRowPartitions(GramOperator):
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
         self.recoveries = 0
+        self.dtype = gram_dtype(self.n)  # of the workers' kernel rows (muflow.kernel_rows)
         futures = [self._start(i) for i in range(len(bounds))]
         self.actors = self.client.gather(futures)
         self._futures = futures
@@ -626,7 +627,9 @@ class _ColumnLoop:
         t = time.perf_counter()
         B = cand.idx[sel]
         XB = cand.X[sel]
-        K_BB = self.kernel.block(XB)
+        # in the workers' dtype, as in process K_BB is gathered from the row cache (float32
+        # above 4096 samples: 1.1 ms at q = 512 where float64 took 3.5 ms)
+        K_BB = self.kernel.block_into(XB, XB, np.empty((B.size, B.size), dtype=self.parts.dtype))
         yB, UB, aB = cand.y[sel], cand.U[sel], cand.a[sel].copy()
         lin = cand.G[sel] - yB * (K_BB.T @ (yB * aB))
         sub = Column(DualProblem(DenseGram(K_BB), yB, upper=UB, linear=lin,
