@@ -53,8 +53,10 @@ def add_parser(subparsers):
                    help="continue an interrupted sweep in DIR: finished kernel settings are not redone")
     p.add_argument("--cache-dir", metavar="DIR", help="Gram store cache (see `gram --help`)")
     p.add_argument("--scheduler", metavar="ADDR",
-                   help="address of a running Dask scheduler (tcp://host:8786): Grams are built "
-                        "and multiplied on its workers; default: everything in this process")
+                   help="address of a running Dask scheduler (tcp://host:8786): X is split over "
+                        "its workers and the working-set solver runs there (with --solver m3 or "
+                        "munk, Grams are built and multiplied there); its dashboard link is "
+                        "printed; default: everything in this process")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer (default: 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -127,9 +129,10 @@ def run(args) -> int:
         test = {"X_test": X_test, "y_test": y_test}
     options.setdefault("folds", 5)
     if args.scheduler:
-        from muflow.cluster import connect
+        from muflow.cluster import connect, print_dashboard
 
         client = connect(args.scheduler, timeout=args.timeout)
+        print_dashboard(client)
         try:
             result = run_sweep(X, y, grid, out_dir=args.out, client=client, resume=args.resume,
                                progress=not args.no_progress, **test, **options)
