@@ -12,28 +12,36 @@ One outer iteration is one round trip, one call per actor:
 
 - the client sends X_B (the rows of the variables that moved in the last subproblem) and
   y_B delta_B: O(q d);
-- each actor updates its slice of the gradient, ``G_p += y_p K(X_B, X_p)' (y_B delta_B)``
-  (the kernel block computed on the worker from the rows it holds, never sent), applies
-  shrinking when asked, and answers its best candidates for the next working set: the q
-  most violating variables of I_up and of I_low on its slice (first order), with their
-  y, alpha, bound, G, K_tt and rows of X: O(q d).
+- each actor updates its slice of the gradient, ``G_p += y_p K(X_B, X_p)' (y_B delta_B)``,
+  from its cache of kernel rows over its columns (the rows it lacks computed there from the
+  rows of X it holds, as in process: :meth:`muflow.kernel_rows.KernelRows.foreign_rows_into`),
+  applies shrinking when asked, and answers its best candidates for the next working set:
+  the q / (2 workers) most violating variables of I_up and of I_low on its slice (first
+  order) and the active members of the previous working set, with their y, alpha, bound,
+  G, K_tt and rows of X: O(q d).
 
 The client merges the answers: the maximal violators of the merged candidates are the
 global ones (each actor sent its own best of each side), so the stopping gap is exact; the
-working set takes the two violators and the candidates that rank best by WSS 2's
-second-order gain against them, computed on the client from the candidates' rows. K_BB is
-computed on the client from X_B and the subproblem is solved there by the compiled SMO
-(:func:`muflow.solvers.smo.smo_column`), as in process.
+working set keeps the useful half of the previous one (as ThunderSVM does) and takes the
+two violators and the candidates that rank best by WSS 2's second-order gain against them,
+computed on the client from the candidates' rows. K_BB is computed on the client from X_B
+(in the workers' dtype) and the subproblem is solved there by the compiled SMO
+(:func:`muflow.solvers.smo.smo_column`), as in process; the client's BLAS runs on one
+thread (OpenBLAS's idle threads would spin on the workers' cores).
 
-Nothing of size n crosses the network per iteration; alpha and G are pulled once to
-certify a point with the common KKT measure (:mod:`muflow.solvers.kkt`) when the gap is
-met.
+Nothing of size n crosses the network per iteration; G is pulled once to certify a point
+with the common KKT measure (:mod:`muflow.solvers.kkt`) when the gap is met.
+
+A worker lost mid-fit is replaced (:meth:`DaskRowPartitions.recover`): its partitions are
+started again from their source and given the column at the current alpha (their gradient
+slice recomputed from the support's rows), and the round trip is made again.
 
 Notes
 -----
-Memory per worker: its rows of X, a few vectors of its rows, and one kernel block of at
-most :data:`BLOCK_BYTES` at a time. On the client: alpha, y, the bounds (O(n)), the
-candidates (O(workers q d)) and the q x q subproblem.
+Memory per worker: its rows of X, the row cache (``cache_mb``; it must hold one working
+set's rows, q n_p 4 bytes above 4096 samples), a few vectors of its rows. On the client:
+alpha, y, the bounds (O(n)), the candidates (O(workers q d)) and the q x q subproblem.
+docs/scaling.md gives the cost of an iteration as a function of n, d, q and the workers.
 """
 
 from __future__ import annotations
