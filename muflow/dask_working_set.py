@@ -63,8 +63,8 @@ from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers._working_set_compiled import Threads, add_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.smo import smo_column
-from muflow.solvers.working_set import (_TAU, _smallest, default_q, projected_gradient,
-                                         side_violations)
+from muflow.solvers.working_set import (_TAU, _smallest, check_q, default_q,
+                                         projected_gradient, side_violations)
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
@@ -326,7 +326,8 @@ class DaskRowPartitions(GramOperator):
         gives them their column state again (:meth:`RowPartition.begin`)."""
         self.recoveries += 1
         for i in lost:
-            self._blocks_of[i] = None if not self._from_dask else self._blocks_of[i]
+            if not self._from_dask:  # scattered rows died with their worker
+                self._blocks_of[i] = None
             self._futures[i] = self._start(i)
             self.actors[i] = self._futures[i].result()
 
@@ -386,10 +387,10 @@ class DaskRowPartitions(GramOperator):
         if lost:
             if getattr(self.client, "status", "running") != "running":
                 raise lost_scheduler_error(self.client)
-            errors = [answers[i] for i in lost]
-            worker_gone = [e for e in errors if not isinstance(e, (ValueError, TypeError, MuflowInputError))]
-            if len(worker_gone) < len(errors):
-                raise next(e for e in errors if e not in worker_gone)
+            own = [answers[i] for i in lost
+                   if isinstance(answers[i], (ValueError, TypeError, MuflowInputError))]
+            if own:  # the call's own error, not a lost worker
+                raise own[0]
             raise LostPartitions(lost)
         return answers
 
@@ -464,9 +465,8 @@ def solve_working_set_dask(problem: DualProblem, *, init=None, tol: float = 1e-3
         raise MuflowInputError("solve_working_set_dask needs a problem on DaskRowPartitions")
     n = problem.n
     alpha0, _ = problem.check_init(init)
+    check_q(q)
     q_max = int(q) if q is not None else default_q(n)
-    if q_max < 2 or q_max % 2:
-        raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")
     t0 = time.perf_counter()
     timings = {"round_trips": 0, "bytes_sent": 0, "bytes_received": 0, "select": 0.0,
                "subproblem": 0.0, "calls": 0.0, "kkt": 0.0, "q": q_max}
@@ -516,13 +516,13 @@ class _ColumnLoop:
                                                alpha[lo:hi], col.equality, XS, coef))
         parts.wait(calls)
 
-    def _recovering(self, call):
+    def _recovering(self, call, again=None):
         """``call()``; when partitions are lost with their workers, restart them from their
-        source, give them the column at the current alpha and call again (at most
-        :data:`MAX_RECOVERIES` times)."""
+        source, give them the column at the current alpha and make ``again()`` (default:
+        the same call), at most :data:`MAX_RECOVERIES` times."""
         for attempt in range(MAX_RECOVERIES + 1):
             try:
-                return call()
+                return call() if attempt == 0 else (again or call)()
             except LostPartitions as lost:
                 if attempt == MAX_RECOVERIES:
                     raise MuflowError(f"the working-set solve lost workers {MAX_RECOVERIES + 1} "
@@ -537,17 +537,11 @@ class _ColumnLoop:
         """One call per actor (see :meth:`_round_trip_once`). After a recovery the call is
         made again without the step, which the other workers applied and the restarted
         ones hold in their gradient, with every variable active again."""
-        first = [True]
-
-        def call():
-            if first[0]:
-                first[0] = False
-                return self._round_trip_once(XB, moved, coef, B, alpha_B, shrink_with, reactivate)
-            none = np.zeros(0, dtype=np.int64)
-            return self._round_trip_once(XB[:0], none, np.zeros(0), none, np.zeros(0), None, True)
-
-        return self._recovering(call)
-
+        none = np.zeros(0, dtype=np.int64)
+        return self._recovering(
+            lambda: self._round_trip_once(XB, moved, coef, B, alpha_B, shrink_with, reactivate),
+            again=lambda: self._round_trip_once(XB[:0], none, np.zeros(0), none, np.zeros(0),
+                                                None, True))
 
     def _round_trip_once(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
         t = time.perf_counter()
@@ -713,10 +707,8 @@ class _Candidates:
             gain_up[new_low] = np.inf
             gain_up[new_up] = np.inf
             new_up = np.concatenate([new_up, _smallest(gain_up, need - new_up.size - new_low.size)])
-        chosen = np.unique(np.concatenate([[ku, kl], kept, new_up, new_low]).astype(np.int64))
-        # one position per sample (a sample may come from one actor only, but be safe)
-        _, first = np.unique(self.idx[chosen], return_index=True)
-        return chosen[np.sort(first)][:q]
+        # positions are distinct samples: each actor answers a sample once, and owns it
+        return np.unique(np.concatenate([[ku, kl], kept, new_up, new_low]).astype(np.int64))[:q]
 
     def _kept(self, score, free, q):
         """The useful part of the previous working set (still violating, or free), at most

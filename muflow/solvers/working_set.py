@@ -76,6 +76,12 @@ def default_q(n: int) -> int:
     return int(np.clip(q, 64, 2048))
 
 
+def check_q(q) -> None:
+    """Refuse a working-set size that is not an even integer >= 2 (None: the default)."""
+    if q is not None and (int(q) != q or q < 2 or q % 2):
+        raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")
+
+
 def _smallest(values: np.ndarray, k: int) -> np.ndarray:
     """Positions of the (at most) k smallest finite entries of ``values``."""
     finite = np.flatnonzero(np.isfinite(values))
@@ -441,8 +447,7 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         return solve_working_set_dask(problem, init=init, tol=tol, max_iter=max_iter, q=q,
                                       shrinking=shrinking, callback=callback)
     require_rows(problem.operator, "working_set")
-    if q is not None and (int(q) != q or q < 2 or q % 2):
-        raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")
+    check_q(q)
     t_start = time.perf_counter()
     timings = dict.fromkeys(("select", "subproblem", "gradient", "shrink", "kkt", "full_gradient"),
                             0.0)
