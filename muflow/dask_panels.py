@@ -184,13 +184,17 @@ class DaskRowPanels(DaskRowPartitions):
     def _start(self, i):
         """Start partition i's actor next to its rows, every partition's rows gathered
         there by the scheduler for its panel."""
+        from distributed import wait
+
         lo, hi = self.bounds[i]
         blocks = [self._block(j) for j in range(len(self.bounds))]
+        wait([blocks[i]])  # placed (or recomputed) first: the actor goes where it is
         holders = self.client.who_has([blocks[i]]).get(blocks[i].key) or None
         return self.client.submit(
             PanelPartition, blocks[i], lo, self.kernel.to_dict(), self.n, self.cache_mb, blocks,
             self._panel_dtype().str, actor=True, pure=False, workers=holders,
-            allow_other_workers=True, key=f"muflow-panels-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
+            allow_other_workers=holders is not None,
+            key=f"muflow-panels-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
 
     def _product(self, V, mode, dtype):
         """The actors' answers to ``product(V, mode)``, V cast to ``dtype``; lost

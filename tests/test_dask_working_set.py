@@ -139,7 +139,7 @@ def test_dask_input_needs_the_cluster_path(client, data):
     with pytest.raises(MuflowInputError, match="client="):
         muflow.SVC().fit(Xd, y)
     with pytest.raises(MuflowInputError, match="solver='auto' or 'working_set'"):
-        muflow.SVC(client=client, solver="m3").fit(Xd, y)
+        muflow.SVC(client=client, solver="smo").fit(Xd, y)
 
 
 def test_non_finite_values_are_named_by_their_rows(client, data):
