@@ -93,6 +93,11 @@ def runs_on_panels(solver: str) -> bool:
     return info is not None and info.needs == "products"
 
 
+#: Panels of at most this many bytes are multiplied on the worker's event loop (about 5 ms
+#: for a product of a few columns), larger ones in a thread.
+INLINE_BYTES = 16 << 20
+
+
 class PanelPartition(RowPartition):
     """Actor on one worker: a :class:`~muflow.dask_working_set.RowPartition` that also
     holds its kernel panel ``K(X_p, X)``.
@@ -126,9 +131,18 @@ class PanelPartition(RowPartition):
     def panel_nonnegative(self) -> bool:
         return bool(self.panel.min() >= 0) if self.panel.size else True
 
-    def product(self, V, mode="native"):
-        """``K(X_p, X) @ V`` (``mode``, see :data:`MODES`)."""
+    async def product(self, V, mode="native"):
+        """``K(X_p, X) @ V`` (``mode``, see :data:`MODES`). A product over at most
+        :data:`INLINE_BYTES` of panel runs on the worker's event loop (the hand-over to a
+        thread and back cost more than the product), a larger one in a thread."""
         self.widths[V.shape[1]] = self.widths.get(V.shape[1], 0) + 1
+        if self.panel.nbytes <= INLINE_BYTES:
+            return self._product(V, mode)
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, self._product, V, mode)
+
+    def _product(self, V, mode):
         with _blas_single_threaded():
             if mode == "parts":
                 return split_product(self.panel, V)

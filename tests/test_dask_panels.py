@@ -4,9 +4,6 @@ trip a pass, a lost worker's panel rebuilt from its source."""
 
 from __future__ import annotations
 
-import os
-import signal
-
 import numpy as np
 import pytest
 from sklearn.datasets import make_blobs, make_classification
@@ -22,7 +19,7 @@ from muflow.multiclass import binary_problems
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import SOLVERS
-from tests.dask_cluster import local_client
+from tests.dask_cluster import kill_first_partition_at, local_client
 from tests.test_dask_working_set import as_form
 
 OBJECTIVE_RTOL = 1e-5
@@ -138,20 +135,11 @@ def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(clien
     reference = SOLVERS["m3"].solve(DualProblem(DenseGram(kernel.block(X)), y, upper=1.0,
                                                 equality=True), tol=1e-12, max_iter=PASSES)
     panels = DaskRowPanels(as_form(X, form), kernel, client)
-    pids = client.run(os.getpid)
-    victim = pids[panels.actors[0]._address]
-    killed = []
-
-    def kill_at_5(iteration, alpha, objective):
-        if iteration == 5 and not killed:
-            os.kill(victim, signal.SIGKILL)
-            killed.append(victim)
-        return False
-
+    kill = kill_first_partition_at(client, panels, 5)
     try:
         sol = SOLVERS["m3"].solve(DualProblem(panels, y, upper=1.0, equality=True), tol=1e-12,
-                                  max_iter=PASSES, callback=kill_at_5)
-        assert killed and panels.recoveries >= 1
+                                  max_iter=PASSES, callback=kill)
+        assert kill.killed and panels.recoveries >= 1
     finally:
         panels.close()
     assert sol.n_iter == PASSES
