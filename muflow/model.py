@@ -630,11 +630,11 @@ default="rbf"
         the multiplicative solvers, on kernel panels computed there when they fit in the
         workers' memory (:mod:`muflow.dask_panels`); the other solvers run on a Gram store
         built there (:class:`muflow.distributed.DaskGram`)."""
+        if self.client is None or not isinstance(self.kernel, str) or self.kernel == "precomputed":
+            return False
         from muflow.dask_panels import runs_on_panels
 
-        return (self.client is not None and isinstance(self.kernel, str)
-                and self.kernel != "precomputed"
-                and (self.solver in ("auto", "working_set") or runs_on_panels(self.solver)))
+        return self.solver in ("auto", "working_set") or runs_on_panels(self.solver)
 
     def _solver_for(self, operator) -> str:
         """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
