@@ -12,7 +12,10 @@ backend from its arguments:
 - in this process, read from the Gram store cache (``cache_dir``): a second fit on the
   same data and kernel reads K instead of computing it;
 - on a Dask cluster (:class:`~muflow.distributed.DaskGram`, K's row panels held by the
-  workers, built or reused in a zarr store by :func:`operator_for`): given ``client``.
+  workers, built or reused in a zarr store by :func:`operator_for`): given ``client``;
+- on a Dask cluster, X partitioned by rows over the workers (:func:`partitioned_operator`):
+  the working-set solver on the rows, the multiplicative solvers on kernel panels computed
+  from them when those fit in the workers' memory.
 
 The estimator (:class:`muflow.SVC`) and the model selection call it; neither knows which
 backend answered. Dask, distributed and zarr are imported only on the cluster path.
@@ -119,31 +122,61 @@ def rows_on_workers(X, kernel, client, *, cache_mb=256.0):
     (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
     from muflow.dask_working_set import DaskRowPartitions
 
+    return _connected(client, lambda c, owns: DaskRowPartitions(X, kernel, c, owns_client=owns,
+                                                                cache_mb=cache_mb))
+
+
+def partitioned_operator(X, kernel, client, *, solver, gram_dtype="auto", cache_mb=256.0):
+    """X partitioned over the workers of ``client`` (a Client or a scheduler address) for
+    ``solver``, or None where that solver runs on the Gram store instead:
+
+    - "auto" and "working_set": the rows only (:func:`rows_on_workers`);
+    - the multiplicative solvers (products ``K @ V`` only): the rows with their kernel
+      panels resident (:class:`muflow.dask_panels.DaskRowPanels`, in ``gram_dtype``) when
+      the panels fit in the workers' memory (:func:`muflow.dask_panels.panels_fit`), None
+      when they do not (the Gram store, :func:`operator_for`);
+    - the other solvers: None.
+    """
+    from muflow.dask_panels import DaskRowPanels, panels_fit, runs_on_panels
+    from muflow.inmemory import gram_dtype as storage
+
+    if solver in ("auto", "working_set"):
+        return rows_on_workers(X, kernel, client, cache_mb=cache_mb)
+    if not runs_on_panels(solver):
+        return None
+
+    def make(c, owns):
+        if not panels_fit(X.shape[0], c, storage(X.shape[0], gram_dtype)):
+            return None
+        return DaskRowPanels(X, kernel, c, gram_dtype=gram_dtype, owns_client=owns, cache_mb=cache_mb)
+
+    return _connected(client, make)
+
+
+def _connected(client, make):
+    """``make(client, owns_client)``, connecting first when ``client`` is a scheduler
+    address: the operator then owns the client it opened; a failed start (or no operator)
+    closes it."""
     if not isinstance(client, str):
-        return DaskRowPartitions(X, kernel, client, cache_mb=cache_mb)
+        return make(client, False)
     from muflow.cluster import connect
 
     opened = connect(client)
     try:
-        return DaskRowPartitions(X, kernel, opened, owns_client=True, cache_mb=cache_mb)
+        operator = make(opened, True)
     except BaseException:
         opened.close()
         raise
+    if operator is None:
+        opened.close()
+    return operator
 
 
 def _cluster_operator(X, kernel, client, **kwargs):
     """:func:`operator_for` on ``client``, connecting first (and owning the client) when
     given an address; a failed start closes the client it opened."""
-    if not isinstance(client, str):
-        return operator_for(X, kernel, client=client, **kwargs)
-    from muflow.cluster import connect
-
-    opened = connect(client)
-    try:
-        return operator_for(X, kernel, client=opened, owns_client=True, **kwargs)
-    except BaseException:
-        opened.close()
-        raise
+    return _connected(client, lambda c, owns: operator_for(X, kernel, client=c, owns_client=owns,
+                                                           **kwargs))
 
 
 def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,

@@ -313,12 +313,18 @@ class DaskRowPartitions(GramOperator):
         """Start the actor of partition i on its rows: a dask block where it is (the
         scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
         lo, hi = self.bounds[i]
-        block = self._blocks_of[i]
-        if block is None:
-            block = self.client.scatter(self._source[lo:hi], hash=False)
-        return self.client.submit(RowPartition, block, lo, self.kernel.to_dict(), self.n,
+        return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
                                   self.cache_mb, actor=True, pure=False,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
+
+    def _block(self, i):
+        """The rows of partition i on the workers: a dask block (the scheduler recomputes a
+        lost one from its graph), or NumPy rows, scattered again when they were lost."""
+        block = self._blocks_of[i]
+        if block is None or (not self._from_dask and block.status != "finished"):
+            lo, hi = self.bounds[i]
+            block = self._blocks_of[i] = self.client.scatter(self._source[lo:hi], hash=False)
+        return block
 
     def recover(self, lost) -> None:
         """New actors for the partitions ``lost`` (their worker died), on the workers left
@@ -330,6 +336,25 @@ class DaskRowPartitions(GramOperator):
                 self._blocks_of[i] = None
             self._futures[i] = self._start(i)
             self.actors[i] = self._futures[i].result()
+
+    def retrying(self, call, *, restart=None, again=None):
+        """``call()``; when partitions are lost with their workers, start them again from
+        their source (:meth:`recover`), hand them their state back (``restart(lost)``) and
+        make ``again()`` (default: the same call), at most :data:`MAX_RECOVERIES` times in
+        a row."""
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                return call() if attempt == 0 else (again or call)()
+            except LostPartitions as lost:
+                if attempt == MAX_RECOVERIES:
+                    raise MuflowError(f"the solve on the workers lost workers {MAX_RECOVERIES + 1} "
+                                      "times in a row; check the workers' memory and logs") from None
+                self.recover(lost.lost)
+                if restart is not None:
+                    try:
+                        restart(lost.lost)
+                    except LostPartitions:
+                        continue
 
     #: :func:`muflow.solvers.working_set.solve_working_set` solves on the workers
     partitioned = True
@@ -519,19 +544,8 @@ class _ColumnLoop:
     def _recovering(self, call, again=None):
         """``call()``; when partitions are lost with their workers, restart them from their
         source, give them the column at the current alpha and make ``again()`` (default:
-        the same call), at most :data:`MAX_RECOVERIES` times."""
-        for attempt in range(MAX_RECOVERIES + 1):
-            try:
-                return call() if attempt == 0 else (again or call)()
-            except LostPartitions as lost:
-                if attempt == MAX_RECOVERIES:
-                    raise MuflowError(f"the working-set solve lost workers {MAX_RECOVERIES + 1} "
-                                      "times in a row; check the workers' memory and logs") from None
-                self.parts.recover(lost.lost)
-                try:
-                    self._begin(lost.lost)
-                except LostPartitions:
-                    continue
+        the same call) (:meth:`DaskRowPartitions.retrying`)."""
+        return self.parts.retrying(call, restart=self._begin, again=again)
 
     def _round_trip(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
         """One call per actor (see :meth:`_round_trip_once`). After a recovery the call is

@@ -35,11 +35,10 @@ import numpy as np
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import tile_bounds
-from muflow.operators import GramOperator
+from muflow.operators import GramOperator, split_product
 
 #: Share of a worker's memory limit that resident panels may take.
 RESIDENT_FRACTION = 0.5
-_SPLIT_ROWS = 2048
 
 
 class PanelServer:
@@ -90,16 +89,7 @@ class PanelServer:
         out = []
         for shard in self.shards:
             for start, block in self._blocks(shard):
-                if not parts:
-                    out.append((start, block @ V))
-                    continue
-                pos = np.empty((len(block), V.shape[1]), dtype=np.result_type(block, V))
-                neg = np.empty_like(pos)
-                for s in range(0, len(block), _SPLIT_ROWS):
-                    b = block[s:s + _SPLIT_ROWS]
-                    pos[s:s + len(b)] = np.maximum(b, 0) @ V
-                    neg[s:s + len(b)] = np.maximum(-b, 0) @ V
-                out.append((start, (pos, neg)))
+                out.append((start, split_product(block, V) if parts else block @ V))
         return out
 
     def columns(self, idx):

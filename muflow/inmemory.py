@@ -321,6 +321,28 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 256, out=No
         out = empty_populated((n, n), dtype)
     elif out.shape != (n, n) or not out.flags.c_contiguous:
         raise MuflowInputError(f"out must be a C-ordered ({n}, {n}) array, got {out.shape}")
+    return gram_rows_into(X, kernel, out, block_rows=block_rows, n_threads=n_threads)
+
+
+def gram_rows_into(X, kernel: Kernel, out, start: int = 0, block_rows: int = 256,
+                   n_threads: int | None = None) -> np.ndarray:
+    """Rows ``[start, start + len(out))`` of K(X, X) into ``out``, as :func:`numpy_gram`
+    computes them (the same values: X prepared once for all its rows, one product per
+    panel of ``block_rows`` rows on ``n_threads`` threads).
+
+    Parameters
+    ----------
+    X : ndarray or sparse matrix of shape (n, n_features)
+    kernel : Kernel
+    out : ndarray of shape (rows, n), C-ordered, float32 or float64
+    start : int, default=0
+        Sample of the first row.
+
+    Notes
+    -----
+    Memory: ``out`` plus X twice in ``out``'s dtype (:class:`RowSource`).
+    """
+    n = X.shape[0]
     source = row_source(X, kernel, out.dtype)
     if out.dtype == np.float64 and kernel.name in USER_PRODUCT_KERNELS and source.csr is None \
             and isinstance(source.X, np.ndarray):
@@ -334,13 +356,14 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 256, out=No
     columns = Columns(source)
     if source.dtype != out.dtype:  # laplacian: float64 evaluation, stored in out's dtype
         def work(p0, p1, worker):
-            out[p0:p1] = columns.panel_into(kernel, slice(p0, p1), np.empty((p1 - p0, n)))
+            out[p0:p1] = columns.panel_into(kernel, slice(start + p0, start + p1),
+                                            np.empty((p1 - p0, n)))
     else:
         def work(p0, p1, worker):
-            columns.panel_into(kernel, slice(p0, p1), out[p0:p1])
-    run_panels(n, block_rows, work, n_threads=n_threads)
+            columns.panel_into(kernel, slice(start + p0, start + p1), out[p0:p1])
+    run_panels(out.shape[0], block_rows, work, n_threads=n_threads)
     return out
 
 
-__all__ = ["block_input", "numpy_gram", "gram_dtype", "row_source", "RowSource", "Columns",
+__all__ = ["block_input", "numpy_gram", "gram_rows_into", "gram_dtype", "row_source", "RowSource", "Columns",
            "run_panels", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]

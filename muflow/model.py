@@ -195,10 +195,14 @@ default="rbf"
         the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
         the working-set solver runs one round trip per iteration sending O(q d)
-        (:mod:`muflow.dask_working_set`). With another solver, the Gram store of K(X, X)
-        is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers
-        must reach) and every solver iteration is served by the workers
-        (:class:`muflow.distributed.DaskGram`). A
+        (:mod:`muflow.dask_working_set`). A multiplicative solver ("m3", "munk", ...) runs
+        on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
+        one round trip per pass sending V once (:mod:`muflow.dask_panels`), when an even
+        share of K fits in half the smallest worker's memory limit
+        (:func:`muflow.dask_panels.panels_fit`). Otherwise, and with the other solvers, the
+        Gram store of K(X, X) is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a
+        path the workers must reach; X in memory) and every solver iteration is served by
+        the workers (:class:`muflow.distributed.DaskGram`). A
         scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
         survives scikit-learn's ``clone``. None (default) keeps everything in process.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
@@ -354,7 +358,8 @@ default="rbf"
         if not self._on_workers():
             raise MuflowInputError(
                 "X is a dask collection: fit it on the cluster with client=... (a Client or a "
-                "scheduler address) and solver='auto' or 'working_set', or pass a NumPy array")
+                "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
+                "solver: 'm3', 'munk', ...), or pass a NumPy array")
         if hasattr(X, "to_dask_array"):
             X = X.to_dask_array(lengths=True)
         if X.ndim != 2:
@@ -474,11 +479,20 @@ default="rbf"
         from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
+        operator = None
         if self._on_workers():
-            from muflow.backends import rows_on_workers
+            from muflow.backends import partitioned_operator
 
-            operator = rows_on_workers(X, kernel, self.client, cache_mb=float(self.cache_size))
-        else:
+            operator = partitioned_operator(X, kernel, self.client, solver=self.solver,
+                                            gram_dtype=self.gram_dtype,
+                                            cache_mb=float(self.cache_size))
+            if operator is None and _is_dask_collection(X):
+                raise MuflowInputError(
+                    f"the kernel panels of {n} samples do not fit in the workers' memory "
+                    f"(muflow.dask_panels.panels_fit), and solver {self.solver!r} would need "
+                    "the Gram store built from X in this process: use solver='working_set', "
+                    "give the workers more memory, or pass a NumPy array")
+        if operator is None:
             operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
                                      gram=self._gram_for(n))
         try:
@@ -612,16 +626,21 @@ default="rbf"
 
     def _on_workers(self) -> bool:
         """With a client, the working-set solver (``solver="auto"`` or ``"working_set"``)
-        runs on X partitioned over the workers (:mod:`muflow.dask_working_set`); the other
-        solvers run on a Gram store built there (:class:`muflow.distributed.DaskGram`)."""
-        return (self.client is not None and self.solver in ("auto", "working_set")
-                and isinstance(self.kernel, str) and self.kernel != "precomputed")
+        runs on X partitioned over the workers (:mod:`muflow.dask_working_set`), and so do
+        the multiplicative solvers, on kernel panels computed there when they fit in the
+        workers' memory (:mod:`muflow.dask_panels`); the other solvers run on a Gram store
+        built there (:class:`muflow.distributed.DaskGram`)."""
+        if self.client is None or not isinstance(self.kernel, str) or self.kernel == "precomputed":
+            return False
+        from muflow.dask_panels import runs_on_panels
+
+        return self.solver in ("auto", "working_set") or runs_on_panels(self.solver)
 
     def _solver_for(self, operator) -> str:
         """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
         cluster) or on X partitioned over a cluster, the working-set solver, which fetches
         rows q at a time in one product."""
-        if getattr(operator, "partitioned", False):
+        if getattr(operator, "partitioned", False) and self.solver == "auto":
             return "working_set"
         if (self.solver == "auto" and self.client is None and operator.dense is None
                 and "working_set" in SOLVERS):

@@ -35,6 +35,22 @@ def operand_dtype(operator) -> type:
     return np.float32 if dense is not None and dense.dtype == np.float32 else np.float64
 
 
+#: Rows of K split at a time by :func:`split_product` (bounds its temporaries).
+SPLIT_ROWS = 2048
+
+
+def split_product(block: np.ndarray, V: np.ndarray, rows: int = SPLIT_ROWS):
+    """``(max(B, 0) @ V, max(-B, 0) @ V)`` for rows B of K (M3 eq. (5)), ``rows`` rows of B
+    split at a time, so that the split costs at most that many rows of temporaries."""
+    pos = np.empty((len(block), V.shape[1]), dtype=np.result_type(block, V))
+    neg = np.empty_like(pos)
+    for s in range(0, len(block), rows):
+        b = block[s:s + rows]
+        pos[s:s + len(b)] = np.maximum(b, 0) @ V
+        neg[s:s + len(b)] = np.maximum(-b, 0) @ V
+    return pos, neg
+
+
 def require_rows(operator, solver: str | None = None) -> None:
     """Refuse an operator that cannot give rows of K to a solver that reads them.
 
@@ -113,8 +129,7 @@ class GramOperator(ABC):
         neg = np.empty_like(pos)
         for start in range(0, self.n, self.block_rows):
             block = self.rows(np.arange(start, min(start + self.block_rows, self.n)))
-            pos[start : start + len(block)] = np.maximum(block, 0) @ V
-            neg[start : start + len(block)] = np.maximum(-block, 0) @ V
+            pos[start : start + len(block)], neg[start : start + len(block)] = split_product(block, V)
         return pos, neg
 
     def rows(self, idx: np.ndarray) -> np.ndarray:

@@ -273,8 +273,10 @@ def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
 def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     """Stage ``sweep``: cross-validate every configuration of the grid with
     :func:`muflow.selection.run_sweep` into ``sweep/``. The solves run on the cluster behind
-    ``client`` only with ``sweep.on_cluster = true`` (multiplicative solvers on the Dask
-    operator: one round trip per iteration, worth it when K does not fit here); otherwise
+    ``client`` only with ``sweep.on_cluster = true`` (X partitioned over the workers: the
+    working-set solver, or the multiplicative solvers on kernel panels computed there, or on
+    the Dask Gram operator when those do not fit; one round trip per iteration, worth it
+    when K does not fit here); otherwise
     K is read from the Gram store into memory and solved here (SMO by default), which on
     small and medium data is much faster. Always ``resume=True``: after a
     failure, the kernel settings it finished (``sweep/kernels/``) are read back, not

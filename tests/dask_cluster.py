@@ -18,6 +18,30 @@ def local_client(n_workers=2, **kwargs):
             yield client
 
 
+class KillAt:
+    """A solver callback that SIGKILLs process ``pid`` at ``iteration``, once (``killed``)."""
+
+    def __init__(self, pid, iteration):
+        self.pid, self.iteration, self.killed = pid, iteration, False
+
+    def __call__(self, iteration, alpha, objective):
+        if iteration == self.iteration and not self.killed:
+            import os
+            import signal
+
+            os.kill(self.pid, signal.SIGKILL)
+            self.killed = True
+        return False
+
+
+def kill_first_partition_at(client, parts, iteration):
+    """:class:`KillAt` for the worker process of the first partition of ``parts``
+    (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
+    import os
+
+    return KillAt(client.run(os.getpid)[parts.actors[0]._address], iteration)
+
+
 def breast_cancer():
     """Breast cancer features scaled to [0, 1] and labels +1 / -1 (read when called)."""
     import numpy as np

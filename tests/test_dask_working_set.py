@@ -16,7 +16,7 @@ from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.working_set import solve_working_set
-from tests.dask_cluster import breast_cancer, local_client
+from tests.dask_cluster import breast_cancer, kill_first_partition_at, local_client
 
 OBJECTIVE_RTOL = 1e-5
 
@@ -139,7 +139,7 @@ def test_dask_input_needs_the_cluster_path(client, data):
     with pytest.raises(MuflowInputError, match="client="):
         muflow.SVC().fit(Xd, y)
     with pytest.raises(MuflowInputError, match="solver='auto' or 'working_set'"):
-        muflow.SVC(client=client, solver="m3").fit(Xd, y)
+        muflow.SVC(client=client, solver="smo").fit(Xd, y)
 
 
 def test_non_finite_values_are_named_by_their_rows(client, data):
@@ -153,28 +153,16 @@ def test_non_finite_values_are_named_by_their_rows(client, data):
 
 @pytest.mark.parametrize("form", ["numpy", "dask.array"])
 def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(client, data, form):
-    import os
-    import signal
-
     X, y = data
     y = np.where(y > 0, 1.0, -1.0)
     kernel = Kernel("rbf", gamma=0.05)
     reference = solve_working_set(DualProblem(DenseGram(kernel.block(X)), y, upper=1.0, equality=True))
     parts = DaskRowPartitions(as_form(X, form), kernel, client)
-    pids = client.run(os.getpid)
-    victim = pids[parts.actors[0]._address]
-    killed = []
-
-    def kill_at_5(iteration, alpha, objective):
-        if iteration == 5 and not killed:
-            os.kill(victim, signal.SIGKILL)
-            killed.append(victim)
-        return False
-
+    kill = kill_first_partition_at(client, parts, 5)
     try:
         sol = solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True), q=64,
-                                     callback=kill_at_5)
-        assert killed and parts.recoveries >= 1
+                                     callback=kill)
+        assert kill.killed and parts.recoveries >= 1
     finally:
         parts.close()
     assert sol.converged.all()

@@ -6,13 +6,11 @@ objective within 1e-6 relative and the same support set, also when a worker is k
 the middle of a fit.
 """
 
-import os
-import signal
 
 import numpy as np
 import pytest
 
-from dask_cluster import breast_cancer, local_client
+from dask_cluster import KillAt, breast_cancer, local_client
 from muflow.backends import operator_for
 from muflow.distributed import DaskGram
 from muflow.gram import ensure_gram, numpy_gram
@@ -140,17 +138,9 @@ def test_worker_killed_mid_fit_the_fit_completes_with_the_same_result(client, rb
     kwargs = dict(tol=1e-12, max_iter=ITERATIONS)
     local = solve(DualProblem(dense_rbf, y, upper=1.0, equality=True), **kwargs)
     with DaskGram(rbf_store, client) as op:
-        pid = _worker_pid_of_first_shard(op)
-        killed = []
-
-        def kill_at_40(iteration, alpha, objective):
-            if iteration == 40 and not killed:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-            return False
-
-        remote = solve(DualProblem(op, y, upper=1.0, equality=True), callback=kill_at_40, **kwargs)
-        assert killed and op.recoveries >= 1
+        kill = KillAt(_worker_pid_of_first_shard(op), 40)
+        remote = solve(DualProblem(op, y, upper=1.0, equality=True), callback=kill, **kwargs)
+        assert kill.killed and op.recoveries >= 1
         assert all(address in client.scheduler_info(n_workers=-1)["workers"]
                    for _, address, _ in op.info())
     assert remote.n_iter == local.n_iter == ITERATIONS  # tol=1e-12 is out of reach: both capped

@@ -54,9 +54,11 @@ def add_parser(subparsers):
     p.add_argument("--cache-dir", metavar="DIR", help="Gram store cache (see `gram --help`)")
     p.add_argument("--scheduler", metavar="ADDR",
                    help="address of a running Dask scheduler (tcp://host:8786): X is split over "
-                        "its workers and the working-set solver runs there (with --solver m3 or "
-                        "munk, Grams are built and multiplied there); its dashboard link is "
-                        "printed; default: everything in this process")
+                        "its workers and the working-set solver runs there (with --solver m3, "
+                        "munk or another multiplicative solver, on kernel panels computed there, "
+                        "or on a Gram store built there when those do not fit in the workers' "
+                        "memory); its dashboard link is printed; default: everything in this "
+                        "process")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer (default: 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -116,14 +116,17 @@ def free_variables(alpha, upper) -> int:
 def gram(X, setting, intercept, client, cache_dir, buffer=None, solver=None):
     """The kernel of ``setting`` and an operator for K(X, X) from the one factory
     (:func:`muflow.backends.gram_operator`): on the cluster of ``client`` (X partitioned
-    over the workers for the working-set solver, else a Gram store), read from the store
-    cache, or in memory, into ``buffer`` (the previous setting's K) when it has the right
-    shape and dtype."""
-    from muflow.backends import gram_operator, rows_on_workers
+    over the workers for the working-set solver, and with resident kernel panels for the
+    multiplicative solvers when they fit: :func:`muflow.backends.partitioned_operator`;
+    else a Gram store), read from the store cache, or in memory, into ``buffer`` (the
+    previous setting's K) when it has the right shape and dtype."""
+    from muflow.backends import gram_operator, partitioned_operator
 
     kernel = kernel_from_setting(setting, X, intercept=intercept)
-    if client is not None and solver == "working_set":
-        return kernel, rows_on_workers(X, kernel, client)
+    if client is not None and solver is not None:
+        operator = partitioned_operator(X, kernel, client, solver=solver)
+        if operator is not None:
+            return kernel, operator
     return kernel, gram_operator(X, kernel, client=client, cache_dir=cache_dir, out=buffer)
 
 

@@ -90,8 +90,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
         picks with K in memory (SMO for the exact intercept), and with a Dask client the
         working-set solver on X partitioned over the workers
-        (:mod:`muflow.dask_working_set`); "m3" or "munk" with a client use a Gram store
-        built on the cluster.
+        (:mod:`muflow.dask_working_set`); "m3", "munk" and the other multiplicative solvers
+        with a client run on the same partitions with their kernel panels (every column of
+        the batch in one round trip a pass, :mod:`muflow.dask_panels`) when those fit in
+        the workers' memory, else on a Gram store built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
         See :mod:`muflow.selection.paths`; "compare" solves the first kernel setting both
         ways, keeps the faster path for the rest and reports both times in
@@ -102,8 +104,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     max_iter : int, default=10000
         Solver budget per solve call, in the solver's own iterations (see the registry).
     client : distributed.Client, optional
-        Build each Gram on the cluster into the store cache and solve with the Dask
-        operator (multiplicative solvers, batched path).
+        Solve on the cluster: X partitioned over the workers (see ``solver``), or each
+        Gram built on the cluster into the store cache and served by the workers
+        (multiplicative solvers whose kernel panels do not fit, batched path).
     cache_dir : str, optional
         Gram store cache (:mod:`muflow.gram`): each kernel's Gram is read from it when
         present and written there otherwise.

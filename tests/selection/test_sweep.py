@@ -367,8 +367,9 @@ def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, m
 
 def test_sweep_on_a_dask_cluster_matches_the_in_memory_sweep(breast_cancer_200, tmp_path):
     """With a client, "auto" runs the working-set solver on X partitioned over the workers
-    (continuation over C); "munk" builds each Gram into the store cache on the workers and
-    multiplies with the Dask operator. Same CV accuracies as in memory."""
+    (continuation over C); "munk" runs on the same partitions with their kernel panels,
+    every column (C x folds) in one round trip a pass (muflow.dask_panels), no Gram store.
+    Same CV accuracies as in memory."""
     from tests.dask_cluster import local_client
 
     X, y = breast_cancer_200
@@ -385,6 +386,7 @@ def test_sweep_on_a_dask_cluster_matches_the_in_memory_sweep(breast_cancer_200, 
     assert {r.solver for r in remote.table} == {"working_set"}
     assert {r.path for r in remote.table} == {"continuation"}
     assert {(r.solver, r.path) for r in remote_munk.table} == {("munk", "batched")}
+    assert not list((tmp_path / "cache").glob("*.zarr"))
     for a, b in zip(remote.table, local.table):
         assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=0.01)
     for a, b in zip(remote_munk.table, local_munk.table):
