@@ -305,7 +305,10 @@ class DaskRowPartitions(GramOperator):
         self.recoveries = 0
         self.dtype = gram_dtype(self.n)  # of the workers' kernel rows (muflow.kernel_rows)
         futures = [self._start(i) for i in range(len(bounds))]
-        self.actors = self.client.gather(futures)
+        # an actor's calls go through the current client (distributed's get_client()): this
+        # one, not the process's default client, which may be another or none
+        with self.client.as_current():
+            self.actors = self.client.gather(futures)
         self._futures = futures
         self.nonnegative = kernel.name in ("rbf", "laplacian") and kernel.offset >= 0
 
@@ -335,7 +338,8 @@ class DaskRowPartitions(GramOperator):
             if not self._from_dask:  # scattered rows died with their worker
                 self._blocks_of[i] = None
             self._futures[i] = self._start(i)
-            self.actors[i] = self._futures[i].result()
+            with self.client.as_current():
+                self.actors[i] = self._futures[i].result()
 
     def retrying(self, call, *, restart=None, again=None):
         """``call()``; when partitions are lost with their workers, start them again from

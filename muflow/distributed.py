@@ -288,7 +288,8 @@ class DaskGram(GramOperator):
         for shard in shards:
             future, _, address = self._actors[shard]
             try:
-                actor = future.result()
+                with self.client.as_current():  # its calls go through this client
+                    actor = future.result()
             except StoreCorruptError:
                 raise
             except Exception:

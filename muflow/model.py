@@ -11,12 +11,13 @@ Gram (:mod:`muflow.probability`).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import inspect
 import numbers
 import time
+import uuid
 import warnings
-import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -602,20 +603,18 @@ default="rbf"
         t0 = time.perf_counter()
         try:
             for attempt in (0, 1):
-                fitter = _fitter_on(client)
                 try:
-                    fitted = fitter.fit(params, X, y, sample_weight, offset).result()
+                    fitted = _fitter_on(client).fit(params, X, y, sample_weight, offset)
                     break
-                except (ValueError, TypeError, MuflowError):  # the fit's own errors
-                    raise
-                except Exception:
+                except (OSError, _LostFit):  # the actor or its worker is gone, not the fit
                     if getattr(client, "status", "running") != "running":
                         raise lost_scheduler_error(client) from None
-                    _FITTERS.pop(client, None)  # its worker is gone: a new one, once
+                    _FITTERS.pop(client, None)  # a new actor, once
                     if attempt:
                         raise
         finally:
             if owned:
+                _FITTERS.pop(client, None)
                 client.close()
         for name, value in vars(fitted).items():
             if name not in params:
@@ -966,20 +965,96 @@ default="rbf"
 class _Fitter:
     """Actor on one worker that runs :meth:`SVC._fit_as_one_task`'s fits in process: a
     call goes from the client to the worker directly (no scheduler, no task): on 537 rows
-    with smo, 3.9 ms over the in-process fit where a task added 14 ms."""
+    with smo, 3.9 ms over the in-process fit where a task added 14 ms. ``calls`` says which
+    fits it has begun and which it has ended, for :meth:`_FitterOn.fit` to tell a fit still
+    at work from a call or reply that was lost."""
+
+    def __init__(self):
+        self.running = set()
+        self.ended = collections.deque(maxlen=64)
+
+    @property
+    def calls(self) -> tuple[set, list]:
+        return set(self.running), list(self.ended)
+
+    def fit(self, token, params, X, y, sample_weight, offset):
+        self.running.add(token)
+        try:
+            return SVC(**params).fit(X, y, sample_weight=sample_weight, offset=offset)
+        finally:
+            self.running.discard(token)
+            self.ended.append(token)
+
+
+class _LostFit(RuntimeError):
+    """A call to a :class:`_Fitter` that will never answer: its actor or the reply is gone."""
+
+
+#: How often a wait for a :class:`_Fitter` looks whether its call is still alive, and how
+#: long a call may be neither running on the worker nor answered (in transit: at most
+#: :data:`ONE_TASK_MAX_SAMPLES` rows each way) before it counts as lost.
+FITTER_POLL_S = 1.0
+FITTER_LOST_S = 30.0
+
+
+class _FitterOn:
+    """A :class:`_Fitter` on one of ``client``'s workers, with the future that keeps it.
+
+    Notes
+    -----
+    distributed's actors have two traps that hung a small fit forever (seen with a cold
+    numba cache, which changes the timing). An actor binds its calls to the *current*
+    client (``get_client()``), which for a client made with ``set_as_default=False``, as
+    :func:`muflow.cluster.connect` makes them, is another client or none; and an actor lives
+    only as long as a client holds its future, so dropping the future of ``submit`` frees it
+    on its worker. A call that reaches the worker after that fails there with a KeyError,
+    which ``Actor`` drops in a callback without setting its ``ActorFuture``: ``result()``
+    waits forever. Here the actor is read under ``client.as_current()`` and its future is
+    kept; a wait looks every :data:`FITTER_POLL_S` whether the call is still alive, so
+    that whatever else loses a call raises :class:`_LostFit` instead of hanging.
+    """
+
+    def __init__(self, client):
+        self.future = client.submit(_Fitter, actor=True, pure=False)
+        with client.as_current():
+            self.actor = self.future.result()
 
     def fit(self, params, X, y, sample_weight, offset):
-        return SVC(**params).fit(X, y, sample_weight=sample_weight, offset=offset)
+        """The fitted :class:`SVC`; the fit's own errors pass through as raised."""
+        token = uuid.uuid4().hex
+        call = self.actor.fit(token, params, X, y, sample_weight, offset)
+        quiet = 0.0
+        while True:
+            try:
+                return call.result(timeout=FITTER_POLL_S)
+            except TimeoutError:
+                pass
+            if self.future.status != "finished":
+                raise _LostFit(f"the fit's actor is {self.future.status}")
+            try:
+                running, ended = self.actor.calls
+            except OSError:
+                raise
+            except Exception as exc:  # the actor is no longer on its worker
+                raise _LostFit(f"the fit's actor cannot be read: {exc!r}") from exc
+            # a call queued behind another one on the actor's thread has not begun yet
+            quiet = 0.0 if token in running or (running and token not in ended) else quiet + FITTER_POLL_S
+            if quiet >= FITTER_LOST_S:
+                where = "its reply" if token in ended else "the call"
+                raise _LostFit(f"{where} was lost: nothing came back in {FITTER_LOST_S:g} s")
 
 
-#: One :class:`_Fitter` per client, started by the first small fit.
-_FITTERS = weakref.WeakKeyDictionary()
+#: One :class:`_FitterOn` per client, started by the first small fit (a client that closes
+#: drops its own).
+_FITTERS: dict = {}
 
 
-def _fitter_on(client):
+def _fitter_on(client) -> _FitterOn:
+    for other in [c for c in _FITTERS if c.status in ("closing", "closed")]:
+        _FITTERS.pop(other, None)
     fitter = _FITTERS.get(client)
     if fitter is None:
-        fitter = _FITTERS[client] = client.submit(_Fitter, actor=True, pure=False).result()
+        fitter = _FITTERS[client] = _FitterOn(client)
     return fitter
 
 

@@ -1,6 +1,10 @@
 """SVC(client=...): the Gram store built on the cluster, every iteration served there."""
 
+import json
 import os
+import subprocess
+import sys
+import time
 
 import numpy as np
 import pytest
@@ -85,3 +89,81 @@ def test_one_task_errors_are_the_in_process_errors(client):
     X, y = breast_cancer()
     with pytest.raises(ValueError, match="NaN"):
         muflow.SVC(client=client).fit(np.where(X == X[0, 0], np.nan, X)[:100], y[:100])
+
+
+def test_a_client_that_is_not_the_default_keeps_its_fitter(client):
+    """A client made with set_as_default=False (as muflow.cluster.connect makes them) beside
+    the default one: its actor once went through the default client while nothing kept it,
+    was freed on its worker, and the next call waited forever."""
+    from distributed import Client
+
+    X, y = breast_cancer()
+    X, y = X[:200], y[:200]
+    params = dict(kernel="rbf", gamma=1.0, solver="smo", max_iter=300)
+    local = muflow.SVC(**params).fit(X, y)
+    with Client(client.scheduler.address, set_as_default=False) as other:
+        for _ in range(3):  # the first fit leaves time for a freed actor to be gone
+            remote = muflow.SVC(client=other, **params).fit(X, y)
+            np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
+        assert muflow.model._FITTERS[other].actor._client is other
+    muflow.model._fitter_on(client)  # drops the closed client's
+    assert other not in muflow.model._FITTERS
+
+
+def test_a_lost_fitter_call_is_made_again_on_a_new_actor(client, monkeypatch):
+    """A call that never reaches the worker (as when distributed's Actor drops the error of
+    a call to a freed actor) is told from a fit at work and made again, not waited on."""
+    monkeypatch.setattr(muflow.model, "FITTER_POLL_S", 0.2)
+    monkeypatch.setattr(muflow.model, "FITTER_LOST_S", 1.0)
+
+    class Mute:
+        def __init__(self, actor):
+            self.calls_on = actor
+
+        @property
+        def calls(self):
+            return self.calls_on.calls
+
+        def fit(self, *args):
+            return self
+
+        def result(self, timeout):
+            time.sleep(timeout)
+            raise TimeoutError
+
+    X, y = breast_cancer()
+    X, y = X[:200], y[:200]
+    lost = muflow.model._fitter_on(client)
+    lost.actor = Mute(lost.actor)
+    t0 = time.perf_counter()
+    remote = muflow.SVC(client=client, solver="smo", max_iter=300).fit(X, y)
+    assert time.perf_counter() - t0 < 10
+    assert muflow.model._FITTERS[client] is not lost
+    local = muflow.SVC(solver="smo", max_iter=300).fit(X, y)
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
+
+
+def test_fits_from_a_process_without_a_default_client(client, tmp_path):
+    """`muflow fit --scheduler` and SVC(client="tcp://...") in a fresh process: no default
+    client there, where every muflow actor (the small fit's, the working-set partitions',
+    the Gram panels') once had no client to call through."""
+    script = (
+        "import json, sys, numpy as np, muflow, muflow.model\n"
+        "sys.path.insert(0, 'tests')\n"
+        "from dask_cluster import breast_cancer\n"
+        "X, y = breast_cancer()\n"
+        "m = muflow.SVC(client=sys.argv[1], solver='smo', max_iter=300).fit(X[:200], y[:200])\n"
+        "assert m.timings_['one_task'] > 0\n"
+        "muflow.model.ONE_TASK_MAX_SAMPLES = 0\n"
+        "for solver in ('working_set', 'm3'):\n"
+        "    o = muflow.SVC(client=sys.argv[1], solver=solver, max_iter=20).fit(X[:200], y[:200])\n"
+        "    assert np.all(np.isfinite(o.objective_)) and 'one_task' not in o.timings_\n"
+        "print(json.dumps(m.objective_.tolist()))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-W", "ignore", "-c", script, client.scheduler.address],
+                         capture_output=True, text=True, timeout=120, cwd=root,
+                         env=dict(os.environ, MUFLOW_CACHE_DIR=str(tmp_path)))
+    assert out.returncode == 0, out.stderr[-3000:]
+    X, y = breast_cancer()
+    local = muflow.SVC(solver="smo", max_iter=300).fit(X[:200], y[:200])
+    np.testing.assert_allclose(json.loads(out.stdout.splitlines()[-1]), local.objective_, rtol=1e-9)
