@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -76,41 +76,6 @@ def pick_solver(name, path, setting, X, intercept, client):
 
 #: Solvers whose warm starts pay (continuation over C by default).
 CHAINED_SOLVERS = (*SUBSET_SOLVERS, "working_set")
-
-#: With ``solver="auto"`` and K in memory, a chain's solve starts the working-set solver
-#: when its start has at most this many working sets' worth of free variables, SMO otherwise
-#: (:func:`chain_solver`).
-FREE_PER_WORKING_SET = 2
-
-
-def chain_solver(info, auto: bool, n: int, free: int):
-    """The solver of one solve of a continuation chain.
-
-    ``solver="auto"`` with K in memory resolves to SMO (:data:`muflow.solvers.registry.AUTO`);
-    in a chain it gives way to the working-set solver (:mod:`muflow.solvers.working_set`)
-    while the start has at most ``FREE_PER_WORKING_SET * q`` free variables (q the
-    working-set size for n samples). Where few variables are free, most of a solve moves
-    variables between the bounds, and a working set moves q of them per outer iteration
-    where SMO moves two per step over the whole active set; where many are free, the
-    working set's subproblems are solved again and again while SMO's steps follow the
-    maximal violating pair. Measured on a8a (5 folds, tol 1e-3, one fold's chain, both on
-    the same stored K): cold starts at C = 0.01 0.34 s against 0.73 s (gamma 0.05) and
-    0.38 s against 0.53 s (gamma 0.01); C = 0.1 to 10 (at most 578 free variables at the
-    start) 0.15-1.13 s against 0.28-1.25 s; C = 100 from the 1,900 free variables of C = 10
-    (gamma 0.05) 7.7 s against 6.3 s, so SMO there; with q = 512, 2q = 1024 separates them.
-    """
-    if not auto or info.name != "smo":
-        return info
-    from muflow.solvers.registry import get_solver
-    from muflow.solvers.working_set import default_q
-
-    return get_solver("working_set") if free <= FREE_PER_WORKING_SET * default_q(n) else info
-
-
-def free_variables(alpha, upper) -> int:
-    """The most free variables (0 < alpha < U) over the columns of ``alpha``."""
-    free = (alpha > 0) & (alpha < upper)
-    return int(free.sum(axis=0).max()) if free.size else 0
 
 
 def gram(X, setting, intercept, client, cache_dir, buffer=None, solver=None):
@@ -151,14 +116,11 @@ def columns(Y, masks, Cs, member=None):
 
 
 def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, halving,
-                 halving_min_iter, callback=None, n_jobs=1, member=None, y_enc=None,
-                 auto=False) -> KernelSolve:
+                 halving_min_iter, callback=None, n_jobs=1, member=None, y_enc=None) -> KernelSolve:
     """Solve every (C, fold, problem) column of one Gram by ``path`` ("batched" or
     "continuation"); ``halving`` as the module docstring says. ``member`` and ``y_enc``:
     the samples of each binary problem and the class index of each sample
-    (:func:`muflow.multiclass.binary_problems`). ``auto``: ``info`` was chosen by
-    ``solver="auto"``, and a continuation chain may take another solver per C
-    (:func:`chain_solver`)."""
+    (:func:`muflow.multiclass.binary_problems`)."""
     n, P = Y.shape
     F = masks.shape[1]
     per_c = F * P
@@ -170,7 +132,6 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     seconds = np.zeros(len(Cs))
     stopped = np.zeros(len(Cs), dtype=bool)
     curves = [None] * len(Cs)
-    solvers = [set() for _ in Cs]
     ycols, upper = columns(Y, masks, Cs, member)
     t0 = time.perf_counter()
     # subset solvers solve column by column anyway: in "batched" their columns are cold,
@@ -188,8 +149,7 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
             tasks = [(local, list(range(len(Cs)))) for local in folds_cols]
         else:  # larger C, more steps: start those first
             tasks = [(local, [c]) for c in reversed(range(len(Cs))) for local in folds_cols]
-        state = _ChainState(operator, ycols, upper, Cs, per_c, P, info, equality, tol, max_iter, warm,
-                            auto and warm and not getattr(operator, "partitioned", False))
+        state = _ChainState(operator, ycols, upper, Cs, per_c, P, info, equality, tol, max_iter, warm)
         if n_jobs == 1:
             chains = [state.run(local, cs, callback) for local, cs in tasks]
         else:
@@ -200,7 +160,6 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
                 alpha[:, cols], bias[cols], viol[cols] = chain.alpha[k], chain.bias[k], chain.viol[k]
                 n_iter[c] = max(n_iter[c], chain.n_iter[k])
                 seconds[c] = max(seconds[c], chain.seconds[k])
-                solvers[c].add(chain.solvers[k])
                 if local[0] == 0:
                     curves[c] = chain.curves[k]
     else:
@@ -239,10 +198,9 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     solve_seconds = time.perf_counter() - t0
     # decision values of every column at every sample: ONE product with K
     D = operator.matmul(ycols * alpha) + bias[None, :]
-    by_c = ["+".join(sorted(names)) if names else info.name for names in solvers]
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=alpha, bias=bias, n_problems=P, per_c=per_c, n_iter=n_iter,
-                       seconds=seconds, stopped=stopped, curves=curves, solver_by_c=by_c)
+                       seconds=seconds, stopped=stopped, curves=curves)
 
 
 @dataclass
@@ -255,7 +213,6 @@ class _Chain:
     n_iter: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
     curves: list = field(default_factory=list)
-    solvers: list = field(default_factory=list)
 
 
 @dataclass
@@ -273,8 +230,6 @@ class _ChainState:
     tol: float
     max_iter: int
     warm: bool
-    auto: bool = False
-    threads: int | None = None  # the working-set solver's threads (forked chains: 1 each)
 
     def run(self, local, c_indices, callback=None) -> _Chain:
         """Solve the columns ``local`` (indices within one C's block) for the C values
@@ -283,26 +238,20 @@ class _ChainState:
         With ``warm``, each C starts from the previous C's solution scaled by C / C_prev
         ("alpha seeding", DeCoste & Wagstaff, KDD 2000): scaling keeps 0 <= alpha <= C and
         sum_i y_i alpha_i = 0, and the samples at the old bound (the margin errors, which
-        mostly stay errors) land on the new bound. With ``auto`` each C's solver is
-        :func:`chain_solver`'s choice by the free variables of the previous C's solution.
+        mostly stay errors) land on the new bound.
         """
         from muflow.solvers import DualProblem
 
         out = _Chain()
         init = None
-        free = 0
         for k, c in enumerate(c_indices):
             cols = [c * self.per_c + j for j in local]
             problem = DualProblem(self.operator, self.ycols[:, cols], self.upper[:, cols],
                                   equality=self.equality)
-            info = chain_solver(self.info, self.auto, problem.n, free)
             t = time.perf_counter()
-            options = {"n_threads": self.threads} if info.name == "working_set" else {}
-            sol = info.solve(problem, init=init, tol=self.tol, max_iter=self.max_iter,
-                             callback=callback, **options)
+            sol = self.info.solve(problem, init=init, tol=self.tol, max_iter=self.max_iter,
+                                  callback=callback)
             out.seconds.append(time.perf_counter() - t)
-            out.solvers.append(info.name)
-            free = free_variables(sol.alpha, self.upper[:, cols])
             out.alpha.append(sol.alpha)
             out.bias.append(sol.bias)
             out.viol.append(sol.kkt_violation)
@@ -321,7 +270,6 @@ def _chain_in_child(k):
     from muflow.inmemory import _blas_single_threaded
 
     state, tasks = _FORK_STATE
-    state = replace(state, threads=1)  # the other chains have the other cores
     local, c_indices = tasks[k]
     # the chains' products (a warm start's gradient, each certificate) are BLAS calls whose
     # idle threads would spin on the cores the other chains need: one thread per chain
@@ -346,11 +294,8 @@ def _forked_chains(state: _ChainState, tasks, n_jobs):
     # load (or compile) the solver's loops here once, not in every child: for K's dtype,
     # which selects the compiled version (a float32 Gram compiled apart took 8 s per child)
     warm_up = DenseGram(np.eye(2, dtype=operand_dtype(state.operator)))
-    used = {chain_solver(state.info, state.auto, 2, free).name: chain_solver(state.info, state.auto, 2, free)
-            for free in (0, 2 ** 31)}
-    for info in used.values():
-        info.solve(DualProblem(warm_up, [1.0, -1.0], 1.0, equality=state.equality),
-                   tol=state.tol, max_iter=5)
+    state.info.solve(DualProblem(warm_up, [1.0, -1.0], 1.0, equality=state.equality),
+                     tol=state.tol, max_iter=5)
     global _FORK_STATE
     _FORK_STATE = (state, tasks)
     try:
@@ -386,33 +331,23 @@ def pool_size(tasks: int, n_jobs: int) -> int:
     return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
 
 
-def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,
-          auto=False) -> Refit:
+def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None) -> Refit:
     """Solve the configuration (this Gram, C) on all samples while K is in memory.
 
     Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
     (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
     convex, so their mean is feasible too; it is close to the full solution because each
-    sample is a training sample in folds - 1 of the folds. With ``auto`` the solver is
-    :func:`chain_solver`'s choice by the free variables of a fold's solution (their mean over
-    the folds: the mean of the folds is free wherever the folds disagree). On a8a (gamma
-    0.01, C = 100: 985 free variables a fold, loaded machine) the working-set solver refitted
-    in 4.65 s where SMO took 6.37 s.
+    sample is a training sample in folds - 1 of the folds.
     """
     from muflow.solvers import DualProblem
 
     P, per_c = res.n_problems, res.per_c
     F = per_c // P
-    fold_alpha = res.alpha[:, res.block(c)]
-    fold_free = ((fold_alpha > 0) & (fold_alpha < float(C))).sum(axis=0)
-    info = chain_solver(info, auto and not getattr(operator, "partitioned", False),
-                        Y.shape[0], int(fold_free.mean()))
-    block = fold_alpha.reshape(-1, F, P)
+    block = res.alpha[:, res.block(c)].reshape(-1, F, P)
     init = (block.mean(axis=1), res.bias[res.block(c)].reshape(F, P).mean(axis=0))
     upper = float(C) if member is None else np.where(member, float(C), 0.0)
     problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
     t = time.perf_counter()
     sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter)
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
-                 n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t,
-                 solver=info.name)
+                 n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t)

@@ -45,9 +45,6 @@ class KernelSolve:
         successive halving stopped it.
     curves : list of ndarray
         Per C: the objective curve of fold 0's columns.
-    solver_by_c : list of str
-        Per C: the solver(s) that solved its columns ("working_set+smo" where chains
-        differed; see :func:`muflow.selection.paths.chain_solver`).
     """
 
     path: str
@@ -62,7 +59,6 @@ class KernelSolve:
     seconds: np.ndarray
     stopped: np.ndarray
     curves: list
-    solver_by_c: list | None = None
 
     def block(self, c: int) -> slice:
         """The columns of C index ``c``."""
@@ -85,7 +81,6 @@ class Refit:
     n_iter: int = 0
     curve: np.ndarray = field(default_factory=lambda: np.zeros((1, 0)))
     seconds: float = 0.0
-    solver: str = ""  # the solver that refitted (empty: the kernel setting's)
 
     @property
     def done(self) -> bool:
@@ -170,8 +165,7 @@ class KernelRecord:
         return {"setting": self.setting, "rows": [r.to_dict() for r in self.rows],
                 "kernel": self.kernel.to_dict(), "solver": self.solver, "path": self.path,
                 "solve_seconds": self.solve_seconds, "refit_C_index": self.refit.c_index,
-                "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds,
-                "refit_solver": self.refit.solver}
+                "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds}
 
     def arrays(self) -> dict:
         """The arrays part (``arrays.npz``); curves padded to one length with their
@@ -190,7 +184,7 @@ class KernelRecord:
         refit = Refit(c_index=int(info["refit_C_index"]), alpha=arrays["alpha_full"],
                       bias=arrays["bias_full"], kkt_violation=arrays["viol_full"],
                       n_iter=int(info["refit_n_iter"]), curve=arrays["refit_curve"],
-                      seconds=float(info["refit_seconds"]), solver=info.get("refit_solver", ""))
+                      seconds=float(info["refit_seconds"]))
         return cls(setting=info["setting"], rows=[ConfigurationRow.from_dict(r) for r in info["rows"]],
                    kernel=Kernel.from_dict(info["kernel"]), solver=info["solver"], path=info["path"],
                    solve_seconds=float(info["solve_seconds"]), refit=refit,

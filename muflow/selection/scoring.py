@@ -65,8 +65,7 @@ def configuration_rows(setting, Cs, res: KernelSolve, splits, y_enc) -> list[Con
             kernel=setting["kernel"], **params, C=float(C), mean_cv_accuracy=float(np.mean(accs)),
             std_cv_accuracy=float(np.std(accs)), n_iter=int(res.n_iter[c]),
             n_support=float(np.mean(n_sv)), time_s=float(res.seconds[c]),
-            stopped_early=bool(res.stopped[c]),
-            solver=res.solver_by_c[c] if res.solver_by_c else res.solver, path=res.path,
+            stopped_early=bool(res.stopped[c]), solver=res.solver, path=res.path,
             split_accuracies=tuple(accs)))
     return rows
 

@@ -207,8 +207,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             def solve(p, halving_eta):
                 return solve_paths.solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol,
                                                 max_iter, halving_eta, halving_min_iter,
-                                                bar.iteration_callback(), n_jobs, member, y_enc,
-                                                auto=solver == "auto")
+                                                bar.iteration_callback(), n_jobs, member, y_enc)
 
             if kpath == "compare":
                 res_b, res_c = solve("batched", None), solve("continuation", None)
@@ -228,7 +227,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             c_best = best_index([rows])[1]
             if beats(rows[c_best], records):
                 refit = solve_paths.refit(operator, Y, Cs[c_best], res, c_best, info, intercept,
-                                          tol, max_iter, member, auto=solver == "auto")
+                                          tol, max_iter, member)
                 timings["refit"] += refit.seconds
             else:  # an earlier setting is better: this one's model would never be used
                 refit = Refit()
@@ -284,12 +283,11 @@ def _best_model(X, y_enc, classes, record: KernelRecord, intercept, tol, max_ite
 
     refit = record.refit
     assert refit.done, "the best setting is always refitted (see scoring.beats)"
-    solver = refit.solver or record.solver
     viol = np.asarray(refit.kkt_violation)
     solution = DualSolution(alpha=np.asarray(refit.alpha), bias=np.asarray(refit.bias),
                             n_iter=int(refit.n_iter),
                             objective_curve=np.asarray(refit.curve, dtype=np.float64),
-                            kkt_violation=viol, converged=viol <= tol, solver=solver)
+                            kkt_violation=viol, converged=viol <= tol, solver=record.solver)
     return SVC.from_solution(solution, X=X, y_encoded=y_enc, classes=classes, kernel=record.kernel,
                              fit_time=refit.seconds, C=float(record.rows[refit.c_index].C),
-                             solver=solver, intercept=intercept, tol=tol, max_iter=max_iter)
+                             solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter)

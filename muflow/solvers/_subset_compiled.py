@@ -420,7 +420,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
 
 
 @njit(cache=True)
-def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, min_drop):
+def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, min_drop=1):
     """libsvm's shrinking on the compact copies: write them back, drop the variables that
     libsvm drops (Fan, Chen & Lin 2005, sec. 4: bounded variables that the current maximal
     violating pair says cannot move), close the gaps in every copy and in ``act`` (kept first, in

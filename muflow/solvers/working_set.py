@@ -308,7 +308,7 @@ class ColumnState:
             yG = np.ascontiguousarray(v["yG"])
             kept = sc._shrink_compact(self.y, self.alpha, self.G, act, act.copy(), v["y"].copy(),
                                       v["U"].copy(), v["a"].copy(), yG, self.QD[act],
-                                      v["up"].copy(), v["low"].copy(), n_act, 1)
+                                      v["up"].copy(), v["low"].copy(), n_act)
         else:
             kept = sc._shrink_single(self.U, self.alpha, self.G, act, n_act, float(v["score"].max()))
         self.act = np.sort(act[:kept])

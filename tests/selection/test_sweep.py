@@ -412,38 +412,3 @@ def test_long_curves_are_thinned_for_plotting_keeping_both_ends():
     assert at[0] == 0 and at[-1] == 199_999 and len(at) <= 4002 and np.all(np.diff(at) > 0)
     # log axis: the early iterations, where the curve falls fastest, are all kept
     assert np.array_equal(at[:100], np.arange(100))
-
-
-def test_auto_chains_take_the_working_set_where_few_variables_are_free():
-    """solver="auto" (SMO with K in memory) gives way to the working-set solver in a chain
-    while the start has at most 2q free variables; an explicit solver is kept."""
-    from muflow.selection.paths import FREE_PER_WORKING_SET, chain_solver, free_variables
-    from muflow.solvers.registry import get_solver
-    from muflow.solvers.working_set import default_q
-
-    smo, cd = get_solver("smo"), get_solver("cd")
-    limit = FREE_PER_WORKING_SET * default_q(20_000)
-    assert chain_solver(smo, True, 20_000, 0).name == "working_set"
-    assert chain_solver(smo, True, 20_000, limit).name == "working_set"
-    assert chain_solver(smo, True, 20_000, limit + 1).name == "smo"
-    assert chain_solver(smo, False, 20_000, 0).name == "smo"  # solver="smo" asked for
-    assert chain_solver(cd, True, 20_000, 0).name == "cd"
-    alpha = np.array([[0.0, 1.0], [0.5, 1.0], [1.0, 0.2], [0.3, 0.0]])
-    assert free_variables(alpha, np.ones_like(alpha)) == 2  # column 0: 0.5 and 0.3 free
-
-
-def test_auto_sweep_records_each_c_solver_and_matches_svc_alone(breast_cancer_200, tmp_path):
-    """The chains of solver="auto" solve with the working-set solver here (200 rows: few
-    free variables), each row names its solver, and every fold's accuracy is that of SMO
-    fitted alone to the same tolerance."""
-    X, y = breast_cancer_200
-    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0, 10.0])
-    result = run_sweep(X, y, grid, folds=4, seed=1, out_dir=tmp_path, tol=1e-6, progress=False,
-                       n_jobs=2)
-    assert {row.solver for row in result.table} == {"working_set"}
-    for row in result.table:
-        alone = _alone_fold_accuracies(X, y, row, 4, 1, solver="smo", tol=1e-6)
-        np.testing.assert_allclose(row.split_accuracies, alone, atol=1e-12, err_msg=str(row))
-    explicit = run_sweep(X, y, grid, folds=4, seed=1, out_dir=tmp_path / "smo", tol=1e-6,
-                         solver="smo", progress=False)
-    assert {row.solver for row in explicit.table} == {"smo"}
