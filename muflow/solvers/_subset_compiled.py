@@ -161,8 +161,6 @@ def _membership(yk, ak, uk):
 
 
 _COMPACT_ROWS_BYTES = 128 << 20  # per solve call: rows of K restricted to the active set
-_SHRINK_MIN_FRACTION = 20  # a shrink drops at least n_act // 20 variables (see _shrink_compact)
-_SHRINK_BATCHED_FROM = 4096  # ... from this many active variables on (below, the rows are cheap)
 
 
 @njit(cache=True, inline="always")
@@ -277,8 +275,7 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
             state[STATE_SHRINK] = 0
             pi = -1
             pj = -1
-            few = max(1, n_act // _SHRINK_MIN_FRACTION) if n_act >= _SHRINK_BATCHED_FROM else 1
-            kept = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, few)
+            kept = _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act)
             if kept < n_act:  # positions moved: the compact rows are stale
                 for r in range(cstate[1]):
                     crow_of[cowner[r]] = -1
@@ -420,20 +417,11 @@ def _smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, c
 
 
 @njit(cache=True)
-def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, min_drop=1):
+def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act):
     """libsvm's shrinking on the compact copies: write them back, drop the variables that
     libsvm drops (Fan, Chen & Lin 2005, sec. 4: bounded variables that the current maximal
     violating pair says cannot move), close the gaps in every copy and in ``act`` (kept first, in
-    index order; the dropped follow them). ``yG`` holds y_t G_t (see :func:`_smo_pairs`).
-
-    Fewer than ``min_drop`` droppable variables leave the set as it is (``n_act`` is
-    returned): :func:`_smo_pairs` asks for a twentieth of a set of 4096 or more, because
-    dropping moves positions and so discards its compact rows, which then cost a gather
-    from the full row of K each (libsvm swaps the columns of its cached rows instead). On
-    a8a at C = 100 (about 4,700 active) the set lost a handful of variables at most of the
-    shrinks, every 1000 steps, and the C = 100 solve of a fold went from 6.8-7.0 s to
-    5.9-6.0 s; a variable that stays droppable is dropped at a later shrink, with the
-    others. Smaller sets shrink as libsvm does: their rows are in the CPU's caches."""
+    index order; the dropped follow them). ``yG`` holds y_t G_t (see :func:`_smo_pairs`)."""
     for k in range(n_act):
         G[idx[k]] = yc[k] * yG[k]
         alpha[idx[k]] = ac[k]
@@ -453,8 +441,6 @@ def _shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, m
             drop[k] = (-yG[k] > gmax1) if pos else (yG[k] > gmax2)
         elif ac[k] <= 0.0:
             drop[k] = (yG[k] > gmax2) if pos else (-yG[k] > gmax1)
-    if drop.sum() < min_drop:
-        return n_act
     kept = 0
     for k in range(n_act):
         if not drop[k]:
