@@ -202,7 +202,8 @@ class DaskRowPanels(DaskRowPartitions):
 
         lo, hi = self.bounds[i]
         blocks = [self._block(j) for j in range(len(self.bounds))]
-        wait([blocks[i]])  # placed (or recomputed) first: the actor goes where it is
+        with self.client.as_current():  # distributed's wait asks for the current client
+            wait([blocks[i]])  # placed (or recomputed) first: the actor goes where it is
         holders = self.client.who_has([blocks[i]]).get(blocks[i].key) or None
         return self.client.submit(
             PanelPartition, blocks[i], lo, self.kernel.to_dict(), self.n, self.cache_mb, blocks,
