@@ -226,10 +226,13 @@ class DaskRowPanels(DaskRowPartitions):
         self.products += 1
         return answers
 
+    def _columns(self, V, mode, dtype) -> np.ndarray:
+        """The product of ``mode`` for V of shape (n,) or (n, m), in the same shape."""
+        out = np.concatenate(self._product(np.reshape(V, (self.n, -1)), mode, dtype), axis=0)
+        return out[:, 0] if np.ndim(V) == 1 else out
+
     def matmul(self, V):
-        flat = np.ndim(V) == 1
-        out = self.matmul_native(np.reshape(V, (self.n, -1)), out=None).astype(np.float64, copy=False)
-        return out[:, 0] if flat else out
+        return self._columns(V, "native", self.dtype).astype(np.float64, copy=False)
 
     def matmul_native(self, V, out=None):
         """``K @ V`` in the panels' dtype (V is sent in it, as
@@ -238,9 +241,7 @@ class DaskRowPanels(DaskRowPartitions):
 
     def matmul_precise(self, V):
         """``K @ V`` summed in float64 on the workers (a float32 panel widened there)."""
-        flat = np.ndim(V) == 1
-        out = np.concatenate(self._product(np.reshape(V, (self.n, -1)), "precise", np.float64), axis=0)
-        return out[:, 0] if flat else out
+        return self._columns(V, "precise", np.float64)
 
     def matmul_parts(self, V):
         if self.nonnegative:

@@ -279,7 +279,8 @@ def contiguous_run(index: np.ndarray) -> int | None:
     return s if int(index[-1]) - s == index.size - 1 and np.all(np.diff(index) == 1) else None
 
 
-#: Kernels whose float64 Gram is finished from one product ``np.dot(X, X.T)`` (see numpy_gram).
+#: Kernels whose whole float64 Gram is finished from one product ``np.dot(X, X.T)``
+#: (see gram_rows_into).
 USER_PRODUCT_KERNELS = ("linear", "poly", "sigmoid")
 
 
@@ -321,16 +322,6 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 256, out=No
         out = empty_populated((n, n), dtype)
     elif out.shape != (n, n) or not out.flags.c_contiguous:
         raise MuflowInputError(f"out must be a C-ordered ({n}, {n}) array, got {out.shape}")
-    if out.dtype == np.float64 and kernel.name in USER_PRODUCT_KERNELS:
-        source = row_source(X, kernel, out.dtype)
-        if source.csr is None and isinstance(source.X, np.ndarray):
-            # the product as a user's np.dot(X, X.T) takes it (numpy hands X X' to OpenBLAS's
-            # syrk, whose rounding differs from gemm's panels since OpenBLAS 0.3.31), so that
-            # kernel="linear" is bit for bit the precomputed np.dot(X, X.T) (scikit-learn's
-            # test_precomputed compares the two fits to 6 decimals)
-            np.dot(source.X, source.X.T, out=out)
-            return kernel.block_into(None, None, out, sq_A=source.sq, sq_B=source.sq,
-                                     same_rows=np.arange(n), product_ready=True)
     return gram_rows_into(X, kernel, out, block_rows=block_rows, n_threads=n_threads)
 
 
@@ -354,6 +345,15 @@ def gram_rows_into(X, kernel: Kernel, out, start: int = 0, block_rows: int = 256
     """
     n = X.shape[0]
     source = row_source(X, kernel, out.dtype)
+    if (start == 0 and out.shape[0] == n and out.dtype == np.float64
+            and kernel.name in USER_PRODUCT_KERNELS and isinstance(source.X, np.ndarray)):
+        # all of K: the product as a user's np.dot(X, X.T) takes it (numpy hands X X' to
+        # OpenBLAS's syrk, whose rounding differs from gemm's panels since OpenBLAS 0.3.31),
+        # so that kernel="linear" is bit for bit the precomputed np.dot(X, X.T)
+        # (scikit-learn's test_precomputed compares the two fits to 6 decimals)
+        np.dot(source.X, source.X.T, out=out)
+        return kernel.block_into(None, None, out, sq_A=source.sq, sq_B=source.sq,
+                                 same_rows=np.arange(n), product_ready=True)
     columns = Columns(source)
     if source.dtype != out.dtype:  # laplacian: float64 evaluation, stored in out's dtype
         def work(p0, p1, worker):
