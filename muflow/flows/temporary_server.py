@@ -99,9 +99,26 @@ def temporary_prefect_server():
     process, url = start_server()
     try:
         with temporary_settings(updates={PREFECT_API_URL: url}):
-            yield url
+            try:
+                yield url
+            finally:
+                _drain_to_server()
     finally:
         stop_server(process)
+
+
+def _drain_to_server(timeout: float = 10.0) -> None:
+    """Send Prefect's queued logs and events while the temporary server still answers:
+    left for Prefect's exit hook, they went to a stopped server, and the process waited
+    about two minutes after its report, then printed "Error logging to API"."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        try:
+            service.drain_all(timeout=timeout)
+        except Exception:  # a drain that fails must not hide the run's result
+            pass
 
 
 __all__ = ["start_server", "stop_server", "temporary_prefect_server"]
