@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from muflow.operators import require_rows
+from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers.coordinate import column_state
@@ -45,6 +46,21 @@ def sweeps(steps: int, n: int) -> int:
 def iteration_size(n: int, libsvm_iterations: bool) -> int:
     """Pair steps per SMO iteration: n (a sweep, muflow's unit) or 1 (libsvm's)."""
     return 1 if libsvm_iterations else max(int(n), 1)
+
+
+COMPACT_ROWS_BYTES = 128 << 20
+
+
+def compact_rows(n: int, dtype) -> tuple:
+    """The arrays of the pair steps' compact-row cache (rows of K over the active set, see
+    :func:`muflow.solvers._pairs_compiled.smo_pairs`): at most ``COMPACT_ROWS_BYTES`` of
+    rows, kept across the calls of one column so that a resumed call finds its rows again.
+    The buffer is not touched until rows are stored in it."""
+    dtype = np.dtype(dtype)
+    size = max(1, min(COMPACT_ROWS_BYTES // dtype.itemsize, n * n))
+    return (np.empty(size, dtype=dtype), np.full(n, -1, dtype=np.int64),
+            np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
+            np.empty(n, dtype=np.int64), np.zeros(pc.CR_SIZE, dtype=np.int64))
 
 
 def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
@@ -80,12 +96,18 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     violation, bias = np.inf, 0.0
     shrink_every = min(n, 1000)
     data, slot_of, stamp, clock = cache.arrays
+    compact = compact_rows(n, data.dtype) if col.equality else None
     stopped = False
     while True:
         t = time.perf_counter()
-        status = sc.smo_run(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp, clock,
-                            state, F, buf, gap_tol, max_updates, col.equality, shrinking,
-                            shrink_every)
+        if col.equality:
+            status = pc.smo_pairs(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp, clock,
+                                  state, F, buf, gap_tol, max_updates, shrinking, shrink_every,
+                                  *compact)
+        else:
+            status = sc.smo_single(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp,
+                                   clock, state, F, buf, gap_tol, max_updates, shrinking,
+                                   shrink_every)
         timings["updates"] = timings.get("updates", 0.0) + time.perf_counter() - t
         if status == sc.NEED_ROW:
             cache.fetch([state[sc.STATE_NEED]])

@@ -59,6 +59,7 @@ import numpy as np
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import _blas_single_threaded
 from muflow.operators import DenseGram, require_rows
+from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
@@ -306,9 +307,11 @@ class ColumnState:
         n_act = act.size
         if self.equality:
             yG = np.ascontiguousarray(v["yG"])
-            kept = sc._shrink_compact(self.y, self.alpha, self.G, act, act.copy(), v["y"].copy(),
-                                      v["U"].copy(), v["a"].copy(), yG, self.QD[act],
-                                      v["up"].copy(), v["low"].copy(), n_act)
+            moves = np.empty(n_act, dtype=np.int64), np.empty(n_act, dtype=np.int64)
+            kept, _ = pc.shrink_compact(self.y, self.alpha, self.G, act, act.copy(),
+                                        v["y"].copy(), v["U"].copy(), v["a"].copy(), yG,
+                                        self.QD[act], v["up"].copy(), v["low"].copy(), n_act,
+                                        *moves)
         else:
             kept = sc._shrink_single(self.U, self.alpha, self.G, act, n_act, float(v["score"].max()))
         self.act = np.sort(act[:kept])
