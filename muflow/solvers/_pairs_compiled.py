@@ -107,8 +107,9 @@ def _argmin(keys, bmin, idx, n):
 
 
 @njit(cache=True, inline="always")
-def _compact_row(i, Krow, idx, n_act, crows, crow_of, cowner, cstamp, cstate):
-    """K[i, idx[:n_act]] as a contiguous vector, from the compact-row cache.
+def _compact_row(i, Krow, idx, n_act, cbuf, rows, crow_of, cowner, cstamp, cstate):
+    """K[i, idx[:n_act]] as a contiguous vector, from the compact-row cache (``rows`` rows of
+    ``cstate[CR_STRIDE]`` values each in ``cbuf``).
 
     libsvm caches its kernel rows over the active set only; the sweeps of a step then read
     n_act contiguous values instead of gathering them from a full row of K (which, for K
@@ -117,30 +118,33 @@ def _compact_row(i, Krow, idx, n_act, crows, crow_of, cowner, cstamp, cstate):
     """
     cstate[CR_CLOCK] += 1
     s = crow_of[i]
+    start = 0
     if s < 0:
-        if cstate[CR_USED] < crows.shape[0]:
+        if cstate[CR_USED] < rows:
             s = cstate[CR_USED]
             cstate[CR_USED] += 1
         else:
             s = 0
-            for r in range(1, crows.shape[0]):
+            for r in range(1, rows):
                 if cstamp[r] < cstamp[s]:
                     s = r
             crow_of[cowner[s]] = -1
         cowner[s] = i
         crow_of[i] = s
-        dst = crows[s]
+        start = s * cstate[CR_STRIDE]
         for k in range(n_act):
-            dst[k] = Krow[idx[k]]
+            cbuf[start + k] = Krow[idx[k]]
+    else:
+        start = s * cstate[CR_STRIDE]
     cstamp[s] = cstate[CR_CLOCK]
-    return crows[s, :n_act]
+    return cbuf[start:start + n_act]
 
 
 @njit(cache=True)
 def _compact_rows_for(idx, n_act, cbuf, crow_of, cowner, cidx, cstate):
-    """The compact rows as a (rows, stride) view of ``cbuf``, emptied unless they were built
-    for exactly this layout ``idx[:n_act]`` (a call that resumes after a cache miss or a full
-    objective buffer finds its rows again; a layout the driver changed starts empty)."""
+    """Rows the compact-row cache holds (see :func:`_rows_capacity`), emptied unless they were
+    built for exactly this layout ``idx[:n_act]`` (a call that resumes after a cache miss or a
+    full objective buffer finds its rows again; a layout the driver changed starts empty)."""
     same = cstate[CR_LAYOUT] == n_act and cstate[CR_STRIDE] > 0
     if same:
         for k in range(n_act):
@@ -153,30 +157,31 @@ def _compact_rows_for(idx, n_act, cbuf, crow_of, cowner, cidx, cstate):
         cstate[CR_USED] = 0
         cstate[CR_LAYOUT] = n_act
         cstate[CR_STRIDE] = max(n_act, 1)
-        cidx[:n_act] = idx
-    return _rows_view(cbuf, cowner.shape[0], cstate[CR_STRIDE])
+        for k in range(n_act):  # a loop: a slice assignment costs numba seconds to compile
+            cidx[k] = idx[k]
+    return _rows_capacity(cbuf, cowner, cstate[CR_STRIDE])
+
+
+@njit(cache=True, inline="always")
+def _rows_capacity(cbuf, cowner, stride):
+    return max(1, min(cowner.shape[0], cbuf.shape[0] // stride))
 
 
 @njit(cache=True)
-def _rows_view(cbuf, max_rows, stride):
-    rows = max(1, min(max_rows, cbuf.shape[0] // stride))
-    return cbuf[:rows * stride].reshape((rows, stride))
-
-
-@njit(cache=True)
-def _restride(cbuf, max_rows, cstate, n_act):
+def _restride(cbuf, cowner, cstate, n_act):
     """After shrinking to ``n_act`` positions, pack the cached rows at that stride once it is
     a quarter below the old one, so that the cache holds as many rows as the budget allows
     (rows kept at the full set's stride would leave room for a fraction of the active set).
-    Rows move to lower addresses in order, so no value is overwritten before it is read."""
+    Rows move to lower addresses in order, so no value is overwritten before it is read.
+    Returns the rows the cache now holds."""
     old = cstate[CR_STRIDE]
     if 4 * n_act > 3 * old or n_act < 1:
-        return _rows_view(cbuf, max_rows, old)
+        return _rows_capacity(cbuf, cowner, old)
     for r in range(cstate[CR_USED]):
         for k in range(n_act):
             cbuf[r * n_act + k] = cbuf[r * old + k]
     cstate[CR_STRIDE] = n_act
-    return _rows_view(cbuf, max_rows, n_act)
+    return _rows_capacity(cbuf, cowner, n_act)
 
 
 @njit(cache=True, error_model="numpy")
@@ -267,7 +272,7 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
         yG[k] = y[t] * G[t]
         Dc[k] = QD[t]
         up[k], low[k] = _membership(yc[k], ac[k], Uc[k])
-    crows = _compact_rows_for(idx, n_act, cbuf, crow_of, cowner, cidx, cstate)
+    rows = _compact_rows_for(idx, n_act, cbuf, crow_of, cowner, cidx, cstate)
     gain = np.empty(n_act)
     lowkey = np.empty(n_act)
     upkey = np.empty(n_act)
@@ -299,9 +304,10 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
             pj = -1
             kept, moves = shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low,
                                           n_act, holes, sources)
-            _move_columns(crows, cstate[CR_USED], holes, sources, moves)
-            crows = _restride(cbuf, cowner.shape[0], cstate, kept)
-            cidx[:kept] = idx[:kept]
+            _move_columns(cbuf, cstate[CR_STRIDE], cstate[CR_USED], holes, sources, moves)
+            rows = _restride(cbuf, cowner, cstate, kept)
+            for k in range(kept):
+                cidx[k] = idx[k]
             cstate[CR_LAYOUT] = kept
             n_act = kept
             state[STATE_NACT] = n_act
@@ -318,7 +324,7 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
             state[STATE_PEND_I] = i
             status = NEED_ROW
             break
-        Ki = _compact_row(i, data[si], idx, n_act, crows, crow_of, cowner, cstamp, cstate)
+        Ki = _compact_row(i, data[si], idx, n_act, cbuf, rows, crow_of, cowner, cstamp, cstate)
         Dii = Dc[pi]
         if not resumed:
             _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act)
@@ -336,7 +342,7 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
             state[STATE_PEND_J] = j
             status = NEED_ROW
             break
-        Kj = _compact_row(j, data[sj], idx, n_act, crows, crow_of, cowner, cstamp, cstate)
+        Kj = _compact_row(j, data[sj], idx, n_act, cbuf, rows, crow_of, cowner, cstamp, cstate)
         yi = yc[pi]
         yj = yc[pj]
         qij = yi * yj * Ki[pj]
@@ -481,10 +487,10 @@ def shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, ho
 
 
 @njit(cache=True)
-def _move_columns(crows, rows, holes, sources, moves):
+def _move_columns(cbuf, stride, rows, holes, sources, moves):
     """Apply the moves of :func:`shrink_compact` to the first ``rows`` compact rows, as
     libsvm's cache swaps the columns of its rows when it shrinks."""
     for r in range(rows):
-        row = crows[r]
+        start = r * stride
         for m in range(moves):
-            row[holes[m]] = row[sources[m]]
+            cbuf[start + holes[m]] = cbuf[start + sources[m]]
