@@ -6,7 +6,7 @@ set selection using second order information for training support vector machine
 rows of K from the solver's :class:`muflow.solvers.rowcache.RowCache` (see
 :mod:`muflow.solvers._subset_compiled` for the resumable protocol: ``NEED_ROW`` and the
 state array) and keeps, across calls, a second cache of those rows restricted to the
-active set (:class:`CompactRows` on the Python side).
+active set (its arrays: :func:`muflow.solvers.smo.compact_rows`).
 
 Notation as in :mod:`muflow.solvers.problem`: for one column, G = Q alpha + p with
 Q = diag(y) K diag(y), bounds 0 <= alpha_i <= U_i.
@@ -253,7 +253,9 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
     of G holds y_t G_t, in which both index sets of WSS 2 rank the same way (i maximises
     -y G over I_up, j is chosen over I_low with gradient y G), and set membership is kept
     in two flag arrays that change only at the pair a step moves. Multiplying by y = +-1
-    is exact, so every step is the one the branching form takes.
+    is exact, so every step is the one the branching form takes. The arg-mins are block
+    reductions (:func:`_block_minima`) whose ties go to the largest sample index: the steps
+    do not depend on the order shrinking leaves the positions in.
     """
     n_act = state[STATE_NACT]
     idx = act[:n_act].copy()
