@@ -54,10 +54,11 @@ COMPACT_ROWS_BYTES = 128 << 20
 def compact_rows(n: int, dtype) -> tuple:
     """The arrays of the pair steps' compact-row cache (rows of K over the active set, see
     :func:`muflow.solvers._pairs_compiled.smo_pairs`): at most ``COMPACT_ROWS_BYTES`` of
-    rows, kept across the calls of one column so that a resumed call finds its rows again.
-    The buffer is not touched until rows are stored in it."""
+    rows, and room for two at least (a step reads the rows of i and j at once), kept across
+    the calls of one column so that a resumed call finds its rows again. The buffer is not
+    touched until rows are stored in it."""
     dtype = np.dtype(dtype)
-    size = max(1, min(COMPACT_ROWS_BYTES // dtype.itemsize, n * n))
+    size = max(2 * n, min(COMPACT_ROWS_BYTES // dtype.itemsize, n * n))
     return (np.empty(size, dtype=dtype), np.full(n, -1, dtype=np.int64),
             np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
             np.empty(n, dtype=np.int64), np.zeros(pc.CR_SIZE, dtype=np.int64))

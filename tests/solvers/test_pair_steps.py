@@ -125,3 +125,17 @@ def test_compact_rows_stay_exact_through_shrinking(a8a_problem):
         return 0.5 * a @ Q @ a - a.sum()
 
     assert abs(objective(alpha) - objective(full_alpha)) <= 1e-3 * abs(objective(full_alpha))
+
+
+def test_a_cache_of_two_compact_rows_takes_the_same_steps(a8a_problem, monkeypatch):
+    """The least a step needs (the rows of i and j at once): rows are replaced every step."""
+    import muflow.solvers.smo as smo
+
+    K, y = a8a_problem
+    n = len(y)
+    ref_alpha, ref_steps, *_ = run_pairs(K, y, 10.0, np.arange(n), shrinking=True, shrink_every=50)
+    monkeypatch.setattr(smo, "COMPACT_ROWS_BYTES", 8)
+    alpha, steps, compact, *_ = run_pairs(K, y, 10.0, np.arange(n), shrinking=True, shrink_every=50)
+    assert compact[0].size == 2 * n
+    assert steps == ref_steps
+    np.testing.assert_array_equal(alpha, ref_alpha)
