@@ -155,11 +155,28 @@ def _compact_rows_for(idx, n_act, cbuf, crow_of, cowner, cidx, cstate):
         for r in range(cstate[CR_USED]):
             crow_of[cowner[r]] = -1
         cstate[CR_USED] = 0
-        cstate[CR_LAYOUT] = n_act
         cstate[CR_STRIDE] = max(n_act, 1)
-        for k in range(n_act):  # a loop: a slice assignment costs numba seconds to compile
-            cidx[k] = idx[k]
+        _record_layout(idx, n_act, cidx, cstate)
     return _rows_capacity(cbuf, cowner, cstate[CR_STRIDE])
+
+
+@njit(cache=True, inline="always")
+def _record_layout(idx, n_act, cidx, cstate):
+    """The layout the cached rows are built on: ``idx[:n_act]``."""
+    for k in range(n_act):  # a loop: a slice assignment costs numba seconds to compile
+        cidx[k] = idx[k]
+    cstate[CR_LAYOUT] = n_act
+
+
+@njit(cache=True)
+def _shrink_rows(cbuf, cowner, cidx, cstate, idx, kept, holes, sources, moves):
+    """The cached rows follow a shrink of the active set to ``kept`` positions: the moves
+    of :func:`shrink_compact` applied to them, packed at the new stride when it pays
+    (:func:`_restride`), and the new layout recorded. Returns the rows the cache holds."""
+    _move_columns(cbuf, cstate[CR_STRIDE], cstate[CR_USED], holes, sources, moves)
+    rows = _restride(cbuf, cowner, cstate, kept)
+    _record_layout(idx, kept, cidx, cstate)
+    return rows
 
 
 @njit(cache=True, inline="always")
@@ -206,8 +223,8 @@ def _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act):
 @njit(cache=True)
 def _update_gradient(yG, up, Ki, Kj, ci, cj, upkey, n_act):
     """yG += ci K_i + cj K_j (the pair's change of y G), and ``upkey[k]`` = y_k G_k on I_up,
-    else +inf: its last arg-min is the next step's i (maximal -y G over I_up). One loop with
-    no reduction, so that it is vectorised."""
+    else +inf: the keys of the next step's i (:func:`_working_index`). One loop with no
+    reduction, so that it is vectorised."""
     for k in range(n_act):
         g = yG[k] + (ci * Ki[k] + cj * Kj[k])
         yG[k] = g
@@ -215,17 +232,25 @@ def _update_gradient(yG, up, Ki, Kj, ci, cj, upkey, n_act):
 
 
 @njit(cache=True)
-def _first_working_index(yG, up, upkey, bmin, idx, n_act):
+def _working_index(yG, up, upkey, bmin, idx, n_act):
     """The position of the maximal -y G over I_up (ties: :func:`_tie_break`), -1 if I_up is
-    empty. A key of +inf (y G = +inf) is told apart from the +inf of a non-member."""
-    for k in range(n_act):
-        upkey[k] = yG[k] if up[k] else np.inf
+    empty, from the keys ``upkey`` (y G on I_up, +inf elsewhere). A y G of +inf, whose key
+    is the +inf of a non-member, is looked for apart."""
     pos = _argmin(upkey, bmin, idx, n_act)
     if pos < 0:
         for k in range(n_act):
             if up[k] and yG[k] == np.inf and (pos < 0 or idx[k] > idx[pos]):
                 pos = k
     return pos
+
+
+@njit(cache=True)
+def _first_working_index(yG, up, upkey, bmin, idx, n_act):
+    """:func:`_working_index` with the keys written first (a step's end writes them with its
+    gradient update, :func:`_update_gradient`)."""
+    for k in range(n_act):
+        upkey[k] = yG[k] if up[k] else np.inf
+    return _working_index(yG, up, upkey, bmin, idx, n_act)
 
 
 @njit(cache=True)
@@ -306,11 +331,7 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
             pj = -1
             kept, moves = shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low,
                                           n_act, holes, sources)
-            _move_columns(cbuf, cstate[CR_STRIDE], cstate[CR_USED], holes, sources, moves)
-            rows = _restride(cbuf, cowner, cstate, kept)
-            for k in range(kept):
-                cidx[k] = idx[k]
-            cstate[CR_LAYOUT] = kept
+            rows = _shrink_rows(cbuf, cowner, cidx, cstate, idx, kept, holes, sources, moves)
             n_act = kept
             state[STATE_NACT] = n_act
         resumed = pj >= 0
@@ -416,9 +437,7 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
         up[pj], low[pj] = _membership(yj, aj, Cj)
         pj = -1
         _update_gradient(yG, up, Ki, Kj, ci, cj, upkey, n_act)
-        pi = _argmin(upkey, bmin, idx, n_act)
-        if pi < 0:  # I_up is empty, or its y G are all +inf
-            pi = _first_working_index(yG, up, upkey, bmin, idx, n_act)
+        pi = _working_index(yG, up, upkey, bmin, idx, n_act)
         state[STATE_ITER] += 1
         state[STATE_SHRINK] += 1
         curve[state[STATE_CURVE]] = F[0]

@@ -307,11 +307,11 @@ class ColumnState:
         n_act = act.size
         if self.equality:
             yG = np.ascontiguousarray(v["yG"])
-            moves = np.empty(n_act, dtype=np.int64), np.empty(n_act, dtype=np.int64)
+            holes_and_sources = np.empty(n_act, dtype=np.int64), np.empty(n_act, dtype=np.int64)
             kept, _ = pc.shrink_compact(self.y, self.alpha, self.G, act, act.copy(),
                                         v["y"].copy(), v["U"].copy(), v["a"].copy(), yG,
                                         self.QD[act], v["up"].copy(), v["low"].copy(), n_act,
-                                        *moves)
+                                        *holes_and_sources)
         else:
             kept = sc._shrink_single(self.U, self.alpha, self.G, act, n_act, float(v["score"].max()))
         self.act = np.sort(act[:kept])
