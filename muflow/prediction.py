@@ -278,7 +278,7 @@ def blocked_decision(X, block, W, n_columns) -> np.ndarray:
     ``block(rows)`` returns K(rows, SV) as float64 from rows evaluated against
     ``n_columns`` columns, each block within :data:`PREDICT_BLOCK_BYTES`.
     """
-    n = X.shape[0]
+    n = X.shape[0] if hasattr(X, "shape") else len(X)  # a callable kernel takes anything
     scores = np.empty((n, W.shape[1]))
     step = max(1, PREDICT_BLOCK_BYTES // (8 * max(n_columns, 1)))
     for start in range(0, n, step):
