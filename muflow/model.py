@@ -861,7 +861,7 @@ default="rbf"
         """This model's :class:`muflow.prediction.Predictor`, prepared at its first
         prediction after a fit or a load and kept (outside the estimator: clones, pickles
         and the Dask graph do not carry it) until one of the fitted arrays it was built
-        from is replaced."""
+        from is replaced (an array edited in place is not seen: assign a new one)."""
         sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
         cached = _PREDICTORS.get(self)
         if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
