@@ -266,15 +266,16 @@ class Predictor:
             # few rows of sparse data (one a8a row: 14 of 123 features): the product over
             # the features they use reads that share of the support vectors
             A_cast, ST = np.ascontiguousarray(A_cast[:, used]), ST[used]
-        if dtype == np.float32 and self.kernel.name == "rbf":
+        if self.kernel.name == "rbf":
             # the finish and the sum against W fused, row by row in cache (a8a.t x 10: the
             # float64 copy of K and its product took 0.6 of 2.3 s)
             from muflow import _kernel_compiled as kc
 
             np.matmul(A_cast, ST, out=K)
             scores = np.empty((A.shape[0], self.weights.shape[1]))
-            kc.rbf_decisions(K, sq_A, self.sq_support[dtype], float(self.kernel.gamma),
-                             np.float32(self.kernel.offset), self.weights_T, scores)
+            fused = kc.rbf_decisions if dtype == np.float32 else kc.rbf_decisions64
+            fused(K, sq_A, self.sq_support[dtype], float(self.kernel.gamma),
+                  dtype.type(self.kernel.offset), self.weights_T, scores)
         else:
             self.kernel.block_into(A_cast, None, K, BT=ST, sq_A=sq_A, sq_B=self.sq_support[dtype])
             scores = K.astype(np.float64, copy=False) @ self.weights

@@ -174,3 +174,22 @@ def test_support_vectors_too_large_to_hold_dense_take_the_sparse_product(monkeyp
     for rows in (X_test, X_test.toarray()):
         np.testing.assert_allclose(model.decision_function(rows),
                                    reference_decisions(model, X_test).ravel(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_compiled_float64_exponential_matches_numpys():
+    from numba import njit
+
+    from muflow._kernel_compiled import exp_nonpositive64
+
+    @njit
+    def evaluate(x, out):
+        for i in range(x.shape[0]):
+            out[i] = exp_nonpositive64(x[i])
+
+    rng = np.random.default_rng(0)
+    x = -np.concatenate([rng.random(20000) * 40, rng.random(2000) * 800, [0.0, 707.9, 708.5, 1e4]])
+    out = np.empty_like(x)
+    evaluate(x, out)
+    normal = x >= -708
+    np.testing.assert_allclose(out[normal], np.exp(x[normal]), rtol=1e-15, atol=0)
+    assert np.all(out[~normal] == 0.0)
