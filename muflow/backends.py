@@ -119,8 +119,8 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
 def rows_on_workers(X, kernel, client, *, cache_mb=256.0):
     """X partitioned over the workers of ``client`` (a Client or a scheduler address,
     connected here and owned by the operator) for the working-set solver there
-    (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
-    from muflow.dask_working_set import DaskRowPartitions
+    (:class:`muflow.dask_partitions.DaskRowPartitions`)."""
+    from muflow.dask_partitions import DaskRowPartitions
 
     return _connected(client, lambda c, owns: DaskRowPartitions(X, kernel, c, owns_client=owns,
                                                                 cache_mb=cache_mb))

@@ -354,7 +354,7 @@ default="rbf"
 
     def _validate_dask_input(self, X, y):
         """A dask.array or dask.dataframe X stays on the workers (its partitions become
-        the solver's, :class:`muflow.dask_working_set.DaskRowPartitions`); y (O(n)) comes
+        the solver's, :class:`muflow.dask_partitions.DaskRowPartitions`); y (O(n)) comes
         to the client. Non-finite values are refused by the worker that holds them."""
         if not self._on_workers():
             raise MuflowInputError(
@@ -365,7 +365,7 @@ default="rbf"
             X = X.to_dask_array(lengths=True)
         if X.ndim != 2:
             raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
-        from muflow.dask_working_set import check_finite_blocks
+        from muflow.dask_partitions import check_finite_blocks
 
         check_finite_blocks(X)
         if _is_dask_collection(y):

@@ -12,6 +12,9 @@ import numpy as np
 from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
 from muflow.solvers.problem import DualProblem, DualSolution
 
+#: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
+MAX_STALLS = 20
+
 
 class Column:
     """Problem j of a batch as contiguous vectors: y, U (upper), p (linear)."""
@@ -72,6 +75,31 @@ class Column:
             elif s_neg > s_pos and s_neg > 0:
                 alpha[~pos] *= s_pos / s_neg
         return np.ascontiguousarray(alpha)
+
+
+class StallGuard:
+    """What an outer loop does after a certificate fails: libsvm's unshrinking (every
+    variable back, by the caller) and, when nothing had been shrunk, so that the loop's own
+    stopping gap was the problem, a gap four times tighter; after :data:`MAX_STALLS` of
+    those the gap cannot be closed further (rounding) and the loop gives up uncertified.
+
+    Shared by the working-set loop (:func:`muflow.solvers.working_set_loop.run_column`) and
+    SMO's outer loop (:func:`muflow.solvers.smo.smo_column`).
+    """
+
+    def __init__(self, tol: float, max_stalls: int = MAX_STALLS):
+        self.gap_tol = float(tol)
+        self.stalls = 0
+        self.max_stalls = max_stalls
+
+    def go_on(self, shrunk: bool) -> bool:
+        """After a failed certificate: False to give up."""
+        if not shrunk:
+            self.stalls += 1
+            if self.stalls > self.max_stalls:
+                return False
+            self.gap_tol *= 0.25
+        return True
 
 
 def pad_curves(curves) -> np.ndarray:
