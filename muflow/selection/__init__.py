@@ -2,8 +2,10 @@
 
 - :mod:`~muflow.selection.grid`: the grid, its one schema and the options' checks (a run
   configuration file is read by :func:`muflow.config.load_grid_toml`);
-- :mod:`~muflow.selection.paths`: solve paths (batched, continuation, successive halving,
-  forked processes) and the refit on all samples;
+- :mod:`~muflow.selection.kernel_solve`: the solves of one kernel setting, its columns
+  and the refit on all samples, by one of the paths:
+  :mod:`~muflow.selection.batched` (with :mod:`~muflow.selection.halving`) or
+  :mod:`~muflow.selection.continuation` (chains shared by :mod:`~muflow.selection.fork_pool`);
 - :mod:`~muflow.selection.scoring`: CV accuracies from one product with K;
 - :mod:`~muflow.selection.records`: the typed records passed between them;
 - :mod:`~muflow.selection.rundir`: the run directory (resume, results.csv, best.json);
