@@ -8,7 +8,8 @@ A fit has three choices to make, each made here once:
 - with a Dask client, where the work runs: the whole fit on one worker as one task
   (:func:`fits_as_one_task`), or every solver iteration against X partitioned over the
   workers (:func:`runs_on_workers`), or against a Gram store built on the cluster;
-- which solver runs when the caller asks for "auto" (:func:`solver_for`).
+- which solver runs when the caller asks for "auto" (:func:`solver_for`), and for a
+  sweep, which solver and which path along C (:func:`sweep_solver`).
 
 The rules weigh the solver: a product ``K @ V`` reads all of K every pass, a working set
 reads only the rows it touches. Which operator then serves K is the one factory's job
