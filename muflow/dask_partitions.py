@@ -295,10 +295,9 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
 
 
 def _memory_in_use() -> int:
-    """On a worker: its resident memory once the partitions' code is imported."""
+    """On a worker: its resident memory, once this module (what a partition runs) is imported
+    there to run this function."""
     import psutil
-
-    import muflow.dask_panels  # noqa: F401  what a partition's actor imports
 
     return int(psutil.Process().memory_info().rss)
 

@@ -11,12 +11,9 @@ Gram (:mod:`muflow.probability`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import inspect
 import numbers
 import time
-import uuid
 import warnings
 
 import numpy as np
@@ -38,6 +35,7 @@ from muflow.memory import GRAM_CHOICES
 from muflow.multiclass import (MULTICLASS, binary_problems, libsvm_dual_coef, ovo_coef,
                                ovr_scores, pair_coefficients, predict_index)
 from muflow.progress import FitProgress
+from muflow.routing import fits_as_one_task, gram_mode, runs_on_workers, solver_for
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
@@ -46,18 +44,6 @@ from muflow.validation import check_bool, check_choice, check_number, check_per_
 #: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
 #: bytes (float64), so that predicting on many samples never holds n_samples x n_SV at once.
 PREDICT_BLOCK_BYTES = 64 * 2**20
-
-#: gram="auto" computes kernel rows on demand (the working-set solver) above this many
-#: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
-#: where a stored K costs all n^2 values. Measured on a8a subsets, RBF gamma=0.05, C=1
-#: (stored + smo against rows + working_set): 0.57 s / 0.52 s at 8,000 rows, 1.48 / 0.85 at
-#: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
-ROWS_MIN_SAMPLES = 8192
-
-#: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
-#: whole on one worker as one task (:meth:`SVC._fit_as_one_task`): a pass of a solver on
-#: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
-ONE_TASK_MAX_SAMPLES = 4096
 
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
@@ -190,10 +176,10 @@ default="rbf"
         bias as a constant 1 added to the kernel (keeps a non-negative kernel
         non-negative); "none": hyperplane through the origin, as in the papers.
     client : distributed.Client or str, optional
-        Train on a Dask cluster. A problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples
-        in memory is fitted whole on one worker as one task, whatever the solver. Above,
-        with ``solver="auto"`` or ``"working_set"``, X stays on
-        the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
+        Train on a Dask cluster. A problem of at most
+        :data:`muflow.routing.ONE_TASK_MAX_SAMPLES` samples in memory is fitted whole on one
+        worker as one task, whatever the solver. Above, with ``solver="auto"`` or
+        ``"working_set"``, X stays on the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
         the working-set solver runs one round trip per iteration sending O(q d)
         (:mod:`muflow.dask_working_set`). A multiplicative solver ("m3", "munk", ...) runs
@@ -215,8 +201,8 @@ default="rbf"
         "stored" builds the whole n x n K once (fastest while it fits; refused before any
         allocation, naming the size, when it does not); "rows" computes rows of K from X on
         demand (:class:`muflow.kernel_rows.KernelRows`, memory O(n * rows cached));
-        "auto" stores K up to :data:`ROWS_MIN_SAMPLES` samples and computes rows above, or
-        sooner when K would take more than half the available memory. Ignored with
+        "auto" stores K up to :data:`muflow.routing.ROWS_MIN_SAMPLES` samples and computes
+        rows above, or sooner when K would take more than half the available memory. Ignored with
         ``client`` or ``kernel="precomputed"``.
 
     Attributes
@@ -356,7 +342,7 @@ default="rbf"
         """A dask.array or dask.dataframe X stays on the workers (its partitions become
         the solver's, :class:`muflow.dask_partitions.DaskRowPartitions`); y (O(n)) comes
         to the client. Non-finite values are refused by the worker that holds them."""
-        if not self._on_workers():
+        if not runs_on_workers(self.client, self.kernel, self.solver):
             raise MuflowInputError(
                 "X is a dask collection: fit it on the cluster with client=... (a Client or a "
                 "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
@@ -458,7 +444,8 @@ default="rbf"
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
-        if checkpoint_dir is None and self._one_task(X):
+        if checkpoint_dir is None and self.client is not None and fits_as_one_task(
+                self.client, _num_samples(X), dask_input=_is_dask_collection(X)):
             return self._fit_as_one_task(X, y, sample_weight, offset)
         X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
@@ -480,24 +467,12 @@ default="rbf"
         from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
-        operator = None
-        if self._on_workers():
-            from muflow.backends import partitioned_operator
-
-            operator = partitioned_operator(X, kernel, self.client, solver=self.solver,
-                                            gram_dtype=self.gram_dtype,
-                                            cache_mb=float(self.cache_size))
-            if operator is None and _is_dask_collection(X):
-                raise MuflowInputError(
-                    f"the kernel panels of {n} samples do not fit in the workers' memory "
-                    f"(muflow.dask_panels.panels_fit), and solver {self.solver!r} would need "
-                    "the Gram store built from X in this process: use solver='working_set', "
-                    "give the workers more memory, or pass a NumPy array")
-        if operator is None:
-            operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
-                                     gram=self._gram_for(n))
+        operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
+                                 cache_mb=float(self.cache_size), gram=gram_mode(self.gram, n),
+                                 gram_dtype=self.gram_dtype)
         try:
-            info = choose_solver(self._solver_for(operator), intercept=self.intercept,
+            info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
+                                 intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
         except BaseException:
             operator.close()
@@ -515,7 +490,8 @@ default="rbf"
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
-        options = self._solver_options(info, progress)
+        options = info.options(cache_mb=self.cache_size, shrinking=self.shrinking,
+                               progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
             solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
@@ -527,28 +503,15 @@ default="rbf"
             else:
                 self._probA = self._probB = np.empty(0)
             if _is_dask_collection(X_fit):  # the support vectors' rows, from the workers
-                X_fit = _RowsOnWorkers(operator, X_fit.shape)
+                from muflow.dask_fitting import RowsOnWorkers
+
+                X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
         self._warn_from_fit_status()
         return self
-
-    def _solver_options(self, info, progress) -> dict:
-        """What the solver takes beyond the common signature: the row cache in MB,
-        shrinking, progress reporting, and libsvm's iteration unit (smo)."""
-        accepted = inspect.signature(info.solve).parameters
-        options = {}
-        if info.needs == "rows" and "cache_mb" in accepted:
-            options["cache_mb"] = float(self.cache_size)
-        if "shrinking" in accepted:
-            options["shrinking"] = bool(self.shrinking)
-        if progress is not None and info.reports_progress:
-            options["progress"] = progress
-        if "libsvm_iterations" in accepted:
-            options["libsvm_iterations"] = True
-        return options
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
@@ -575,76 +538,22 @@ default="rbf"
                 f"Solver terminated early (max_iter={self.max_iter}).  Consider pre-processing "
                 "your data with StandardScaler or MinMaxScaler.", ConvergenceWarning, stacklevel=3)
 
-    def _gram_for(self, n: int) -> str:
-        """The ``gram`` asked for; "auto" above :data:`ROWS_MIN_SAMPLES` samples is "rows"
-        (below, :func:`muflow.backends.gram_operator` stores K when it fits)."""
-        if self.gram == "auto" and n > ROWS_MIN_SAMPLES:
-            return "rows"
-        return self.gram
-
-    def _one_task(self, X) -> bool:
-        """With a client, a problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples (in
-        memory, not a dask collection) is fitted on one worker as one task."""
-        return (self.client is not None and not _is_dask_collection(X)
-                and _num_samples(X) <= ONE_TASK_MAX_SAMPLES)
-
     def _fit_as_one_task(self, X, y, sample_weight, offset):
-        """The whole fit on one worker, next to its data, as one task: a round trip per
-        fit instead of one per solver iteration. The fitted attributes come back."""
-        from muflow.distributed import lost_scheduler_error
+        """The whole fit on one worker, next to its data, as one task
+        (:func:`muflow.dask_fitting.fit_on_one_worker`): a round trip per fit instead of one
+        per solver iteration. The fitted attributes come back."""
+        from muflow.dask_fitting import fit_on_one_worker
 
-        client, owned = self.client, False
-        if isinstance(client, str):
-            from muflow.cluster import connect
-
-            client, owned = connect(client), True
         params = self.get_params(deep=False)
         params.update(client=None, verbose=False)
-        t0 = time.perf_counter()
-        try:
-            for attempt in (0, 1):
-                try:
-                    fitted = _fitter_on(client).fit(params, X, y, sample_weight, offset)
-                    break
-                except (OSError, _LostFit):  # the actor or its worker is gone, not the fit
-                    if getattr(client, "status", "running") != "running":
-                        raise lost_scheduler_error(client) from None
-                    _FITTERS.pop(client, None)  # a new actor, once
-                    if attempt:
-                        raise
-        finally:
-            if owned:
-                _FITTERS.pop(client, None)
-                client.close()
+        fitted, seconds = fit_on_one_worker(type(self)(**params), self.client, X, y,
+                                            sample_weight, offset)
         for name, value in vars(fitted).items():
             if name not in params:
                 setattr(self, name, value)
-        self.timings_ = dict(self.timings_, one_task=time.perf_counter() - t0)
+        self.timings_ = dict(self.timings_, one_task=seconds)
         self._warn_from_fit_status()
         return self
-
-    def _on_workers(self) -> bool:
-        """With a client, the working-set solver (``solver="auto"`` or ``"working_set"``)
-        runs on X partitioned over the workers (:mod:`muflow.dask_working_set`), and so do
-        the multiplicative solvers, on kernel panels computed there when they fit in the
-        workers' memory (:mod:`muflow.dask_panels`); the other solvers run on a Gram store
-        built there (:class:`muflow.distributed.DaskGram`)."""
-        if self.client is None or not isinstance(self.kernel, str) or self.kernel == "precomputed":
-            return False
-        from muflow.dask_panels import runs_on_panels
-
-        return self.solver in ("auto", "working_set") or runs_on_panels(self.solver)
-
-    def _solver_for(self, operator) -> str:
-        """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
-        cluster) or on X partitioned over a cluster, the working-set solver, which fetches
-        rows q at a time in one product."""
-        if getattr(operator, "partitioned", False) and self.solver == "auto":
-            return "working_set"
-        if (self.solver == "auto" and self.client is None and operator.dense is None
-                and "working_set" in SOLVERS):
-            return "working_set"
-        return self.solver
 
     def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
         from muflow.checkpoint import Checkpointer, load_checkpoint
@@ -960,112 +869,3 @@ default="rbf"
                 f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
                 f"of samples at training time: a precomputed kernel for prediction is "
                 f"K(X_test, X_train), got shape {tuple(shape)}")
-
-
-class _Fitter:
-    """Actor on one worker that runs :meth:`SVC._fit_as_one_task`'s fits in process: a
-    call goes from the client to the worker directly (no scheduler, no task): on 537 rows
-    with smo, 3.9 ms over the in-process fit where a task added 14 ms. ``calls`` says which
-    fits it has begun and which it has ended, for :meth:`_FitterOn.fit` to tell a fit still
-    at work from a call or reply that was lost."""
-
-    def __init__(self):
-        self.running = set()
-        self.ended = collections.deque(maxlen=64)
-
-    @property
-    def calls(self) -> tuple[set, list]:
-        return set(self.running), list(self.ended)
-
-    def fit(self, token, params, X, y, sample_weight, offset):
-        self.running.add(token)
-        try:
-            return SVC(**params).fit(X, y, sample_weight=sample_weight, offset=offset)
-        finally:
-            self.running.discard(token)
-            self.ended.append(token)
-
-
-class _LostFit(RuntimeError):
-    """A call to a :class:`_Fitter` that will never answer: its actor or the reply is gone."""
-
-
-#: How often a wait for a :class:`_Fitter` looks whether its call is still alive, and how
-#: long a call may be neither running on the worker nor answered (in transit: at most
-#: :data:`ONE_TASK_MAX_SAMPLES` rows each way) before it counts as lost.
-FITTER_POLL_S = 1.0
-FITTER_LOST_S = 30.0
-
-
-class _FitterOn:
-    """A :class:`_Fitter` on one of ``client``'s workers, with the future that keeps it.
-
-    Notes
-    -----
-    distributed's actors have two traps that hung a small fit forever (seen with a cold
-    numba cache, which changes the timing). An actor binds its calls to the *current*
-    client (``get_client()``), which for a client made with ``set_as_default=False``, as
-    :func:`muflow.cluster.connect` makes them, is another client or none; and an actor lives
-    only as long as a client holds its future, so dropping the future of ``submit`` frees it
-    on its worker. A call that reaches the worker after that fails there with a KeyError,
-    which ``Actor`` drops in a callback without setting its ``ActorFuture``: ``result()``
-    waits forever. Here the actor is read under ``client.as_current()`` and its future is
-    kept; a wait looks every :data:`FITTER_POLL_S` whether the call is still alive, so
-    that whatever else loses a call raises :class:`_LostFit` instead of hanging.
-    """
-
-    def __init__(self, client):
-        self.future = client.submit(_Fitter, actor=True, pure=False)
-        with client.as_current():
-            self.actor = self.future.result()
-
-    def fit(self, params, X, y, sample_weight, offset):
-        """The fitted :class:`SVC`; the fit's own errors pass through as raised."""
-        token = uuid.uuid4().hex
-        call = self.actor.fit(token, params, X, y, sample_weight, offset)
-        quiet = 0.0
-        while True:
-            try:
-                return call.result(timeout=FITTER_POLL_S)
-            except TimeoutError:
-                pass
-            if self.future.status != "finished":
-                raise _LostFit(f"the fit's actor is {self.future.status}")
-            try:
-                running, ended = self.actor.calls
-            except OSError:
-                raise
-            except Exception as exc:  # the actor is no longer on its worker
-                raise _LostFit(f"the fit's actor cannot be read: {exc!r}") from exc
-            # a call queued behind another one on the actor's thread has not begun yet
-            quiet = 0.0 if token in running or (running and token not in ended) else quiet + FITTER_POLL_S
-            if quiet >= FITTER_LOST_S:
-                where = "its reply" if token in ended else "the call"
-                raise _LostFit(f"{where} was lost: nothing came back in {FITTER_LOST_S:g} s")
-
-
-#: One :class:`_FitterOn` per client, started by the first small fit (a client that closes
-#: drops its own).
-_FITTERS: dict = {}
-
-
-def _fitter_on(client) -> _FitterOn:
-    for other in [c for c in _FITTERS if c.status in ("closing", "closed")]:
-        _FITTERS.pop(other, None)
-    fitter = _FITTERS.get(client)
-    if fitter is None:
-        fitter = _FITTERS[client] = _FitterOn(client)
-    return fitter
-
-
-class _RowsOnWorkers:
-    """Rows of X that live on the workers, as :meth:`SVC._set_fitted` reads them:
-    ``X[support]`` fetched from their partitions."""
-
-    def __init__(self, operator, shape):
-        self.operator = operator
-        self.shape = tuple(shape)
-
-    def __getitem__(self, idx):
-        return self.operator.take(idx)
-

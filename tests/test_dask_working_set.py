@@ -9,7 +9,7 @@ import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_classification
 
 import muflow
-import muflow.model
+import muflow.routing
 from muflow.dask_partitions import DaskRowPartitions
 from muflow.dask_working_set import solve_working_set_dask
 from muflow.exceptions import MuflowInputError
@@ -34,8 +34,8 @@ def client():
 @pytest.fixture(autouse=True)
 def iterate_on_the_workers(monkeypatch):
     """These problems are small enough to be fitted whole on one worker as one task
-    (muflow.model.ONE_TASK_MAX_SAMPLES): this module tests the per-iteration path."""
-    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
+    (muflow.routing.ONE_TASK_MAX_SAMPLES): this module tests the per-iteration path."""
+    monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
 
 
 @pytest.fixture(scope="module")

@@ -84,7 +84,8 @@ def grid_from_args(args):
     from dataclasses import replace
 
     from muflow.kernels import KERNEL_PARAMETERS
-    from muflow.selection import SweepGrid, load_grid_toml
+    from muflow.config import load_grid_toml
+    from muflow.selection import SweepGrid
 
     options = {}
     grid = None

@@ -1,7 +1,7 @@
 """What the sweep passes between its stages, as typed records.
 
 - :class:`KernelSolve`: every (C, fold, class) column of one Gram solved (a solve path's
-  output, :mod:`muflow.selection.paths`), with the decision values of every column;
+  output, :mod:`muflow.selection.kernel_solve`), with the decision values of every column;
 - :class:`Refit`: the best C of a kernel setting solved on all samples;
 - :class:`ConfigurationRow`: one configuration's cross-validation scores (a row of
   ``results.csv``);
@@ -24,7 +24,7 @@ from muflow.selection.grid import PARAM_ORDER
 @dataclass
 class KernelSolve:
     """All columns of one Gram: column ``(c * folds + f) * P + p`` is C index c, fold f,
-    binary problem p (:func:`muflow.selection.paths.columns`).
+    binary problem p (:func:`muflow.selection.kernel_solve.columns`).
 
     Attributes
     ----------
@@ -72,7 +72,7 @@ class KernelSolve:
 
 @dataclass
 class Refit:
-    """One configuration solved on all samples (:func:`muflow.selection.paths.refit`)."""
+    """One configuration solved on all samples (:func:`muflow.selection.kernel_solve.refit`)."""
 
     c_index: int = -1
     alpha: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
