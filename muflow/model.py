@@ -510,7 +510,8 @@ default="rbf"
         callback = progress.callback if progress is not None and not info.reports_progress else None
         init, checkpointer = None, None
         if checkpoint_dir is not None:
-            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
+            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem,
+                                                     info.name, kernel, X)
             callback = _chain(checkpointer, callback)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
@@ -646,11 +647,11 @@ default="rbf"
             return "working_set"
         return self.solver
 
-    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
-        from muflow.checkpoint import Checkpointer, load_checkpoint
+    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):
+        from muflow.checkpoint import Checkpointer, load_checkpoint, problem_fingerprint
 
         tag = {"solver": solver, "kernel": kernel.to_dict(), "C": float(self.C),
-               "intercept": self.intercept}
+               "intercept": self.intercept, "data": problem_fingerprint(X, problem)}
         ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
         checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
         return (None if ckpt is None else ckpt.init), checkpointer

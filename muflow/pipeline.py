@@ -193,6 +193,11 @@ def load_split(run_dir):
         if f"{part}_data" in out:  # CSR
             out[part] = sp.csr_matrix((out[f"{part}_data"], out[f"{part}_indices"], out[f"{part}_indptr"]),
                                       shape=tuple(out[f"{part}_shape"]))
+        values = out[part].data if sp.issparse(out[part]) else out[part]
+        if not np.all(np.isfinite(values)):  # the data stage refused non-finite input
+            raise MuflowInputError(
+                f"{run_dir / 'data.npz'} is damaged ({part} holds NaN or inf); delete it and "
+                f"data.json, then resume: the data stage runs again")
     return out["X_train"], out["X_test"], out["y_train"], out["y_test"]
 
 
