@@ -41,6 +41,8 @@ from muflow.progress import FitProgress
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
+from muflow.time_limit import chain as chain_deadline, check_time_limit, finish_fit
+from muflow.time_limit import start as start_deadline
 from muflow.validation import check_bool, check_choice, check_number, check_per_sample
 
 #: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
@@ -218,6 +220,12 @@ default="rbf"
         "auto" stores K up to :data:`ROWS_MIN_SAMPLES` samples and computes rows above, or
         sooner when K would take more than half the available memory. Ignored with
         ``client`` or ``kernel="precomputed"``.
+    time_limit : float, default=None
+        Seconds the fit may take (from the start of ``fit``, the kernel included): the
+        solver then stops cleanly with its best iterate so far, ``fit_status_`` is 1 and a
+        ``ConvergenceWarning`` names the limit and the KKT violation reached
+        (:mod:`muflow.time_limit`). None: no limit. Probability calibration
+        (``probability=True``) is not bounded by it.
 
     Attributes
     ----------
@@ -241,7 +249,8 @@ default="rbf"
     intercept_ : ndarray of shape (n_problems,)
         One per binary problem: 1, k(k-1)/2 (one-vs-one, pairs in libsvm's order) or k.
     fit_status_ : int
-        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter``.
+        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter`` or at
+        ``time_limit``.
     shape_fit_ : tuple
         Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)
@@ -288,6 +297,7 @@ default="rbf"
         client=None,
         gram_dtype="auto",
         gram="auto",
+        time_limit=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -310,6 +320,7 @@ default="rbf"
         self.client = client
         self.gram_dtype = gram_dtype
         self.gram = gram
+        self.time_limit = time_limit
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -345,6 +356,7 @@ default="rbf"
                 f"class_weight must be a dict {{class: weight}}, 'balanced' or None, got "
                 f"{self.class_weight!r}")
         check_random_state(self.random_state)
+        check_time_limit(self.time_limit)
 
     def _kernel_for(self, X) -> Kernel:
         if callable(self.kernel):
@@ -455,6 +467,7 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
@@ -513,6 +526,7 @@ default="rbf"
             init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem,
                                                      info.name, kernel, X)
             callback = _chain(checkpointer, callback)
+        callback = chain_deadline(deadline, callback)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
@@ -533,7 +547,8 @@ default="rbf"
                              fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
-        self._warn_from_fit_status()
+        if not finish_fit(self, deadline):
+            self._warn_from_fit_status()
         return self
 
     def _solver_options(self, info, progress) -> dict:

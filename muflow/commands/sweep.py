@@ -47,6 +47,11 @@ def add_parser(subparsers):
     p.add_argument("--n-jobs", dest="n_jobs", type=int,
                    help="continuation path: solve the folds in this many forked processes sharing K "
                         "(default: 1)")
+    p.add_argument("--time-limit", dest="time_limit", type=float, metavar="SECONDS",
+                   help="stop the sweep after SECONDS: running solves stop with their best "
+                        "iterates, settings not started are skipped, unfinished configurations "
+                        "say finished=False in results.csv; `sweep --resume` completes them "
+                        "(default: no limit; [sweep] time_limit in --config)")
     p.add_argument("--test-data", metavar="PATH", help="test set, same format as --data")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory")
     p.add_argument("--resume", action="store_true",
@@ -113,7 +118,7 @@ def grid_from_args(args):
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                "cache_dir", "n_jobs"):
+                "cache_dir", "n_jobs", "time_limit"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
@@ -149,6 +154,11 @@ def run(args) -> int:
     if result.test_metrics:
         print(f"test accuracy {result.test_metrics['accuracy']:.4f} on {result.test_metrics['n_samples']} samples")
     t = result.timings
+    unfinished = sum(not row.finished for row in result.table)
+    if unfinished:
+        print(f"time limit reached: {unfinished} of {len(result.table)} configurations not "
+              f"finished (finished=False in results.csv); continue with `python -m muflow sweep "
+              f"--resume --out {args.out}` and the same data and options")
     print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
           f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
           f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, refit {t['refit']:.1f} s, "

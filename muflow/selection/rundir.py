@@ -32,7 +32,7 @@ from muflow.selection.records import KernelRecord
 
 FORMAT_VERSION = 2  # 2: multiclass columns are one-vs-one pairs (were one-vs-rest)
 CSV_COLUMNS = ("kernel", "gamma", "degree", "coef0", "C", "mean_cv_accuracy", "std_cv_accuracy",
-               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path")
+               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path", "finished")
 
 
 def data_digest(X, y) -> str:
