@@ -67,6 +67,9 @@ def add_parser(subparsers):
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer (default: 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", action="store_true",
+                   help="with --scheduler: Dask's own log messages on stderr (default: into "
+                        "DIR/distributed.log)")
     return p
 
 
@@ -125,6 +128,28 @@ def grid_from_args(args):
     return grid.validate(), options
 
 
+def _is_lost(exc) -> bool:
+    from muflow.distributed import SchedulerLostError
+
+    return isinstance(exc, SchedulerLostError)
+
+
+def _lost_scheduler(client, args):
+    """The one line of a sweep whose scheduler went away: the command that continues it."""
+    import shlex
+    import sys
+
+    from muflow.distributed import SchedulerLostError, scheduler_address
+
+    argv = [a for a in sys.argv[1:] if a != "--resume"] if sys.argv[1:2] == ["sweep"] else \
+        ["sweep", "--data", args.data, "--scheduler", args.scheduler, "--out", args.out]
+    return SchedulerLostError(
+        f"the Dask scheduler at {scheduler_address(client)} is gone: the sweep cannot go on; "
+        f"its finished kernel settings are kept in {args.out}. Start the scheduler and its "
+        f"workers again and continue with `python -m muflow {shlex.join(argv)} --resume` "
+        f"(Dask's log: {args.out}/distributed.log)")
+
+
 def run(args) -> int:
     from muflow.selection import run_sweep
 
@@ -138,11 +163,20 @@ def run(args) -> int:
     if args.scheduler:
         from muflow.cluster import connect, print_dashboard
 
+        from pathlib import Path
+
+        from muflow.commands._cluster import quiet_distributed
+
+        quiet_distributed(Path(args.out) / "distributed.log", verbose=args.verbose)
         client = connect(args.scheduler, timeout=args.timeout)
         print_dashboard(client)
         try:
             result = run_sweep(X, y, grid, out_dir=args.out, client=client, resume=args.resume,
                                progress=not args.no_progress, **test, **options)
+        except Exception as exc:
+            if getattr(client, "status", "running") == "running" and not _is_lost(exc):
+                raise
+            raise _lost_scheduler(client, args) from None
         finally:
             client.close()
     else:
