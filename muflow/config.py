@@ -100,6 +100,7 @@ class SweepConfig:
     halving: int | None = None
     halving_min_iter: int = 10
     n_jobs: int = 1
+    time_limit: float | None = None  # seconds; None (left out): no limit
 
     def sweep_options(self) -> dict:
         """Keyword arguments of :func:`muflow.selection.run_sweep`."""

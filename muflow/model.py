@@ -39,6 +39,8 @@ from muflow.routing import fits_as_one_task, gram_mode, runs_on_workers, solver_
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
+from muflow.time_limit import chain as chain_deadline, check_time_limit, finish_fit
+from muflow.time_limit import start as start_deadline
 from muflow.validation import check_bool, check_choice, check_number, check_per_sample
 
 #: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
@@ -204,6 +206,12 @@ default="rbf"
         "auto" stores K up to :data:`muflow.routing.ROWS_MIN_SAMPLES` samples and computes
         rows above, or sooner when K would take more than half the available memory. Ignored with
         ``client`` or ``kernel="precomputed"``.
+    time_limit : float, default=None
+        Seconds the fit may take (from the start of ``fit``, the kernel included): the
+        solver then stops cleanly with its best iterate so far, ``fit_status_`` is 1 and a
+        ``ConvergenceWarning`` names the limit and the KKT violation reached
+        (:mod:`muflow.time_limit`). None: no limit. Probability calibration
+        (``probability=True``) is not bounded by it.
 
     Attributes
     ----------
@@ -227,7 +235,8 @@ default="rbf"
     intercept_ : ndarray of shape (n_problems,)
         One per binary problem: 1, k(k-1)/2 (one-vs-one, pairs in libsvm's order) or k.
     fit_status_ : int
-        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter``.
+        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter`` or at
+        ``time_limit``.
     shape_fit_ : tuple
         Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)
@@ -274,6 +283,7 @@ default="rbf"
         client=None,
         gram_dtype="auto",
         gram="auto",
+        time_limit=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -296,6 +306,7 @@ default="rbf"
         self.client = client
         self.gram_dtype = gram_dtype
         self.gram = gram
+        self.time_limit = time_limit
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -331,6 +342,7 @@ default="rbf"
                 f"class_weight must be a dict {{class: weight}}, 'balanced' or None, got "
                 f"{self.class_weight!r}")
         check_random_state(self.random_state)
+        check_time_limit(self.time_limit)
 
     def _kernel_for(self, X) -> Kernel:
         if callable(self.kernel):
@@ -441,6 +453,7 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
@@ -485,8 +498,10 @@ default="rbf"
         callback = progress.callback if progress is not None and not info.reports_progress else None
         init, checkpointer = None, None
         if checkpoint_dir is not None:
-            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
+            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem,
+                                                     info.name, kernel, X)
             callback = _chain(checkpointer, callback)
+        callback = chain_deadline(deadline, callback)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
@@ -510,7 +525,8 @@ default="rbf"
                              fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
-        self._warn_from_fit_status()
+        if not finish_fit(self, deadline):
+            self._warn_from_fit_status()
         return self
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
@@ -555,11 +571,11 @@ default="rbf"
         self._warn_from_fit_status()
         return self
 
-    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
-        from muflow.checkpoint import Checkpointer, load_checkpoint
+    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):
+        from muflow.checkpoint import Checkpointer, load_checkpoint, problem_fingerprint
 
         tag = {"solver": solver, "kernel": kernel.to_dict(), "C": float(self.C),
-               "intercept": self.intercept}
+               "intercept": self.intercept, "data": problem_fingerprint(X, problem)}
         ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
         checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
         return (None if ckpt is None else ckpt.init), checkpointer

@@ -21,13 +21,15 @@ from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.routing import sweep_solver
-from muflow.selection import rundir
+from muflow.selection import rundir, timeout
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
 from muflow.selection.records import KernelRecord, Refit
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
+from muflow.time_limit import bounded
+from muflow.time_limit import start as start_deadline
 
 
 @dataclass
@@ -73,7 +75,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
               halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
-              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None) -> SweepResult:
+              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
+              time_limit: float | None = None) -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
     Parameters
@@ -134,12 +137,21 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         demand, on each worker when X is partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
+    time_limit : float, optional
+        Seconds the sweep may take (from its start): the solves running then stop with
+        their best iterates so far (:mod:`muflow.selection.timeout`), the kernel settings
+        not yet started are not started, and every configuration not finished has
+        ``finished=False`` in ``results.csv`` (never-started ones with NaN scores). The
+        best model is chosen among finished configurations when there are any. Unfinished
+        settings are not recorded as done: ``resume=True`` solves them again. A
+        ``ConvergenceWarning`` says how many were cut. None: no limit.
 
     Returns
     -------
     SweepResult
     """
     t_start = time.perf_counter()
+    deadline = start_deadline(time_limit)
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
 
@@ -191,6 +203,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     counts_out = {"grams_built": 0, "kernels_solved": 0, "kernels_resumed": 0}
     path_report = {"settings": []}
     records = []
+    not_started = []  # rows of the settings the time limit left unstarted
     chosen_path = None
     bar = Progress(progress, total=len(settings) * len(Cs))
     buffer = None
@@ -203,7 +216,12 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 records.append(done)
                 bar.advance_configs(len(Cs))
                 continue
+            if deadline is not None and deadline.expired:
+                not_started.extend(timeout.not_started_rows(setting, Cs, folds, *solvers[i]))
+                bar.advance_configs(len(Cs))
+                continue
             info, kpath = solvers[i]
+            info = bounded(info, deadline)  # every solve and refit stops at the time limit
             if chosen_path is not None:
                 kpath = chosen_path
             t = time.perf_counter()
@@ -236,8 +254,12 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             for c, seconds in zip(Cs, res.seconds):
                 timings[solve_key(c)] += float(seconds)
             rows = configuration_rows(setting, Cs, res, splits, y_enc)
+            cut = deadline is not None and deadline.stopped
+            if cut:
+                rows = timeout.mark_unfinished(rows)
             c_best = best_index([rows])[1]
-            if beats(rows[c_best], records):
+            # a setting cut at the time limit is refitted only when nothing else finished
+            if (not records) if cut else beats(rows[c_best], records):
                 refit = refit_setting(operator, Y, Cs[c_best], res, c_best, info, intercept,
                                       tol, max_iter, member, options)
                 timings["refit"] += refit.seconds
@@ -250,7 +272,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
                                   refit=refit, curves=res.curves)
-            rundir.save_kernel(kdir, record, meta)
+            if not cut:  # a cut setting is not done: a resumed sweep solves it again
+                rundir.save_kernel(kdir, record, meta)
             records.append(record)
             bar.advance_configs(len(Cs))
             if on_kernel_done is not None:
@@ -261,8 +284,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         path_report["settings"].append({"setting": rec.setting, "solver": rec.solver,
                                         "path": rec.path, "solve_seconds": rec.solve_seconds})
 
-    table = [row for rec in records for row in rec.rows]
-    k_best, c_best = best_index([rec.rows for rec in records])
+    table = [row for rec in records for row in rec.rows] + not_started
+    k_best, c_best = best_index(timeout.rows_to_choose_from(records))
     best = best_summary(records[k_best].rows[c_best])
     model = _best_model(X, y_enc, classes, records[k_best], intercept, tol, max_iter)
     test_metrics = None
@@ -272,6 +295,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     paths = rundir.write_outputs(out_dir, table, folds, best, model, test_metrics)
     paths.update(write_plots(out_dir, records, Cs))
     timings["total"] = time.perf_counter() - t_start
+    if deadline is not None:
+        timeout.warn_unfinished(table, deadline, out_dir)
     timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
     return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                        test_metrics=test_metrics, path_report=path_report, counts=counts_out)

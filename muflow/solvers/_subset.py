@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
-from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
 
 #: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
 MAX_STALLS = 20
@@ -64,7 +64,9 @@ class Column:
         """
         if alpha0 is None:
             return np.zeros_like(self.y)
-        alpha = np.clip(np.asarray(alpha0, dtype=np.float64), 0.0, self.U)
+        alpha = np.asarray(alpha0, dtype=np.float64)
+        check_finite_start(alpha, f"the start of column {self.j}")
+        alpha = np.clip(alpha, 0.0, self.U)
         alpha = np.where(self.U > 0, alpha, 0.0)
         if self.equality:
             pos = self.y > 0
