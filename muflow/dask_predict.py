@@ -25,7 +25,7 @@ predicting NumPy or SciPy input needs neither Dask nor this module.
 Notes
 -----
 Memory: a task holds its block of X, its output and at most
-:data:`muflow.model.PREDICT_BLOCK_BYTES` of kernel values (the in-memory method evaluates
+:data:`muflow.prediction.PREDICT_BLOCK_BYTES` of kernel values (the in-memory method evaluates
 K(block, support vectors) in row blocks itself); a worker holds one copy of the prediction
 state. The client holds the graph (a few hundred bytes per block) and, on ``compute()``,
 only the result: X is generated or read on the workers and never passes through it.

@@ -15,6 +15,7 @@ import dataclasses
 import numbers
 import time
 import warnings
+import weakref
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,6 +33,7 @@ from muflow.data import check_finite
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
 from muflow.memory import GRAM_CHOICES
+from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
 from muflow.multiclass import (MULTICLASS, binary_problems, libsvm_dual_coef, ovo_coef,
                                ovr_scores, pair_coefficients, predict_index)
 from muflow.progress import FitProgress
@@ -61,6 +63,11 @@ PROBABILITY_DEPRECATION = (
 _PROB_ATTRIBUTE_DEPRECATION = (
     "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
     "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
+
+
+#: Each model's prepared :class:`muflow.prediction.Predictor` with the fitted arrays it was
+#: built from (:meth:`SVC._predictor`).
+_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _is_dask_collection(X) -> bool:
@@ -754,26 +761,43 @@ default="rbf"
         """Decision value of every binary problem, shape (n_samples, n_problems); a
         one-vs-one pair's is positive for its first class.
 
-        K(X, support vectors) is evaluated a block of rows at a time, each block's kernel
-        values within :data:`PREDICT_BLOCK_BYTES` (a callable kernel's block is K(rows,
-        X_train), as scikit-learn evaluates it), so that predicting many samples never
-        holds n_samples x n_SV at once; the rows of the result do not depend on the block.
+        The kernels built on inner products go through the model's prepared
+        :class:`muflow.prediction.Predictor` (blocked GEMM, float32 where the model's
+        check allows); callable, precomputed and laplacian kernels through
+        :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
+        evaluated a block of rows at a time within
+        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
         """
         X = self._validate_for_predict(X)
+        if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:
+            return self._predictor().decision(X) + self.intercept_
         W = self._pair_weights()
-        columns = _num_samples(self._X_fit) if callable(self.kernel) else len(self.support_)
-        step = max(1, PREDICT_BLOCK_BYTES // (8 * max(columns, 1)))
-        scores = np.empty((_num_samples(X), W.shape[1]))
-        for start in range(0, scores.shape[0], step):
-            rows = X[start:start + step]
-            if callable(self.kernel):
-                K = _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
-            elif self.kernel == "precomputed":
-                K = rows[:, self.support_]
-            else:
-                K = self.kernel_.block(rows, self.support_vectors_)
-            scores[start:start + step] = K @ W + self.intercept_[None, :]
-        return scores
+        if callable(self.kernel):
+            def block(rows):
+                return _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
+            columns = _num_samples(self._X_fit)
+        elif self.kernel == "precomputed":
+            def block(rows):
+                return rows[:, self.support_]
+            columns = len(self.support_)
+        else:
+            def block(rows):
+                return self.kernel_.block(rows, self.support_vectors_)
+            columns = len(self.support_)
+        return blocked_decision(X, block, W, columns) + self.intercept_
+
+    def _predictor(self) -> Predictor:
+        """This model's :class:`muflow.prediction.Predictor`, prepared at its first
+        prediction after a fit or a load and kept (outside the estimator: clones, pickles
+        and the Dask graph do not carry it) until one of the fitted arrays it was built
+        from is replaced."""
+        sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
+        cached = _PREDICTORS.get(self)
+        if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
+            return cached[1]
+        predictor = Predictor.prepare(self.kernel_, self.support_vectors_, self._pair_weights())
+        _PREDICTORS[self] = (sources, predictor)
+        return predictor
 
     def decision_function(self, X):
         """Signed distance to the separating surface(s).
@@ -785,7 +809,7 @@ default="rbf"
         (n_samples, n_classes * (n_classes - 1) / 2) (``"ovo"``: the pair decisions,
         positive for the pair's first class, libsvm's order).
         """
-        check_is_fitted(self)
+        self._check_fitted()
         if _is_dask_collection(X):
             from muflow.dask_predict import predict_lazy
 
@@ -802,7 +826,7 @@ default="rbf"
         """Class labels: the sign of the decision function for two classes; one-vs-one:
         libsvm's vote winner, or with ``break_ties`` the argmax of the class scores;
         one-vs-rest: the largest decision."""
-        check_is_fitted(self)
+        self._check_fitted()
         if self.break_ties and self.decision_function_shape == "ovo":
             raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
         if _is_dask_collection(X):
@@ -813,6 +837,12 @@ default="rbf"
         index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
                               break_ties=self.break_ties)
         return self.classes_.take(index)
+
+    def _check_fitted(self):
+        """scikit-learn's ``check_is_fitted`` where ``support_`` is missing (a fit sets it);
+        a fitted model's prediction skips its scan of the attributes."""
+        if "support_" not in self.__dict__:
+            check_is_fitted(self)
 
     def _check_proba(self):
         if not _wants_probability(self.probability):
@@ -851,14 +881,34 @@ default="rbf"
         if self.kernel == "precomputed":
             X = self._check_precomputed(X)
         else:
-            X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
-                              ensure_all_finite=False)
-            if sp.issparse(X) and not getattr(self, "_sparse", True):
-                raise ValueError(
-                    f"cannot use sparse input in {type(self).__name__!r} trained on dense data; "
-                    "pass X.toarray() or fit on sparse data")
+            plain = self._checked_plain_input(X)
+            if plain is not None:
+                X = plain
+            else:
+                X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
+                                  ensure_all_finite=False)
+                if sp.issparse(X) and not getattr(self, "_sparse", True):
+                    raise ValueError(
+                        f"cannot use sparse input in {type(self).__name__!r} trained on dense "
+                        "data; pass X.toarray() or fit on sparse data")
         check_finite(X)
         self._check_support_layout()
+        return X
+
+    def _checked_plain_input(self, X):
+        """X as is when it needs nothing of ``validate_data``: a float64 2-D ndarray (or CSR
+        matrix, after a sparse fit) of the fitted width, to a model fitted without feature
+        names. The microseconds of a one-row prediction; None sends X to ``validate_data``."""
+        if "feature_names_in_" in self.__dict__ or getattr(X, "dtype", None) != np.float64:
+            return None
+        if type(X) is np.ndarray:
+            shape = X.shape
+        elif type(X) in (sp.csr_matrix, sp.csr_array) and self.__dict__.get("_sparse", False):
+            shape = X.shape
+        else:
+            return None
+        if len(shape) != 2 or shape[1] != self.__dict__.get("n_features_in_") or shape[0] < 1:
+            return None
         return X
 
     def _check_support_layout(self):

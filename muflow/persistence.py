@@ -10,6 +10,15 @@ No pickle anywhere: loading a model from an untrusted source runs no code. The d
 is written under a temporary name next to its destination and renamed into place, so a
 failed save never leaves a half-written model that looks complete.
 
+Loading reads only the two regular files inside the model directory: each is opened
+relative to the directory without following a symbolic link (``O_NOFOLLOW``) and without
+blocking on a FIFO, checked to be a regular file by ``fstat`` on the open descriptor, and
+read up to a size cap: :data:`MODEL_JSON_MAX_BYTES` for ``model.json``; for ``arrays.npz``
+the exact size recorded in ``model.json`` at save (``arrays_bytes``) or, for models saved
+before it was recorded, a bound from the shapes ``model.json`` states
+(:func:`arrays_size_bound`). A link to ``/etc/passwd``, to ``/dev/zero`` or to another
+model's file is refused before anything is read through it.
+
 Nothing loads silently wrong: ``model.json`` records a SHA-256 digest of ``arrays.npz`` and
 of its own content (:func:`model_digest`), and :func:`load` checks it and the model's
 consistency (shapes agree with the classes, the support vectors and the features; every
@@ -19,8 +28,12 @@ file and what is wrong. Models of format version 1 (no digest) load with a warni
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import io
 import json
+import os
+import stat
 import warnings
 import zipfile
 from pathlib import Path
@@ -37,6 +50,13 @@ FORMAT_VERSION = 2  # 2: model.json carries the digest
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
            "objective_curve_", "kkt_violation_", "converged_", "coef_",
            "n_support_", "class_weight_", "_probA", "_probB")
+
+
+#: model.json holds parameters, class labels and scalars: far below this.
+MODEL_JSON_MAX_BYTES = 16 * 2**20
+#: Beyond the shape bound, what a model saved without ``arrays_bytes`` may hold in its fit
+#: diagnostics (the objective curve grows with the iterations, which model.json does not state).
+LEGACY_DIAGNOSTICS_BYTES = 256 * 2**20
 
 
 def _stored(model, name) -> bool:
@@ -97,7 +117,9 @@ def save(model, path) -> Path:
 
     def write(tmp: Path):
         np.savez(tmp / "arrays.npz", **arrays)
-        meta["digest"] = model_digest(meta, (tmp / "arrays.npz").read_bytes())
+        content = (tmp / "arrays.npz").read_bytes()
+        meta["arrays_bytes"] = len(content)
+        meta["digest"] = model_digest(meta, content)
         (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     return atomic_directory(path, write)
@@ -119,24 +141,38 @@ def _is_json_scalar(v) -> bool:
 
 
 def load(path):
-    """Load a model saved by :func:`save`. Reads JSON and ``.npz`` only; runs no code."""
+    """Load a model saved by :func:`save`. Reads JSON and ``.npz`` only; runs no code.
+
+    Only the regular files ``model.json`` and ``arrays.npz`` inside ``path`` are read (no
+    symbolic link followed), each within its size cap; the digest, the shapes and the
+    finiteness of every array are checked before the model is returned. Any failure is a
+    :class:`MuflowInputError` naming the file.
+    """
     from muflow.model import SVC
 
     path = Path(path)
-    meta_file = path / "model.json"
-    if not meta_file.exists():
-        raise MuflowInputError(f"{str(path)!r} is not a muflow model directory (no model.json)")
-    try:
-        meta = json.loads(meta_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise MuflowInputError(f"{meta_file}: not valid JSON ({exc})") from None
-    if meta.get("format") != FORMAT:
-        raise MuflowInputError(f"{meta_file}: not a muflow model (format {meta.get('format')!r})")
-    if meta.get("format_version", 0) > FORMAT_VERSION:
-        raise MuflowInputError(
-            f"{meta_file}: format version {meta['format_version']} is newer than this muflow "
-            f"reads ({FORMAT_VERSION}); upgrade muflow"
-        )
+    with _ModelDirectory(path) as directory:
+        meta_file = path / "model.json"
+        try:
+            meta = json.loads(directory.read("model.json", MODEL_JSON_MAX_BYTES, missing=(
+                f"{str(path)!r} is not a muflow model directory (no model.json)")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise MuflowInputError(f"{meta_file}: not valid JSON ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            format_ = meta.get("format") if isinstance(meta, dict) else None
+            raise MuflowInputError(f"{meta_file}: not a muflow model (format {format_!r})")
+        if meta.get("format_version", 0) > FORMAT_VERSION:
+            raise MuflowInputError(
+                f"{meta_file}: format version {meta['format_version']} is newer than this muflow "
+                f"reads ({FORMAT_VERSION}); upgrade muflow"
+            )
+        arrays_file = path / "arrays.npz"
+        exact = meta.get("arrays_bytes")
+        if exact is not None and not (isinstance(exact, int) and exact >= 0):
+            raise MuflowInputError(f"{meta_file}: arrays_bytes {exact!r} is not a byte count")
+        cap = exact if exact is not None else arrays_size_bound(meta)
+        content = directory.read("arrays.npz", cap, exact=exact, missing=(
+            f"{arrays_file} is missing; the model directory is incomplete"))
     estimators = {"SVC": SVC}
     try:
         from muflow.linear import LinearSVC
@@ -144,24 +180,27 @@ def load(path):
         estimators["LinearSVC"] = LinearSVC
     except ImportError:
         pass
-    cls = estimators.get(meta["estimator"])
+    cls = estimators.get(meta.get("estimator"))
     if cls is None:
-        raise MuflowInputError(f"{meta_file}: unknown estimator {meta['estimator']!r}")
-    params = dict(meta["params"])
-    if cls is SVC and len(meta["classes"]["values"]) > 2:
-        params.setdefault("multiclass", "ovr")  # saved before one-vs-one: one-vs-rest
-    model = cls(**params)
-    meta["params"] = params
-    model.classes_ = _classes_from_json(meta["classes"])
-    if meta.get("kernel") is not None:
-        model.kernel_ = Kernel.from_dict(meta["kernel"])
-    model.solver_ = meta.get("solver")
-    model.n_features_in_ = meta["n_features_in"]
-    model.shape_fit_ = tuple(meta.get("shape_fit", ()))
-    arrays_file = path / "arrays.npz"
-    _check_digest(meta, meta_file, arrays_file)
+        raise MuflowInputError(f"{meta_file}: unknown estimator {meta.get('estimator')!r}")
     try:
-        with np.load(arrays_file, allow_pickle=False) as data:
+        params = dict(meta["params"])
+        if cls is SVC and len(meta["classes"]["values"]) > 2:
+            params.setdefault("multiclass", "ovr")  # saved before one-vs-one: one-vs-rest
+        model = cls(**params)
+        meta["params"] = params
+        model.classes_ = _classes_from_json(meta["classes"])
+        if meta.get("kernel") is not None:
+            model.kernel_ = Kernel.from_dict(meta["kernel"])
+        model.solver_ = meta.get("solver")
+        model.n_features_in_ = int(meta["n_features_in"])
+        model.shape_fit_ = tuple(int(v) for v in meta.get("shape_fit", ()))
+    except (KeyError, TypeError, ValueError, MuflowInputError) as exc:
+        raise MuflowInputError(f"{meta_file}: {type(exc).__name__}: {exc}; the model's metadata "
+                               "is damaged: re-fit and save the model") from None
+    _check_digest(meta, meta_file, content)
+    try:
+        with np.load(io.BytesIO(content), allow_pickle=False) as data:
             for name in _ARRAYS:
                 if name in data.files and not isinstance(getattr(cls, name, None), property):
                     setattr(model, name, data[name])
@@ -172,13 +211,12 @@ def load(path):
                 model.support_vectors_ = sp.csr_matrix(
                     (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
                 )
+                model.support_vectors_.check_format(full_check=True)
             elif meta.get("support_vectors") == "dense":
                 model.support_vectors_ = data["support_vectors_"]
-    except FileNotFoundError:
-        raise MuflowInputError(f"{arrays_file} is missing; the model directory is incomplete") from None
     except KeyError as exc:
         raise MuflowInputError(f"{arrays_file}: array {exc} is missing; re-fit and save the model") from None
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError) as exc:
         raise MuflowInputError(
             f"{arrays_file} cannot be read ({type(exc).__name__}: {exc}); it is damaged or "
             "truncated: re-fit and save the model, or restore the file") from None
@@ -186,17 +224,91 @@ def load(path):
     return model
 
 
-def _check_digest(meta: dict, meta_file: Path, arrays_file: Path) -> None:
+def arrays_size_bound(meta: dict) -> int:
+    """Bytes that ``arrays.npz`` of the model ``meta`` describes can hold at most, for models
+    saved without ``arrays_bytes``: every array at the largest shape the stated training
+    shape, features and classes allow (support vectors as CSR with 64-bit indices, the
+    densest form), plus :data:`LEGACY_DIAGNOSTICS_BYTES` for the fit diagnostics."""
+    try:
+        shape_fit = meta.get("shape_fit") or [0]
+        n = int(shape_fit[0])
+        d = int(meta.get("n_features_in") or 0)
+        k = len(meta["classes"]["values"])
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise MuflowInputError("model.json does not state the model's shapes (shape_fit, "
+                               "n_features_in, classes); re-fit and save the model") from None
+    problems = max(k * (k - 1) // 2, k)
+    values = n * d * 2 + n * (problems + 4) + problems * (d + 16) + 64
+    return 8 * values + LEGACY_DIAGNOSTICS_BYTES
+
+
+class _ModelDirectory:
+    """A model directory open for reading its own regular files, and nothing else."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.fd = None
+
+    def __enter__(self):
+        if os.open in os.supports_dir_fd:
+            try:
+                self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+            except OSError:
+                raise MuflowInputError(f"{str(self.path)!r} is not a muflow model directory "
+                                       "(not a readable directory)") from None
+        elif not self.path.is_dir():
+            raise MuflowInputError(f"{str(self.path)!r} is not a muflow model directory")
+        return self
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)
+
+    def read(self, name: str, cap: int, *, exact: int | None = None, missing: str) -> bytes:
+        """The bytes of the regular file ``name``, at most ``cap`` of them (exactly
+        ``exact`` when given); a link, a device, a FIFO or a larger file is refused."""
+        where = self.path / name
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            if self.fd is not None:
+                fd = os.open(name, flags, dir_fd=self.fd)
+            else:  # no dir_fd on this platform: check the real path, then open
+                if where.is_symlink() or Path(os.path.realpath(where)).parent != Path(
+                        os.path.realpath(self.path)):
+                    raise OSError(errno.ELOOP, "symbolic link")
+                fd = os.open(where, flags)
+        except FileNotFoundError:
+            raise MuflowInputError(missing) from None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or where.is_symlink():
+                raise MuflowInputError(
+                    f"{where} is a symbolic link; a model directory must hold its own regular "
+                    "files: replace the link by a copy of the file it names") from None
+            raise MuflowInputError(f"{where} cannot be opened ({exc.strerror})") from None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise MuflowInputError(
+                    f"{where} is not a regular file; a model directory must hold regular files "
+                    "written by muflow.save")
+            if info.st_size > cap or (exact is not None and info.st_size != exact):
+                expected = f"the {exact} bytes" if exact is not None else f"at most the {cap} bytes"
+                raise MuflowInputError(
+                    f"{where} is {info.st_size} bytes where model.json allows {expected}; the "
+                    "file was replaced or damaged: restore it or re-fit and save the model")
+            content = f.read(cap + 1)
+        if len(content) > cap or (exact is not None and len(content) != exact):
+            raise MuflowInputError(f"{where} changed size while it was read; load it again")
+        return content
+
+
+def _check_digest(meta: dict, meta_file: Path, content: bytes) -> None:
     recorded = meta.get("digest")
     if recorded is None:
         warnings.warn(f"{meta_file} was saved without a digest (format version "
                       f"{meta.get('format_version')}); its files cannot be checked for changes. "
                       "Save it again with this muflow to protect it", UserWarning, stacklevel=3)
         return
-    try:
-        content = arrays_file.read_bytes()
-    except FileNotFoundError:
-        raise MuflowInputError(f"{arrays_file} is missing; the model directory is incomplete") from None
     if model_digest(meta, content) != recorded:
         raise MuflowInputError(
             f"{meta_file.parent}: model.json or arrays.npz changed after the model was saved "
@@ -242,7 +354,9 @@ def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
             fail(f"dual_coef_ has shape {dual.shape}, expected ({rows}, {len(support)}): one "
                  "row per binary problem (k - 1 for one-vs-one), one column per support vector")
         n_support = getattr(model, "n_support_", None)
-        if n_support is not None and (len(n_support) != k or int(np.sum(n_support)) != len(support)):
+        if n_support is not None and (np.ndim(n_support) != 1 or len(n_support) != k
+                                      or np.any(n_support < 0)
+                                      or int(np.sum(n_support)) != len(support)):
             fail(f"n_support_ {np.asarray(n_support).tolist()} does not count the {len(support)} "
                  f"support vectors of {k} classes")
         finite["dual_coef_"] = _dense(dual)
@@ -256,6 +370,25 @@ def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
         shape_fit = meta.get("shape_fit") or ()
         if len(support) and shape_fit and (support.min() < 0 or support.max() >= int(shape_fit[0])):
             fail(f"support_ holds indices outside the {shape_fit[0]} training samples")
+    for name in ("_probA", "_probB"):
+        values = getattr(model, name, None)
+        if values is not None:
+            if np.ndim(values) != 1 or len(values) not in (0, n_problems):
+                fail(f"{name} has shape {np.shape(values)} where {n_problems} binary problems "
+                     "need one sigmoid each (or none)")
+            finite[name] = values
+    if getattr(model, "class_weight_", None) is not None:
+        finite["class_weight_"] = model.class_weight_
+    kernel = meta.get("kernel") or {}
+    finite["kernel parameters"] = [v for key, v in kernel.items() if key != "name"]
     for name, values in finite.items():
-        if not np.all(np.isfinite(np.asarray(values, dtype=np.float64))):
+        try:
+            values = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            fail(f"{name} holds {np.asarray(values).dtype} values, not numbers")
+        if not np.all(np.isfinite(values)):
             fail(f"{name} holds NaN or infinite values")
+    for name in ("support_", "n_support_"):
+        values = getattr(model, name, None)
+        if values is not None and np.asarray(values).dtype.kind not in "iu":
+            fail(f"{name} holds {np.asarray(values).dtype} values, not integers")

@@ -10,6 +10,7 @@ from sklearn.svm import SVC as LibsvmSVC
 import muflow
 import muflow.model
 import muflow.routing
+import muflow.prediction
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 
@@ -237,7 +238,7 @@ def test_decision_function_in_row_blocks_equals_one_block(blobs, kernel, monkeyp
     model = muflow.SVC(kernel=kernel, gamma=0.5).fit(A, y)
     whole = model.decision_function(A)
     # blocks of 7 rows: K(X, SV) is never held for all samples at once
-    monkeypatch.setattr(muflow.model, "PREDICT_BLOCK_BYTES", 8 * len(model.support_) * 7)
+    monkeypatch.setattr(muflow.prediction, "PREDICT_BLOCK_BYTES", 8 * len(model.support_) * 7)
     np.testing.assert_allclose(model.decision_function(A), whole, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(model.predict(A), model.classes_[np.argmax(whole, axis=1)])
 

@@ -1,7 +1,7 @@
 """Prediction at scale: row blocks of bounded memory in process, lazy blockwise on Dask.
 
 - In memory, ``decision_function`` evaluates K(X, support vectors) a block of rows at a
-  time, each block within ``muflow.model.PREDICT_BLOCK_BYTES``; with a budget of a few rows
+  time, each block within ``muflow.prediction.PREDICT_BLOCK_BYTES``; with a budget of a few rows
   the results equal one unblocked K(X, SV) @ coefficients + intercepts.
 - On Dask input (:mod:`muflow.dask_predict`) the methods return lazy Dask arrays whose
   blocks are the in-memory results of the same rows; the model enters the graph once; on a
@@ -24,6 +24,7 @@ from dask_cluster import local_client
 
 import muflow
 import muflow.model
+import muflow.prediction
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 from muflow.multiclass import pair_coefficients, vote_winner
@@ -79,17 +80,17 @@ def unblocked_decisions(model, X):
 
 @pytest.fixture
 def kernel_blocks(monkeypatch):
-    """The shapes of every K block that Kernel.block evaluates while the fixture lives."""
-    shapes = []
-    block = Kernel.block
+    """(shape, bytes) of every K block that Kernel.block_into evaluates while the fixture
+    lives (the one path of every block of K, Kernel.block's included)."""
+    blocks = []
+    block_into = Kernel.block_into
 
-    def recording(self, A, B=None):
-        out = block(self, A, B)
-        shapes.append(out.shape)
-        return out
+    def recording(self, A, B, out, **kwargs):
+        blocks.append((out.shape, out.nbytes))
+        return block_into(self, A, B, out, **kwargs)
 
-    monkeypatch.setattr(Kernel, "block", recording)
-    return shapes
+    monkeypatch.setattr(Kernel, "block_into", recording)
+    return blocks
 
 
 @pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
@@ -108,11 +109,11 @@ def test_row_blocks_under_the_budget_equal_the_unblocked_computation(
 
     n_sv = len(model.support_)
     budget = 8 * n_sv * 7  # seven rows of K(X, SV) per block
-    monkeypatch.setattr(muflow.model, "PREDICT_BLOCK_BYTES", budget)
+    monkeypatch.setattr(muflow.prediction, "PREDICT_BLOCK_BYTES", budget)
     kernel_blocks.clear()
     decision = model.decision_function(X_test)
     assert len(kernel_blocks) == -(-500 // 7)
-    assert max(rows * cols * 8 for rows, cols in kernel_blocks) <= budget
+    assert max(nbytes for _, nbytes in kernel_blocks) <= budget
     assert decision.shape == ((500,) if n_classes == 2 else (500, n_classes * (n_classes - 1) // 2))
     np.testing.assert_allclose(decision.reshape(500, -1), expected, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(model.predict(X_test), expected_labels)
@@ -130,7 +131,7 @@ def test_a_callable_kernel_is_evaluated_in_row_blocks_against_the_training_rows(
     model = muflow.SVC(kernel=kernel).fit(X, y)
     whole = model.decision_function(X_test)
     assert calls[-1] == (300, 150)  # the default budget: one block
-    monkeypatch.setattr(muflow.model, "PREDICT_BLOCK_BYTES", 8 * 150 * 11)
+    monkeypatch.setattr(muflow.prediction, "PREDICT_BLOCK_BYTES", 8 * 150 * 11)
     calls.clear()
     np.testing.assert_allclose(model.decision_function(X_test), whole, rtol=0, atol=1e-12)
     assert len(calls) == -(-300 // 11) and max(rows for rows, _ in calls) == 11

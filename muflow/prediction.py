@@ -1,0 +1,290 @@
+"""Decision values of a fitted kernel SVM: every binary problem from one block of K(X, SV).
+
+The decision of binary problem q at x is ``f_q(x) = sum_s W[s, q] K(x, s) + b_q`` over the
+support vectors s (libsvm's decision function, Chang & Lin 2011, eq. 14); one-vs-one pairs
+share the support vectors of their classes, so one block K(X_block, SV) serves every
+column of W at once (:func:`muflow.multiclass.pair_coefficients` lays the pairs out as
+columns, zero outside the pair).
+
+:class:`Predictor` holds what prediction reads, prepared once per fitted (or loaded) model:
+
+- the support vectors merged where identical (their coefficients summed: K(x, s) is the
+  same for both; a8a's 8,261 support vectors are 6,650 distinct rows);
+- dense, shifted by :func:`muflow.kernels.rbf_center` (distances do not change; float32's
+  rounding of the products shrinks with the norms), transposed once (d, n_SV) C-ordered in
+  float64 and, where allowed, float32, with their squared norms in float64;
+- for the linear kernel, the primal weights ``SV' W`` instead (one product of X by (d, q));
+- the precision rule (:meth:`Predictor.choose_dtype`).
+
+A block of rows then costs one GEMM (sgemm or dgemm, threaded by BLAS), the kernel's
+element-wise finish (:meth:`muflow.kernels.Kernel.block_into`, the code path of every block
+of K in muflow) and one float64 product with W. Sparse X is densified a block at a time
+(a8a, 11% non-zeros: sgemm on the dense block 0.19 s for a8a.t against SciPy's
+single-threaded sparse-dense product 0.39 s); support vectors whose dense form would exceed
+:data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
+
+Precision rule
+--------------
+float32 kernel values summed in float64 keep the decision values within 1e-5 of a float64
+evaluation, relative to the largest decision value (measured: a8a 1.1e-6; summing in float32
+as well gave 2.5e-5, which is why W is applied in float64). That is checked, not assumed:
+per model, the decisions at up to :data:`PROBE_ROWS` of its own support vectors are
+computed both ways, and float32 is used only if they agree within
+:data:`FLOAT32_CHECK_RTOL` (a quarter of the promise); otherwise, and for models
+of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64 costs little), the
+model predicts in float64. Rows farther from the centre than the farthest support vector
+(float32's error in a product grows with the norms) are recomputed in float64.
+
+Only NumPy and SciPy are imported here; a float32 block's finish is compiled
+(:mod:`muflow._kernel_compiled`, loaded at the first float32 block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.kernels import Kernel, rbf_center
+
+#: Kernel values per block of rows, in the block's dtype. Small enough for the block to
+#: stay in cache between the GEMM, the finish and the product with W (a8a.t against 6,650
+#: support vectors, float32: 0.20 s with blocks of 128 rows, 0.30 s with 1,024).
+PREDICT_BLOCK_BYTES = 8 * 2**20
+
+#: A block whose product takes at most this many multiply-adds runs on one BLAS thread:
+#: waking OpenBLAS's second thread for one row against a8a's model cost 31 us on an idle
+#: 2-core machine but 15 ms whenever another process held the other core (one thread:
+#: 0.1 ms either way).
+SMALL_PRODUCT = 2**24
+
+#: Promised agreement of float32 decisions with float64 ones, relative to the largest.
+FLOAT32_RTOL = 1e-5
+#: Agreement the per-model check demands before float32 is used: a quarter of the promise
+#: (a8a's probe: 1.4e-6, from float32's rounding of each of 6,650 kernel values).
+FLOAT32_CHECK_RTOL = 2.5e-6
+#: Support vectors of the probe that decides the precision (evenly spaced).
+PROBE_ROWS = 256
+#: Models with fewer support vectors predict in float64.
+FLOAT32_MIN_SUPPORT = 1024
+#: Support vectors are held dense (d x n_SV, float64 and float32) up to this many bytes.
+DENSE_SUPPORT_BYTES = 512 * 2**20
+
+#: The kernels a :class:`Predictor` serves: those built on inner products.
+PREDICTOR_KERNELS = ("linear", "poly", "rbf", "sigmoid")
+
+
+def _sq_rows(A) -> np.ndarray:
+    """Squared row norms in float64 of A's values (whatever A's dtype)."""
+    A = np.asarray(A, dtype=np.float64)
+    return np.einsum("ij,ij->i", A, A)
+
+
+def _merge_identical(S, W):
+    """Identical rows of S merged, their rows of W summed: (S_unique, W_merged)."""
+    if S.shape[0] < 2:
+        return S, W
+    rows = np.ascontiguousarray(S).view(np.dtype((np.void, S.dtype.itemsize * S.shape[1])))
+    _, first, inverse = np.unique(rows.ravel(), return_index=True, return_inverse=True)
+    if len(first) == S.shape[0]:
+        return S, W
+    merged = np.zeros((len(first), W.shape[1]))
+    np.add.at(merged, inverse.ravel(), W)
+    return S[first], merged
+
+
+@dataclass
+class Predictor:
+    """A fitted model's support vectors and coefficients, prepared for K(X, SV) @ W.
+
+    Build it with :meth:`prepare`; :meth:`decision` gives ``sum_s W[s, q] K(x, s)`` for
+    every row and problem (the caller adds the intercepts).
+
+    Attributes
+    ----------
+    kernel : Kernel
+    weights : ndarray of shape (n_SV_distinct, n_problems), float64
+    center : ndarray of shape (n_features,) or None
+        Subtracted from X and the support vectors before the product.
+    support_T : dict
+        ``{dtype: (d, n_SV) C-ordered array}`` of the shifted support vectors, float64 and
+        (when chosen) float32; empty when they stay sparse.
+    sq_support : dict
+        ``{dtype: (n_SV,) float64}``: squared norms of the shifted support vectors as held
+        in that dtype (summed in float64); the sparse support vectors' under float64.
+    support_sparse : csr_matrix or None
+        The support vectors when too large to hold dense.
+    primal : ndarray of shape (n_features, n_problems) or None
+        ``SV' W`` for the linear kernel.
+    dtype : numpy dtype
+        float32 or float64: the precision of the kernel blocks (:meth:`choose_dtype`).
+    sq_limit : float
+        Rows whose shifted squared norm exceeds it are computed in float64.
+    """
+
+    kernel: Kernel
+    weights: np.ndarray
+    center: np.ndarray | None = None
+    support_T: dict | None = None
+    sq_support: dict | None = None
+    support_sparse: sp.csr_matrix | None = None
+    primal: np.ndarray | None = None
+    dtype: np.dtype = np.dtype(np.float64)
+    sq_limit: float = np.inf
+
+    @classmethod
+    def prepare(cls, kernel: Kernel, support_vectors, weights, *, dtype="auto") -> "Predictor":
+        """Prepare a model's support vectors (n_SV, d) and coefficients (n_SV, n_problems).
+
+        ``dtype``: "auto" (the rule of :meth:`choose_dtype`), "float32" or "float64".
+        """
+        if kernel.name not in PREDICTOR_KERNELS:
+            raise ValueError(f"Predictor serves the kernels {PREDICTOR_KERNELS}, not {kernel.name!r}")
+        W = np.asarray(weights, dtype=np.float64)
+        if kernel.name == "linear":
+            primal = np.asarray(support_vectors.T @ W, dtype=np.float64)
+            return cls(kernel, W, primal=np.ascontiguousarray(primal))
+        n_sv, d = support_vectors.shape
+        if sp.issparse(support_vectors) and 8 * n_sv * d > DENSE_SUPPORT_BYTES:
+            S = sp.csr_matrix(support_vectors, dtype=np.float64)
+            return cls(kernel, W, support_sparse=S,
+                       sq_support={np.dtype(np.float64): _sq_rows_sparse(S)})
+        S = support_vectors.toarray() if sp.issparse(support_vectors) else support_vectors
+        S, W = _merge_identical(np.asarray(S, dtype=np.float64), W)
+        center = rbf_center(S) if kernel.name == "rbf" else None
+        shifted = S - center if center is not None else S
+        ST64 = np.ascontiguousarray(shifted.T)
+        sq64 = _sq_rows(shifted)
+        predictor = cls(kernel, W, center=center, support_T={np.dtype(np.float64): ST64},
+                        sq_support={np.dtype(np.float64): sq64}, sq_limit=float(sq64.max(initial=0.0)))
+        if dtype == "auto":
+            dtype = predictor.choose_dtype(shifted)
+        predictor.use(dtype)
+        return predictor
+
+    def use(self, dtype) -> None:
+        """Compute the kernel blocks in ``dtype`` (float32 or float64) from now on."""
+        dtype = np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise ValueError(f"dtype must be float32 or float64, got {dtype}")
+        if dtype == np.float32 and not self.support_T:
+            raise ValueError("float32 needs dense support vectors (a linear kernel or sparse "
+                             "support vectors predict in float64)")
+        if dtype == np.float32 and np.float32 not in self.support_T:
+            ST64 = self.support_T[np.dtype(np.float64)]
+            ST32 = ST64.astype(np.float32)
+            self.support_T[np.dtype(np.float32)] = ST32
+            # the norms of the values sgemm multiplies, summed in float64
+            self.sq_support[np.dtype(np.float32)] = _sq_rows(ST32.T)
+        self.dtype = dtype
+
+    def choose_dtype(self, shifted_support) -> np.dtype:
+        """float32 when the model has at least :data:`FLOAT32_MIN_SUPPORT` support vectors
+        and its decisions at up to :data:`PROBE_ROWS` of them (evenly spaced) computed with
+        float32 kernel values agree with float64 ones within :data:`FLOAT32_CHECK_RTOL` of
+        the largest; float64 otherwise."""
+        n_sv = shifted_support.shape[0]
+        if n_sv < FLOAT32_MIN_SUPPORT:
+            return np.dtype(np.float64)
+        probe = shifted_support[np.linspace(0, n_sv - 1, min(PROBE_ROWS, n_sv)).astype(np.intp)]
+        exact = self._shifted_block(probe, np.dtype(np.float64))
+        self.use(np.float32)
+        rounded = self._shifted_block(probe, np.dtype(np.float32))
+        scale = np.abs(exact).max(axis=0)
+        error = np.abs(rounded - exact).max(axis=0)
+        return np.dtype(np.float32 if np.all(error <= FLOAT32_CHECK_RTOL * scale) else np.float64)
+
+    # -- evaluation -------------------------------------------------------------------
+    def block_rows(self) -> int:
+        """Rows per block: their kernel values within :data:`PREDICT_BLOCK_BYTES`."""
+        n_sv = len(self.weights)
+        return max(1, PREDICT_BLOCK_BYTES // (self.dtype.itemsize * max(n_sv, 1)))
+
+    def decision(self, X) -> np.ndarray:
+        """``K(X, SV) @ W``, shape (n_samples, n_problems), float64; X validated (float64
+        ndarray or CSR, n_features columns, finite)."""
+        if self.primal is not None:
+            scores = np.asarray(X @ self.primal, dtype=np.float64)
+            if self.kernel.offset:
+                scores += self.kernel.offset * self.weights.sum(axis=0)
+            return scores
+        n = X.shape[0]
+        if n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT:
+            with _one_blas_thread():
+                return self._decision_blocks(X)
+        return self._decision_blocks(X)
+
+    def _decision_blocks(self, X) -> np.ndarray:
+        n = X.shape[0]
+        scores = np.empty((n, self.weights.shape[1]))
+        step = self.block_rows()
+        for start in range(0, n, step):
+            rows = X[start:start + step]
+            if self.support_sparse is not None:
+                scores[start:start + step] = self._sparse_block(rows)
+                continue
+            rows = rows.toarray() if sp.issparse(rows) else np.asarray(rows, dtype=np.float64)
+            if self.center is not None:
+                rows = rows - self.center
+            scores[start:start + step] = self._shifted_block(rows, self.dtype)
+        return scores
+
+    def _shifted_block(self, A, dtype) -> np.ndarray:
+        """``K(A, SV) @ W`` for dense rows A already shifted by :attr:`center`; float32 rows
+        beyond :attr:`sq_limit` are redone in float64."""
+        ST = self.support_T[dtype]
+        A_cast = np.asarray(A, dtype=dtype)
+        sq_A = _sq_rows(A_cast)
+        K = np.empty((A.shape[0], ST.shape[1]), dtype=dtype)
+        used = np.flatnonzero(A_cast.any(axis=0))
+        if 2 * len(used) <= A_cast.shape[1]:
+            # few rows of sparse data (one a8a row: 14 of 123 features): the product over
+            # the features they use reads that share of the support vectors
+            A_cast, ST = np.ascontiguousarray(A_cast[:, used]), ST[used]
+        self.kernel.block_into(A_cast, None, K, BT=ST, sq_A=sq_A, sq_B=self.sq_support[dtype])
+        scores = K.astype(np.float64, copy=False) @ self.weights
+        if dtype == np.float32:
+            far = np.flatnonzero(_sq_rows(A) > self.sq_limit)
+            if far.size:
+                scores[far] = self._shifted_block(np.asarray(A)[far], np.dtype(np.float64))
+        return scores
+
+    def _sparse_block(self, A) -> np.ndarray:
+        """``K(A, SV) @ W`` with the support vectors sparse (float64, SciPy's product)."""
+        A = sp.csr_matrix(A) if not sp.issparse(A) else A
+        K = np.empty((A.shape[0], self.support_sparse.shape[0]))
+        self.kernel.block_into(A, self.support_sparse, K, sq_A=_sq_rows_sparse(A),
+                               sq_B=self.sq_support[np.dtype(np.float64)])
+        return K @ self.weights
+
+
+_BLAS = []
+
+
+def _one_blas_thread():
+    """A context limiting BLAS to one thread (threadpoolctl, its libraries found once)."""
+    if not _BLAS:
+        from threadpoolctl import ThreadpoolController
+
+        _BLAS.append(ThreadpoolController().select(user_api="blas"))
+    return _BLAS[0].limit(limits=1)
+
+
+def blocked_decision(X, block, W, n_columns) -> np.ndarray:
+    """``block(X_rows) @ W`` a block of rows at a time, shape (n_samples, n_problems).
+
+    For the kernels a :class:`Predictor` does not serve (callable, precomputed, laplacian):
+    ``block(rows)`` returns K(rows, SV) as float64 from rows evaluated against
+    ``n_columns`` columns, each block within :data:`PREDICT_BLOCK_BYTES`.
+    """
+    n = X.shape[0] if hasattr(X, "shape") else len(X)  # a callable kernel takes anything
+    scores = np.empty((n, W.shape[1]))
+    step = max(1, PREDICT_BLOCK_BYTES // (8 * max(n_columns, 1)))
+    for start in range(0, n, step):
+        scores[start:start + step] = block(X[start:start + step]) @ W
+    return scores
+
+
+def _sq_rows_sparse(A) -> np.ndarray:
+    return np.asarray(A.multiply(A).sum(axis=1), dtype=np.float64).ravel()
