@@ -12,42 +12,29 @@ Gram (:mod:`muflow.probability`).
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import time
 import warnings
-import weakref
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._available_if import available_if
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.deprecation import deprecated
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (_num_samples, check_consistent_length, check_is_fitted,
-                                      column_or_1d, validate_data)
+from sklearn.utils.validation import _num_samples
 
-from muflow.data import check_finite
-from muflow.exceptions import MuflowError, MuflowInputError
-from muflow.inmemory import GRAM_DTYPES
-from muflow.memory import GRAM_CHOICES
-from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
-from muflow.multiclass import (MULTICLASS, binary_problems, libsvm_dual_coef, ovo_coef,
-                               ovr_scores, pair_coefficients, predict_index)
+from muflow.exceptions import MuflowInputError
+from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
-from muflow.routing import fits_as_one_task, gram_mode, runs_on_workers, solver_for
-from muflow.kernels import KERNELS, Kernel, kernel_from_setting
+from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
+from muflow.svc_prediction import FittedSVC
+from muflow.routing import fits_as_one_task, gram_mode, solver_for
 from muflow.solvers import DualProblem
-from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
-from muflow.time_limit import chain as chain_deadline, check_time_limit, finish_fit
+from muflow.solvers.registry import choose_solver
+from muflow.time_limit import chain as chain_deadline, finish_fit
 from muflow.time_limit import start as start_deadline
-from muflow.validation import check_bool, check_choice, check_number, check_per_sample
-
-#: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
-#: bytes (float64), so that predicting on many samples never holds n_samples x n_SV at once.
-PREDICT_BLOCK_BYTES = 64 * 2**20
+from muflow.validation import check_per_sample
 
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
@@ -60,24 +47,8 @@ NO_LIMIT = np.iinfo(np.int32).max
 PROBABILITY_DEPRECATION = (
     "The `probability` parameter was deprecated in 1.9 and will be removed in version 1.11. "
     "Use `CalibratedClassifierCV(SVC(), ensemble=False)` instead of `SVC(probability=True)`")
-_PROB_ATTRIBUTE_DEPRECATION = (
-    "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
-    "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
 
 
-#: Each model's prepared :class:`muflow.prediction.Predictor` with the fitted arrays it was
-#: built from (:meth:`SVC._predictor`).
-_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _is_dask_collection(X) -> bool:
-    """Whether X is a Dask array or DataFrame, importing nothing (no Dask, no zarr) for any
-    other input: predicting from a saved model needs NumPy and SciPy only."""
-    if not type(X).__module__.startswith("dask"):
-        return False
-    from muflow.dask_predict import is_dask_collection
-
-    return is_dask_collection(X)
 
 
 def _chain(*callbacks):
@@ -90,31 +61,7 @@ def _chain(*callbacks):
     return call
 
 
-def _dense_kernel(K) -> np.ndarray:
-    """A callable kernel's values as a float64 array (a sparse result is densified)."""
-    return K.toarray() if sp.issparse(K) else np.asarray(K, dtype=np.float64)
-
-
-def _check_magnitude(X):
-    """Refuse X whose inner products overflow float64: the kernel, and so the dual
-    coefficients, would not be finite (scikit-learn's message, and the fix)."""
-    values = X.data if sp.issparse(X) else X
-    if not values.size:
-        return
-    with np.errstate(over="ignore"):
-        bound = np.square(np.max(np.abs(values))) * max(X.shape[1], 1)
-    if not np.isfinite(bound):
-        raise MuflowInputError(
-            "The dual coefficients or intercepts are not finite: X holds values so large "
-            f"(largest |x| = {float(np.max(np.abs(values))):.3g}) that its inner products overflow. "
-            "The input data need to be preprocessed (e.g. sklearn.preprocessing.StandardScaler)")
-
-
-def _wants_probability(probability) -> bool:
-    return probability is not False and probability != "deprecated" and bool(probability)
-
-
-class SVC(ClassifierMixin, BaseEstimator):
+class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
     Takes every parameter of ``sklearn.svm.SVC`` with its meaning (the README's "Coming
@@ -322,115 +269,6 @@ default="rbf"
         return tags
 
     # -- validation --------------------------------------------------------------------
-    def _check_params(self):
-        if not callable(self.kernel):
-            check_choice(self.kernel, "kernel", KERNELS, hint="or a callable kernel(X, Y)")
-        check_choice(self.intercept, "intercept", INTERCEPTS)
-        check_choice(self.solver, "solver", ("auto", *SOLVERS))
-        check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
-                     hint="float('inf') is the hard margin")
-        check_choice(self.gram_dtype, "gram_dtype", GRAM_DTYPES)
-        check_choice(self.gram, "gram", GRAM_CHOICES)
-        check_number(self.cache_size, "cache_size", low=0, closed="neither",
-                     hint="megabytes of kernel rows to cache, as libsvm's cache_size")
-        check_number(self.tol, "tol", low=0, closed="neither")
-        if self.max_iter != -1:
-            check_number(self.max_iter, "max_iter", integer=True, low=1,
-                         hint="-1 means no limit (scikit-learn's default)")
-        check_bool(self.shrinking, "shrinking")
-        check_bool(self.break_ties, "break_ties")
-        check_choice(self.decision_function_shape, "decision_function_shape", ("ovr", "ovo"))
-        check_choice(self.multiclass, "multiclass", MULTICLASS)
-        if self.probability != "deprecated":
-            check_bool(self.probability, "probability")
-        if self.class_weight is not None and self.class_weight != "balanced" \
-                and not isinstance(self.class_weight, dict):
-            raise MuflowInputError(
-                f"class_weight must be a dict {{class: weight}}, 'balanced' or None, got "
-                f"{self.class_weight!r}")
-        check_random_state(self.random_state)
-        check_time_limit(self.time_limit)
-
-    def _kernel_for(self, X) -> Kernel:
-        if callable(self.kernel):
-            return kernel_from_setting({"kernel": "precomputed"}, X, intercept=self.intercept)
-        setting = {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
-        return kernel_from_setting(setting, X, intercept=self.intercept)
-
-    def _validate_dask_input(self, X, y):
-        """A dask.array or dask.dataframe X stays on the workers (its partitions become
-        the solver's, :class:`muflow.dask_partitions.DaskRowPartitions`); y (O(n)) comes
-        to the client. Non-finite values are refused by the worker that holds them."""
-        if not runs_on_workers(self.client, self.kernel, self.solver):
-            raise MuflowInputError(
-                "X is a dask collection: fit it on the cluster with client=... (a Client or a "
-                "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
-                "solver: 'm3', 'munk', ...), or pass a NumPy array")
-        if hasattr(X, "to_dask_array"):
-            X = X.to_dask_array(lengths=True)
-        if X.ndim != 2:
-            raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
-        from muflow.dask_partitions import check_finite_blocks
-
-        check_finite_blocks(X)
-        if _is_dask_collection(y):
-            y = y.compute()
-        y = column_or_1d(np.asarray(y), warn=True)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: "
-                             f"[{X.shape[0]}, {y.shape[0]}]")
-        self.n_features_in_ = int(X.shape[1])
-        return X, y, X
-
-    def _validate_fit_input(self, X, y):
-        """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
-        checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
-        if _is_dask_collection(X):
-            return self._validate_dask_input(X, y)
-        if sp.issparse(X) and self.kernel == "precomputed":
-            raise TypeError("Sparse precomputed kernels are not supported.")
-        if callable(self.kernel):
-            check_consistent_length(X, y)
-            y = column_or_1d(y, warn=True)
-            self.n_features_in_ = np.shape(X)[1] if np.ndim(X) == 2 else 1
-            K = _dense_kernel(self.kernel(X, X))
-            if K.ndim != 2 or K.shape[0] != K.shape[1]:
-                raise ValueError(
-                    f"X.shape[0] should be equal to X.shape[1]: the callable kernel returned an "
-                    f"array of shape {K.shape} for kernel(X, X), expected ({_num_samples(X)}, "
-                    f"{_num_samples(X)})")
-            check_finite(K, "kernel(X, X)")
-            return K, y, X
-        X, y = validate_data(
-            self, X, y,
-            accept_sparse="csr" if self.kernel != "precomputed" else False,
-            dtype=np.float64, ensure_all_finite=False,
-        )
-        check_finite(X)
-        if self.kernel != "precomputed":
-            _check_magnitude(X)
-        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
-            raise MuflowInputError(
-                f"Precomputed matrix must be a square matrix. Input is a {X.shape[0]}x"
-                f"{X.shape[1]} matrix; pass K(X_train, X_train)")
-        return X, y, X
-
-    def _upper_bounds(self, y_encoded, n, sample_weight):
-        """C per sample: C * class_weight * sample_weight, samples of weight <= 0 pinned at
-        zero (libsvm drops them, and scikit-learn's messages name what is left)."""
-        weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
-        positive = weights > 0
-        if not positive.any():
-            raise MuflowInputError(
-                "Invalid input - all samples have zero or negative weights. Give some samples "
-                "a positive sample_weight")
-        if len(np.unique(y_encoded[positive])) < 2:
-            raise MuflowInputError(
-                "Invalid input - all samples with positive weights belong to the same class; "
-                "a classifier needs samples of at least 2 classes with positive weight")
-        return float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
-
-    # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None, offset=None, checkpoint_dir=None, checkpoint_every=100):
         """Fit the classifier.
 
@@ -686,252 +524,3 @@ default="rbf"
         self.solver_ = solver
         self.fit_time_ = float(fit_time)
         return self
-
-    # -- fitted attributes as scikit-learn's -------------------------------------------
-    @property
-    def coef_(self):
-        """Weights of the features, ``kernel="linear"`` only: one row per binary problem
-        (read-only, as scikit-learn's)."""
-        if self.kernel != "linear":
-            raise AttributeError("coef_ is only available when using a linear kernel")
-        check_is_fitted(self)
-        if self._ovo:
-            coef = ovo_coef(self.dual_coef_, self.n_support_, self.support_vectors_)
-        else:
-            coef = self.dual_coef_ @ self.support_vectors_
-            coef = sp.csr_matrix(coef) if sp.issparse(coef) else np.asarray(coef)
-        if sp.issparse(coef):
-            coef.data.flags.writeable = False
-        else:
-            coef.flags.writeable = False
-        return coef
-
-    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probA_"))
-    @property
-    def probA_(self):
-        """Platt's A per binary problem (``probability=True``), libsvm's orientation."""
-        return self._probA
-
-    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probB_"))
-    @property
-    def probB_(self):
-        """Platt's B per binary problem (``probability=True``), libsvm's orientation."""
-        return self._probB
-
-    @property
-    def _n_support(self):
-        """scikit-learn's private name of ``n_support_`` (the same array), which its
-        tests and tools read."""
-        return self.n_support_
-
-    @property
-    def _gamma(self):
-        """scikit-learn's private name of the resolved gamma (``kernel_.gamma``)."""
-        return self.kernel_.gamma
-
-    @property
-    def _ovo(self) -> bool:
-        """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
-        return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
-
-    # -- predict -----------------------------------------------------------------------
-    def _pair_weights(self) -> np.ndarray:
-        """(n_SV, n_problems): the coefficients of every problem's support vectors."""
-        if self._ovo:
-            return pair_coefficients(self.dual_coef_, self.n_support_)
-        dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
-        return np.asarray(dual).T
-
-    def _prediction_state(self):
-        """A copy of this fitted model holding only what prediction reads: the parameters
-        (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
-        Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
-        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
-        params = self.get_params(deep=False)
-        params["client"] = None
-        state = type(self)(**params)
-        for name in ("classes_", "n_features_in_", "shape_fit_", "kernel_", "support_",
-                     "support_vectors_", "n_support_", "dual_coef_", "intercept_", "_sparse",
-                     "_X_fit", "_probA", "_probB"):
-            if hasattr(self, name):
-                setattr(state, name, getattr(self, name))
-        return state
-
-    def _decision_problems(self, X) -> np.ndarray:
-        """Decision value of every binary problem, shape (n_samples, n_problems); a
-        one-vs-one pair's is positive for its first class.
-
-        The kernels built on inner products go through the model's prepared
-        :class:`muflow.prediction.Predictor` (blocked GEMM, float32 where the model's
-        check allows); callable, precomputed and laplacian kernels through
-        :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
-        evaluated a block of rows at a time within
-        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
-        """
-        X = self._validate_for_predict(X)
-        if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:
-            return self._predictor().decision(X) + self.intercept_
-        W = self._pair_weights()
-        if callable(self.kernel):
-            def block(rows):
-                return _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
-            columns = _num_samples(self._X_fit)
-        elif self.kernel == "precomputed":
-            def block(rows):
-                return rows[:, self.support_]
-            columns = len(self.support_)
-        else:
-            def block(rows):
-                return self.kernel_.block(rows, self.support_vectors_)
-            columns = len(self.support_)
-        return blocked_decision(X, block, W, columns) + self.intercept_
-
-    def _predictor(self) -> Predictor:
-        """This model's :class:`muflow.prediction.Predictor`, prepared at its first
-        prediction after a fit or a load and kept (outside the estimator: clones, pickles
-        and the Dask graph do not carry it) until one of the fitted arrays it was built
-        from is replaced."""
-        sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
-        cached = _PREDICTORS.get(self)
-        if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
-            return cached[1]
-        predictor = Predictor.prepare(self.kernel_, self.support_vectors_, self._pair_weights())
-        _PREDICTORS[self] = (sources, predictor)
-        return predictor
-
-    def decision_function(self, X):
-        """Signed distance to the separating surface(s).
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) for two classes; otherwise (n_samples, n_classes)
-        (``decision_function_shape="ovr"``, or one-vs-rest training) or
-        (n_samples, n_classes * (n_classes - 1) / 2) (``"ovo"``: the pair decisions,
-        positive for the pair's first class, libsvm's order).
-        """
-        self._check_fitted()
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "decision_function", X)
-        k = len(self.classes_)
-        scores = self._decision_problems(X)
-        if k == 2:
-            return scores.ravel()
-        if self._ovo and self.decision_function_shape == "ovr":
-            return ovr_scores(scores, k)
-        return scores
-
-    def predict(self, X):
-        """Class labels: the sign of the decision function for two classes; one-vs-one:
-        libsvm's vote winner, or with ``break_ties`` the argmax of the class scores;
-        one-vs-rest: the largest decision."""
-        self._check_fitted()
-        if self.break_ties and self.decision_function_shape == "ovo":
-            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "predict", X)
-        scores = self._decision_problems(X)
-        index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
-                              break_ties=self.break_ties)
-        return self.classes_.take(index)
-
-    def _check_fitted(self):
-        """scikit-learn's ``check_is_fitted`` where ``support_`` is missing (a fit sets it);
-        a fitted model's prediction skips its scan of the attributes."""
-        if "support_" not in self.__dict__:
-            check_is_fitted(self)
-
-    def _check_proba(self):
-        if not _wants_probability(self.probability):
-            raise AttributeError("predict_proba is not available when probability=False")
-        return True
-
-    @available_if(_check_proba)
-    def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes), columns in the order of
-        ``classes_``: Platt's sigmoid of each binary decision and, for more than two
-        classes, their pairwise coupling (:mod:`muflow.probability`). Like libsvm's, they
-        come from the internal cross-validation, so their argmax may differ from
-        ``predict`` on a few samples."""
-        from muflow.probability import predict_proba_ovo
-
-        check_is_fitted(self)
-        if np.size(getattr(self, "_probA", ())) == 0:
-            raise NotFittedError("predict_proba is not available when fitted with probability=False")
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "predict_proba", X)
-        scores = self._decision_problems(X)
-        if len(self.classes_) == 2:
-            scores = -scores  # libsvm's orientation: positive for classes_[0]
-        return predict_proba_ovo(scores, self._probA, self._probB, len(self.classes_))
-
-    @available_if(_check_proba)
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))  # lazy for Dask input, as predict_proba
-
-    def _validate_for_predict(self, X):
-        if callable(self.kernel):
-            return X
-        if self.kernel == "precomputed":
-            X = self._check_precomputed(X)
-        else:
-            plain = self._checked_plain_input(X)
-            if plain is not None:
-                X = plain
-            else:
-                X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
-                                  ensure_all_finite=False)
-                if sp.issparse(X) and not getattr(self, "_sparse", True):
-                    raise ValueError(
-                        f"cannot use sparse input in {type(self).__name__!r} trained on dense "
-                        "data; pass X.toarray() or fit on sparse data")
-        check_finite(X)
-        self._check_support_layout()
-        return X
-
-    def _checked_plain_input(self, X):
-        """X as is when it needs nothing of ``validate_data``: a float64 2-D ndarray (or CSR
-        matrix, after a sparse fit) of the fitted width, to a model fitted without feature
-        names. The microseconds of a one-row prediction; None sends X to ``validate_data``."""
-        if "feature_names_in_" in self.__dict__ or getattr(X, "dtype", None) != np.float64:
-            return None
-        if type(X) is np.ndarray:
-            shape = X.shape
-        elif type(X) in (sp.csr_matrix, sp.csr_array) and self.__dict__.get("_sparse", False):
-            shape = X.shape
-        else:
-            return None
-        if len(shape) != 2 or shape[1] != self.__dict__.get("n_features_in_") or shape[0] < 1:
-            return None
-        return X
-
-    def _check_support_layout(self):
-        """The support vectors, their counts per class and the coefficients agree (what
-        scikit-learn checks against CVE-2020-28975): an altered model is refused, not
-        read out of bounds."""
-        n_sv = len(self.support_)
-        n_support = getattr(self, "n_support_", None)
-        if (n_support is not None and int(np.sum(n_support)) != n_sv) or self.dual_coef_.shape[1] != n_sv:
-            raise ValueError(f"The internal representation of {type(self).__name__} was altered")
-
-    def _check_precomputed(self, X):
-        if sp.issparse(X):
-            raise MuflowInputError("a precomputed kernel must be a dense array")
-        X = np.asarray(X, dtype=np.float64)
-        self._check_precomputed_shape(X.shape)
-        return X
-
-    def _check_precomputed_shape(self, shape):
-        """A precomputed kernel to predict is K(X_test, X_train): one column per training
-        sample (also checked on a Dask array's shape, without computing it)."""
-        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
-            raise MuflowInputError(
-                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
-                f"of samples at training time: a precomputed kernel for prediction is "
-                f"K(X_test, X_train), got shape {tuple(shape)}")
