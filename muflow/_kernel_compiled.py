@@ -113,6 +113,27 @@ def finish_rbf(G, sq_A, sq_B, gamma, offset):
             row[j] = exp_nonpositive(row[j]) + offset
 
 
+@njit(cache=True, fastmath=_FLAGS | {"reassoc"}, error_model="numpy")
+def _dot64(values, weights):
+    """sum_j values[j] * weights[j] in float64 (float32 values widened), the order of the
+    sum left to the compiler so that it vectorises."""
+    total = 0.0
+    for j in range(values.shape[0]):
+        total += np.float64(values[j]) * weights[j]
+    return total
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
+def rbf_decisions(G, sq_A, sq_B, gamma, offset, WT, out):
+    """out[i, q] = sum_j WT[q, j] K_ij, K = :func:`finish_rbf` of G (same rounding), G
+    overwritten with K a row at a time and summed in float64 while the row is in cache:
+    prediction's decision values without a float64 copy of K (:mod:`muflow.prediction`)."""
+    for i in range(G.shape[0]):
+        finish_rbf(G[i:i + 1], sq_A[i:i + 1], sq_B, gamma, offset)
+        for q in range(WT.shape[0]):
+            out[i, q] = _dot64(G[i], WT[q])
+
+
 @njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
 def finish_sigmoid(G, gamma, coef0, offset):
     """G <- tanh(gamma G + coef0) + offset, in place (float32)."""
