@@ -50,15 +50,3 @@ def breast_cancer():
 
     X, y = muflow.datasets.load_breast_cancer()
     return X / 10.0, np.where(y == 4, 1.0, -1.0)
-
-
-def shared_data(name):
-    """A file of the shared data folder beside the repository; skip the test without it."""
-    from pathlib import Path
-
-    import pytest
-
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / name
-    if not path.exists():
-        pytest.skip(f"{path} not present (the shared data folder sits beside the repository)")
-    return path
