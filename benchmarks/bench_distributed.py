@@ -12,7 +12,7 @@ cluster has one single-threaded worker process per core):
    ``tracemalloc``, the client's peak traced memory against the 8 n bytes of one vector
    (target O(n)).
 2. 537 rows of breast cancer (the bundled copy) with a client, ``smo`` and ``m3``: the fit
-   runs whole on one worker as one task (``muflow.model.ONE_TASK_MAX_SAMPLES``) against the
+   runs whole on one worker as one task (``muflow.routing.ONE_TASK_MAX_SAMPLES``) against the
    same fit in process; median of 5 after a warm-up fit (target <= 3x).
 3. The same 537 rows with ``m3``, every pass a round trip to the workers (the one-task path
    switched off): on the row partitions with their kernel panels resident
@@ -124,7 +124,7 @@ def small_per_pass(client, repeats=5):
     import muflow
     import muflow.dask_panels
     import muflow.datasets
-    import muflow.model
+    import muflow.routing
     from sklearn.exceptions import ConvergenceWarning
 
     X, y = muflow.datasets.load_breast_cancer()
@@ -138,7 +138,7 @@ def small_per_pass(client, repeats=5):
     t_local = float(np.median(local))
     passes = int(a.n_iter_[0])
     times, fits = {}, {}
-    with _setting(muflow.model, "ONE_TASK_MAX_SAMPLES", 0), tempfile.TemporaryDirectory() as cache:
+    with _setting(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0), tempfile.TemporaryDirectory() as cache:
         os.environ["MUFLOW_CACHE_DIR"] = cache
         t = time.perf_counter()
         fits["panels"] = muflow.SVC(client=client, **params).fit(X, y)

@@ -1,69 +1,86 @@
-"""Where K lives: the one factory of Gram operators.
+"""Where K lives: the one factory of Gram operators, :func:`gram_operator`.
 
-:func:`gram_operator` answers "give me K(X, X) as something solvers can ask" and picks the
-backend from its arguments:
+Given X, the kernel, a client or none, the solver and the row cache's size, it returns the
+operator by one rule, in this order:
 
-- in this process (:class:`~muflow.operators.DenseGram` over a NumPy array built on
-  threads, :func:`muflow.inmemory.numpy_gram`): the default while K fits in half the
-  available memory (:func:`muflow.memory.choose_gram`);
-- in this process, rows computed from X on demand (:class:`~muflow.kernel_rows.KernelRows`,
-  ``gram="rows"``): never an n x n array, for the subset solvers and their row cache; the
-  default when K does not fit;
-- in this process, read from the Gram store cache (``cache_dir``): a second fit on the
-  same data and kernel reads K instead of computing it;
-- on a Dask cluster (:class:`~muflow.distributed.DaskGram`, K's row panels held by the
-  workers, built or reused in a zarr store by :func:`operator_for`): given ``client``;
-- on a Dask cluster, X partitioned by rows over the workers (:func:`partitioned_operator`):
-  the working-set solver on the rows, the multiplicative solvers on kernel panels computed
-  from them when those fit in the workers' memory.
+1. a precomputed kernel (K given, or a callable kernel's K): K held in this process
+   (:class:`~muflow.operators.DenseGram`), client or not;
+2. with a client, when the solver runs on the workers (:func:`muflow.routing.runs_on_workers`):
+   X partitioned by rows over the workers, the working-set solver on the rows
+   (:class:`~muflow.dask_partitions.DaskRowPartitions`), a multiplicative solver on kernel
+   panels computed there (:class:`~muflow.dask_panels.DaskRowPanels`) when they fit in the
+   workers' memory (:func:`muflow.dask_panels.panels_fit`); each worker caches ``cache_mb``
+   of kernel rows;
+3. with a client otherwise: the Gram store of K built (or reused) on the cluster in a zarr
+   store, its row panels held by the workers (:class:`~muflow.distributed.DaskGram`,
+   :func:`operator_for`); X must be in this process;
+4. in this process, by ``gram``: K stored (:class:`~muflow.operators.DenseGram` over a
+   NumPy array built on threads, :func:`muflow.inmemory.numpy_gram`, or read from the Gram
+   store cache in ``cache_dir``), or rows computed from X on demand
+   (:class:`~muflow.kernel_rows.KernelRows`, never an n x n array), "auto" storing K while
+   it fits in half the available memory (:func:`muflow.memory.choose_gram`). The row cache
+   of an in-process operator is the solver's (``cache_mb`` handed to the solve call,
+   :meth:`muflow.solvers.registry.SolverInfo.options`).
 
-The estimator (:class:`muflow.SVC`) and the model selection call it; neither knows which
-backend answered. Dask, distributed and zarr are imported only on the cluster path.
+The estimator (:class:`muflow.SVC`) and the model selection call it, and nothing else: which
+path a fit takes is decided by the rules of :mod:`muflow.routing` and this function, and
+neither caller knows which backend answered. Dask, distributed and zarr are imported only on
+the cluster paths.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from muflow.exceptions import MuflowInputError
 from muflow.operators import DenseGram, GramOperator
 
 
-def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, out=None,
-                  store=None, store_dtype="float32", tile=None,
-                  resident_fraction=None, gram="auto") -> GramOperator:
-    """An operator for ``K(X, X)``: in process, or on the cluster of ``client``.
+def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram="auto",
+                  gram_dtype="auto", cache_dir=None, out=None, store=None,
+                  store_dtype="float32", tile=None, resident_fraction=None) -> GramOperator:
+    """The operator for ``K(X, X)`` that ``solver`` runs on, by the module's rule.
 
     Parameters
     ----------
-    X : ndarray or sparse matrix of shape (n_samples, n_features)
+    X : ndarray, sparse matrix, dask.array or dask.dataframe of shape (n_samples, n_features)
         Validated float64 samples, or the (n_samples, n_samples) Gram matrix itself when
-        ``kernel.name == "precomputed"`` (always held in process).
+        ``kernel.name == "precomputed"`` (always held in process). A dask collection needs a
+        client and a solver that runs on the workers.
     kernel : muflow.kernels.Kernel
     client : distributed.Client or str, optional
         A Dask client, or a scheduler address (``"tcp://host:8786"``): the operator then
         opens the client itself and closes it in :meth:`~GramOperator.close`. None (default)
         keeps K in this process.
+    solver : str, default="auto"
+        The solver asked for (a registered name or "auto"): with a client it decides
+        between X on the workers and the Gram store (:func:`muflow.routing.runs_on_workers`).
+    cache_mb : float, optional
+        With X on the workers: megabytes of kernel rows each worker caches (libsvm's
+        ``cache_size``; default :data:`muflow.solvers.rowcache.DEFAULT_CACHE_MB`). In
+        process the row cache is the solver's: give it the same ``cache_mb``.
+    gram : {"auto", "stored", "rows"}, default="auto"
+        In process: "stored" holds K (built, or read from ``cache_dir`` in float64) (refused
+        with :class:`~muflow.exceptions.MuflowInputError`, before anything is allocated, when
+        it cannot fit in the available memory: :func:`muflow.memory.check_gram_fits`);
+        "rows" computes rows of K from X when a solver asks
+        (:class:`~muflow.kernel_rows.KernelRows`; a product ``K @ V`` costs a pass over K);
+        "auto" stores K when it takes at most half the available memory and computes rows
+        otherwise (:func:`muflow.routing.gram_mode` says when a single fit asks for rows
+        sooner). Ignored for a precomputed kernel (K is given) and on a cluster.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
-        Storage of an in-process K (:func:`muflow.inmemory.gram_dtype`: "auto" is float64
-        up to 4096 samples, float32 above).
+        Storage of K in process, and of the workers' kernel panels
+        (:func:`muflow.inmemory.gram_dtype`: "auto" is float64 up to 4096 samples, float32
+        above).
     cache_dir : str, optional
         In process: read K (float64) from the Gram store cache in this directory, building
         the store there first when it holds none. On a cluster: the cache the workers use
-        (default :func:`muflow.gram.store.default_cache_dir`).
+        for the Gram store (default :func:`muflow.gram.store.default_cache_dir`).
     out : ndarray of shape (n_samples, n_samples), optional
         In process: an array to build K into when its shape and dtype fit (a sweep reuses
         one buffer for every kernel setting); ignored otherwise.
     store, store_dtype, tile, resident_fraction
-        Cluster only; see :func:`operator_for`.
-    gram : {"auto", "stored", "rows"}, default="auto"
-        In process: "stored" holds K (built, or read from ``cache_dir`` in float64) (refused with
-        :class:`~muflow.exceptions.MuflowInputError`, before anything is allocated, when it
-        cannot fit in the available memory: :func:`muflow.memory.check_gram_fits`);
-        "rows" computes rows of K from X when a solver asks
-        (:class:`~muflow.kernel_rows.KernelRows`: subset solvers read them through their
-        row cache of ``cache_mb``; a product ``K @ V`` costs a pass over K); "auto" stores
-        K when it takes at most half the available memory and computes rows otherwise.
-        Ignored for a precomputed kernel (K is given) and on a cluster.
+        The Gram store on a cluster; see :func:`operator_for`.
 
     Returns
     -------
@@ -73,19 +90,32 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
     Notes
     -----
     Memory: in process, ``n**2 * itemsize`` bytes for a stored K, X twice for rows on
-    demand; on a cluster, K spread over the workers (:class:`muflow.distributed.DaskGram`).
+    demand; on a cluster, X or K spread over the workers.
     """
     from muflow.memory import GRAM_CHOICES
+    from muflow.routing import runs_on_workers
 
     if gram not in GRAM_CHOICES:
-        from muflow.exceptions import MuflowInputError
-
         raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
     if kernel.name == "precomputed":
         return DenseGram(kernel.block(X))
+    if client is not None and runs_on_workers(client, kernel.name, solver):
+        operator = _partitioned_operator(X, kernel, client, solver=solver, gram_dtype=gram_dtype,
+                                         cache_mb=cache_mb)
+        if operator is not None:
+            return operator
+        _require_in_process(X, solver)
     if client is not None:
-        return _cluster_operator(X, kernel, client, store=store, cache_dir=cache_dir,
-                                 dtype=store_dtype, tile=tile, resident_fraction=resident_fraction)
+        return _connected(client, lambda c, owns: operator_for(
+            X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
+            dtype=store_dtype, tile=tile, resident_fraction=resident_fraction))
+    return _in_process_operator(X, kernel, gram=gram, gram_dtype=gram_dtype, cache_dir=cache_dir,
+                                out=out)
+
+
+def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out) -> GramOperator:
+    """Step 4 of the rule: K stored (built, into ``out`` when it fits, or read from the store
+    cache in ``cache_dir``) or rows on demand, by ``gram``."""
     from muflow.inmemory import gram_dtype as storage, numpy_gram
     from muflow.memory import choose_gram
 
@@ -116,41 +146,40 @@ def gram_operator(X, kernel, *, client=None, gram_dtype="auto", cache_dir=None, 
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
 
 
-def rows_on_workers(X, kernel, client, *, cache_mb=256.0):
-    """X partitioned over the workers of ``client`` (a Client or a scheduler address,
-    connected here and owned by the operator) for the working-set solver there
-    (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
-    from muflow.dask_working_set import DaskRowPartitions
-
-    return _connected(client, lambda c, owns: DaskRowPartitions(X, kernel, c, owns_client=owns,
-                                                                cache_mb=cache_mb))
-
-
-def partitioned_operator(X, kernel, client, *, solver, gram_dtype="auto", cache_mb=256.0):
-    """X partitioned over the workers of ``client`` (a Client or a scheduler address) for
-    ``solver``, or None where that solver runs on the Gram store instead:
-
-    - "auto" and "working_set": the rows only (:func:`rows_on_workers`);
-    - the multiplicative solvers (products ``K @ V`` only): the rows with their kernel
-      panels resident (:class:`muflow.dask_panels.DaskRowPanels`, in ``gram_dtype``) when
-      the panels fit in the workers' memory (:func:`muflow.dask_panels.panels_fit`), None
-      when they do not (the Gram store, :func:`operator_for`);
-    - the other solvers: None.
-    """
-    from muflow.dask_panels import DaskRowPanels, panels_fit, runs_on_panels
+def _partitioned_operator(X, kernel, client, *, solver, gram_dtype, cache_mb):
+    """Step 2 of the rule: X partitioned over the workers of ``client`` (a Client or a
+    scheduler address, then connected here and owned by the operator) for ``solver``: the
+    rows only for "auto" and "working_set", the rows with their kernel panels for a
+    multiplicative solver, or None when those panels do not fit in the workers' memory."""
+    from muflow.dask_panels import DaskRowPanels, panels_fit
+    from muflow.dask_partitions import DaskRowPartitions
     from muflow.inmemory import gram_dtype as storage
+    from muflow.routing import runs_on_panels
+    from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
-    if solver in ("auto", "working_set"):
-        return rows_on_workers(X, kernel, client, cache_mb=cache_mb)
-    if not runs_on_panels(solver):
-        return None
+    cache_mb = DEFAULT_CACHE_MB if cache_mb is None else float(cache_mb)
 
     def make(c, owns):
+        if not runs_on_panels(solver):
+            return DaskRowPartitions(X, kernel, c, owns_client=owns, cache_mb=cache_mb)
         if not panels_fit(X.shape[0], c, storage(X.shape[0], gram_dtype)):
             return None
         return DaskRowPanels(X, kernel, c, gram_dtype=gram_dtype, owns_client=owns, cache_mb=cache_mb)
 
     return _connected(client, make)
+
+
+def _require_in_process(X, solver):
+    """The Gram store is built from X in this process: refuse a dask collection, saying
+    what runs on it instead."""
+    from muflow.dask_predict import is_dask_collection
+
+    if is_dask_collection(X):
+        raise MuflowInputError(
+            f"the kernel panels of {X.shape[0]} samples do not fit in the workers' memory "
+            f"(muflow.dask_panels.panels_fit), and solver {solver!r} would need the Gram store "
+            "built from X in this process: use solver='working_set', give the workers more "
+            "memory, or pass a NumPy array")
 
 
 def _connected(client, make):
@@ -170,13 +199,6 @@ def _connected(client, make):
     if operator is None:
         opened.close()
     return operator
-
-
-def _cluster_operator(X, kernel, client, **kwargs):
-    """:func:`operator_for` on ``client``, connecting first (and owning the client) when
-    given an address; a failed start closes the client it opened."""
-    return _connected(client, lambda c, owns: operator_for(X, kernel, client=c, owns_client=owns,
-                                                           **kwargs))
 
 
 def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,

@@ -26,6 +26,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def set_hint(exc: BaseException, hint: str) -> BaseException:
+    """Attach what to do next to an error: :func:`main` prints it on the error's one line."""
+    try:
+        exc.muflow_hint = hint
+    except AttributeError:  # an exception type with __slots__
+        pass
+    return exc
+
+
+def one_line(exc: BaseException) -> str:
+    """An error's text on one line, with its hint (:func:`set_hint`)."""
+    text = " ".join(str(exc).split())
+    hint = getattr(exc, "muflow_hint", None)
+    return f"{text}; {hint}" if hint else text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m muflow",
@@ -60,7 +76,7 @@ def main(argv=None) -> int:
     try:
         return int(args._run(args) or EXIT_OK)
     except MuflowInputError as exc:
-        print(f"muflow {args.command}: error: {exc}", file=sys.stderr)
+        print(f"muflow {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"muflow {args.command}: interrupted", file=sys.stderr)
@@ -70,8 +86,9 @@ def main(argv=None) -> int:
 
         hint = ("; free space there, or write elsewhere (--out, --cache-dir): nothing half-written "
                 "was kept") if exc.errno == errno.ENOSPC else ""
-        print(f"muflow {args.command}: failed: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        print(f"muflow {args.command}: failed: {type(exc).__name__}: {one_line(exc)}{hint}",
+              file=sys.stderr)
         return EXIT_FAILURE
     except Exception as exc:  # any other failure: one line, exit 1
-        print(f"muflow {args.command}: failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"muflow {args.command}: failed: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE

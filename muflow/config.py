@@ -6,8 +6,9 @@ of the embedded default, :data:`DEFAULT_TOML` (each key explained there), which 
 ``python -m muflow run`` runs with no arguments. Its tables:
 
 - ``[data]``: the data set and the stratified train/test split;
-- ``[grid]``: the sweep grid, ``C`` and ``kernels``: the one grid schema, also read by
-  ``python -m muflow sweep --config`` (:mod:`muflow.selection.grid`);
+- ``[grid]``: the sweep grid, ``C`` and ``kernels``: the one grid schema
+  (:mod:`muflow.selection.grid`), also read by ``python -m muflow sweep --config``
+  (:func:`load_grid_toml`);
 - ``[sweep]``: the options of :func:`muflow.selection.run_sweep` (``folds``, ``seed``,
   ``solver``, ``path``, ``intercept``, ``tol``, ``max_iter``, ``halving``,
   ``halving_min_iter``, ``n_jobs``) and ``on_cluster``;
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from muflow.exceptions import MuflowInputError
-from muflow.selection.grid import SWEEP_OPTIONS, SweepGrid, check_options
+from muflow.selection.grid import GRID_EXAMPLE, SWEEP_OPTIONS, SweepGrid, check_options
 from muflow.validation import check_bool, check_choice, check_number
 
 #: ``data.path`` value that names the bundled breast-cancer set.
@@ -99,6 +100,7 @@ class SweepConfig:
     halving: int | None = None
     halving_min_iter: int = 10
     n_jobs: int = 1
+    time_limit: float | None = None  # seconds; None (left out): no limit
 
     def sweep_options(self) -> dict:
         """Keyword arguments of :func:`muflow.selection.run_sweep`."""
@@ -242,6 +244,31 @@ def read_toml(path) -> dict:
         raise MuflowInputError(f"{path}: not valid TOML ({exc})") from None
     except UnicodeDecodeError:
         raise MuflowInputError(f"{path}: not a text file") from None
+
+
+def load_grid_toml(path) -> tuple[SweepGrid, dict]:
+    """Read a sweep grid and its options from a run configuration file.
+
+    The file is a run configuration (:mod:`muflow.config`, the one schema): its ``[grid]``
+    table is the grid, the keys its ``[sweep]`` table sets are options of
+    :func:`muflow.selection.run_sweep`, and ``[gram] cache_dir`` the Gram store cache.
+    ``[data]``, ``[cluster]`` and ``sweep.on_cluster`` belong to ``python -m muflow run``
+    and are checked but not returned. Options the file leaves out are left out of the
+    returned dict, so that they take :func:`~muflow.selection.run_sweep`'s defaults.
+
+    Returns
+    -------
+    (SweepGrid, dict of options)
+    """
+    data = read_toml(path)
+    if "grid" not in data:
+        raise MuflowInputError(f"{path}: no [grid] table; a sweep grid needs `C = [...]` and "
+                               f"`kernels = [{GRID_EXAMPLE}]` under [grid]")
+    cfg = from_dict(data, source=str(path))
+    options = {k: getattr(cfg.sweep, k) for k in data.get("sweep", {}) if k in SWEEP_OPTIONS}
+    if cfg.gram.cache_dir:
+        options["cache_dir"] = cfg.gram.cache_dir
+    return cfg.grid, options
 
 
 def default_config() -> RunConfig:

@@ -5,7 +5,7 @@ The multiplicative rules (:mod:`muflow.solvers.multiplicative`: M3, MUNK, MUSIK,
 ask one thing of K per pass: the product ``K @ V``, V of shape (n, m) with one or two
 columns per problem (the class split of alpha, m3-multiplicative-updates-large-margin.txt
 eq. (5)), and every alpha of a multiplicative iterate is non-zero. On
-:class:`~muflow.dask_working_set.DaskRowPartitions` such a product sends the support's rows
+:class:`~muflow.dask_partitions.DaskRowPartitions` such a product sends the support's rows
 of X, all of X, every pass. Here each partition keeps its *kernel panel* ``K(X_p, X)`` (its
 rows of K against every column) resident in its worker's memory:
 
@@ -19,7 +19,7 @@ rows of K against every column) resident in its worker's memory:
   and each actor answers its rows of ``K @ V``.
 
 A worker lost mid-fit takes its partitions' panels with it: they are started again from
-their source (:meth:`~muflow.dask_working_set.DaskRowPartitions.recover`: NumPy rows
+their source (:meth:`~muflow.dask_partitions.DaskRowPartitions.recover`: NumPy rows
 scattered again, a dask block recomputed by the scheduler from its graph), which rebuilds
 their panels, and the product is asked again (a product is a pure function of V, so the
 fit goes on from the same iterate).
@@ -50,7 +50,8 @@ import uuid
 
 import numpy as np
 
-from muflow.dask_working_set import DaskRowPartitions, RowPartition, _stack
+from muflow.dask_partitions import DaskRowPartitions, RowPartition
+from muflow.dask_working_set import stack_rows
 from muflow.inmemory import _blas_single_threaded, gram_dtype, gram_rows_into
 from muflow.operators import SPLIT_ROWS, split_product
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
@@ -99,7 +100,7 @@ INLINE_BYTES = 16 << 20
 
 
 class PanelPartition(RowPartition):
-    """Actor on one worker: a :class:`~muflow.dask_working_set.RowPartition` that also
+    """Actor on one worker: a :class:`~muflow.dask_partitions.RowPartition` that also
     holds its kernel panel ``K(X_p, X)``.
 
     Parameters
@@ -121,7 +122,7 @@ class PanelPartition(RowPartition):
 
     def __init__(self, X, lo, kernel, n_total, cache_mb, blocks, dtype):
         super().__init__(X, lo, kernel, n_total, cache_mb)
-        X_all = _stack(blocks)
+        X_all = stack_rows(blocks)
         self.panel = np.empty((self.n, X_all.shape[0]), dtype=np.dtype(dtype))
         t = time.perf_counter()
         gram_rows_into(X_all, self.kernel, self.panel, start=self.lo, n_threads=1)
@@ -159,13 +160,13 @@ class PanelPartition(RowPartition):
 
 
 class DaskRowPanels(DaskRowPartitions):
-    """:class:`~muflow.dask_working_set.DaskRowPartitions` whose partitions hold their kernel
+    """:class:`~muflow.dask_partitions.DaskRowPartitions` whose partitions hold their kernel
     panels: ``K @ V`` is one round trip that sends V once (module notes).
 
     Parameters
     ----------
     X : ndarray, CSR matrix, dask.array or dask.dataframe
-        As :class:`~muflow.dask_working_set.DaskRowPartitions`.
+        As :class:`~muflow.dask_partitions.DaskRowPartitions`.
     kernel : Kernel
     client : distributed.Client
     gram_dtype : {"auto", "float64", "float32"}, default="auto"

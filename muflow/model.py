@@ -11,51 +11,30 @@ Gram (:mod:`muflow.probability`).
 
 from __future__ import annotations
 
-import collections
 import dataclasses
-import inspect
-import numbers
 import time
-import uuid
 import warnings
-import weakref
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._available_if import available_if
 from sklearn.utils.class_weight import compute_class_weight
-from sklearn.utils.deprecation import deprecated
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import (_num_samples, check_consistent_length, check_is_fitted,
-                                      column_or_1d, validate_data)
+from sklearn.utils.validation import _num_samples
 
-from muflow.data import check_finite
-from muflow.exceptions import MuflowError, MuflowInputError
-from muflow.inmemory import GRAM_DTYPES
-from muflow.memory import GRAM_CHOICES
-from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
-from muflow.multiclass import (MULTICLASS, binary_problems, libsvm_dual_coef, ovo_coef,
-                               ovr_scores, pair_coefficients, predict_index)
+from muflow.exceptions import MuflowInputError
+from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
-from muflow.kernels import KERNELS, Kernel, kernel_from_setting
+from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
+from muflow.svc_prediction import FittedSVC
+from muflow.routing import fits_as_one_task, gram_mode, solver_for
 from muflow.solvers import DualProblem
-from muflow.solvers.registry import INTERCEPTS, SOLVERS, choose_solver
-from muflow.validation import check_bool, check_choice, check_number, check_per_sample
-
-#: gram="auto" computes kernel rows on demand (the working-set solver) above this many
-#: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
-#: where a stored K costs all n^2 values. Measured on a8a subsets, RBF gamma=0.05, C=1
-#: (stored + smo against rows + working_set): 0.57 s / 0.52 s at 8,000 rows, 1.48 / 0.85 at
-#: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
-ROWS_MIN_SAMPLES = 8192
-
-#: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
-#: whole on one worker as one task (:meth:`SVC._fit_as_one_task`): a pass of a solver on
-#: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
-ONE_TASK_MAX_SAMPLES = 4096
+from muflow.solvers.registry import choose_solver
+from muflow.time_limit import chain as chain_deadline, finish_fit
+from muflow.time_limit import start as start_deadline
+from muflow.validation import check_per_sample
 
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
@@ -68,24 +47,8 @@ NO_LIMIT = np.iinfo(np.int32).max
 PROBABILITY_DEPRECATION = (
     "The `probability` parameter was deprecated in 1.9 and will be removed in version 1.11. "
     "Use `CalibratedClassifierCV(SVC(), ensemble=False)` instead of `SVC(probability=True)`")
-_PROB_ATTRIBUTE_DEPRECATION = (
-    "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
-    "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
 
 
-#: Each model's prepared :class:`muflow.prediction.Predictor` with the fitted arrays it was
-#: built from (:meth:`SVC._predictor`).
-_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _is_dask_collection(X) -> bool:
-    """Whether X is a Dask array or DataFrame, importing nothing (no Dask, no zarr) for any
-    other input: predicting from a saved model needs NumPy and SciPy only."""
-    if not type(X).__module__.startswith("dask"):
-        return False
-    from muflow.dask_predict import is_dask_collection
-
-    return is_dask_collection(X)
 
 
 def _chain(*callbacks):
@@ -98,31 +61,7 @@ def _chain(*callbacks):
     return call
 
 
-def _dense_kernel(K) -> np.ndarray:
-    """A callable kernel's values as a float64 array (a sparse result is densified)."""
-    return K.toarray() if sp.issparse(K) else np.asarray(K, dtype=np.float64)
-
-
-def _check_magnitude(X):
-    """Refuse X whose inner products overflow float64: the kernel, and so the dual
-    coefficients, would not be finite (scikit-learn's message, and the fix)."""
-    values = X.data if sp.issparse(X) else X
-    if not values.size:
-        return
-    with np.errstate(over="ignore"):
-        bound = np.square(np.max(np.abs(values))) * max(X.shape[1], 1)
-    if not np.isfinite(bound):
-        raise MuflowInputError(
-            "The dual coefficients or intercepts are not finite: X holds values so large "
-            f"(largest |x| = {float(np.max(np.abs(values))):.3g}) that its inner products overflow. "
-            "The input data need to be preprocessed (e.g. sklearn.preprocessing.StandardScaler)")
-
-
-def _wants_probability(probability) -> bool:
-    return probability is not False and probability != "deprecated" and bool(probability)
-
-
-class SVC(ClassifierMixin, BaseEstimator):
+class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
     Takes every parameter of ``sklearn.svm.SVC`` with its meaning (the README's "Coming
@@ -193,10 +132,10 @@ default="rbf"
         bias as a constant 1 added to the kernel (keeps a non-negative kernel
         non-negative); "none": hyperplane through the origin, as in the papers.
     client : distributed.Client or str, optional
-        Train on a Dask cluster. A problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples
-        in memory is fitted whole on one worker as one task, whatever the solver. Above,
-        with ``solver="auto"`` or ``"working_set"``, X stays on
-        the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
+        Train on a Dask cluster. A problem of at most
+        :data:`muflow.routing.ONE_TASK_MAX_SAMPLES` samples in memory is fitted whole on one
+        worker as one task, whatever the solver. Above, with ``solver="auto"`` or
+        ``"working_set"``, X stays on the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
         the working-set solver runs one round trip per iteration sending O(q d)
         (:mod:`muflow.dask_working_set`). A multiplicative solver ("m3", "munk", ...) runs
@@ -218,9 +157,15 @@ default="rbf"
         "stored" builds the whole n x n K once (fastest while it fits; refused before any
         allocation, naming the size, when it does not); "rows" computes rows of K from X on
         demand (:class:`muflow.kernel_rows.KernelRows`, memory O(n * rows cached));
-        "auto" stores K up to :data:`ROWS_MIN_SAMPLES` samples and computes rows above, or
-        sooner when K would take more than half the available memory. Ignored with
+        "auto" stores K up to :data:`muflow.routing.ROWS_MIN_SAMPLES` samples and computes
+        rows above, or sooner when K would take more than half the available memory. Ignored with
         ``client`` or ``kernel="precomputed"``.
+    time_limit : float, default=None
+        Seconds the fit may take (from the start of ``fit``, the kernel included): the
+        solver then stops cleanly with its best iterate so far, ``fit_status_`` is 1 and a
+        ``ConvergenceWarning`` names the limit and the KKT violation reached
+        (:mod:`muflow.time_limit`). None: no limit. Probability calibration
+        (``probability=True``) is not bounded by it.
 
     Attributes
     ----------
@@ -244,7 +189,8 @@ default="rbf"
     intercept_ : ndarray of shape (n_problems,)
         One per binary problem: 1, k(k-1)/2 (one-vs-one, pairs in libsvm's order) or k.
     fit_status_ : int
-        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter``.
+        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter`` or at
+        ``time_limit``.
     shape_fit_ : tuple
         Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)
@@ -291,6 +237,7 @@ default="rbf"
         client=None,
         gram_dtype="auto",
         gram="auto",
+        time_limit=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -313,6 +260,7 @@ default="rbf"
         self.client = client
         self.gram_dtype = gram_dtype
         self.gram = gram
+        self.time_limit = time_limit
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -321,114 +269,6 @@ default="rbf"
         return tags
 
     # -- validation --------------------------------------------------------------------
-    def _check_params(self):
-        if not callable(self.kernel):
-            check_choice(self.kernel, "kernel", KERNELS, hint="or a callable kernel(X, Y)")
-        check_choice(self.intercept, "intercept", INTERCEPTS)
-        check_choice(self.solver, "solver", ("auto", *SOLVERS))
-        check_number(self.C, "C", low=0, closed="neither", allow_inf=True,
-                     hint="float('inf') is the hard margin")
-        check_choice(self.gram_dtype, "gram_dtype", GRAM_DTYPES)
-        check_choice(self.gram, "gram", GRAM_CHOICES)
-        check_number(self.cache_size, "cache_size", low=0, closed="neither",
-                     hint="megabytes of kernel rows to cache, as libsvm's cache_size")
-        check_number(self.tol, "tol", low=0, closed="neither")
-        if self.max_iter != -1:
-            check_number(self.max_iter, "max_iter", integer=True, low=1,
-                         hint="-1 means no limit (scikit-learn's default)")
-        check_bool(self.shrinking, "shrinking")
-        check_bool(self.break_ties, "break_ties")
-        check_choice(self.decision_function_shape, "decision_function_shape", ("ovr", "ovo"))
-        check_choice(self.multiclass, "multiclass", MULTICLASS)
-        if self.probability != "deprecated":
-            check_bool(self.probability, "probability")
-        if self.class_weight is not None and self.class_weight != "balanced" \
-                and not isinstance(self.class_weight, dict):
-            raise MuflowInputError(
-                f"class_weight must be a dict {{class: weight}}, 'balanced' or None, got "
-                f"{self.class_weight!r}")
-        check_random_state(self.random_state)
-
-    def _kernel_for(self, X) -> Kernel:
-        if callable(self.kernel):
-            return kernel_from_setting({"kernel": "precomputed"}, X, intercept=self.intercept)
-        setting = {"kernel": self.kernel, "gamma": self.gamma, "degree": self.degree, "coef0": self.coef0}
-        return kernel_from_setting(setting, X, intercept=self.intercept)
-
-    def _validate_dask_input(self, X, y):
-        """A dask.array or dask.dataframe X stays on the workers (its partitions become
-        the solver's, :class:`muflow.dask_working_set.DaskRowPartitions`); y (O(n)) comes
-        to the client. Non-finite values are refused by the worker that holds them."""
-        if not self._on_workers():
-            raise MuflowInputError(
-                "X is a dask collection: fit it on the cluster with client=... (a Client or a "
-                "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
-                "solver: 'm3', 'munk', ...), or pass a NumPy array")
-        if hasattr(X, "to_dask_array"):
-            X = X.to_dask_array(lengths=True)
-        if X.ndim != 2:
-            raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
-        from muflow.dask_working_set import check_finite_blocks
-
-        check_finite_blocks(X)
-        if _is_dask_collection(y):
-            y = y.compute()
-        y = column_or_1d(np.asarray(y), warn=True)
-        if y.shape[0] != X.shape[0]:
-            raise ValueError(f"Found input variables with inconsistent numbers of samples: "
-                             f"[{X.shape[0]}, {y.shape[0]}]")
-        self.n_features_in_ = int(X.shape[1])
-        return X, y, X
-
-    def _validate_fit_input(self, X, y):
-        """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
-        checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
-        if _is_dask_collection(X):
-            return self._validate_dask_input(X, y)
-        if sp.issparse(X) and self.kernel == "precomputed":
-            raise TypeError("Sparse precomputed kernels are not supported.")
-        if callable(self.kernel):
-            check_consistent_length(X, y)
-            y = column_or_1d(y, warn=True)
-            self.n_features_in_ = np.shape(X)[1] if np.ndim(X) == 2 else 1
-            K = _dense_kernel(self.kernel(X, X))
-            if K.ndim != 2 or K.shape[0] != K.shape[1]:
-                raise ValueError(
-                    f"X.shape[0] should be equal to X.shape[1]: the callable kernel returned an "
-                    f"array of shape {K.shape} for kernel(X, X), expected ({_num_samples(X)}, "
-                    f"{_num_samples(X)})")
-            check_finite(K, "kernel(X, X)")
-            return K, y, X
-        X, y = validate_data(
-            self, X, y,
-            accept_sparse="csr" if self.kernel != "precomputed" else False,
-            dtype=np.float64, ensure_all_finite=False,
-        )
-        check_finite(X)
-        if self.kernel != "precomputed":
-            _check_magnitude(X)
-        if self.kernel == "precomputed" and X.shape[0] != X.shape[1]:
-            raise MuflowInputError(
-                f"Precomputed matrix must be a square matrix. Input is a {X.shape[0]}x"
-                f"{X.shape[1]} matrix; pass K(X_train, X_train)")
-        return X, y, X
-
-    def _upper_bounds(self, y_encoded, n, sample_weight):
-        """C per sample: C * class_weight * sample_weight, samples of weight <= 0 pinned at
-        zero (libsvm drops them, and scikit-learn's messages name what is left)."""
-        weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
-        positive = weights > 0
-        if not positive.any():
-            raise MuflowInputError(
-                "Invalid input - all samples have zero or negative weights. Give some samples "
-                "a positive sample_weight")
-        if len(np.unique(y_encoded[positive])) < 2:
-            raise MuflowInputError(
-                "Invalid input - all samples with positive weights belong to the same class; "
-                "a classifier needs samples of at least 2 classes with positive weight")
-        return float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
-
-    # -- fit ---------------------------------------------------------------------------
     def fit(self, X, y, sample_weight=None, offset=None, checkpoint_dir=None, checkpoint_every=100):
         """Fit the classifier.
 
@@ -458,10 +298,12 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
-        if checkpoint_dir is None and self._one_task(X):
+        if checkpoint_dir is None and self.client is not None and fits_as_one_task(
+                self.client, _num_samples(X), dask_input=_is_dask_collection(X)):
             return self._fit_as_one_task(X, y, sample_weight, offset)
         X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
@@ -483,24 +325,12 @@ default="rbf"
         from muflow.backends import gram_operator
 
         kernel = self._kernel_for(X)
-        operator = None
-        if self._on_workers():
-            from muflow.backends import partitioned_operator
-
-            operator = partitioned_operator(X, kernel, self.client, solver=self.solver,
-                                            gram_dtype=self.gram_dtype,
-                                            cache_mb=float(self.cache_size))
-            if operator is None and _is_dask_collection(X):
-                raise MuflowInputError(
-                    f"the kernel panels of {n} samples do not fit in the workers' memory "
-                    f"(muflow.dask_panels.panels_fit), and solver {self.solver!r} would need "
-                    "the Gram store built from X in this process: use solver='working_set', "
-                    "give the workers more memory, or pass a NumPy array")
-        if operator is None:
-            operator = gram_operator(X, kernel, client=self.client, gram_dtype=self.gram_dtype,
-                                     gram=self._gram_for(n))
+        operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
+                                 cache_mb=float(self.cache_size), gram=gram_mode(self.gram, n),
+                                 gram_dtype=self.gram_dtype)
         try:
-            info = choose_solver(self._solver_for(operator), intercept=self.intercept,
+            info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
+                                 intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
         except BaseException:
             operator.close()
@@ -513,12 +343,15 @@ default="rbf"
         callback = progress.callback if progress is not None and not info.reports_progress else None
         init, checkpointer = None, None
         if checkpoint_dir is not None:
-            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem, info.name, kernel)
+            init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem,
+                                                     info.name, kernel, X)
             callback = _chain(checkpointer, callback)
+        callback = chain_deadline(deadline, callback)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
-        options = self._solver_options(info, progress)
+        options = info.options(cache_mb=self.cache_size, shrinking=self.shrinking,
+                               progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
             solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
@@ -530,28 +363,16 @@ default="rbf"
             else:
                 self._probA = self._probB = np.empty(0)
             if _is_dask_collection(X_fit):  # the support vectors' rows, from the workers
-                X_fit = _RowsOnWorkers(operator, X_fit.shape)
+                from muflow.dask_fitting import RowsOnWorkers
+
+                X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
-        self._warn_from_fit_status()
+        if not finish_fit(self, deadline):
+            self._warn_from_fit_status()
         return self
-
-    def _solver_options(self, info, progress) -> dict:
-        """What the solver takes beyond the common signature: the row cache in MB,
-        shrinking, progress reporting, and libsvm's iteration unit (smo)."""
-        accepted = inspect.signature(info.solve).parameters
-        options = {}
-        if info.needs == "rows" and "cache_mb" in accepted:
-            options["cache_mb"] = float(self.cache_size)
-        if "shrinking" in accepted:
-            options["shrinking"] = bool(self.shrinking)
-        if progress is not None and info.reports_progress:
-            options["progress"] = progress
-        if "libsvm_iterations" in accepted:
-            options["libsvm_iterations"] = True
-        return options
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
@@ -578,82 +399,28 @@ default="rbf"
                 f"Solver terminated early (max_iter={self.max_iter}).  Consider pre-processing "
                 "your data with StandardScaler or MinMaxScaler.", ConvergenceWarning, stacklevel=3)
 
-    def _gram_for(self, n: int) -> str:
-        """The ``gram`` asked for; "auto" above :data:`ROWS_MIN_SAMPLES` samples is "rows"
-        (below, :func:`muflow.backends.gram_operator` stores K when it fits)."""
-        if self.gram == "auto" and n > ROWS_MIN_SAMPLES:
-            return "rows"
-        return self.gram
-
-    def _one_task(self, X) -> bool:
-        """With a client, a problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples (in
-        memory, not a dask collection) is fitted on one worker as one task."""
-        return (self.client is not None and not _is_dask_collection(X)
-                and _num_samples(X) <= ONE_TASK_MAX_SAMPLES)
-
     def _fit_as_one_task(self, X, y, sample_weight, offset):
-        """The whole fit on one worker, next to its data, as one task: a round trip per
-        fit instead of one per solver iteration. The fitted attributes come back."""
-        from muflow.distributed import lost_scheduler_error
+        """The whole fit on one worker, next to its data, as one task
+        (:func:`muflow.dask_fitting.fit_on_one_worker`): a round trip per fit instead of one
+        per solver iteration. The fitted attributes come back."""
+        from muflow.dask_fitting import fit_on_one_worker
 
-        client, owned = self.client, False
-        if isinstance(client, str):
-            from muflow.cluster import connect
-
-            client, owned = connect(client), True
         params = self.get_params(deep=False)
         params.update(client=None, verbose=False)
-        t0 = time.perf_counter()
-        try:
-            for attempt in (0, 1):
-                try:
-                    fitted = _fitter_on(client).fit(params, X, y, sample_weight, offset)
-                    break
-                except (OSError, _LostFit):  # the actor or its worker is gone, not the fit
-                    if getattr(client, "status", "running") != "running":
-                        raise lost_scheduler_error(client) from None
-                    _FITTERS.pop(client, None)  # a new actor, once
-                    if attempt:
-                        raise
-        finally:
-            if owned:
-                _FITTERS.pop(client, None)
-                client.close()
+        fitted, seconds = fit_on_one_worker(type(self)(**params), self.client, X, y,
+                                            sample_weight, offset)
         for name, value in vars(fitted).items():
             if name not in params:
                 setattr(self, name, value)
-        self.timings_ = dict(self.timings_, one_task=time.perf_counter() - t0)
+        self.timings_ = dict(self.timings_, one_task=seconds)
         self._warn_from_fit_status()
         return self
 
-    def _on_workers(self) -> bool:
-        """With a client, the working-set solver (``solver="auto"`` or ``"working_set"``)
-        runs on X partitioned over the workers (:mod:`muflow.dask_working_set`), and so do
-        the multiplicative solvers, on kernel panels computed there when they fit in the
-        workers' memory (:mod:`muflow.dask_panels`); the other solvers run on a Gram store
-        built there (:class:`muflow.distributed.DaskGram`)."""
-        if self.client is None or not isinstance(self.kernel, str) or self.kernel == "precomputed":
-            return False
-        from muflow.dask_panels import runs_on_panels
-
-        return self.solver in ("auto", "working_set") or runs_on_panels(self.solver)
-
-    def _solver_for(self, operator) -> str:
-        """The solver asked for; for "auto" on rows computed on demand (no K in memory, no
-        cluster) or on X partitioned over a cluster, the working-set solver, which fetches
-        rows q at a time in one product."""
-        if getattr(operator, "partitioned", False) and self.solver == "auto":
-            return "working_set"
-        if (self.solver == "auto" and self.client is None and operator.dense is None
-                and "working_set" in SOLVERS):
-            return "working_set"
-        return self.solver
-
-    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel):
-        from muflow.checkpoint import Checkpointer, load_checkpoint
+    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):
+        from muflow.checkpoint import Checkpointer, load_checkpoint, problem_fingerprint
 
         tag = {"solver": solver, "kernel": kernel.to_dict(), "C": float(self.C),
-               "intercept": self.intercept}
+               "intercept": self.intercept, "data": problem_fingerprint(X, problem)}
         ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
         checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
         return (None if ckpt is None else ckpt.init), checkpointer
@@ -757,361 +524,3 @@ default="rbf"
         self.solver_ = solver
         self.fit_time_ = float(fit_time)
         return self
-
-    # -- fitted attributes as scikit-learn's -------------------------------------------
-    @property
-    def coef_(self):
-        """Weights of the features, ``kernel="linear"`` only: one row per binary problem
-        (read-only, as scikit-learn's)."""
-        if self.kernel != "linear":
-            raise AttributeError("coef_ is only available when using a linear kernel")
-        check_is_fitted(self)
-        if self._ovo:
-            coef = ovo_coef(self.dual_coef_, self.n_support_, self.support_vectors_)
-        else:
-            coef = self.dual_coef_ @ self.support_vectors_
-            coef = sp.csr_matrix(coef) if sp.issparse(coef) else np.asarray(coef)
-        if sp.issparse(coef):
-            coef.data.flags.writeable = False
-        else:
-            coef.flags.writeable = False
-        return coef
-
-    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probA_"))
-    @property
-    def probA_(self):
-        """Platt's A per binary problem (``probability=True``), libsvm's orientation."""
-        return self._probA
-
-    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probB_"))
-    @property
-    def probB_(self):
-        """Platt's B per binary problem (``probability=True``), libsvm's orientation."""
-        return self._probB
-
-    @property
-    def _n_support(self):
-        """scikit-learn's private name of ``n_support_`` (the same array), which its
-        tests and tools read."""
-        return self.n_support_
-
-    @property
-    def _gamma(self):
-        """scikit-learn's private name of the resolved gamma (``kernel_.gamma``)."""
-        return self.kernel_.gamma
-
-    @property
-    def _ovo(self) -> bool:
-        """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
-        return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
-
-    # -- predict -----------------------------------------------------------------------
-    def _pair_weights(self) -> np.ndarray:
-        """(n_SV, n_problems): the coefficients of every problem's support vectors."""
-        if self._ovo:
-            return pair_coefficients(self.dual_coef_, self.n_support_)
-        dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
-        return np.asarray(dual).T
-
-    def _prediction_state(self):
-        """A copy of this fitted model holding only what prediction reads: the parameters
-        (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
-        Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
-        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
-        params = self.get_params(deep=False)
-        params["client"] = None
-        state = type(self)(**params)
-        for name in ("classes_", "n_features_in_", "shape_fit_", "kernel_", "support_",
-                     "support_vectors_", "n_support_", "dual_coef_", "intercept_", "_sparse",
-                     "_X_fit", "_probA", "_probB"):
-            if hasattr(self, name):
-                setattr(state, name, getattr(self, name))
-        return state
-
-    def _decision_problems(self, X) -> np.ndarray:
-        """Decision value of every binary problem, shape (n_samples, n_problems); a
-        one-vs-one pair's is positive for its first class.
-
-        The kernels built on inner products go through the model's prepared
-        :class:`muflow.prediction.Predictor` (blocked GEMM, float32 where the model's
-        check allows); callable, precomputed and laplacian kernels through
-        :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
-        evaluated a block of rows at a time within
-        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
-        """
-        X = self._validate_for_predict(X)
-        if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:
-            return self._predictor().decision(X) + self.intercept_
-        W = self._pair_weights()
-        if callable(self.kernel):
-            def block(rows):
-                return _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
-            columns = _num_samples(self._X_fit)
-        elif self.kernel == "precomputed":
-            def block(rows):
-                return rows[:, self.support_]
-            columns = len(self.support_)
-        else:
-            def block(rows):
-                return self.kernel_.block(rows, self.support_vectors_)
-            columns = len(self.support_)
-        return blocked_decision(X, block, W, columns) + self.intercept_
-
-    def _predictor(self) -> Predictor:
-        """This model's :class:`muflow.prediction.Predictor`, prepared at its first
-        prediction after a fit or a load and kept (outside the estimator: clones, pickles
-        and the Dask graph do not carry it) until one of the fitted arrays it was built
-        from is replaced (an array edited in place is not seen: assign a new one)."""
-        sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
-        cached = _PREDICTORS.get(self)
-        if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
-            return cached[1]
-        predictor = Predictor.prepare(self.kernel_, self.support_vectors_, self._pair_weights())
-        _PREDICTORS[self] = (sources, predictor)
-        return predictor
-
-    def decision_function(self, X):
-        """Signed distance to the separating surface(s).
-
-        Returns
-        -------
-        ndarray of shape (n_samples,) for two classes; otherwise (n_samples, n_classes)
-        (``decision_function_shape="ovr"``, or one-vs-rest training) or
-        (n_samples, n_classes * (n_classes - 1) / 2) (``"ovo"``: the pair decisions,
-        positive for the pair's first class, libsvm's order).
-        """
-        self._check_fitted()
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "decision_function", X)
-        k = len(self.classes_)
-        scores = self._decision_problems(X)
-        if k == 2:
-            return scores.ravel()
-        if self._ovo and self.decision_function_shape == "ovr":
-            return ovr_scores(scores, k)
-        return scores
-
-    def predict(self, X):
-        """Class labels: the sign of the decision function for two classes; one-vs-one:
-        libsvm's vote winner, or with ``break_ties`` the argmax of the class scores;
-        one-vs-rest: the largest decision."""
-        self._check_fitted()
-        if self.break_ties and self.decision_function_shape == "ovo":
-            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "predict", X)
-        scores = self._decision_problems(X)
-        index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
-                              break_ties=self.break_ties)
-        return self.classes_.take(index)
-
-    def _check_fitted(self):
-        """scikit-learn's ``check_is_fitted`` where ``support_`` is missing (a fit sets it);
-        a fitted model's prediction skips its scan of the attributes."""
-        if "support_" not in self.__dict__:
-            check_is_fitted(self)
-
-    def _check_proba(self):
-        if not _wants_probability(self.probability):
-            raise AttributeError("predict_proba is not available when probability=False")
-        return True
-
-    @available_if(_check_proba)
-    def predict_proba(self, X):
-        """Class probabilities, shape (n_samples, n_classes), columns in the order of
-        ``classes_``: Platt's sigmoid of each binary decision and, for more than two
-        classes, their pairwise coupling (:mod:`muflow.probability`). Like libsvm's, they
-        come from the internal cross-validation, so their argmax may differ from
-        ``predict`` on a few samples."""
-        from muflow.probability import predict_proba_ovo
-
-        check_is_fitted(self)
-        if np.size(getattr(self, "_probA", ())) == 0:
-            raise NotFittedError("predict_proba is not available when fitted with probability=False")
-        if _is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
-
-            return predict_lazy(self, "predict_proba", X)
-        scores = self._decision_problems(X)
-        if len(self.classes_) == 2:
-            scores = -scores  # libsvm's orientation: positive for classes_[0]
-        return predict_proba_ovo(scores, self._probA, self._probB, len(self.classes_))
-
-    @available_if(_check_proba)
-    def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`."""
-        return np.log(self.predict_proba(X))  # lazy for Dask input, as predict_proba
-
-    def _validate_for_predict(self, X):
-        if callable(self.kernel):
-            return X
-        if self.kernel == "precomputed":
-            X = self._check_precomputed(X)
-        else:
-            plain = self._checked_plain_input(X)
-            if plain is not None:
-                X = plain
-            else:
-                X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
-                                  ensure_all_finite=False)
-                if sp.issparse(X) and not getattr(self, "_sparse", True):
-                    raise ValueError(
-                        f"cannot use sparse input in {type(self).__name__!r} trained on dense "
-                        "data; pass X.toarray() or fit on sparse data")
-        check_finite(X)
-        self._check_support_layout()
-        return X
-
-    def _checked_plain_input(self, X):
-        """X as is when it needs nothing of ``validate_data``: a float64 2-D ndarray (or CSR
-        matrix, after a sparse fit) of the fitted width, to a model fitted without feature
-        names. The microseconds of a one-row prediction; None sends X to ``validate_data``."""
-        if "feature_names_in_" in self.__dict__ or getattr(X, "dtype", None) != np.float64:
-            return None
-        if type(X) is np.ndarray:
-            shape = X.shape
-        elif type(X) in (sp.csr_matrix, sp.csr_array) and self.__dict__.get("_sparse", False):
-            shape = X.shape
-        else:
-            return None
-        if len(shape) != 2 or shape[1] != self.__dict__.get("n_features_in_") or shape[0] < 1:
-            return None
-        return X
-
-    def _check_support_layout(self):
-        """The support vectors, their counts per class and the coefficients agree (what
-        scikit-learn checks against CVE-2020-28975): an altered model is refused, not
-        read out of bounds."""
-        n_sv = len(self.support_)
-        n_support = getattr(self, "n_support_", None)
-        if (n_support is not None and int(np.sum(n_support)) != n_sv) or self.dual_coef_.shape[1] != n_sv:
-            raise ValueError(f"The internal representation of {type(self).__name__} was altered")
-
-    def _check_precomputed(self, X):
-        if sp.issparse(X):
-            raise MuflowInputError("a precomputed kernel must be a dense array")
-        X = np.asarray(X, dtype=np.float64)
-        self._check_precomputed_shape(X.shape)
-        return X
-
-    def _check_precomputed_shape(self, shape):
-        """A precomputed kernel to predict is K(X_test, X_train): one column per training
-        sample (also checked on a Dask array's shape, without computing it)."""
-        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
-            raise MuflowInputError(
-                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
-                f"of samples at training time: a precomputed kernel for prediction is "
-                f"K(X_test, X_train), got shape {tuple(shape)}")
-
-
-class _Fitter:
-    """Actor on one worker that runs :meth:`SVC._fit_as_one_task`'s fits in process: a
-    call goes from the client to the worker directly (no scheduler, no task): on 537 rows
-    with smo, 3.9 ms over the in-process fit where a task added 14 ms. ``calls`` says which
-    fits it has begun and which it has ended, for :meth:`_FitterOn.fit` to tell a fit still
-    at work from a call or reply that was lost."""
-
-    def __init__(self):
-        self.running = set()
-        self.ended = collections.deque(maxlen=64)
-
-    @property
-    def calls(self) -> tuple[set, list]:
-        return set(self.running), list(self.ended)
-
-    def fit(self, token, params, X, y, sample_weight, offset):
-        self.running.add(token)
-        try:
-            return SVC(**params).fit(X, y, sample_weight=sample_weight, offset=offset)
-        finally:
-            self.running.discard(token)
-            self.ended.append(token)
-
-
-class _LostFit(RuntimeError):
-    """A call to a :class:`_Fitter` that will never answer: its actor or the reply is gone."""
-
-
-#: How often a wait for a :class:`_Fitter` looks whether its call is still alive, and how
-#: long a call may be neither running on the worker nor answered (in transit: at most
-#: :data:`ONE_TASK_MAX_SAMPLES` rows each way) before it counts as lost.
-FITTER_POLL_S = 1.0
-FITTER_LOST_S = 30.0
-
-
-class _FitterOn:
-    """A :class:`_Fitter` on one of ``client``'s workers, with the future that keeps it.
-
-    Notes
-    -----
-    distributed's actors have two traps that hung a small fit forever (seen with a cold
-    numba cache, which changes the timing). An actor binds its calls to the *current*
-    client (``get_client()``), which for a client made with ``set_as_default=False``, as
-    :func:`muflow.cluster.connect` makes them, is another client or none; and an actor lives
-    only as long as a client holds its future, so dropping the future of ``submit`` frees it
-    on its worker. A call that reaches the worker after that fails there with a KeyError,
-    which ``Actor`` drops in a callback without setting its ``ActorFuture``: ``result()``
-    waits forever. Here the actor is read under ``client.as_current()`` and its future is
-    kept; a wait looks every :data:`FITTER_POLL_S` whether the call is still alive, so
-    that whatever else loses a call raises :class:`_LostFit` instead of hanging.
-    """
-
-    def __init__(self, client):
-        self.future = client.submit(_Fitter, actor=True, pure=False)
-        with client.as_current():
-            self.actor = self.future.result()
-
-    def fit(self, params, X, y, sample_weight, offset):
-        """The fitted :class:`SVC`; the fit's own errors pass through as raised."""
-        token = uuid.uuid4().hex
-        call = self.actor.fit(token, params, X, y, sample_weight, offset)
-        quiet = 0.0
-        while True:
-            try:
-                return call.result(timeout=FITTER_POLL_S)
-            except TimeoutError:
-                pass
-            if self.future.status != "finished":
-                raise _LostFit(f"the fit's actor is {self.future.status}")
-            try:
-                running, ended = self.actor.calls
-            except OSError:
-                raise
-            except Exception as exc:  # the actor is no longer on its worker
-                raise _LostFit(f"the fit's actor cannot be read: {exc!r}") from exc
-            # a call queued behind another one on the actor's thread has not begun yet
-            quiet = 0.0 if token in running or (running and token not in ended) else quiet + FITTER_POLL_S
-            if quiet >= FITTER_LOST_S:
-                where = "its reply" if token in ended else "the call"
-                raise _LostFit(f"{where} was lost: nothing came back in {FITTER_LOST_S:g} s")
-
-
-#: One :class:`_FitterOn` per client, started by the first small fit (a client that closes
-#: drops its own).
-_FITTERS: dict = {}
-
-
-def _fitter_on(client) -> _FitterOn:
-    for other in [c for c in _FITTERS if c.status in ("closing", "closed")]:
-        _FITTERS.pop(other, None)
-    fitter = _FITTERS.get(client)
-    if fitter is None:
-        fitter = _FITTERS[client] = _FitterOn(client)
-    return fitter
-
-
-class _RowsOnWorkers:
-    """Rows of X that live on the workers, as :meth:`SVC._set_fitted` reads them:
-    ``X[support]`` fetched from their partitions."""
-
-    def __init__(self, operator, shape):
-        self.operator = operator
-        self.shape = tuple(shape)
-
-    def __getitem__(self, idx):
-        return self.operator.take(idx)
-

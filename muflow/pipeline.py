@@ -101,6 +101,17 @@ def stage_log(run_dir) -> list[tuple[str, str]]:
     return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
 
 
+def config_matches(run_dir, cfg: RunConfig) -> bool:
+    """Whether ``run_dir/config.json`` records ``cfg`` (a run directory holds one run)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        recorded = _read_json(path)
+    except ValueError:
+        raise MuflowInputError(f"{path} is damaged (not JSON); delete the run directory "
+                               f"{run_dir} or choose another") from None
+    return recorded == json.loads(json.dumps(cfg.to_dict()))
+
+
 def start_run(cfg: RunConfig, run_dir) -> Path:
     """Create the run directory (or reopen it) and record the configuration.
 
@@ -111,7 +122,7 @@ def start_run(cfg: RunConfig, run_dir) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.json"
     if path.exists():
-        if _read_json(path) != json.loads(json.dumps(cfg.to_dict())):
+        if not config_matches(run_dir, cfg):
             raise MuflowInputError(
                 f"run directory {str(run_dir)!r} holds a run of another configuration; "
                 "resume it with its own configuration or choose a new directory")
@@ -193,6 +204,11 @@ def load_split(run_dir):
         if f"{part}_data" in out:  # CSR
             out[part] = sp.csr_matrix((out[f"{part}_data"], out[f"{part}_indices"], out[f"{part}_indptr"]),
                                       shape=tuple(out[f"{part}_shape"]))
+        values = out[part].data if sp.issparse(out[part]) else out[part]
+        if not np.all(np.isfinite(values)):  # the data stage refused non-finite input
+            raise MuflowInputError(
+                f"{run_dir / 'data.npz'} is damaged ({part} holds NaN or inf); delete it and "
+                f"data.json, then resume: the data stage runs again")
     return out["X_train"], out["X_test"], out["y_train"], out["y_test"]
 
 

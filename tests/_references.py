@@ -61,3 +61,12 @@ KERNELS = [
     Kernel("sigmoid", gamma=0.05, coef0=-0.5),
     Kernel("laplacian", gamma=0.1),
 ]
+
+
+def mostly_zeros(n: int, d: int, zeros: float, seed: int) -> np.ndarray:
+    """Standard normal samples of shape (n, d) with a fraction ``zeros`` of the entries set to
+    0 (seeded): dense arrays that exercise the sparse-row paths."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d))
+    X[rng.random(X.shape) < zeros] = 0.0
+    return X

@@ -36,7 +36,7 @@ class KillAt:
 
 def kill_first_partition_at(client, parts, iteration):
     """:class:`KillAt` for the worker process of the first partition of ``parts``
-    (:class:`muflow.dask_working_set.DaskRowPartitions`)."""
+    (:class:`muflow.dask_partitions.DaskRowPartitions`)."""
     import os
 
     return KillAt(client.run(os.getpid)[parts.actors[0]._address], iteration)
@@ -50,15 +50,3 @@ def breast_cancer():
 
     X, y = muflow.datasets.load_breast_cancer()
     return X / 10.0, np.where(y == 4, 1.0, -1.0)
-
-
-def shared_data(name):
-    """A file of the shared data folder beside the repository; skip the test without it."""
-    from pathlib import Path
-
-    import pytest
-
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "data" / name
-    if not path.exists():
-        pytest.skip(f"{path} not present (the shared data folder sits beside the repository)")
-    return path

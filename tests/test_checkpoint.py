@@ -138,3 +138,91 @@ def test_a_checkpoint_is_written_whenever_the_count_passes_a_multiple(tmp_path):
     for iteration in (1, 2):  # 10, 11 in total: 10 is a multiple
         resumed(iteration, alpha, objective)
     assert resumed.saved == [10]
+
+
+# -- what is read back is checked (issue 33, item 1) --------------------------------------
+
+def _damage_alpha(run, value, count=100):
+    """Rewrite the checkpoint with ``count`` alpha entries set to ``value``: a well-formed
+    file (valid zip, correct CRCs) holding a state that means nothing."""
+    path = os.path.join(run, "checkpoint.npz")
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["alpha"] = arrays["alpha"].copy()
+    arrays["alpha"].flat[:count] = value
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
+def _interrupted_fit(X, y, run):
+    """A fit stopped after its first checkpoint: SMO's steps counted in sweeps of n."""
+    import muflow
+
+    model = muflow.SVC(C=10.0, gamma=0.5, max_iter=30, tol=1e-9)
+    with pytest.warns(Warning):
+        model.fit(X, y, checkpoint_dir=run, checkpoint_every=5)
+    return model
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_checkpoint_holding_nan_or_inf_is_refused_naming_the_file(problem_data, tmp_path, value):
+    import muflow
+
+    X, y, _ = problem_data
+    run = str(tmp_path / "run")
+    _interrupted_fit(X, y, run)
+    _damage_alpha(run, value)
+    with pytest.raises(MuflowInputError,
+                       match=rf"checkpoint {run}/checkpoint.npz is damaged: 100 of its alpha "
+                             rf"values are NaN or inf; delete {run} to start over"):
+        muflow.SVC(C=10.0, gamma=0.5).fit(X, y, checkpoint_dir=run)
+
+
+def test_fit_resume_from_a_nan_checkpoint_fails_in_one_line(problem_data, tmp_path, capsys):
+    """The reported case: `fit --resume` used to exit 0 with "converged, KKT violation 0"."""
+    from muflow.cli import main
+
+    X, y, _ = problem_data
+    data = tmp_path / "d.csv"
+    np.savetxt(data, np.column_stack([X, y]), delimiter=",")
+    out = tmp_path / "model"
+    run = str(out) + ".checkpoint"
+    _interrupted_fit(X, y, run)
+    _damage_alpha(run, np.nan)
+    code = main(["fit", "--data", str(data), "--C", "10", "--gamma", "0.5", "--out", str(out),
+                 "--resume", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert err.count("\n") == 1 and f"checkpoint {run}/checkpoint.npz is damaged" in err
+
+
+def test_a_checkpoint_of_other_data_is_refused(problem_data, tmp_path):
+    import muflow
+
+    X, y, _ = problem_data
+    run = str(tmp_path / "run")
+    _interrupted_fit(X, y, run)
+    other = X.copy()
+    other[7, 1] += 1e-3  # same shape, same labels: only the fingerprint tells them apart
+    with pytest.raises(MuflowInputError, match="written for other data .*; use another run "
+                                               f"directory or delete {run}"):
+        muflow.SVC(C=10.0, gamma=0.5).fit(other, y, checkpoint_dir=run)
+    weights = np.ones(len(y))
+    weights[3] = 2.0
+    with pytest.raises(MuflowInputError, match="written for other data"):
+        muflow.SVC(C=10.0, gamma=0.5).fit(X, y, sample_weight=weights, checkpoint_dir=run)
+    muflow.SVC(C=10.0, gamma=0.5).fit(X, y, checkpoint_dir=run)  # the same data resume
+
+
+def test_a_checkpoint_without_a_fingerprint_is_refused(tmp_path):
+    run = str(tmp_path / "run")
+    save_checkpoint(run, np.ones(5), 0.5, 10, -3.0, tag={"solver": "smo"})
+    with pytest.raises(MuflowInputError, match="it records no data"):
+        load_checkpoint(run, tag={"solver": "smo", "data": "abc"})
+
+
+def test_a_negative_or_misshapen_checkpoint_is_refused(tmp_path):
+    run = str(tmp_path / "run")
+    save_checkpoint(run, -np.ones(5), 0.5, 10, -3.0)
+    with pytest.raises(MuflowInputError, match="is damaged: alpha of shape .*negative values: 5"):
+        load_checkpoint(run)

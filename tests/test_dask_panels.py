@@ -11,7 +11,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 import muflow
 import muflow.dask_panels
-import muflow.model
+import muflow.routing
 from muflow.dask_panels import DaskRowPanels, panel_bytes, panels_fit
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
@@ -36,9 +36,9 @@ def client():
 @pytest.fixture(autouse=True)
 def iterate_on_the_workers(monkeypatch, tmp_path):
     """These problems would be fitted whole on one worker as one task
-    (muflow.model.ONE_TASK_MAX_SAMPLES): this module tests the per-pass path. A Gram store
+    (muflow.routing.ONE_TASK_MAX_SAMPLES): this module tests the per-pass path. A Gram store
     would be built in the cache: it must stay empty."""
-    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
+    monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
     monkeypatch.setenv("MUFLOW_CACHE_DIR", str(tmp_path / "gram-cache"))
 
 

@@ -9,8 +9,9 @@ import scipy.sparse as sp
 from sklearn.datasets import make_blobs, make_classification
 
 import muflow
-import muflow.model
-from muflow.dask_working_set import DaskRowPartitions, solve_working_set_dask
+import muflow.routing
+from muflow.dask_partitions import DaskRowPartitions
+from muflow.dask_working_set import solve_working_set_dask
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram
@@ -19,6 +20,9 @@ from muflow.solvers.working_set import solve_working_set
 from tests.dask_cluster import breast_cancer, kill_first_partition_at, local_client
 
 OBJECTIVE_RTOL = 1e-5
+#: Both solves run the one loop (muflow.solvers.working_set_loop); at a tight tol their
+#: objectives agree to this (issue 29)
+SAME_LOOP_RTOL = 1e-7
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +34,8 @@ def client():
 @pytest.fixture(autouse=True)
 def iterate_on_the_workers(monkeypatch):
     """These problems are small enough to be fitted whole on one worker as one task
-    (muflow.model.ONE_TASK_MAX_SAMPLES): this module tests the per-iteration path."""
-    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
+    (muflow.routing.ONE_TASK_MAX_SAMPLES): this module tests the per-iteration path."""
+    monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
 
 
 @pytest.fixture(scope="module")
@@ -60,11 +64,11 @@ def as_form(X, form):
 @pytest.mark.parametrize("intercept", ["exact", "regularized", "none"])
 def test_distributed_fit_equals_the_in_process_fit(client, data, intercept, form):
     X, y = data
-    params = dict(kernel="rbf", gamma=0.05, C=1.0, intercept=intercept)
+    params = dict(kernel="rbf", gamma=0.05, C=1.0, intercept=intercept, tol=1e-6)
     local = muflow.SVC(solver="working_set", **params).fit(X, y)
     remote = muflow.SVC(client=client, **params).fit(as_form(X, form), y)
     assert remote.solver_ == "working_set" and remote.converged_.all()
-    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=OBJECTIVE_RTOL)
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=SAME_LOOP_RTOL)
     assert remote.support_vectors_.shape[1] == X.shape[1]
     assert np.mean(remote.predict(X) == local.predict(X)) >= 0.995
     assert remote.timings_["round_trips"] >= remote.n_iter_.max()

@@ -7,16 +7,13 @@ import scipy.sparse as sp
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import numpy_gram
 from muflow.kernels import Kernel
-from tests._references import KERNELS
+from tests._references import KERNELS, mostly_zeros
 
 
 
 @pytest.fixture(scope="module")
 def X():
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(301, 7))
-    X[rng.random(X.shape) < 0.5] = 0.0
-    return X
+    return mostly_zeros(301, 7, 0.5, seed=3)
 
 
 @pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k.name}-{k.offset}")

@@ -9,6 +9,7 @@ from sklearn.svm import SVC as LibsvmSVC
 
 import muflow
 import muflow.model
+import muflow.routing
 import muflow.prediction
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
@@ -276,8 +277,8 @@ def test_bad_storage_parameters_are_refused(binary, params, match):
 
 def test_auto_computes_rows_with_the_working_set_solver_above_the_threshold(blobs, monkeypatch):
     X, y = blobs
-    monkeypatch.setattr(muflow.model, "ROWS_MIN_SAMPLES", len(y) - 1)
+    monkeypatch.setattr(muflow.routing, "ROWS_MIN_SAMPLES", len(y) - 1)
     assert muflow.SVC(gamma=0.5).fit(X, y).solver_ == "working_set"
     assert muflow.SVC(gamma=0.5, gram="stored").fit(X, y).solver_ == "smo"
-    monkeypatch.setattr(muflow.model, "ROWS_MIN_SAMPLES", len(y))
+    monkeypatch.setattr(muflow.routing, "ROWS_MIN_SAMPLES", len(y))
     assert muflow.SVC(gamma=0.5).fit(X, y).solver_ == "smo"

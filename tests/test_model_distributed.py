@@ -13,7 +13,8 @@ from dask_cluster import breast_cancer, local_client
 
 import muflow
 import muflow.dask_panels
-import muflow.model
+import muflow.dask_fitting
+import muflow.routing
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def cache_dir(tmp_path, monkeypatch):
 def test_svc_on_the_cluster_matches_the_in_process_fit(client, cache_dir, monkeypatch):
     # 300 samples would be fitted whole on one worker: this test serves every pass there,
     # from the Gram store (kernel panels that do not fit, muflow.dask_panels.panels_fit)
-    monkeypatch.setattr(muflow.model, "ONE_TASK_MAX_SAMPLES", 0)
+    monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
     monkeypatch.setattr(muflow.dask_panels, "PANEL_FRACTION", 0.0)
     X, y = breast_cancer()
     X, y = X[:300], y[:300]
@@ -105,16 +106,16 @@ def test_a_client_that_is_not_the_default_keeps_its_fitter(client):
         for _ in range(3):  # the first fit leaves time for a freed actor to be gone
             remote = muflow.SVC(client=other, **params).fit(X, y)
             np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
-        assert muflow.model._FITTERS[other].actor._client is other
-    muflow.model._fitter_on(client)  # drops the closed client's
-    assert other not in muflow.model._FITTERS
+        assert muflow.dask_fitting._FITTERS[other].actor._client is other
+    muflow.dask_fitting._fitter_on(client)  # drops the closed client's
+    assert other not in muflow.dask_fitting._FITTERS
 
 
 def test_a_lost_fitter_call_is_made_again_on_a_new_actor(client, monkeypatch):
     """A call that never reaches the worker (as when distributed's Actor drops the error of
     a call to a freed actor) is told from a fit at work and made again, not waited on."""
-    monkeypatch.setattr(muflow.model, "FITTER_POLL_S", 0.2)
-    monkeypatch.setattr(muflow.model, "FITTER_LOST_S", 1.0)
+    monkeypatch.setattr(muflow.dask_fitting, "FITTER_POLL_S", 0.2)
+    monkeypatch.setattr(muflow.dask_fitting, "FITTER_LOST_S", 1.0)
 
     class Mute:
         def __init__(self, actor):
@@ -133,12 +134,12 @@ def test_a_lost_fitter_call_is_made_again_on_a_new_actor(client, monkeypatch):
 
     X, y = breast_cancer()
     X, y = X[:200], y[:200]
-    lost = muflow.model._fitter_on(client)
+    lost = muflow.dask_fitting._fitter_on(client)
     lost.actor = Mute(lost.actor)
     t0 = time.perf_counter()
     remote = muflow.SVC(client=client, solver="smo", max_iter=300).fit(X, y)
     assert time.perf_counter() - t0 < 10
-    assert muflow.model._FITTERS[client] is not lost
+    assert muflow.dask_fitting._FITTERS[client] is not lost
     local = muflow.SVC(solver="smo", max_iter=300).fit(X, y)
     np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
 
@@ -148,13 +149,13 @@ def test_fits_from_a_process_without_a_default_client(client, tmp_path):
     client there, where every muflow actor (the small fit's, the working-set partitions',
     the Gram panels') once had no client to call through."""
     script = (
-        "import json, sys, numpy as np, muflow, muflow.model\n"
+        "import json, sys, numpy as np, muflow, muflow.routing\n"
         "sys.path.insert(0, 'tests')\n"
         "from dask_cluster import breast_cancer\n"
         "X, y = breast_cancer()\n"
         "m = muflow.SVC(client=sys.argv[1], solver='smo', max_iter=300).fit(X[:200], y[:200])\n"
         "assert m.timings_['one_task'] > 0\n"
-        "muflow.model.ONE_TASK_MAX_SAMPLES = 0\n"
+        "muflow.routing.ONE_TASK_MAX_SAMPLES = 0\n"
         "for solver in ('working_set', 'm3'):\n"
         "    o = muflow.SVC(client=sys.argv[1], solver=solver, max_iter=20).fit(X[:200], y[:200])\n"
         "    assert np.all(np.isfinite(o.objective_)) and 'one_task' not in o.timings_\n"

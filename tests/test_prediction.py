@@ -13,7 +13,7 @@ import pytest
 import scipy.sparse as sp
 
 from _references import a8a, usps_digits
-from conftest import shared_data
+from tests.conftest import shared_data
 
 import muflow
 from muflow.multiclass import pair_coefficients, predict_index

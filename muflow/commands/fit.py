@@ -38,6 +38,9 @@ def add_parser(subparsers):
                    help="no progress lines (by default a fit that runs over 2 s reports on stderr "
                         "every 2 s: the working-set solver its outer iteration, KKT gap, kernel "
                         "rows computed and row-cache hit rate, the others iteration and objective)")
+    p.add_argument("--time-limit", dest="time_limit", type=float, metavar="SECONDS",
+                   help="stop the fit after SECONDS with the best iterate so far (saved, with "
+                        "a warning naming the KKT violation reached; default: no limit)")
     p.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
                    help="save the solver state every N iterations (the unit of --max-iter) into "
                         "MODEL_DIR.checkpoint/ "
@@ -55,6 +58,7 @@ def run(args) -> int:
     import muflow
     from muflow.exceptions import MuflowInputError
     from muflow.solvers.registry import SOLVERS
+    from muflow.time_limit import check_time_limit
     from muflow.validation import check_number
 
     X, y = load_from_args(args)
@@ -65,6 +69,7 @@ def run(args) -> int:
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,
         max_iter=args.max_iter, verbose=not args.quiet, gram=args.gram, cache_size=args.cache_size,
+        time_limit=check_time_limit(args.time_limit, "--time-limit"),
     )
     checkpoint_dir = Path(args.out).with_name(Path(args.out).name + ".checkpoint")
     if checkpoint_dir.exists() and not args.resume:
@@ -77,7 +82,10 @@ def run(args) -> int:
     model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
     path = muflow.save(model, args.out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    converged = "converged" if model.converged_.all() else "NOT converged (raise --max-iter)"
+    stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit
+    converged = ("converged" if model.converged_.all() else
+                 f"NOT converged: stopped at --time-limit {args.time_limit:g} s" if stopped else
+                 "NOT converged (raise --max-iter)")
     unit = SOLVERS[model.solver_].iteration_unit.split(":")[0]
     print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations ({unit}), {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "

@@ -28,6 +28,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from muflow.cli import one_line, set_hint
 from muflow.commands._cluster import add_cluster_options
 from muflow.exceptions import MuflowInputError
 
@@ -66,26 +67,46 @@ def add_parser(subparsers):
     return p
 
 
-def _run_dir(args) -> tuple[Path, bool]:
-    """The run directory and whether it is new; refused before anything is written."""
-    if args.resume:
-        if not args.out:
-            raise MuflowInputError("--resume needs --out DIR, the run directory to continue")
-        out = Path(args.out)
-        if not (out / "config.json").is_file():
-            raise MuflowInputError(f"--out {str(out)!r} holds no muflow run to resume (no config.json)")
-        return out, False
+def _out_path(args) -> Path:
+    """``--out``, or a new folder under ``./muflow-runs/``."""
+    if args.resume and not args.out:
+        raise MuflowInputError("--resume needs --out DIR, the run directory to continue")
     if args.out:
-        out = Path(args.out)
-        if out.exists() and (not out.is_dir() or any(out.iterdir())):
-            raise MuflowInputError(
-                f"--out {str(out)!r} exists and is not empty; add --resume to continue that run "
-                "or choose a new directory")
-        return out, not out.exists()
+        return Path(args.out)
     out = Path("muflow-runs") / datetime.now().strftime("run-%Y%m%d-%H%M%S")
     while out.exists():
         out = out.with_name(out.name + "-1")
-    return out, True
+    return out
+
+
+def _check_run_dir(args, out: Path, cfg):
+    """Refuse a run directory that this run cannot write into, before anything is written
+    (its lock is held: no other run changes it meanwhile)."""
+    from muflow.runlock import is_lock_file
+
+    if args.resume:
+        config = out / "config.json"
+        if not config.is_file():
+            raise MuflowInputError(f"--out {str(out)!r} holds no muflow run to resume (no config.json)")
+        from muflow.pipeline import config_matches
+
+        if not config_matches(out, cfg):
+            raise MuflowInputError(
+                f"--out {str(out)!r} holds a run of another configuration (its config.json); "
+                "resume it with the configuration it was started with, or choose a new --out")
+        return
+    if (out / "config.json").is_file():
+        from muflow.pipeline import config_matches
+
+        if not config_matches(out, cfg):  # --resume would be refused as well
+            raise MuflowInputError(
+                f"--out {str(out)!r} holds a run of another configuration (its config.json); "
+                "choose a new directory, or resume that run with the configuration it was "
+                "started with")
+    if out.exists() and (not out.is_dir() or any(not is_lock_file(p) for p in out.iterdir())):
+        raise MuflowInputError(
+            f"--out {str(out)!r} exists and is not empty; add --resume to continue that run "
+            "or choose a new directory")
 
 
 def _has_finished_stage(out: Path) -> bool:
@@ -98,14 +119,34 @@ def run(args) -> int:
     # no telemetry from a library command
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-    from muflow.cluster import SchedulerUnreachableError, connect
     from muflow.config import check_data_exists, default_config, load_config
 
     cfg = load_config(args.config) if args.config else default_config()
     if args.scheduler:
         cfg = cfg.with_overrides(cluster={"scheduler": args.scheduler})
     check_data_exists(cfg)
-    out, created = _run_dir(args)
+    out = _out_path(args)
+    if out.exists() and not out.is_dir():
+        raise MuflowInputError(f"--out {str(out)!r} is a file; choose a directory")
+    created = not out.exists()
+    from muflow.runlock import hold_run_dir
+
+    with hold_run_dir(out):  # one writer: a second run on this --out is refused
+        try:
+            _check_run_dir(args, out, cfg)
+            code = _run_held(args, cfg, out, created)
+        except BaseException:
+            if created and out.exists() and not _has_finished_stage(out):
+                shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
+            raise
+        if code and created and out.exists() and not _has_finished_stage(out):
+            shutil.rmtree(out, ignore_errors=True)
+        return code
+
+
+def _run_held(args, cfg, out: Path, created: bool) -> int:
+    """The run, with ``out``'s lock held (:mod:`muflow.runlock`)."""
+    from muflow.cluster import SchedulerUnreachableError, connect
 
     if cfg.cluster.scheduler:
         try:
@@ -137,12 +178,12 @@ def run(args) -> int:
     except BaseException as exc:
         if created and out.exists() and not _has_finished_stage(out):
             shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
-        elif out.exists():
-            print(f"muflow run: the finished stages are kept in {out}; continue with "
-                  f"`python -m muflow run{' ' + args.config if args.config else ''} --out {out} --resume`",
-                  file=sys.stderr)
+        elif out.exists() and not isinstance(exc, MuflowInputError):
+            # the one line the command prints names the command that continues the work
+            set_hint(exc, f"the finished stages are kept in {out}; continue with `python -m "
+                          f"muflow run{' ' + args.config if args.config else ''} --out {out} --resume`")
         if isinstance(exc, SchedulerUnreachableError):
-            print(f"muflow run: error: {exc}", file=sys.stderr)
+            print(f"muflow run: error: {one_line(exc)}", file=sys.stderr)
             return EXIT_FAILURE
         raise
     seconds = time.perf_counter() - t0

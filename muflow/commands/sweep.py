@@ -47,6 +47,11 @@ def add_parser(subparsers):
     p.add_argument("--n-jobs", dest="n_jobs", type=int,
                    help="continuation path: solve the folds in this many forked processes sharing K "
                         "(default: 1)")
+    p.add_argument("--time-limit", dest="time_limit", type=float, metavar="SECONDS",
+                   help="stop the sweep after SECONDS: running solves stop with their best "
+                        "iterates, settings not started are skipped, unfinished configurations "
+                        "say finished=False in results.csv; `sweep --resume` completes them "
+                        "(default: no limit; [sweep] time_limit in --config)")
     p.add_argument("--test-data", metavar="PATH", help="test set, same format as --data")
     p.add_argument("--out", required=True, metavar="DIR", help="run directory")
     p.add_argument("--resume", action="store_true",
@@ -62,6 +67,9 @@ def add_parser(subparsers):
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer (default: 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--verbose", action="store_true",
+                   help="with --scheduler: Dask's own log messages on stderr (default: into "
+                        "DIR/distributed.log)")
     return p
 
 
@@ -84,7 +92,8 @@ def grid_from_args(args):
     from dataclasses import replace
 
     from muflow.kernels import KERNEL_PARAMETERS
-    from muflow.selection import SweepGrid, load_grid_toml
+    from muflow.config import load_grid_toml
+    from muflow.selection import SweepGrid
 
     options = {}
     grid = None
@@ -113,11 +122,33 @@ def grid_from_args(args):
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                "cache_dir", "n_jobs"):
+                "cache_dir", "n_jobs", "time_limit"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
     return grid.validate(), options
+
+
+def _is_lost(exc) -> bool:
+    from muflow.distributed import SchedulerLostError
+
+    return isinstance(exc, SchedulerLostError)
+
+
+def _lost_scheduler(client, args):
+    """The one line of a sweep whose scheduler went away: the command that continues it."""
+    import shlex
+    import sys
+
+    from muflow.distributed import SchedulerLostError, scheduler_address
+
+    argv = [a for a in sys.argv[1:] if a != "--resume"] if sys.argv[1:2] == ["sweep"] else \
+        ["sweep", "--data", args.data, "--scheduler", args.scheduler, "--out", args.out]
+    return SchedulerLostError(
+        f"the Dask scheduler at {scheduler_address(client)} is gone: the sweep cannot go on; "
+        f"its finished kernel settings are kept in {args.out}. Start the scheduler and its "
+        f"workers again and continue with `python -m muflow {shlex.join(argv)} --resume` "
+        f"(Dask's log: {args.out}/distributed.log)")
 
 
 def run(args) -> int:
@@ -133,11 +164,20 @@ def run(args) -> int:
     if args.scheduler:
         from muflow.cluster import connect, print_dashboard
 
+        from pathlib import Path
+
+        from muflow.commands._cluster import quiet_distributed
+
+        quiet_distributed(Path(args.out) / "distributed.log", verbose=args.verbose)
         client = connect(args.scheduler, timeout=args.timeout)
         print_dashboard(client)
         try:
             result = run_sweep(X, y, grid, out_dir=args.out, client=client, resume=args.resume,
                                progress=not args.no_progress, **test, **options)
+        except Exception as exc:
+            if getattr(client, "status", "running") == "running" and not _is_lost(exc):
+                raise
+            raise _lost_scheduler(client, args) from None
         finally:
             client.close()
     else:
@@ -149,6 +189,11 @@ def run(args) -> int:
     if result.test_metrics:
         print(f"test accuracy {result.test_metrics['accuracy']:.4f} on {result.test_metrics['n_samples']} samples")
     t = result.timings
+    unfinished = sum(not row.finished for row in result.table)
+    if unfinished:
+        print(f"time limit reached: {unfinished} of {len(result.table)} configurations not "
+              f"finished (finished=False in results.csv); continue with `python -m muflow sweep "
+              f"--resume --out {args.out}` and the same data and options")
     print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
           f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
           f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, refit {t['refit']:.1f} s, "

@@ -36,12 +36,10 @@ margin, 8 of them with a positive margin) before the safeguards, and leave 50 (i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from muflow.input_margin._algorithm import Discriminant
+from muflow.input_margin._discriminant import Discriminant
 
 _TINY = 1e-300
 #: The point is "off the boundary" while |f| / ||q|| exceeds this fraction of ||x_hat - x_i||.

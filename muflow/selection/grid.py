@@ -37,11 +37,12 @@ SUBSET_SOLVERS = ("smo", "cd", "adatron", "hybrid")
 PATHS = ("auto", "batched", "continuation", "compare")
 #: The options of :func:`muflow.selection.run_sweep` a grid file may set (``[sweep]``).
 SWEEP_OPTIONS = ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                 "halving_min_iter", "n_jobs")
+                 "halving_min_iter", "n_jobs", "time_limit")
 PARAM_ORDER = ("gamma", "degree", "coef0")
 #: What a kernel parameter left out of the grid takes: the :class:`muflow.SVC` default.
 SVC_DEFAULTS = {"gamma": "scale", "degree": 3, "coef0": 0.0}
-_EXAMPLE = "{ kernel = \"rbf\", gamma = [0.01, 0.1] }"
+#: A kernel entry of the grid, as error messages show it.
+GRID_EXAMPLE = "{ kernel = \"rbf\", gamma = [0.01, 0.1] }"
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ class SweepGrid:
         kernels = self.kernels
         if not isinstance(kernels, (list, tuple)) or not kernels:
             raise MuflowInputError(f"{where}{prefix}kernels must be a non-empty list of kernels "
-                                   f"such as {_EXAMPLE}, got {kernels!r}")
+                                   f"such as {GRID_EXAMPLE}, got {kernels!r}")
         C = _as_list(self.C, f"{prefix}C", where)
         if not C:
             raise MuflowInputError(f"{where}{prefix}C must be a non-empty list of positive "
@@ -82,7 +83,7 @@ class SweepGrid:
             key = f"{prefix}kernels[{i}]"
             if not isinstance(spec, dict) or "kernel" not in spec:
                 raise MuflowInputError(f"{where}{key} must be a table with a 'kernel' key such "
-                                       f"as {_EXAMPLE}, got {spec!r}")
+                                       f"as {GRID_EXAMPLE}, got {spec!r}")
             name = check_choice(spec["kernel"], f"{key}.kernel", GRID_KERNELS, where=where)
             allowed = KERNEL_PARAMETERS[name]
             for param, values in spec.items():
@@ -184,6 +185,13 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
                                       where=where, hint="eta, the successive-halving factor")
     if "tol" in out:
         out["tol"] = check_number(out["tol"], name("tol"), low=0, closed="neither", where=where)
+    if out.get("time_limit") is not None:
+        from muflow.time_limit import check_time_limit
+
+        try:
+            out["time_limit"] = check_time_limit(out["time_limit"], name("time_limit"))
+        except MuflowInputError as exc:
+            raise MuflowInputError(f"{where}{exc}") from None
     if "path" in out:
         check_choice(out["path"], name("path"), PATHS, where=where)
     if "intercept" in out:
@@ -195,33 +203,6 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
         raise MuflowInputError(f"{where}successive halving runs on the batched path; use "
                                f"{name('path')} = 'batched' or 'auto'")
     return out
-
-
-def load_grid_toml(path) -> tuple[SweepGrid, dict]:
-    """Read a sweep grid and its options from a run configuration file.
-
-    The file is a run configuration (:mod:`muflow.config`, the one schema): its ``[grid]``
-    table is the grid, the keys its ``[sweep]`` table sets are options of
-    :func:`muflow.selection.run_sweep`, and ``[gram] cache_dir`` the Gram store cache.
-    ``[data]``, ``[cluster]`` and ``sweep.on_cluster`` belong to ``python -m muflow run``
-    and are checked but not returned. Options the file leaves out are left out of the
-    returned dict, so that they take :func:`~muflow.selection.run_sweep`'s defaults.
-
-    Returns
-    -------
-    (SweepGrid, dict of options)
-    """
-    from muflow.config import from_dict, read_toml
-
-    data = read_toml(path)
-    if "grid" not in data:
-        raise MuflowInputError(f"{path}: no [grid] table; a sweep grid needs `C = [...]` and "
-                               f"`kernels = [{_EXAMPLE}]` under [grid]")
-    cfg = from_dict(data, source=str(path))
-    options = {k: getattr(cfg.sweep, k) for k in data.get("sweep", {}) if k in SWEEP_OPTIONS}
-    if cfg.gram.cache_dir:
-        options["cache_dir"] = cfg.gram.cache_dir
-    return cfg.grid, options
 
 
 def setting_label(setting) -> str:

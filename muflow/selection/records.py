@@ -1,7 +1,7 @@
 """What the sweep passes between its stages, as typed records.
 
 - :class:`KernelSolve`: every (C, fold, class) column of one Gram solved (a solve path's
-  output, :mod:`muflow.selection.paths`), with the decision values of every column;
+  output, :mod:`muflow.selection.kernel_solve`), with the decision values of every column;
 - :class:`Refit`: the best C of a kernel setting solved on all samples;
 - :class:`ConfigurationRow`: one configuration's cross-validation scores (a row of
   ``results.csv``);
@@ -24,7 +24,7 @@ from muflow.selection.grid import PARAM_ORDER
 @dataclass
 class KernelSolve:
     """All columns of one Gram: column ``(c * folds + f) * P + p`` is C index c, fold f,
-    binary problem p (:func:`muflow.selection.paths.columns`).
+    binary problem p (:func:`muflow.selection.kernel_solve.columns`).
 
     Attributes
     ----------
@@ -72,7 +72,7 @@ class KernelSolve:
 
 @dataclass
 class Refit:
-    """One configuration solved on all samples (:func:`muflow.selection.paths.refit`)."""
+    """One configuration solved on all samples (:func:`muflow.selection.kernel_solve.refit`)."""
 
     c_index: int = -1
     alpha: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
@@ -111,6 +111,7 @@ class ConfigurationRow:
     solver: str
     path: str
     split_accuracies: tuple = ()
+    finished: bool = True  # False: cut or never started at the sweep's time_limit
 
     @property
     def params(self) -> dict:
@@ -128,7 +129,8 @@ class ConfigurationRow:
         out.update(C=self.C, mean_cv_accuracy=self.mean_cv_accuracy,
                    std_cv_accuracy=self.std_cv_accuracy, n_iter=self.n_iter,
                    n_support=self.n_support, time_s=self.time_s,
-                   stopped_early=self.stopped_early, solver=self.solver, path=self.path)
+                   stopped_early=self.stopped_early, solver=self.solver, path=self.path,
+                   finished=self.finished)
         out.update({f"split{f}_accuracy": a for f, a in enumerate(self.split_accuracies)})
         return out
 
@@ -143,7 +145,8 @@ class ConfigurationRow:
                    std_cv_accuracy=float(d["std_cv_accuracy"]), n_iter=int(d["n_iter"]),
                    n_support=float(d["n_support"]), time_s=float(d["time_s"]),
                    stopped_early=bool(d["stopped_early"]), solver=d["solver"], path=d["path"],
-                   split_accuracies=tuple(splits))
+                   split_accuracies=tuple(splits),
+                   finished=str(d.get("finished", True)) not in ("False", "false", "0"))
 
 
 @dataclass

@@ -32,7 +32,7 @@ from muflow.selection.records import KernelRecord
 
 FORMAT_VERSION = 2  # 2: multiclass columns are one-vs-one pairs (were one-vs-rest)
 CSV_COLUMNS = ("kernel", "gamma", "degree", "coef0", "C", "mean_cv_accuracy", "std_cv_accuracy",
-               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path")
+               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path", "finished")
 
 
 def data_digest(X, y) -> str:
@@ -96,7 +96,21 @@ def load_kernel(kdir: Path, setting: dict, meta: dict) -> KernelRecord | None:
         return None
     if info.get("setting") != _plain(setting) or info.get("meta") != _plain(meta):
         return None
+    check_finite_record(kdir, arrays, info)
     return KernelRecord.from_saved(info, arrays)
+
+
+def check_finite_record(kdir: Path, arrays: dict, info: dict):
+    """Refuse a kernel setting's record whose refit state or accuracies are not finite: a
+    resumed sweep would pick and save a model from it."""
+    bad = [name for name in ("alpha_full", "bias_full") if name in arrays
+           and not np.all(np.isfinite(arrays[name]))]
+    bad += [f"the accuracy of C={r.get('C')}" for r in info.get("rows", [])
+            if not np.isfinite(float(r.get("mean_cv_accuracy", 0.0)))]
+    if bad:
+        raise MuflowInputError(
+            f"sweep record {kdir} is damaged ({', '.join(bad)} NaN or inf); delete {kdir} and "
+            "resume: that kernel setting is solved again")
 
 
 def csv_text(table, folds) -> str:

@@ -1,7 +1,7 @@
 """The sweep: cross-validate every configuration of a grid and refit the best on all data.
 
 For each kernel setting (one Gram of all samples), every (C, fold, class) problem is a
-column of one batch (:mod:`muflow.selection.paths`); the decision values of all columns
+column of one batch (:mod:`muflow.selection.kernel_solve`); the decision values of all columns
 give every configuration's CV accuracy (:mod:`muflow.selection.scoring`). After the folds,
 a kernel setting whose best C beats every earlier setting is refitted on all samples while
 its Gram is still in memory, warm-started from the mean of the fold solutions (a feasible
@@ -17,13 +17,19 @@ from pathlib import Path
 
 import numpy as np
 
+from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
-from muflow.selection import paths as solve_paths
-from muflow.selection import rundir
+from muflow.kernels import kernel_from_setting
+from muflow.routing import sweep_solver
+from muflow.selection import rundir, timeout
+from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
 from muflow.selection.records import KernelRecord, Refit
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB
+from muflow.time_limit import bounded
+from muflow.time_limit import start as start_deadline
 
 
 @dataclass
@@ -69,7 +75,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
               halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
-              on_kernel_done=None) -> SweepResult:
+              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
+              time_limit: float | None = None) -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
     Parameters
@@ -95,7 +102,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         the batch in one round trip a pass, :mod:`muflow.dask_panels`) when those fit in
         the workers' memory, else on a Gram store built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
-        See :mod:`muflow.selection.paths`; "compare" solves the first kernel setting both
+        See :mod:`muflow.selection.kernel_solve`; "compare" solves the first kernel setting both
         ways, keeps the faster path for the rest and reports both times in
         :attr:`SweepResult.path_report`.
     intercept : {"exact", "regularized", "none"}, default="exact"
@@ -117,21 +124,34 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         A rich progress bar of configurations and solver iterations.
     halving : int, optional
         Successive-halving factor eta >= 2 (off by default); see
-        :mod:`muflow.selection.paths`.
+        :mod:`muflow.selection.halving`.
     halving_min_iter : int, default=10
         Iterations of the first halving rung.
     n_jobs : int, default=1
         Subset solvers with K in memory: solve the folds' columns in this many forked
         processes (they share K copy-on-write). Multiplicative solvers ignore it (their
         batch is one product per iteration).
+    cache_size : float, default=256
+        Megabytes of kernel rows the solvers that read rows cache (libsvm's and
+        :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
+        demand, on each worker when X is partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
+    time_limit : float, optional
+        Seconds the sweep may take (from its start): the solves running then stop with
+        their best iterates so far (:mod:`muflow.selection.timeout`), the kernel settings
+        not yet started are not started, and every configuration not finished has
+        ``finished=False`` in ``results.csv`` (never-started ones with NaN scores). The
+        best model is chosen among finished configurations when there are any. Unfinished
+        settings are not recorded as done: ``resume=True`` solves them again. A
+        ``ConvergenceWarning`` says how many were cut. None: no limit.
 
     Returns
     -------
     SweepResult
     """
     t_start = time.perf_counter()
+    deadline = start_deadline(time_limit)
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
 
@@ -159,7 +179,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
     settings = grid.kernel_settings()
     Cs = grid.sorted_C()
-    solvers = [solve_paths.pick_solver(solver, path, s, X, intercept, client) for s in settings]
+    kernels = [kernel_from_setting(s, X, intercept=intercept) for s in settings]
+    solvers = [sweep_solver(solver, path, intercept=intercept, kernel_nonnegative=k.is_nonnegative(X),
+                            client=client) for k in kernels]
 
     n = X.shape[0]
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(n), y_enc))
@@ -181,6 +203,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     counts_out = {"grams_built": 0, "kernels_solved": 0, "kernels_resumed": 0}
     path_report = {"settings": []}
     records = []
+    not_started = []  # rows of the settings the time limit left unstarted
     chosen_path = None
     bar = Progress(progress, total=len(settings) * len(Cs))
     buffer = None
@@ -193,21 +216,28 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 records.append(done)
                 bar.advance_configs(len(Cs))
                 continue
+            if deadline is not None and deadline.expired:
+                not_started.extend(timeout.not_started_rows(setting, Cs, folds, *solvers[i]))
+                bar.advance_configs(len(Cs))
+                continue
             info, kpath = solvers[i]
+            info = bounded(info, deadline)  # every solve and refit stops at the time limit
             if chosen_path is not None:
                 kpath = chosen_path
             t = time.perf_counter()
-            kernel, operator = solve_paths.gram(X, setting, intercept, client, cache_dir, buffer,
-                                                solver=info.name)
+            kernel = kernels[i]
+            operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
+                                     cache_dir=cache_dir, out=buffer)
+            options = info.options(cache_mb=cache_size)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t
             counts_out["grams_built"] += 1
             bar.describe(setting_label(setting))
 
             def solve(p, halving_eta):
-                return solve_paths.solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol,
-                                                max_iter, halving_eta, halving_min_iter,
-                                                bar.iteration_callback(), n_jobs, member, y_enc)
+                return solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol, max_iter,
+                                    halving_eta, halving_min_iter, bar.iteration_callback(), n_jobs,
+                                    member, y_enc, options)
 
             if kpath == "compare":
                 res_b, res_c = solve("batched", None), solve("continuation", None)
@@ -224,10 +254,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             for c, seconds in zip(Cs, res.seconds):
                 timings[solve_key(c)] += float(seconds)
             rows = configuration_rows(setting, Cs, res, splits, y_enc)
+            cut = deadline is not None and deadline.stopped
+            if cut:
+                rows = timeout.mark_unfinished(rows)
             c_best = best_index([rows])[1]
-            if beats(rows[c_best], records):
-                refit = solve_paths.refit(operator, Y, Cs[c_best], res, c_best, info, intercept,
-                                          tol, max_iter, member)
+            # a setting cut at the time limit is refitted only when nothing else finished
+            if (not records) if cut else beats(rows[c_best], records):
+                refit = refit_setting(operator, Y, Cs[c_best], res, c_best, info, intercept,
+                                      tol, max_iter, member, options)
                 timings["refit"] += refit.seconds
             else:  # an earlier setting is better: this one's model would never be used
                 refit = Refit()
@@ -238,7 +272,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
                                   refit=refit, curves=res.curves)
-            rundir.save_kernel(kdir, record, meta)
+            if not cut:  # a cut setting is not done: a resumed sweep solves it again
+                rundir.save_kernel(kdir, record, meta)
             records.append(record)
             bar.advance_configs(len(Cs))
             if on_kernel_done is not None:
@@ -249,8 +284,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         path_report["settings"].append({"setting": rec.setting, "solver": rec.solver,
                                         "path": rec.path, "solve_seconds": rec.solve_seconds})
 
-    table = [row for rec in records for row in rec.rows]
-    k_best, c_best = best_index([rec.rows for rec in records])
+    table = [row for rec in records for row in rec.rows] + not_started
+    k_best, c_best = best_index(timeout.rows_to_choose_from(records))
     best = best_summary(records[k_best].rows[c_best])
     model = _best_model(X, y_enc, classes, records[k_best], intercept, tol, max_iter)
     test_metrics = None
@@ -260,6 +295,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     paths = rundir.write_outputs(out_dir, table, folds, best, model, test_metrics)
     paths.update(write_plots(out_dir, records, Cs))
     timings["total"] = time.perf_counter() - t_start
+    if deadline is not None:
+        timeout.warn_unfinished(table, deadline, out_dir)
     timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
     return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                        test_metrics=test_metrics, path_report=path_report, counts=counts_out)
@@ -274,7 +311,7 @@ def solve_key(C) -> str:
 def _best_model(X, y_enc, classes, record: KernelRecord, intercept, tol, max_iter):
     """A fitted :class:`muflow.SVC` from the refit of the best configuration on all samples.
 
-    The refit ran while the Gram was in memory (:func:`muflow.selection.paths.refit`), so
+    The refit ran while the Gram was in memory (:func:`muflow.selection.kernel_solve.refit`), so
     nothing is built or solved here: :meth:`muflow.SVC.from_solution` sets the fitted
     attributes exactly as ``SVC.fit`` would.
     """

@@ -89,12 +89,16 @@ def accumulate(equality, j, a, g, y, u, tol, lo_b, hi_b, worst):
     :func:`bias_interval` at level tol, which is non-empty exactly when some b has
     V(b) <= tol, i.e. when the minimised violation is at most tol (no bisection needed).
     """
+    finite = abs(a) + abs(g) < np.inf  # NaN or inf in alpha or the gradient fails the test
     if equality:
         lo, hi = bias_interval(a, g, y, u, tol)
+        lo = lo if finite else np.inf  # an empty interval: no bias satisfies this sample
+        hi = hi if finite else -np.inf
         lo_b[j] = lo if lo > lo_b[j] else lo_b[j]
         hi_b[j] = hi if hi < hi_b[j] else hi_b[j]
     else:
         r = residual(a, g, u)
+        r = r if finite else np.inf
         worst[j] = r if r > worst[j] else worst[j]
 
 
@@ -203,7 +207,11 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
             violation[j] = 0.0
         for i in range(n):
             for j in range(m):
-                r = residual(alpha[i, j], grad[i, j], upper[i, j])
+                a = alpha[i, j]
+                g = grad[i, j]
+                r = residual(a, g, upper[i, j])
+                # NaN would compare false and leave the measure at 0: non-finite is inf
+                r = r if abs(a) + abs(g) < np.inf else np.inf
                 if r > violation[j]:
                     violation[j] = r
         return
@@ -214,6 +222,10 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     il, iu = undecided[0], undecided[1]
     for j in range(m):
         _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
+        if not (np.all(np.isfinite(aj)) and np.all(np.isfinite(gj))):
+            bias[j] = hint[j]
+            violation[j] = np.inf  # NaN or inf in alpha or the gradient: never a KKT point
+            continue
         for i in range(n):
             L[i], A[i], B[i] = bias_thresholds(aj[i], gj[i], yj[i], uj[i])
         b0 = hint[j]

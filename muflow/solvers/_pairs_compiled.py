@@ -19,7 +19,8 @@ from numba import njit
 
 from muflow.solvers._subset_compiled import (CURVE_FULL, DONE, MAX_ITER, NEED_ROW, STATE_CURVE,
                                              STATE_ITER, STATE_NACT, STATE_NEED, STATE_PEND_I,
-                                             STATE_PEND_J, STATE_SHRINK, _TAU, _slot)
+                                             STATE_PEND_J, STATE_SHRINK, _TAU, _slot,
+                                             leaves_active_set)
 
 _BLOCK = 64  # positions per block of the arg-min reductions
 
@@ -474,13 +475,7 @@ def shrink_compact(y, alpha, G, act, idx, yc, Uc, ac, yG, Dc, up, low, n_act, ho
     drop = np.zeros(n_act, dtype=np.bool_)
     dropped = 0
     for k in range(n_act):
-        # a variable at a bound stays there when its gradient points out of the box
-        # further than the maximal violating pair reaches
-        pos = yc[k] > 0
-        if ac[k] >= Uc[k]:
-            drop[k] = (-yG[k] > gmax1) if pos else (yG[k] > gmax2)
-        elif ac[k] <= 0.0:
-            drop[k] = (yG[k] > gmax2) if pos else (-yG[k] > gmax1)
+        drop[k] = leaves_active_set(yc[k], ac[k], Uc[k], yG[k], gmax1, gmax2)
         dropped += drop[k]
     kept = n_act - dropped
     moves = 0

@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
-from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
+
+#: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
+MAX_STALLS = 20
 
 
 class Column:
@@ -61,7 +64,9 @@ class Column:
         """
         if alpha0 is None:
             return np.zeros_like(self.y)
-        alpha = np.clip(np.asarray(alpha0, dtype=np.float64), 0.0, self.U)
+        alpha = np.asarray(alpha0, dtype=np.float64)
+        check_finite_start(alpha, f"the start of column {self.j}")
+        alpha = np.clip(alpha, 0.0, self.U)
         alpha = np.where(self.U > 0, alpha, 0.0)
         if self.equality:
             pos = self.y > 0
@@ -72,6 +77,31 @@ class Column:
             elif s_neg > s_pos and s_neg > 0:
                 alpha[~pos] *= s_pos / s_neg
         return np.ascontiguousarray(alpha)
+
+
+class StallGuard:
+    """What an outer loop does after a certificate fails: libsvm's unshrinking (every
+    variable back, by the caller) and, when nothing had been shrunk, so that the loop's own
+    stopping gap was the problem, a gap four times tighter; after :data:`MAX_STALLS` of
+    those the gap cannot be closed further (rounding) and the loop gives up uncertified.
+
+    Shared by the working-set loop (:func:`muflow.solvers.working_set_loop.run_column`) and
+    SMO's outer loop (:func:`muflow.solvers.smo.smo_column`).
+    """
+
+    def __init__(self, tol: float, max_stalls: int = MAX_STALLS):
+        self.gap_tol = float(tol)
+        self.stalls = 0
+        self.max_stalls = max_stalls
+
+    def go_on(self, shrunk: bool) -> bool:
+        """After a failed certificate: False to give up."""
+        if not shrunk:
+            self.stalls += 1
+            if self.stalls > self.max_stalls:
+                return False
+            self.gap_tol *= 0.25
+        return True
 
 
 def pad_curves(curves) -> np.ndarray:

@@ -16,6 +16,10 @@ With the equality constraint, b is chosen to minimise V: for a level tau every s
 allows an interval of b, and the smallest tau whose intervals intersect is found by
 bisection (vectorised over all columns). The bias that a solver reports is that b.
 
+A column whose alpha or gradient holds NaN or inf measures inf, never 0 (a NaN residual
+compares false and would otherwise leave the running maximum at 0: a damaged state would
+read as converged).
+
 Where it lives: the measure is written once, in :mod:`muflow.solvers._kkt_compiled`
 (the per-sample residual and bias interval, inlined into every loop that tests it: the
 multiplicative per-pass summary, the subset solvers' certificate and residuals, linear

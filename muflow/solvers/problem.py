@@ -124,10 +124,22 @@ class DualProblem:
         elif isinstance(init, DualSolution):
             init, bias = init.alpha, init.bias
         alpha = _as_columns(init, self.n, self.m, "init alpha")
+        check_finite_start(alpha, "init alpha")
         alpha = np.clip(alpha, 0.0, self.upper)
         if bias is not None:
             bias = np.broadcast_to(np.asarray(bias, dtype=np.float64), (self.m,)).copy()
+            check_finite_start(bias, "init bias")
         return alpha, bias
+
+
+def check_finite_start(values: np.ndarray, name: str):
+    """Refuse a warm start holding NaN or inf: clipping passes NaN on, and a solver (and
+    its KKT measure) would then work on values that mean nothing."""
+    bad = np.size(values) - int(np.count_nonzero(np.isfinite(values)))
+    if bad:
+        raise MuflowInputError(
+            f"{name} holds {bad} non-finite value(s) (NaN or inf): a warm start must be "
+            "finite; pass finite values or init=None (a damaged checkpoint: delete it)")
 
 
 @dataclass

@@ -6,6 +6,7 @@ max_iter, callback) -> DualSolution`` is the one signature.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -61,6 +62,24 @@ class SolverInfo:
     def __post_init__(self):
         if self.needs not in NEEDS:
             raise ValueError(f"SolverInfo.needs must be one of {NEEDS}, got {self.needs!r}")
+
+    def options(self, *, cache_mb=None, shrinking=None, progress=None,
+                libsvm_iterations=False) -> dict:
+        """The keywords beyond the common signature that this solver's ``solve`` takes, of
+        those given: the row cache in MB (solvers that read rows), libsvm's shrinking,
+        progress reporting (:attr:`reports_progress`) and libsvm's iteration unit (smo).
+        A keyword left at None (False) or that ``solve`` does not take is left out."""
+        accepted = inspect.signature(self.solve).parameters
+        options = {}
+        if cache_mb is not None and self.needs == "rows" and "cache_mb" in accepted:
+            options["cache_mb"] = float(cache_mb)
+        if shrinking is not None and "shrinking" in accepted:
+            options["shrinking"] = bool(shrinking)
+        if progress is not None and self.reports_progress:
+            options["progress"] = progress
+        if libsvm_iterations and "libsvm_iterations" in accepted:
+            options["libsvm_iterations"] = True
+        return options
 
 
 SOLVERS: dict[str, SolverInfo] = {}

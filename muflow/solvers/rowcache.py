@@ -40,6 +40,11 @@ class RowCache:
         (a working pair), at most n.
     dtype : numpy dtype, optional
         Storage type; default float32 when the operator holds K in float32, else float64.
+    n_keys : int, optional
+        How many distinct rows may be asked (default: ``operator.n``, rows of a square K).
+        A Dask worker caches rows K(x_b, X_p) of any sample b over its own columns p: its
+        rows are ``operator.n`` long and keyed by the global index b
+        (:class:`muflow.dask_partitions.RowPartition`).
 
     Attributes
     ----------
@@ -58,17 +63,19 @@ class RowCache:
     Memory use is ``slots * n * itemsize`` bytes, ``slots = clip(cache_mb * 2**20 / (itemsize n), 2, n)``.
     """
 
-    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None):
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None, *,
+                 n_keys: int | None = None):
         if not np.isfinite(cache_mb) or cache_mb <= 0:
             raise MuflowInputError(f"cache_mb must be a positive number of megabytes, got {cache_mb!r}")
         n = operator.n
+        keys = n if n_keys is None else int(n_keys)
         self.operator = operator
         self.n = n
         self.fetches = 0
         self.rows_fetched = 0
         self.seconds = 0.0
-        held = operator.dense
-        if _readable_in_place(held, n, dtype):
+        held = getattr(operator, "dense", None)
+        if n_keys is None and _readable_in_place(held, n, dtype):
             # K is already in this process's memory: the loops read its rows where they
             # are (every row "cached", nothing copied, nothing evicted)
             self.dtype = held.dtype
@@ -87,9 +94,9 @@ class RowCache:
             dtype = np.float32 if operator.dtype == np.float32 else np.float64
         self.dtype = np.dtype(dtype)
         slots = int(cache_mb * 2**20 // (self.dtype.itemsize * max(n, 1)))
-        self.slots = max(2, min(n, slots))
+        self.slots = max(2, min(keys, slots))
         self.data = np.empty((self.slots, n), dtype=self.dtype)
-        self.slot_of = np.full(n, -1, dtype=np.int64)
+        self.slot_of = np.full(keys, -1, dtype=np.int64)
         self.row_of = np.full(self.slots, -1, dtype=np.int64)
         self.stamp = np.zeros(self.slots, dtype=np.int64)
         self.clock = np.zeros(1, dtype=np.int64)
@@ -99,6 +106,18 @@ class RowCache:
     def arrays(self):
         """The storage as the compiled loops take it: (data, slot_of, stamp, clock)."""
         return self.data, self.slot_of, self.stamp, self.clock
+
+    def slots_for(self, idx) -> tuple[np.ndarray, int]:
+        """The slots of rows ``idx`` (distinct, at most ``slots`` of them) and how many were
+        cached: the missing rows are fetched in one batch, after the cached ones are
+        touched, so that the batch evicts none of them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        cached = self.slot_of[idx] >= 0
+        if not self.in_place and not cached.all():
+            self.clock[0] += 1
+            self.stamp[self.slot_of[idx[cached]]] = self.clock[0]
+            self.fetch(idx[~cached])
+        return np.ascontiguousarray(self.slot_of[idx]), int(cached.sum())
 
     def fetch(self, idx) -> None:
         """Bring rows ``idx`` (those not yet cached; at most ``slots``) into the cache."""
@@ -153,12 +172,11 @@ class RowCache:
 
     def _write(self, idx, slots) -> None:
         """Rows ``idx`` into ``data[slots]``: computed in place by an operator that computes
-        rows in the cache's dtype (:meth:`muflow.kernel_rows.KernelRows.rows_into`, no
-        float64 copy), else copied from ``operator.rows``."""
-        from muflow.kernel_rows import KernelRows
-
-        if isinstance(self.operator, KernelRows) and self.operator.dtype == self.dtype:
-            self.operator.rows_into(idx, self.data, slots)
+        rows in the cache's dtype (``rows_into``, as :class:`muflow.kernel_rows.KernelRows`:
+        no float64 copy), else copied from ``operator.rows``."""
+        rows_into = getattr(self.operator, "rows_into", None)
+        if rows_into is not None and self.operator.dtype == self.dtype:
+            rows_into(idx, self.data, slots)
         else:
             self.data[slots] = self.operator.rows(idx)
 

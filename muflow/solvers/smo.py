@@ -32,7 +32,7 @@ import numpy as np
 from muflow.operators import require_rows
 from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, assemble, column_callback
+from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
@@ -92,7 +92,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
     state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
     state[sc.STATE_NACT] = int(member.sum())
-    gap_tol = tol  # libsvm's eps (module notes)
+    guard = StallGuard(tol)  # its gap_tol: libsvm's eps (module notes)
     buf = np.empty(chunk)
     violation, bias = np.inf, 0.0
     shrink_every = min(n, 1000)
@@ -103,11 +103,11 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         t = time.perf_counter()
         if col.equality:
             status = pc.smo_pairs(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp, clock,
-                                  state, F, buf, gap_tol, max_updates, shrinking, shrink_every,
-                                  *compact)
+                                  state, F, buf, guard.gap_tol, max_updates, shrinking,
+                                  shrink_every, *compact)
         else:
             status = sc.smo_single(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp,
-                                   clock, state, F, buf, gap_tol, max_updates, shrinking,
+                                   clock, state, F, buf, guard.gap_tol, max_updates, shrinking,
                                    shrink_every)
         timings["updates"] = timings.get("updates", 0.0) + time.perf_counter() - t
         if status == sc.NEED_ROW:
@@ -134,13 +134,13 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         if grow == "violators":
             r = col.residuals(alpha, G, bias)
             new = member | ((r > 0.5 * tol) & valid)
-            if new.sum() == member.sum():
-                gap_tol *= 0.25
+            go_on = guard.go_on(shrunk=new.sum() > member.sum())
             member = new
         else:
-            if n_act == int(valid.sum()):
-                gap_tol *= 0.25
+            go_on = guard.go_on(shrunk=n_act < int(valid.sum()))
             member = valid.copy()
+        if not go_on:
+            break
         act[:] = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)])
         state[sc.STATE_NACT] = int(member.sum())
         state[sc.STATE_SHRINK] = 0

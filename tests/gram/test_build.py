@@ -16,7 +16,8 @@ from muflow.cluster import SchedulerUnreachableError, connect
 from muflow.gram import ensure_gram, numpy_gram
 from muflow.gram.store import GramStore
 from muflow.kernels import Kernel
-from dask_cluster import breast_cancer, local_client, shared_data
+from dask_cluster import breast_cancer, local_client
+from tests.conftest import shared_data
 
 BREAST_CANCER = os.path.join(os.path.dirname(__file__), "..", "..", "muflow", "datasets", "data",
                              "breast_cancer.csv")

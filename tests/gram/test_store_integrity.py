@@ -138,3 +138,18 @@ def test_two_concurrent_builds_of_one_store_compute_each_tile_once(X, tmp_path):
     assert computed == [0, 15]  # 5 x 5 tiles, upper triangle: the second build reused them
     np.testing.assert_allclose(GramStore.open(url).read(), numpy_gram(X, KERNEL, dtype="float32"),
                                rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_well_formed_tile_holding_nan_or_inf_is_refused_naming_the_store(X, tmp_path, value):
+    """Written through zarr, so its checksum holds: only the finiteness check catches it."""
+    url = str(tmp_path / "K.zarr")
+    ensure_gram(X, KERNEL, store=url, tile=32, dtype="float64")
+    array = zarr.open_array(url, mode="r+")
+    array[40, 70] = value  # tile (1, 2)
+    with pytest.raises(StoreCorruptError) as err:
+        GramStore.open(url, mode="r").read_block(32, 64)
+    message = str(err.value)
+    assert message.count("\n") == 0
+    assert f"Gram store {url}: tile (1, 2) is damaged (it is missing or holds non-finite" in message
+    assert "--deep-check" in message

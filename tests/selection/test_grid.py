@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from muflow.config import from_dict
+from muflow.config import from_dict, load_grid_toml
 from muflow.exceptions import MuflowInputError
-from muflow.selection import SweepGrid, check_options, load_grid_toml
+from muflow.selection import SweepGrid, check_options
 
 
 def test_grid_expands_kernel_settings_and_C_in_ascending_order():

@@ -178,3 +178,40 @@ def test_linear_cd_reports_the_reference_violation(intercept):
     ref, _ = kkt_violation_reference(est.dual_coef_[0], grad, yc, 0.7 * weight, False)
     assert ref[0] <= 1e-4 * (1 + 1e-9)
     np.testing.assert_allclose(est.kkt_violation_, ref, rtol=1e-7, atol=1e-12)
+
+
+@pytest.mark.parametrize("equality", [False, True])
+@pytest.mark.parametrize("where", ["alpha", "grad"])
+@pytest.mark.parametrize("value", [np.nan, np.inf])
+def test_a_non_finite_state_measures_inf_never_zero(equality, where, value):
+    """A NaN compares false: a running maximum would stay 0 and call the state converged.
+    Both the certificate and the per-pass test say "not a KKT point" instead (issue 33)."""
+    rng = np.random.default_rng(21)
+    n, m = 30, 3
+    alpha, g, y, U = random_columns(rng, n, m)
+    alpha[:] = 0.0  # a column at zero with a zero gradient would measure 0
+    g[:] = 0.0
+    {"alpha": alpha, "grad": g}[where][4, 1] = value
+    viol, _ = kkt_violation(_Columns(y, U, equality), alpha, g)
+    assert viol[1] == np.inf and viol[0] == 0.0 and viol[2] == 0.0
+    F, ok, top = np.empty(m), np.empty(m, np.bool_), np.empty(m)
+    linear = np.zeros((n, m))
+    pass_summary(alpha, g - linear, linear, y, U, equality, 1e-3, F, ok, top)
+    assert ok.tolist() == [True, False, True]
+
+
+@pytest.mark.parametrize("name", ["smo", "working_set", "m3", "cd"])
+def test_a_solver_refuses_a_non_finite_start(name):
+    from muflow.exceptions import MuflowInputError
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(40, 3))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    problem = DualProblem(DenseGram(Kernel("rbf", gamma=0.5).block(X)), y, upper=1.0,
+                          equality=name in ("smo", "working_set"))
+    start = np.full(40, 0.1)
+    start[[3, 9]] = np.nan
+    with pytest.raises(MuflowInputError, match=r"init alpha holds 2 non-finite value\(s\)"):
+        SOLVERS[name].solve(problem, init=start, tol=1e-3, max_iter=10)
+    with pytest.raises(MuflowInputError, match=r"init bias holds 1 non-finite"):
+        SOLVERS[name].solve(problem, init=(np.zeros(40), np.inf), tol=1e-3, max_iter=10)

@@ -90,38 +90,6 @@ def test_smo_matches_libsvm(data, gamma, C, request):
     assert _agree(ours, ref.decision_function(Kte)) >= 0.99
 
 
-def test_weighted_smo_matches_libsvm_sample_weight(breast_cancer_split):
-    Xtr, Xte, ytr, _ = breast_cancer_split
-    ytr = ytr.astype(float)
-    w = np.random.default_rng(3).uniform(0.2, 3.0, len(ytr))
-    K = rbf(Xtr, Xtr, 0.5)
-    problem = DualProblem(DenseGram(K), ytr, upper=2.0 * w, equality=True)
-    sol = solve_smo(problem, tol=TOL)
-    alpha_ref, ref = libsvm(K, ytr, 2.0, sample_weight=w)
-    f_ref = problem.objective(alpha_ref[:, None])[0]
-    assert abs(sol.objective[0] - f_ref) <= 1e-3 * abs(f_ref)
-    Kte = rbf(Xte, Xtr, 0.5)
-    assert _agree(Kte @ (ytr * sol.alpha[:, 0]) + sol.bias[0], ref.decision_function(Kte)) >= 0.99
-
-
-@pytest.mark.parametrize("intercept", [True, False])
-def test_weighted_drifted_smo_matches_scipy_primal(sonar_split, intercept):
-    """Linear kernel, so the primal (beta, b, xi) is a small QP SciPy solves exactly."""
-    Xtr, Xte, ytr, _ = sonar_split
-    X, y = Xtr[:80], ytr[:80].astype(float)
-    rng = np.random.default_rng(5)
-    upper = 0.5 * rng.uniform(0.5, 2.0, len(y))
-    offset = rng.normal(scale=0.3, size=len(y))
-    problem = DualProblem(DenseGram(X @ X.T), y, upper=upper, linear=-1.0 + y * offset,
-                          equality=intercept)
-    sol = solve_smo(problem, tol=1e-4)
-    beta_ref, b_ref, p_ref = primal_reference(X, y, upper, offset, intercept=intercept)
-    # strong duality: min primal = -min dual
-    assert abs(-sol.objective[0] - p_ref) <= 1e-3 * abs(p_ref)
-    beta = X.T @ (y * sol.alpha[:, 0])
-    assert _agree(Xte @ beta + sol.bias[0], Xte @ beta_ref + b_ref) >= 0.99
-
-
 @settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10_000), C=st.floats(0.05, 20.0), n=st.integers(5, 60))
 def test_smo_feasible_and_certified(seed, C, n):

@@ -3,7 +3,8 @@ variants, the estimator, and the solver's own invariants (rows only, shared cach
 
 from __future__ import annotations
 
-import tracemalloc
+from functools import partial
+
 
 import numpy as np
 import pytest
@@ -12,7 +13,6 @@ from hypothesis import given, settings, strategies as st
 
 import muflow
 from muflow import inmemory
-from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
@@ -111,36 +111,6 @@ def test_on_rows_computed_from_X_matches_libsvm(form, dtype, monkeypatch):
     assert same_sign(decision, ref.decision_function(K)) >= AGREEMENT
 
 
-def test_the_rows_path_never_allocates_n_squared(monkeypatch):
-    """n = 8,000: K would take 244 MiB in float32. The Gram builders fail if called and the
-    traced peak of a whole fit stays far below n^2 * 4 bytes (what it holds: the 8 MB row
-    cache, a few vectors of n and the q x q subproblem)."""
-    rng = np.random.default_rng(0)
-    n = 8000
-    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)
-    X = rng.normal(size=(n, 8)) + 0.6 * y[:, None]
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a stored Gram was built on the rows path")
-
-    def fit():
-        op = gram_operator(X, Kernel("rbf", gamma=0.1), gram="rows", gram_dtype="float32")
-        return op, solve_working_set(DualProblem(op, y, upper=1.0, equality=True), tol=1e-3,
-                                     cache_mb=8.0)
-
-    monkeypatch.setattr(inmemory, "numpy_gram", refuse)
-    monkeypatch.setattr(inmemory, "empty_populated", refuse)
-    fit()  # loads the compiled loops outside the trace
-    tracemalloc.start()
-    try:
-        op, sol = fit()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    assert isinstance(op, KernelRows) and sol.converged.all()
-    assert peak < 0.1 * n * n * 4, f"peak {peak / 2**20:.1f} MiB"
-
-
 def test_many_outer_iterations_of_four_variables_agree(breast_cancer_split):
     Xtr, Xte, ytr, _ = breast_cancer_split
     ytr = ytr.astype(float)
@@ -156,34 +126,44 @@ def test_many_outer_iterations_of_four_variables_agree(breast_cancer_split):
     assert same_sign(ours, ref.decision_function(Kte)) >= AGREEMENT
 
 
-def test_weighted_matches_libsvm_sample_weight(breast_cancer_split):
+@pytest.mark.parametrize("solver", ["working_set", "smo"])
+def test_weighted_matches_libsvm_sample_weight(breast_cancer_split, solver):
+    """Per-sample bounds C w_i against libsvm's sample_weight; SMO on K stored (tol 1e-3),
+    the working set on its rows only."""
     Xtr, Xte, ytr, _ = breast_cancer_split
     ytr = ytr.astype(float)
     w = np.random.default_rng(3).uniform(0.2, 3.0, len(ytr))
     K = rbf(Xtr, Xtr, 0.5)
-    problem = DualProblem(ProductsRefused(K), ytr, upper=2.0 * w, equality=True)
-    sol = solve_working_set(problem, tol=TOL, q=64, cache_mb=0.5)
+    if solver == "smo":
+        operator, solve, rtol = DenseGram(K), partial(solve_smo, tol=1e-3), 1e-3
+    else:
+        operator, solve, rtol = ProductsRefused(K), partial(solve_working_set, tol=TOL, q=64, cache_mb=0.5), OBJECTIVE_RTOL
+    sol = solve(DualProblem(operator, ytr, upper=2.0 * w, equality=True))
     alpha_ref, ref = libsvm(K, ytr, 2.0, sample_weight=w)
     f_ref = DualProblem(DenseGram(K), ytr, upper=2.0 * w, equality=True).objective(alpha_ref[:, None])[0]
-    assert abs(sol.objective[0] - f_ref) <= OBJECTIVE_RTOL * abs(f_ref)
+    assert abs(sol.objective[0] - f_ref) <= rtol * abs(f_ref)
     Kte = rbf(Xte, Xtr, 0.5)
     ours = Kte @ (ytr * sol.alpha[:, 0]) + sol.bias[0]
     assert same_sign(ours, ref.decision_function(Kte)) >= AGREEMENT
 
 
+@pytest.mark.parametrize("solver", ["working_set", "smo"])
 @pytest.mark.parametrize("intercept", [True, False])
-def test_weighted_drifted_matches_scipy_primal(sonar_split, intercept):
-    """Linear kernel: the primal (beta, b, xi) is a small QP that SciPy solves exactly."""
+def test_weighted_drifted_matches_scipy_primal(sonar_split, intercept, solver):
+    """Linear kernel: the primal (beta, b, xi) is a small QP that SciPy solves exactly. SMO
+    reads K stored, the working set only its rows (products refused)."""
     Xtr, Xte, ytr, _ = sonar_split
     X, y = Xtr[:80], ytr[:80].astype(float)
     rng = np.random.default_rng(5)
     upper = 0.5 * rng.uniform(0.5, 2.0, len(y))
     offset = rng.normal(scale=0.3, size=len(y))
-    problem = DualProblem(ProductsRefused(X @ X.T), y, upper=upper, linear=-1.0 + y * offset,
-                          equality=intercept)
-    sol = solve_working_set(problem, tol=1e-6, q=16)
+    if solver == "smo":
+        operator, solve, rtol = DenseGram(X @ X.T), partial(solve_smo, tol=1e-4), 1e-3
+    else:
+        operator, solve, rtol = ProductsRefused(X @ X.T), partial(solve_working_set, tol=1e-6, q=16), OBJECTIVE_RTOL
+    sol = solve(DualProblem(operator, y, upper=upper, linear=-1.0 + y * offset, equality=intercept))
     beta_ref, b_ref, p_ref = primal_reference(X, y, upper, offset, intercept=intercept)
-    assert abs(-sol.objective[0] - p_ref) <= OBJECTIVE_RTOL * abs(p_ref)  # strong duality
+    assert abs(-sol.objective[0] - p_ref) <= rtol * abs(p_ref)  # strong duality
     beta = X.T @ (y * sol.alpha[:, 0])
     assert same_sign(Xte @ beta + sol.bias[0], Xte @ beta_ref + b_ref) >= AGREEMENT
 

@@ -1,0 +1,535 @@
+"""X partitioned by rows over Dask workers: the partitions (actors) and the operator on them.
+
+X stays where it lives (issue 17): it is split by rows into partitions, each owned by a
+:class:`RowPartition`, a ``distributed`` actor (a long-lived object on one worker) that
+keeps its rows of X, a :class:`~muflow.solvers.rowcache.RowCache` of kernel rows over its
+columns and, for the column being solved, its slices of y, the bounds, the linear term,
+alpha and the gradient G, and its active set. :class:`DaskRowPartitions` is the operator
+(:class:`~muflow.operators.GramOperator`) over them: products and rows of K computed where
+the rows are, and the home of the working-set loop's state
+(:meth:`DaskRowPartitions.working_set_home`, :mod:`muflow.dask_working_set`).
+
+A worker lost mid-fit is replaced (:meth:`DaskRowPartitions.recover`): its partitions are
+started again from their source and given their state back by the caller, and the call is
+made again (:meth:`DaskRowPartitions.retrying`).
+
+Notes
+-----
+Memory per worker: its rows of X, the row cache (``cache_mb``; it must hold one working
+set's rows, q n_p 4 bytes above 4096 samples), a few vectors of its rows.
+docs/scaling.md gives the cost of an iteration as a function of n, d, q and the workers.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.dask_working_set import PartitionedHome, stack_rows
+from muflow.exceptions import MuflowError, MuflowInputError
+from muflow.inmemory import gram_dtype
+from muflow.kernel_rows import KernelRows
+from muflow.kernels import Kernel
+from muflow.operators import GramOperator
+from muflow.solvers._subset_compiled import shrink_mask
+from muflow.solvers._working_set_compiled import Threads, add_rows
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.working_set_loop import projected_gradient, side_violations, smallest
+
+#: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
+BLOCK_BYTES = 64 << 20
+
+#: Partitions lost with their workers are restarted at most this many times in a row.
+MAX_RECOVERIES = 3
+
+
+class RowPartition:
+    """Actor on one worker: rows ``[lo, lo + len(X))`` of X and one column's state on them.
+
+    Parameters
+    ----------
+    X : ndarray or CSR matrix
+        The partition's rows (from a scattered array, a dask.array block or a dataframe
+        partition: passed by the scheduler where it already lives).
+    lo : int
+        Global index of its first row.
+    kernel : dict
+        :meth:`muflow.kernels.Kernel.to_dict`.
+    """
+
+    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB):
+        self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
+        self.lo = int(lo)
+        self.n = self.X.shape[0]
+        values = self.X.data if sp.issparse(self.X) else self.X
+        if not np.all(np.isfinite(values)):
+            raise ValueError(f"Input X contains NaN or infinity (in rows {self.lo} to "
+                             f"{self.lo + self.n - 1}); remove or impute them before fitting")
+        self.kernel = Kernel.from_dict(kernel)
+        self.QD = np.ascontiguousarray(self.kernel.diagonal(self.X), dtype=np.float64)
+        self.products = 0
+        # kernel rows computed as in process (muflow.kernel_rows): float64 up to 4096
+        # samples in all, float32 above; X_p prepared once, a column chunk at a time
+        self.rows_op = KernelRows(self.X, self.kernel, dtype=gram_dtype(int(n_total)), n_threads=1)
+        self.dtype = self.rows_op.dtype
+        self.n_total = int(n_total)
+        self.offered = _OfferedRows(self)
+        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
+        self.threads = Threads(1)
+        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
+
+    # -- the kernel on this partition's rows --------------------------------------------
+    def _times(self, XB, coef):
+        """``K(X_B, X_p)' coef`` (coef of shape (|B|,) or (|B|, m)): the block computed in
+        row chunks of at most BLOCK_BYTES."""
+        out = np.zeros((self.n,) + coef.shape[1:])
+        step = max(1, BLOCK_BYTES // (8 * max(self.n, 1)))
+        for s in range(0, XB.shape[0], step):
+            block = np.empty((min(step, XB.shape[0] - s), self.n))
+            self.kernel.block_into(XB[s:s + step], self.X, block)
+            out += block.T @ coef[s:s + step]
+        self.products += 1
+        return out
+
+    def kernel_rows(self, XR):
+        """``K(X_R, X_p)``: the columns of this partition of the rows R (float64)."""
+        block = np.empty((XR.shape[0], self.n))
+        return self.kernel.block_into(XR, self.X, block)
+
+    def set_cache_mb(self, cache_mb) -> int:
+        """Size the row cache anew (``SVC(cache_size=...)``); its slots."""
+        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
+        return self.cache.slots
+
+    def info(self):
+        return {"lo": self.lo, "n": self.n, "products": self.products,
+                "rows_computed": self.offered.rows_computed, "cache_slots": self.cache.slots,
+                "seconds": dict(self.seconds), "row_seconds": self.rows_op.row_seconds}
+
+    def diagonal(self):
+        return self.QD
+
+    def matmul(self, XS, coef):
+        """``K(X_p, X_S) coef`` (the certificate's and a warm start's product)."""
+        coef = np.asarray(coef, dtype=np.float64)
+        return self._times(XS, coef) if len(coef) else np.zeros((self.n,) + coef.shape[1:])
+
+    # -- one column's state ----------------------------------------------------------------
+    def begin(self, y, U, p, alpha, equality, XS, coef):
+        """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
+        of the start (empty from alpha = 0)."""
+        self.y = np.asarray(y, dtype=np.float64)
+        self.U = np.asarray(U, dtype=np.float64)
+        self.p = np.asarray(p, dtype=np.float64)
+        self.alpha = np.array(alpha, dtype=np.float64)
+        self.equality = bool(equality)
+        self.G = self.y * self.matmul(XS, coef) + self.p
+        self.act = np.flatnonzero(self.U > 0)
+        return self.n
+
+    def iterate(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate, k):
+        """Apply the last subproblem's step (rows ``moved`` of X_B, ``coef`` = y delta
+        there), shrink or reactivate when asked, and answer the best ``k`` candidates of
+        each side (see the module notes)."""
+        t0 = time.perf_counter()
+        B = np.asarray(B, dtype=np.int64)
+        if len(coef):
+            moved = np.asarray(moved, dtype=np.int64)
+            self.offered.offer(XB, moved)
+            slots, _ = self.cache.slots_for(moved)
+            t1 = time.perf_counter()
+            self.seconds["rows"] += t1 - t0
+            self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache.data,
+                               slots, np.ascontiguousarray(coef, dtype=np.float64))
+            self.seconds["gradient"] += time.perf_counter() - t1
+        mine = (B >= self.lo) & (B < self.lo + self.n)
+        self.alpha[B[mine] - self.lo] = np.asarray(alpha_B)[mine]
+        if reactivate:
+            self.act = np.flatnonzero(self.U > 0)
+        elif shrink_with is not None:
+            self._shrink(*shrink_with)
+        t2 = time.perf_counter()
+        answer = self._candidates(int(k), B[mine] - self.lo)
+        self.seconds["candidates"] += time.perf_counter() - t2
+        self.seconds["iterate"] += time.perf_counter() - t0
+        return answer
+
+    def _shrink(self, gmax, gmax2):
+        """libsvm's shrinking of this slice's active set with the global extremes (the one
+        rule, :func:`muflow.solvers._subset_compiled.leaves_active_set`)."""
+        drop = shrink_mask(self.y, self.alpha, self.U, self.G, self.act, gmax, gmax2,
+                           self.equality)
+        self.act = self.act[~drop]
+
+    def _candidates(self, k, previous):
+        """The k most violating variables of each side (first order) and the active
+        members of the previous working set ``previous`` (local indices), which the client
+        may keep (as ThunderSVM keeps half of its previous set)."""
+        act = self.act
+        at = np.minimum(np.searchsorted(act, previous), max(act.size - 1, 0))
+        kept = at[act[at] == previous] if act.size else at[:0]
+        y, a, U, G = self.y[act], self.alpha[act], self.U[act], self.G[act]
+        if self.equality:
+            _, _, _, v_up, v_low = side_violations(y, a, U, G)
+            pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
+            scores = (v_up[pick], v_low[pick])
+        else:
+            score = np.abs(projected_gradient(a, U, G))
+            pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k), kept)
+            scores = (score[pick],)
+        local = act[pick]
+        return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],
+                "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
+                "n_act": int(act.size)}
+
+    def state(self):
+        """(alpha, G) of the slice: the certificate's pull."""
+        return self.alpha, self.G
+
+    def rows(self, local):
+        return self.X[np.asarray(local, dtype=np.int64)]
+
+
+class _OfferedRows:
+    """The row source of a partition's :class:`~muflow.solvers.rowcache.RowCache`: rows
+    K(x_b, X_p) of the samples b whose rows of X the client sent with the call
+    (:meth:`offer`), computed as in process
+    (:meth:`muflow.kernel_rows.KernelRows.foreign_rows_into`)."""
+
+    def __init__(self, partition):
+        self.partition = partition
+        self.n = partition.n
+        self.dtype = partition.dtype
+        self.rows_computed = 0
+        self._scratch = {}
+        self._X = None
+        self._ids = np.zeros(0, dtype=np.int64)
+
+    def offer(self, XB, ids) -> None:
+        order = np.argsort(ids, kind="stable")
+        self._X, self._ids = XB, np.asarray(ids, dtype=np.int64)[order]
+        self._order = order
+
+    def rows_into(self, idx, data, slots) -> None:
+        p = self.partition
+        idx = np.asarray(idx, dtype=np.int64)
+        at = self._order[np.searchsorted(self._ids, idx)]
+        same = np.where((idx >= p.lo) & (idx < p.lo + p.n), idx - p.lo, -1)
+        p.rows_op.foreign_rows_into(self._X[at], data, slots, same, scratch=self._scratch)
+        self.rows_computed += idx.size
+
+
+def check_finite_blocks(X) -> None:
+    """Refuse a dask array with NaN or infinite values, naming the rows of the first block
+    that holds one; one pass over the blocks where they are, one boolean each back."""
+    ok = X.map_blocks(lambda b: np.array([[bool(np.all(np.isfinite(b)))]]), chunks=(1, 1),
+                      dtype=bool).rechunk({1: -1}).compute()
+    bad = np.flatnonzero(~np.all(np.asarray(ok), axis=1))
+    if bad.size:
+        lo = int(np.sum(X.chunks[0][: bad[0]]))
+        hi = lo + int(X.chunks[0][bad[0]]) - 1
+        raise ValueError(f"Input X contains NaN or infinity (in rows {lo} to {hi}); remove or "
+                         "impute them before fitting")
+
+
+#: Share of a worker's memory limit that its partition plans to use (distributed pauses a
+#: worker at 80 % of its limit and restarts it at 95 %)
+WORKER_FRACTION = 0.6
+
+#: A row cache holds at least this many rows of a working set
+MIN_CACHE_ROWS = 64
+
+
+def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
+    """The row cache (MB per worker) that fits the smallest worker's memory limit.
+
+    A partition holds its rows of X twice (as given and prepared for the kernel), a dozen
+    vectors of its rows and its row cache; with what the worker process holds once it has
+    imported the partition's code (measured there), they must stay within
+    :data:`WORKER_FRACTION` of the limit. A cache that does not fit is made smaller (with a
+    warning naming both sizes); when not even :data:`MIN_CACHE_ROWS` rows fit, the fit is
+    refused with the numbers and the fix. Workers without a limit take ``cache_mb`` as given.
+    """
+    import warnings
+
+    try:
+        limits = {addr: w.get("memory_limit") or 0
+                  for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        limits = {addr: limit for addr, limit in limits.items() if limit}
+        used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
+    except Exception:  # noqa: BLE001  the solve reports a lost scheduler itself
+        return cache_mb
+    if not limits or not bounds:
+        return cache_mb
+    addr = min(limits, key=lambda a: WORKER_FRACTION * limits[a] - used.get(a, 0))
+    free = WORKER_FRACTION * limits[addr] - used.get(addr, 0)
+    n_total = bounds[-1][1]
+    n_p = max(hi - lo for lo, hi in bounds)
+    if sp.issparse(X):
+        row_bytes = (X.data.nbytes + X.indices.nbytes) / max(X.shape[0], 1) + 8
+    else:
+        row_bytes = 8 * (X.shape[1] if len(X.shape) > 1 else 1)
+    fixed = n_p * (2 * row_bytes + 12 * 8)
+    cache_row = n_p * np.dtype(dtype).itemsize
+    least = min(MIN_CACHE_ROWS, n_total) * cache_row
+    mb = 2.0**20
+    if fixed + least > free:
+        raise MuflowError(
+            f"the workers have too little memory for this fit: each of {len(bounds)} partitions "
+            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X and a cache of "
+            f"{MIN_CACHE_ROWS} kernel rows) but a worker has {max(free, 0) / mb:.0f} MB to spare "
+            f"({WORKER_FRACTION:.0%} of its {limits[addr] / mb:.0f} MB limit, less the "
+            f"{used.get(addr, 0) / mb:.0f} MB it holds); start the workers with a larger "
+            "--memory-limit, or more workers")
+    wanted = min(cache_mb * mb, n_total * cache_row)
+    if fixed + wanted <= free:
+        return cache_mb
+    fitted = (free - fixed) / mb
+    warnings.warn(f"the row cache is {fitted:.0f} MB per worker instead of {cache_mb:.0f} MB "
+                  f"(cache_size) to fit the smallest worker's memory limit; fits may take longer",
+                  ResourceWarning, stacklevel=3)
+    return fitted
+
+
+def _memory_in_use() -> int:
+    """On a worker: its resident memory, once this module (what a partition runs) is imported
+    there to run this function."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def lost_workers_message(client, times: int) -> str:
+    """One line for a solve whose workers kept dying: memory, with the nannies' last word
+    on it when they logged one."""
+    said = ""
+    try:
+        logs = client.get_worker_logs(nanny=True)
+        lines = [msg for entries in logs.values() for _, msg in entries if "memory" in msg.lower()]
+        if lines:
+            said = f" (a nanny logged: {lines[-1].strip().splitlines()[0]})"
+    except Exception:  # noqa: BLE001  the logs are a courtesy
+        pass
+    return (f"the workers holding the fit's partitions died {times} times in a row, most likely "
+            f"out of memory{said}; give the workers more memory (--memory-limit), use more "
+            "workers, or lower cache_size")
+
+
+class DaskRowPartitions(GramOperator):
+    """X split by rows over the workers of ``client``, one :class:`RowPartition` each; as a
+    :class:`~muflow.operators.GramOperator`, K computed where the rows are (a product
+    ``K @ V`` sends the rows of X where V is non-zero, rows of K come back).
+
+    Parameters
+    ----------
+    X : ndarray, CSR matrix, dask.array or dask.dataframe
+        NumPy and SciPy data are split into one contiguous partition per worker and
+        scattered once; a dask collection's row blocks (dataframe: partitions) become the
+        partitions where they already are.
+    kernel : Kernel
+    client : distributed.Client
+    owns_client : bool, default=False
+        Close ``client`` with the operator.
+    cache_mb : float, default=256
+        Kernel rows each worker caches (libsvm's ``cache_size``), in MB.
+    """
+
+    def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB):
+        self.client = client
+        self.owns_client = bool(owns_client)
+        self.kernel = kernel
+        self.cache_mb = float(cache_mb)
+        self._source = X
+        self._blocks_of, bounds = self._blocks(X)
+        self.bounds = bounds
+        self.n = bounds[-1][1] if bounds else 0
+        self.recoveries = 0
+        self.dtype = gram_dtype(self.n)  # of the workers' kernel rows (muflow.kernel_rows)
+        self.cache_mb = cache_to_fit_workers(client, X, bounds, self.dtype, self.cache_mb)
+        futures = [self._start(i) for i in range(len(bounds))]
+        # an actor's calls go through the current client (distributed's get_client()): this
+        # one, not the process's default client, which may be another or none
+        with self.client.as_current():
+            self.actors = self.client.gather(futures)
+        self._futures = futures
+        self.nonnegative = kernel.name in ("rbf", "laplacian") and kernel.offset >= 0
+
+    def _start(self, i):
+        """Start the actor of partition i on its rows: a dask block where it is (the
+        scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
+        lo, hi = self.bounds[i]
+        return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
+                                  self.cache_mb, actor=True, pure=False,
+                                  key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
+
+    def _block(self, i):
+        """The rows of partition i on the workers: a dask block (the scheduler recomputes a
+        lost one from its graph), or NumPy rows, scattered again when they were lost."""
+        block = self._blocks_of[i]
+        if block is None or (not self._from_dask and block.status != "finished"):
+            lo, hi = self.bounds[i]
+            block = self._blocks_of[i] = self.client.scatter(self._source[lo:hi], hash=False)
+        return block
+
+    def recover(self, lost) -> None:
+        """New actors for the partitions ``lost`` (their worker died), on the workers left
+        or restarted: their rows reloaded from the source (:meth:`_start`). The caller
+        gives them their column state again (:meth:`RowPartition.begin`)."""
+        self.recoveries += 1
+        for i in lost:
+            if not self._from_dask:  # scattered rows died with their worker
+                self._blocks_of[i] = None
+            self._futures[i] = self._start(i)
+            with self.client.as_current():
+                self.actors[i] = self._futures[i].result()
+
+    def retrying(self, call, *, restart=None, again=None):
+        """``call()``; when partitions are lost with their workers, start them again from
+        their source (:meth:`recover`), hand them their state back (``restart(lost)``) and
+        make ``again()`` (default: the same call), at most :data:`MAX_RECOVERIES` times in
+        a row."""
+        lost = None
+        for attempt in range(MAX_RECOVERIES + 1):
+            try:
+                if attempt:
+                    self.recover(lost)
+                    if restart is not None:
+                        restart(lost)
+                return call() if attempt == 0 else (again or call)()
+            except LostPartitions as exc:
+                lost = exc.lost
+            except (MuflowError, MuflowInputError, ValueError, TypeError):
+                raise
+            except Exception:  # noqa: BLE001  whatever distributed raises for a lost actor
+                from muflow.distributed import lost_scheduler_error
+
+                if getattr(self.client, "status", "running") != "running":
+                    raise lost_scheduler_error(self.client) from None
+                lost = list(range(len(self.bounds)))
+        raise MuflowError(lost_workers_message(self.client, MAX_RECOVERIES + 1)) from None
+
+    #: X lives on the workers: solvers keep their state there
+    partitioned = True
+
+    def working_set_home(self, cache_mb=None) -> PartitionedHome:
+        """The home of the working-set loop's state on these partitions
+        (:func:`muflow.solvers.working_set.solve_working_set` asks for it); ``cache_mb``,
+        when given, resizes every partition's row cache."""
+        if cache_mb is not None and float(cache_mb) != self.cache_mb:
+            self.cache_mb = float(cache_mb)
+            self.call("set_cache_mb", self.cache_mb)
+        return PartitionedHome(self)
+
+    def _blocks(self, X):
+        from muflow.distributed import is_dask_array
+
+        client = self.client
+        if hasattr(X, "to_dask_array"):  # a dask.dataframe
+            X = X.to_dask_array(lengths=True)
+        if is_dask_array(X):
+            if X.ndim != 2:
+                raise MuflowInputError(f"X must be 2-d, got a dask array of shape {X.shape}")
+            from distributed import futures_of
+
+            # one block per row range, kept on the workers that computed it
+            X = client.persist(X.rechunk({1: -1}))
+            by_key = {f.key: f for f in futures_of(X)}
+            blocks = [by_key[row[0]] for row in X.__dask_keys__()]
+            sizes = X.chunks[0]
+            self._from_dask = True
+        else:
+            workers = sorted(client.scheduler_info()["workers"])
+            n = X.shape[0]
+            parts = max(1, min(len(workers), n))
+            edges = np.linspace(0, n, parts + 1).astype(int)
+            sizes = np.diff(edges)
+            blocks = [client.scatter(X[a:b], workers=[w], hash=False) for a, b, w in zip(edges[:-1], edges[1:], workers)]
+            self._from_dask = False
+        bounds, lo = [], 0
+        for s in sizes:
+            bounds.append((lo, lo + int(s)))
+            lo += int(s)
+        return blocks, bounds
+
+    def call(self, method, *args):
+        """``method(*args)`` on every actor in one round trip; answers in partition order."""
+        return self.wait([getattr(actor, method)(*args) for actor in self.actors])
+
+    def wait(self, calls) -> list:
+        """The answers of actor calls, awaited together in the client's event loop (each
+        call's own ``result()`` kept the client's thread busy: measured, the client took a
+        core from the two workers).
+
+        Raises
+        ------
+        LostPartitions
+            When calls failed because their worker is gone (the others' answers are lost);
+            a closed scheduler raises :class:`muflow.distributed.SchedulerLostError`.
+        """
+        from muflow.distributed import lost_scheduler_error
+
+        answers = self.client.sync(_answers, calls)
+        lost = [i for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        if lost:
+            if getattr(self.client, "status", "running") != "running":
+                raise lost_scheduler_error(self.client)
+            own = [answers[i] for i in lost
+                   if isinstance(answers[i], (ValueError, TypeError, MuflowInputError))]
+            if own:  # the call's own error, not a lost worker
+                raise own[0]
+            raise LostPartitions(lost)
+        return answers
+
+    def take(self, idx) -> np.ndarray:
+        """Rows ``idx`` of X (dense or CSR), fetched from their partitions."""
+        idx = np.asarray(idx, dtype=np.int64)
+        futures = []
+        for actor, (lo, hi) in zip(self.actors, self.bounds):
+            where = np.flatnonzero((idx >= lo) & (idx < hi))
+            if where.size or not futures:
+                futures.append((where, actor.rows(idx[where] - lo)))
+        got = stack_rows(self.wait([f for _, f in futures]))  # row k is idx[positions[k]]
+        positions = np.concatenate([w for w, _ in futures])
+        return got[np.argsort(positions)] if idx.size else got
+
+    def matmul(self, V):
+        V = np.asarray(V, dtype=np.float64)
+        flat = V.ndim == 1
+        V2 = V[:, None] if flat else V
+        support = np.flatnonzero(np.any(V2 != 0, axis=1))
+        out = np.concatenate([np.asarray(r) for r in self.call("matmul", self.take(support),
+                                                              V2[support])], axis=0)
+        return out[:, 0] if flat else out
+
+    def rows(self, idx):
+        XR = self.take(idx)
+        return np.concatenate([np.asarray(r) for r in self.call("kernel_rows", XR)], axis=1)
+
+    def diagonal(self) -> np.ndarray:
+        return np.concatenate([np.asarray(d) for d in self.call("diagonal")])
+
+    def close(self):
+        for f in self._futures:
+            f.release()
+        self._futures, self.actors = [], []
+        if self.owns_client:
+            self.owns_client = False
+            self.client.close()
+
+
+async def _answers(calls) -> list:
+    """Every call's answer, or the exception it raised."""
+    import asyncio
+
+    return list(await asyncio.gather(*(call._result() for call in calls), return_exceptions=True))
+
+
+class LostPartitions(Exception):
+    """Actor calls failed because their workers are gone (partition indices)."""
+
+    def __init__(self, lost):
+        super().__init__(f"partitions {lost} lost with their workers")
+        self.lost = lost

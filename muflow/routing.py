@@ -1,0 +1,139 @@
+"""Which path a fit takes: the rules that :class:`muflow.SVC` and the sweep
+(:func:`muflow.selection.run_sweep`) both follow.
+
+A fit has three choices to make, each made here once:
+
+- where the kernel values come from in process: the whole K stored, or rows computed on
+  demand (:func:`gram_mode`);
+- with a Dask client, where the work runs: the whole fit on one worker as one task
+  (:func:`fits_as_one_task`), or every solver iteration against X partitioned over the
+  workers (:func:`runs_on_workers`), or against a Gram store built on the cluster;
+- which solver runs when the caller asks for "auto" (:func:`solver_for`), and for a
+  sweep, which solver and which path along C (:func:`sweep_solver`).
+
+The rules weigh the solver: a product ``K @ V`` reads all of K every pass, a working set
+reads only the rows it touches. Which operator then serves K is the one factory's job
+(:func:`muflow.backends.gram_operator`), given what these rules decided. Plain functions over
+plain facts (names, counts, flags): importing this module imports no Dask.
+"""
+
+from __future__ import annotations
+
+#: gram="auto" computes kernel rows on demand (the working-set solver) above this many
+#: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
+#: where a stored K costs all n^2 values. Measured on a8a subsets, RBF gamma=0.05, C=1
+#: (stored + smo against rows + working_set): 0.57 s / 0.52 s at 8,000 rows, 1.48 / 0.85 at
+#: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
+ROWS_MIN_SAMPLES = 8192
+
+#: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
+#: whole on one worker as one task (:mod:`muflow.dask_fitting`): a pass of a solver on
+#: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
+ONE_TASK_MAX_SAMPLES = 4096
+
+#: The solver that runs on X partitioned over the workers, and on rows computed on demand.
+ROWS_SOLVER = "working_set"
+
+
+def gram_mode(gram: str, n_samples: int) -> str:
+    """The ``gram`` of a single fit: "auto" above :data:`ROWS_MIN_SAMPLES` samples is
+    "rows"; otherwise as asked ("auto" below it lets the factory store K when it fits in
+    memory, :func:`muflow.memory.choose_gram`). A sweep keeps "auto" whatever n: its many
+    solves on one kernel setting share one stored K."""
+    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES:
+        return "rows"
+    return gram
+
+
+def fits_as_one_task(client, n_samples: int, *, dask_input: bool) -> bool:
+    """With a client, a problem of at most :data:`ONE_TASK_MAX_SAMPLES` samples held in
+    this process (not a dask collection) is fitted whole on one worker as one task: a round
+    trip per fit instead of one per solver iteration."""
+    return client is not None and not dask_input and n_samples <= ONE_TASK_MAX_SAMPLES
+
+
+def runs_on_panels(solver: str) -> bool:
+    """Whether ``solver`` asks only for products ``K @ V`` (the multiplicative family),
+    which kernel panels held by the workers answer (:mod:`muflow.dask_panels`)."""
+    from muflow.solvers.registry import SOLVERS
+
+    info = SOLVERS.get(solver)
+    return info is not None and info.needs == "products"
+
+
+def runs_on_workers(client, kernel_name, solver: str) -> bool:
+    """Whether the solver iterates against X partitioned by rows over the client's workers.
+
+    With a client and a kernel computed from X (not ``"precomputed"``, not a callable,
+    whose K is given): the working-set solver (``solver="auto"`` or ``"working_set"``)
+    on the rows (:mod:`muflow.dask_working_set`), and the multiplicative solvers on kernel
+    panels computed there (:mod:`muflow.dask_panels`) when those fit in the workers'
+    memory. The other solvers, and the multiplicative ones whose panels do not fit, run on
+    a Gram store built on the cluster (:class:`muflow.distributed.DaskGram`).
+    """
+    if client is None or not isinstance(kernel_name, str) or kernel_name == "precomputed":
+        return False
+    return solver in ("auto", ROWS_SOLVER) or runs_on_panels(solver)
+
+
+def solver_for(solver: str, *, client, operator=None) -> str:
+    """The solver to run: the one asked for, except that "auto" is the working-set
+    solver (:data:`ROWS_SOLVER`, which fetches rows q at a time in one product) where no
+    K is in this process's memory:
+
+    - with a client, when X is partitioned over the workers (``operator.partitioned``), or
+      before the operator exists (a sweep picks its solver first; with a client its X
+      goes to the workers);
+    - without a client, when the operator computes rows on demand (``operator.dense`` is
+      None).
+
+    Otherwise "auto" is left for :func:`muflow.solvers.registry.choose_solver` to resolve by
+    intercept (SMO for the exact one).
+    """
+    if solver != "auto":
+        return solver
+    if client is not None:
+        partitioned = operator is None or getattr(operator, "partitioned", False)
+        return ROWS_SOLVER if partitioned else solver
+    if operator is not None and operator.dense is None:
+        return ROWS_SOLVER
+    return solver
+
+
+def reads_rows(solver: str) -> bool:
+    """Whether ``solver`` (a registered name) asks the operator for rows of K, not only for
+    products: the subset solvers and the working-set solver. Their warm starts pay, so a
+    sweep chains their solves along C (:func:`sweep_solver`)."""
+    from muflow.solvers.registry import SOLVERS
+
+    info = SOLVERS.get(solver)
+    return info is not None and info.needs == "rows"
+
+
+def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: bool, client):
+    """The solver and the path of a sweep's kernel setting, refusing impossible combinations.
+
+    The solver is :func:`solver_for` before any operator exists, resolved by
+    :func:`muflow.solvers.registry.choose_solver`. With a client, a solver that reads rows
+    other than the working-set solver is refused: the Dask operators serve products, and
+    rows only to the working-set solver on X partitioned over the workers. ``path="auto"``
+    is "continuation" (C ascending, each C warm-started from the previous) for solvers that
+    read rows, "batched" (one solve of every column) for the multiplicative ones.
+
+    Returns
+    -------
+    (SolverInfo, str)
+    """
+    from muflow.exceptions import MuflowInputError
+    from muflow.solvers.registry import choose_solver
+
+    info = choose_solver(solver_for(solver, client=client), intercept=intercept,
+                         kernel_nonnegative=kernel_nonnegative)
+    if client is not None and reads_rows(info.name) and info.name != ROWS_SOLVER:
+        raise MuflowInputError(
+            f"solver {info.name!r} reads rows of K, which the Dask operator does not serve; "
+            "with a client/scheduler use solver='working_set' (X on the workers) or a "
+            "multiplicative solver ('m3', 'munk') on a Gram store")
+    if path == "auto":
+        path = "continuation" if reads_rows(info.name) else "batched"
+    return info, path

@@ -1,0 +1,122 @@
+"""The solves of one kernel setting: every (C, fold, class) column of one Gram, and the
+refit on all samples.
+
+For one kernel setting (one Gram matrix K of all n samples) every (C, fold, class)
+problem is a column of the dual batch (:class:`muflow.solvers.DualProblem`):
+
+- the labels of column j are those of its binary problem (one-vs-one pairs for more than
+  two classes, as :func:`muflow.multiclass.binary_problems` poses them for muflow.SVC);
+- its upper bounds are ``U_ij = C_j`` for the training samples of its fold that belong to
+  its problem and ``0`` for the others (held-out samples, samples outside the pair), which
+  pins them at alpha = 0: a fold or a pair is a mask, not a copy of K (:func:`columns`).
+
+Two paths solve the batch (:func:`solve_kernel`):
+
+- ``"batched"``: one ``solve`` call on all columns (:mod:`muflow.selection.batched`),
+  optionally in successive-halving rungs (:mod:`muflow.selection.halving`). A subset solver
+  (SMO) works column by column anyway: there "batched" means independent cold solves per C,
+  run as chains of one C;
+- ``"continuation"``: C in ascending order, each C's columns warm-started from the
+  solution at the previous C (:mod:`muflow.selection.continuation`), chains that
+  ``n_jobs`` forked processes share (:mod:`muflow.selection.fork_pool`).
+
+``path="auto"`` takes continuation for the solvers that read rows and the batched path for
+multiplicative ones (:func:`muflow.routing.sweep_solver`); ``path="compare"`` solves the
+first kernel setting both ways and keeps the faster path for the rest.
+
+Notes
+-----
+Memory per kernel setting: K (``8 n^2`` bytes in memory; a Dask operator keeps it on the
+workers) plus ``3 * 8 * n * m`` bytes of iterates, with m = folds * P * len(C)
+(batched) or folds * P (continuation), P the binary problems (1, or k(k-1)/2 pairs).
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from muflow.selection.batched import solve_batched
+from muflow.selection.continuation import solve_chains
+from muflow.selection.grid import SUBSET_SOLVERS
+from muflow.selection.records import KernelSolve, Refit
+from muflow.solvers import DualProblem
+
+
+def columns(Y, masks, Cs, member=None):
+    """Labels and upper bounds of the columns (C, fold, problem), problem fastest.
+
+    Column ``(c * folds + f) * P + p``: labels of binary problem p, ``U = C_c`` on the
+    training samples of fold f that belong to problem p (``member``, default all) and 0 on
+    the others.
+    """
+    n, P = Y.shape
+    F = masks.shape[1]
+    member = np.ones((n, P), dtype=bool) if member is None else member
+    ycols = np.tile(Y, (1, len(Cs) * F))
+    upper = np.empty_like(ycols)
+    j = 0
+    for C in Cs:
+        for f in range(F):
+            upper[:, j:j + P] = np.where(masks[:, f][:, None] & member, C, 0.0)
+            j += P
+    return ycols, upper
+
+
+def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, halving,
+                 halving_min_iter, callback=None, n_jobs=1, member=None, y_enc=None,
+                 options=None) -> KernelSolve:
+    """Solve every (C, fold, problem) column of one Gram by ``path`` ("batched" or
+    "continuation"); ``halving`` as :mod:`muflow.selection.halving` says. ``member`` and
+    ``y_enc``: the samples of each binary problem and the class index of each sample
+    (:func:`muflow.multiclass.binary_problems`); ``options``: the solver's keywords beyond
+    the common signature (the row cache: :meth:`muflow.solvers.registry.SolverInfo.options`)."""
+    n, P = Y.shape
+    per_c = masks.shape[1] * P
+    m = len(Cs) * per_c
+    out = SimpleNamespace(alpha=np.zeros((n, m)), bias=np.zeros(m), viol=np.zeros(m),
+                          n_iter=np.zeros(len(Cs), dtype=np.int64), seconds=np.zeros(len(Cs)),
+                          stopped=np.zeros(len(Cs), dtype=bool), curves=[None] * len(Cs))
+    ycols, upper = columns(Y, masks, Cs, member)
+    common = dict(per_c=per_c, P=P, info=info, equality=intercept == "exact", tol=tol,
+                  max_iter=max_iter, callback=callback, options=options)
+    t0 = time.perf_counter()
+    if path == "continuation" or (halving is None and info.name in SUBSET_SOLVERS):
+        if getattr(operator, "partitioned", False):
+            n_jobs = 1  # the workers hold X: this process only drives them (no fork)
+        solve_chains(operator, ycols, upper, out, Cs=Cs, warm=path == "continuation",
+                     n_jobs=n_jobs, **common)
+    else:
+        solve_batched(operator, ycols, upper, out, n_c=len(Cs), halving=halving,
+                      halving_min_iter=halving_min_iter, masks=masks, y_enc=y_enc, **common)
+    solve_seconds = time.perf_counter() - t0
+    # decision values of every column at every sample: ONE product with K
+    D = operator.matmul(ycols * out.alpha) + out.bias[None, :]
+    return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
+                       alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
+                       n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
+                       curves=out.curves)
+
+
+def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,
+          options=None) -> Refit:
+    """Solve the configuration (this Gram, C) on all samples while K is in memory.
+
+    Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
+    (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
+    convex, so their mean is feasible too; it is close to the full solution because each
+    sample is a training sample in folds - 1 of the folds. ``options``: the solver's keywords
+    beyond the common signature (the row cache).
+    """
+    P, per_c = res.n_problems, res.per_c
+    F = per_c // P
+    block = res.alpha[:, res.block(c)].reshape(-1, F, P)
+    init = (block.mean(axis=1), res.bias[res.block(c)].reshape(F, P).mean(axis=0))
+    upper = float(C) if member is None else np.where(member, float(C), 0.0)
+    problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
+    t = time.perf_counter()
+    sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, **(options or {}))
+    return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
+                 n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t)

@@ -1,0 +1,61 @@
+"""A sweep's ``time_limit``: which configurations it did not finish, and how they show.
+
+:func:`muflow.selection.run_sweep` starts a :class:`muflow.time_limit.Deadline` and hands
+its solve paths a solver bounded by it (:func:`muflow.time_limit.bounded`): the solves
+running at the limit stop with their best iterates. The kernel setting they belong to
+is *cut*: its rows say ``finished=False`` and it is not recorded as done, so
+``sweep --resume`` solves it again. The settings after it are *not started*: a row per
+configuration with NaN scores, ``finished=False``. The best model comes from finished
+configurations when any finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+from sklearn.exceptions import ConvergenceWarning
+
+from muflow.exceptions import MuflowError
+from muflow.selection.grid import PARAM_ORDER
+from muflow.selection.records import ConfigurationRow
+
+
+def mark_unfinished(rows) -> list[ConfigurationRow]:
+    """The rows of a kernel setting whose solves the time limit cut."""
+    return [dataclasses.replace(r, finished=False) for r in rows]
+
+
+def not_started_rows(setting, Cs, folds, info, path) -> list[ConfigurationRow]:
+    """One row per C of a kernel setting the time limit left unstarted: NaN scores."""
+    nan = float("nan")
+    params = {k: setting.get(k) for k in PARAM_ORDER}
+    return [ConfigurationRow(kernel=setting["kernel"], **params, C=float(C), mean_cv_accuracy=nan,
+                             std_cv_accuracy=nan, n_iter=0, n_support=nan, time_s=0.0,
+                             stopped_early=False, solver=info.name, path=str(path),
+                             split_accuracies=(nan,) * folds, finished=False)
+            for C in Cs]
+
+
+def rows_to_choose_from(records) -> list[list]:
+    """Each record's rows for :func:`muflow.selection.scoring.best_index`: the unfinished
+    ones left out (as empty lists, keeping the indices) when any setting finished."""
+    if not records:
+        raise MuflowError("the sweep's time_limit passed before any kernel setting was solved: "
+                          "raise time_limit (--time-limit), or continue with `sweep --resume`")
+    finished = [all(r.finished for r in rec.rows) for rec in records]
+    if not any(finished):
+        return [rec.rows for rec in records]
+    return [rec.rows if done else [] for rec, done in zip(records, finished)]
+
+
+def warn_unfinished(table, deadline, out_dir) -> int:
+    """Warn how many configurations the time limit left unfinished; returns that count."""
+    unfinished = sum(not r.finished for r in table)
+    if unfinished:
+        warnings.warn(
+            f"the sweep stopped at time_limit={deadline.seconds:g} s (after {deadline.elapsed:.2f} s): "
+            f"{unfinished} of {len(table)} configurations are not finished (finished=False in "
+            f"{out_dir}/results.csv); continue with `sweep --resume --out {out_dir}`",
+            ConvergenceWarning, stacklevel=3)
+    return unfinished

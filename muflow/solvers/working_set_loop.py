@@ -1,0 +1,421 @@
+"""The working-set iteration, written once; where its state lives is behind :class:`ColumnHome`.
+
+The decomposition of Joachims, "Making large-scale SVM learning practical" (1999, SVMlight),
+as ThunderSVM's ``CSMOSolver`` runs it (Wen et al., JMLR 19, 2018). One outer iteration:
+
+1. the gap of the active set and its maximal violators (:class:`PairView`, Fan, Chen & Lin,
+   "Working set selection using second order information for training support vector
+   machines", JMLR 6, 2005, eq. (9));
+2. a working set B of q variables (:func:`select_working_set`: WSS 2, eq. (14), q/2 a side,
+   the useful half of the previous B kept as ThunderSVM keeps it);
+3. the q x q subproblem on K_BB (:func:`solve_subproblem`, the compiled SMO);
+4. the gradient updated by one product K[B, :]^T (y_B delta_B);
+5. shrinking every 1000 steps, libsvm's unshrinking near the end, and a certificate on the
+   whole set with the common KKT measure (:func:`run_column`, :class:`~muflow.solvers._subset.StallGuard`).
+
+The loop (:func:`run_column`) and the batch driver (:func:`solve_columns`) talk to the state
+only through :class:`ColumnState`'s methods: ``extremes``, ``candidates``, ``step``,
+``shrink``, ``reactivate``, ``certify``. Two homes implement it today, as ThunderSVM twins
+each backend function behind one header:
+
+- this process (:class:`muflow.solvers.working_set.InProcessHome`): rows of K from the
+  operator through the one :class:`~muflow.solvers.rowcache.RowCache`;
+- X partitioned over Dask workers (:class:`muflow.dask_working_set.PartitionedHome`): each
+  worker holds its slices of alpha, G and its cache of rows over its columns, and answers
+  its best candidates; the client merges them and keeps the subproblem.
+
+A GPU home would be a third.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from muflow.inmemory import _blas_single_threaded
+from muflow.operators import DenseGram
+from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
+from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.rowcache import RowCache
+from muflow.solvers.smo import smo_column
+
+def default_q(n: int) -> int:
+    """The working-set size for n samples: the power of two nearest 4 sqrt(n), in [64, 2048]
+    (ThunderSVM's default is 512 at n ~ 10^4 to 10^5)."""
+    q = 2 ** int(round(np.log2(4.0 * np.sqrt(max(int(n), 1)))))
+    return int(np.clip(q, 64, 2048))
+
+
+def smallest(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the (at most) k smallest finite entries of ``values``."""
+    finite = np.flatnonzero(np.isfinite(values))
+    k = min(k, finite.size)
+    if k <= 0:
+        return finite[:0]
+    if k < finite.size:
+        finite = finite[np.argpartition(values[finite], k - 1)[:k]]
+    return finite
+
+
+def side_violations(y, a, U, G):
+    """WSS 2's index sets and violations (Fan, Chen & Lin 2005, eq. (9)): ``(yG, up, low,
+    v_up, v_low)`` with I_up = {y = +1, a < U} u {y = -1, a > 0}, I_low the mirror, and
+    ``v_up = -yG`` on I_up, ``v_low = yG`` on I_low (-inf outside)."""
+    yG = y * G
+    up = np.where(y > 0, a < U, a > 0)
+    low = np.where(y > 0, a > 0, a < U)
+    return yG, up, low, np.where(up, -yG, -np.inf), np.where(low, yG, -np.inf)
+
+
+def projected_gradient(a, U, G):
+    """The gradient projected on the box [0, U] (no sum constraint): its size is the
+    violation of each variable."""
+    return np.where(a <= 0.0, np.minimum(G, 0.0), np.where(a >= U, np.maximum(G, 0.0), G))
+
+
+def ordered_unique(parts) -> np.ndarray:
+    """The indices of ``parts`` in order of first appearance, each once."""
+    idx = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
+    _, first = np.unique(idx, return_index=True)
+    return idx[np.sort(first)]
+
+
+class PairView:
+    """The violations of a pool of variables (the active set in process, the workers' merged
+    candidates on a cluster) and what selection and shrinking read of them.
+
+    With the sum constraint the gap is m(alpha) - M(alpha) = max_{I_up} -y G +
+    max_{I_low} y G (Fan, Chen & Lin 2005, eq. (9)), its maximal violators ``ku`` and ``kl``
+    (positions in the pool); without it the largest projected gradient. ``score`` ranks how
+    much each variable violates (the previous working set's useful part is kept by it).
+
+    Parameters
+    ----------
+    a, U : ndarray
+        alpha and the upper bounds of the pool.
+    v_up, v_low : ndarray, optional
+        With the sum constraint: ``-yG`` on I_up and ``yG`` on I_low, -inf outside.
+    projected : ndarray, optional
+        Without it: the size of the projected gradient.
+    """
+
+    def __init__(self, a, U, *, v_up=None, v_low=None, projected=None):
+        self.a, self.U = a, U
+        self.equality = projected is None
+        if not self.equality:
+            self.score = projected
+            self.gap = float(projected.max()) if projected.size else -np.inf
+            self.extremes = (self.gap, self.gap)
+            return
+        self.v_up, self.v_low = v_up, v_low
+        self.up, self.low = np.isfinite(v_up), np.isfinite(v_low)
+        if not self.up.any() or not self.low.any():
+            self.gap, self.extremes = -np.inf, None
+            return
+        self.ku, self.kl = int(np.argmax(v_up)), int(np.argmax(v_low))
+        gmax, gmax2 = v_up[self.ku], v_low[self.kl]
+        self.extremes = (float(gmax), float(gmax2))
+        self.score = np.maximum(v_up + gmax2, v_low + gmax)
+        self.gap = float(gmax + gmax2)
+
+    @property
+    def yG(self) -> np.ndarray:
+        """y_t G_t on the pool (each variable is in I_up or in I_low)."""
+        return np.where(self.low, self.v_low, -self.v_up)
+
+
+def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
+                       row_j=None) -> np.ndarray:
+    """Positions in the pool of the working set (at most q), in the order chosen.
+
+    The maximal violators first, then the useful part of the previous set (``previous``:
+    its positions in the pool, ascending; at most q/2 kept, most violating first), then new
+    variables: with the sum constraint, q/2 a side by WSS 2's gain (Fan, Chen & Lin 2005,
+    eq. (14)), a variable of I_low by the decrease -(b_it)^2 / a_it of its pair with the
+    maximal violator i of I_up and a variable of I_up by its pair with the violator j of
+    I_low, where a_it = K_ii + K_tt - 2 K_it reads the violators' rows ``row_i`` / ``row_j``
+    over the pool (None: that side ranked by b_it alone, first order); without it, the
+    largest projected gradients.
+
+    Parameters
+    ----------
+    view : PairView
+    q : int
+    previous : ndarray of int
+    QD : ndarray, optional
+        K_tt over the pool (sum constraint).
+    row_i, row_j : ndarray, optional
+        K[i, pool] and K[j, pool] for the violators i = ``view.ku`` and j = ``view.kl``.
+    """
+    score, a, U = view.score, view.a, view.U
+    free = (a > 0) & (a < U)
+    useful = previous[(score[previous] > 0) | free[previous]]
+    kept = useful[np.argsort(-score[useful], kind="stable")[: q // 2]]
+    taken = np.zeros(score.size, dtype=bool)
+    taken[kept] = True
+    if not view.equality:
+        gain = np.where(score > 0, -score, np.inf)
+        gain[taken] = np.inf
+        new = smallest(gain, q - kept.size)
+        return ordered_unique([new, kept])[:q]
+    ku, kl = view.ku, view.kl
+    anchors = np.array([ku, kl], dtype=np.int64)
+    taken[anchors] = True
+    need = q - int(taken.sum())
+    gmax, gmax2 = view.extremes
+    yG = view.yG
+    b_up = -yG + gmax2
+    b_low = yG + gmax
+    a_up = np.maximum(QD + QD[kl] - 2.0 * row_j, _TAU) if row_j is not None else 1.0
+    a_low = np.maximum(QD[ku] + QD - 2.0 * row_i, _TAU) if row_i is not None else 1.0
+    gain_up = np.where(view.up & (b_up > 0) & ~taken, -(b_up * b_up) / a_up, np.inf)
+    gain_low = np.where(view.low & (b_low > 0) & ~taken, -(b_low * b_low) / a_low, np.inf)
+    new_up = smallest(gain_up, need // 2)
+    gain_low[new_up] = np.inf
+    new_low = smallest(gain_low, need - new_up.size)
+    if new_up.size + new_low.size < need:  # one side ran short: the other fills B
+        gain_up[new_low] = np.inf
+        gain_up[new_up] = np.inf
+        extra = smallest(gain_up, need - new_up.size - new_low.size)
+        new_up = np.concatenate([new_up, extra])
+    return ordered_unique([anchors, kept, new_up, new_low])[:q]
+
+
+def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_tol: float):
+    """The q-variable subproblem on B by the compiled SMO (:func:`muflow.solvers.smo.smo_column`).
+
+    The same bounds, the linear term G_B - Q_BB alpha_B (so that its gradient at alpha_B
+    is G_B), the sum of y_B alpha_B kept, solved to a tenth of the current gap.
+
+    Returns
+    -------
+    new : ndarray
+        alpha_B after the subproblem.
+    change : float
+        The change of the objective F.
+    steps : int
+        SMO pair steps taken.
+    """
+    # Q_BB alpha_B with K_BB as the updates read it (row b of K for variable b)
+    lin = GB - yB * (K_BB.T @ (yB * aB))
+    sub = Column(DualProblem(DenseGram(K_BB), yB, upper=UB, linear=lin, equality=equality), 0)
+    scale = 2.0 if equality else 1.0
+    new, _, curve, _, steps = smo_column(
+        sub, RowCache(sub.problem.operator), aB.copy(), tol=0.1 * max(gap_tol, gap) / scale,
+        max_updates=50 * aB.size + 1000, timings={})
+    return new, curve[-1] - curve[0], steps
+
+
+class ColumnState:
+    """The seam: one column's working-set state, wherever it lives.
+
+    The outer loop (:func:`run_column`) calls only these. An implementation holds alpha,
+    the gradient G = Q alpha + p and the active set (in process, on Dask workers, on a
+    GPU), fetches rows of K for the working set and updates G by one product per step.
+
+    Attributes
+    ----------
+    alpha : ndarray of shape (n,)
+        The iterate (complete after :meth:`certify`).
+    F : float
+        The objective, kept up to date by :meth:`step` and made exact by :meth:`certify`.
+    bias : float
+        The bias of the last certificate.
+    """
+
+    alpha: np.ndarray
+    F: float
+    bias: float = 0.0
+
+    def extremes(self) -> float:
+        """The active set's gap (-inf when no pair can move), its view kept for
+        :meth:`candidates` and :meth:`shrink`."""
+        raise NotImplementedError
+
+    def candidates(self, q: int) -> np.ndarray:
+        """The working set B: global indices, sorted (:func:`select_working_set`)."""
+        raise NotImplementedError
+
+    def subproblem(self, B):
+        """``(K_BB, y_B, U_B, alpha_B, G_B)``: the data of the subproblem on B."""
+        raise NotImplementedError
+
+    def apply(self, B, new, moved, coef, change) -> None:
+        """Take alpha_B = ``new`` and update G by ``K[B[moved], :]^T coef``."""
+        raise NotImplementedError
+
+    def shrink(self) -> None:
+        """libsvm's shrinking of the active set with the current extremes."""
+        raise NotImplementedError
+
+    def reactivate(self) -> None:
+        """Every variable active again."""
+        raise NotImplementedError
+
+    @property
+    def shrunk(self) -> int:
+        """Variables shrunk out of the active set (or at least 1 while a shrink is due)."""
+        raise NotImplementedError
+
+    def certify(self) -> float:
+        """The common KKT measure on the whole set at the exact gradient; sets F and bias."""
+        raise NotImplementedError
+
+    def step(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict) -> bool:
+        """Solve the subproblem on B and apply it; False when nothing moved."""
+        K_BB, yB, UB, aB, GB = self.subproblem(B)
+        t = time.perf_counter()
+        new, change, steps = solve_subproblem(K_BB, yB, UB, aB, GB, equality=self.equality,
+                                              gap=gap, gap_tol=gap_tol)
+        timings["subproblem"] += time.perf_counter() - t
+        timings["subproblem_steps"] += steps
+        delta = new - aB
+        moved = np.flatnonzero(delta != 0.0)
+        if moved.size == 0:
+            return False
+        self.apply(B, new, moved, yB[moved] * delta[moved], change)
+        return True
+
+
+def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
+               shrinking: bool, timings: dict, on_iter=None, curve: list, report=None
+               ) -> tuple[float, int]:
+    """The outer loop on one column until certified, stalled or ``max_iter``.
+
+    The loop stops where libsvm stops: when the maximal violating pair's gap is at most
+    ``tol`` (libsvm's ``eps``), a KKT violation of at most tol / 2 on the common measure
+    with the sum constraint. Shrinking every 1000 steps (q variables a step), libsvm's
+    unshrinking once the gap is within ten times the target, and a certificate at the end
+    (:class:`~muflow.solvers._subset.StallGuard` after a failed one).
+
+    Returns
+    -------
+    (violation, outer iterations). ``report(iteration, gap, target)``, when given, hears of
+    every outer iteration; ``on_iter(iteration, F)`` returning True stops.
+    """
+    guard = StallGuard(tol)
+    shrink_every = max(1, min(n, 1000) // q)  # libsvm: every 1000 steps
+    it, since_shrink, unshrunk = 0, 0, False
+    while True:
+        stopped = False
+        gap_tol = guard.gap_tol
+        while it < max_iter:
+            t = time.perf_counter()
+            gap = state.extremes()
+            if shrinking and since_shrink >= shrink_every and gap > gap_tol:
+                state.shrink()
+                since_shrink = 0
+                gap = state.extremes()
+            if shrinking and not unshrunk and gap <= 10.0 * gap_tol:
+                unshrunk = True
+                if state.shrunk:
+                    state.reactivate()
+                    gap = state.extremes()
+            if not gap > gap_tol:
+                timings["select"] += time.perf_counter() - t
+                break
+            B = state.candidates(q)
+            timings["select"] += time.perf_counter() - t
+            moved = state.step(B, gap, gap_tol, timings)
+            it += 1
+            since_shrink += 1
+            curve.append(state.F)
+            if report is not None:
+                report(it, gap, gap_tol)
+            if on_iter is not None and on_iter(it, state.F):
+                stopped = True
+                break
+            if not moved:
+                break
+        violation = state.certify()
+        curve[-1] = state.F
+        if violation <= tol or it >= max_iter or stopped:
+            return violation, it
+        if not guard.go_on(shrunk=state.shrunk > 0):
+            return violation, it
+        state.reactivate()
+
+
+class ColumnHome:
+    """Where the columns' states live: opens one :class:`ColumnState` per column.
+
+    :func:`solve_columns` calls :meth:`begin` with every column's feasible start, then
+    :meth:`open` per column, and :meth:`close` at the end.
+    """
+
+    #: Timing keys (seconds) this home reports besides the loop's own.
+    timing_keys: tuple = ()
+
+    def q_limit(self, q: int) -> int:
+        """The largest working set this home can hold (its row cache)."""
+        return q
+
+    def begin(self, cols, starts, timings: dict) -> None:
+        """Prepare for the batch (e.g. the starts' gradients by one product)."""
+
+    def open(self, j: int, col: Column, alpha: np.ndarray, q: int, timings: dict) -> ColumnState:
+        raise NotImplementedError
+
+    def progress(self, state: ColumnState, timings: dict) -> dict:
+        """What :class:`muflow.progress.FitProgress` hears of the state."""
+        return {}
+
+    def finish(self, timings: dict) -> None:
+        """Add the home's counters to ``timings``; release what it holds."""
+
+
+def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, max_iter: int,
+                  q: int, shrinking: bool, callback=None, progress=None) -> DualSolution:
+    """Every column of ``problem`` by :func:`run_column` on states that ``home`` opens.
+
+    Columns are solved one after another (rows of K are shared through the home's cache);
+    BLAS runs on one thread meanwhile: its calls here are small (K_BB products) and
+    OpenBLAS's idle threads spin on the cores that the row panels and gradient updates use.
+    """
+    t_start = time.perf_counter()
+    timings = dict.fromkeys(("select", "subproblem", "kkt") + home.timing_keys, 0.0)
+    timings.update(subproblem_steps=0, q=q)
+    n, m = problem.n, problem.m
+    alpha0, _ = problem.check_init(init)
+    cols = [Column(problem, j) for j in range(m)]
+    starts = [col.start(None if alpha0 is None else alpha0[:, j]) for j, col in enumerate(cols)]
+    alphas, biases, curves, viols, iters = [], [], [], [], 0
+    try:
+        home.begin(cols, starts, timings)
+        for j, col in enumerate(cols):
+            n_free = int((col.U > 0).sum())
+            qj = max(2, min(q, n_free + n_free % 2))
+            state = home.open(j, col, starts[j], qj, timings)
+            curve = [state.F]
+            on_iter = column_callback(callback, problem, alphas, curves, j, state.alpha)
+            report = _reporter(progress, home, state, timings, n=n, column=j, columns=m)
+            with _blas_single_threaded():
+                v, it = run_column(state, q=qj, n=n, tol=tol, max_iter=max(0, int(max_iter)),
+                                   shrinking=shrinking, timings=timings, on_iter=on_iter,
+                                   curve=curve, report=report)
+            alphas.append(state.alpha)
+            biases.append(state.bias if col.equality else 0.0)
+            curves.append(curve)
+            viols.append(v)
+            iters = max(iters, it)
+    finally:
+        home.finish(timings)
+    timings["outer_iterations"] = iters
+    timings["total"] = time.perf_counter() - t_start
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters)
+
+
+def _reporter(progress, home: ColumnHome, state: ColumnState, timings: dict, *, n: int,
+              column: int, columns: int):
+    """``report(iteration, gap, target)`` for :func:`run_column` that hands ``progress``
+    what the home knows of the state; None without ``progress``."""
+    if progress is None:
+        return None
+
+    def report(iteration, gap, target):
+        progress(iteration=iteration, gap=float(gap), target=float(target), n=n, column=column,
+                 columns=columns, **home.progress(state, timings))
+
+    return report

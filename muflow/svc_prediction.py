@@ -1,0 +1,286 @@
+"""What a fitted :class:`muflow.SVC` answers: scikit-learn's fitted attributes, the decision
+function, predictions and probabilities (:class:`FittedSVC`, a base of the estimator).
+
+The maths lives in :mod:`muflow.prediction` (a prepared :class:`~muflow.prediction.Predictor`
+per model: support vectors laid out once, one GEMM per block of rows for every binary
+problem); this module validates the input and shapes the answers as scikit-learn does.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.exceptions import NotFittedError
+from sklearn.utils._available_if import available_if
+from sklearn.utils.deprecation import deprecated
+from sklearn.utils.validation import _num_samples, check_is_fitted, validate_data
+
+from muflow.data import check_finite
+from muflow.exceptions import MuflowInputError
+from muflow.multiclass import ovo_coef, ovr_scores, pair_coefficients, predict_index
+from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
+from muflow.svc_input import _dense_kernel, _is_dask_collection, _wants_probability
+
+#: scikit-learn 1.9's deprecation of the Platt attributes, word for word.
+_PROB_ATTRIBUTE_DEPRECATION = (
+    "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
+    "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
+
+#: Each model's prepared :class:`muflow.prediction.Predictor` with the fitted arrays it was
+#: built from (:meth:`FittedSVC._predictor`).
+_PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+class FittedSVC:
+    """The fitted side of :class:`muflow.SVC`: attributes derived from the fit, prediction."""
+
+    # -- fitted attributes as scikit-learn's -------------------------------------------
+    @property
+    def coef_(self):
+        """Weights of the features, ``kernel="linear"`` only: one row per binary problem
+        (read-only, as scikit-learn's)."""
+        if self.kernel != "linear":
+            raise AttributeError("coef_ is only available when using a linear kernel")
+        check_is_fitted(self)
+        if self._ovo:
+            coef = ovo_coef(self.dual_coef_, self.n_support_, self.support_vectors_)
+        else:
+            coef = self.dual_coef_ @ self.support_vectors_
+            coef = sp.csr_matrix(coef) if sp.issparse(coef) else np.asarray(coef)
+        if sp.issparse(coef):
+            coef.data.flags.writeable = False
+        else:
+            coef.flags.writeable = False
+        return coef
+
+    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probA_"))
+    @property
+    def probA_(self):
+        """Platt's A per binary problem (``probability=True``), libsvm's orientation."""
+        return self._probA
+
+    @deprecated(_PROB_ATTRIBUTE_DEPRECATION.format("probB_"))
+    @property
+    def probB_(self):
+        """Platt's B per binary problem (``probability=True``), libsvm's orientation."""
+        return self._probB
+
+    @property
+    def _n_support(self):
+        """scikit-learn's private name of ``n_support_`` (the same array), which its
+        tests and tools read."""
+        return self.n_support_
+
+    @property
+    def _gamma(self):
+        """scikit-learn's private name of the resolved gamma (``kernel_.gamma``)."""
+        return self.kernel_.gamma
+
+    @property
+    def _ovo(self) -> bool:
+        """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
+        return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
+
+    # -- predict -----------------------------------------------------------------------
+    def _pair_weights(self) -> np.ndarray:
+        """(n_SV, n_problems): the coefficients of every problem's support vectors."""
+        if self._ovo:
+            return pair_coefficients(self.dual_coef_, self.n_support_)
+        dual = self.dual_coef_.toarray() if sp.issparse(self.dual_coef_) else self.dual_coef_
+        return np.asarray(dual).T
+
+    def _prediction_state(self):
+        """A copy of this fitted model holding only what prediction reads: the parameters
+        (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
+        Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
+        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
+        params = self.get_params(deep=False)
+        params["client"] = None
+        state = type(self)(**params)
+        for name in ("classes_", "n_features_in_", "shape_fit_", "kernel_", "support_",
+                     "support_vectors_", "n_support_", "dual_coef_", "intercept_", "_sparse",
+                     "_X_fit", "_probA", "_probB"):
+            if hasattr(self, name):
+                setattr(state, name, getattr(self, name))
+        return state
+
+    def _decision_problems(self, X) -> np.ndarray:
+        """Decision value of every binary problem, shape (n_samples, n_problems); a
+        one-vs-one pair's is positive for its first class.
+
+        The kernels built on inner products go through the model's prepared
+        :class:`muflow.prediction.Predictor` (blocked GEMM, float32 where the model's
+        check allows); callable, precomputed and laplacian kernels through
+        :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
+        evaluated a block of rows at a time within
+        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
+        """
+        X = self._validate_for_predict(X)
+        if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:
+            return self._predictor().decision(X) + self.intercept_
+        W = self._pair_weights()
+        if callable(self.kernel):
+            def block(rows):
+                return _dense_kernel(self.kernel(rows, self._X_fit))[:, self.support_]
+            columns = _num_samples(self._X_fit)
+        elif self.kernel == "precomputed":
+            def block(rows):
+                return rows[:, self.support_]
+            columns = len(self.support_)
+        else:
+            def block(rows):
+                return self.kernel_.block(rows, self.support_vectors_)
+            columns = len(self.support_)
+        return blocked_decision(X, block, W, columns) + self.intercept_
+
+    def _predictor(self) -> Predictor:
+        """This model's :class:`muflow.prediction.Predictor`, prepared at its first
+        prediction after a fit or a load and kept (outside the estimator: clones, pickles
+        and the Dask graph do not carry it) until one of the fitted arrays it was built
+        from is replaced (an array edited in place is not seen: assign a new one)."""
+        sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
+        cached = _PREDICTORS.get(self)
+        if cached is not None and all(a is b for a, b in zip(cached[0], sources)):
+            return cached[1]
+        predictor = Predictor.prepare(self.kernel_, self.support_vectors_, self._pair_weights())
+        _PREDICTORS[self] = (sources, predictor)
+        return predictor
+
+    def decision_function(self, X):
+        """Signed distance to the separating surface(s).
+
+        Returns
+        -------
+        ndarray of shape (n_samples,) for two classes; otherwise (n_samples, n_classes)
+        (``decision_function_shape="ovr"``, or one-vs-rest training) or
+        (n_samples, n_classes * (n_classes - 1) / 2) (``"ovo"``: the pair decisions,
+        positive for the pair's first class, libsvm's order).
+        """
+        self._check_fitted()
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
+
+            return predict_lazy(self, "decision_function", X)
+        k = len(self.classes_)
+        scores = self._decision_problems(X)
+        if k == 2:
+            return scores.ravel()
+        if self._ovo and self.decision_function_shape == "ovr":
+            return ovr_scores(scores, k)
+        return scores
+
+    def predict(self, X):
+        """Class labels: the sign of the decision function for two classes; one-vs-one:
+        libsvm's vote winner, or with ``break_ties`` the argmax of the class scores;
+        one-vs-rest: the largest decision."""
+        self._check_fitted()
+        if self.break_ties and self.decision_function_shape == "ovo":
+            raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
+
+            return predict_lazy(self, "predict", X)
+        scores = self._decision_problems(X)
+        index = predict_index(scores, len(self.classes_), "ovo" if self._ovo else "ovr",
+                              break_ties=self.break_ties)
+        return self.classes_.take(index)
+
+    def _check_fitted(self):
+        """scikit-learn's ``check_is_fitted`` where ``support_`` is missing (a fit sets it);
+        a fitted model's prediction skips its scan of the attributes."""
+        if "support_" not in self.__dict__:
+            check_is_fitted(self)
+
+    def _check_proba(self):
+        if not _wants_probability(self.probability):
+            raise AttributeError("predict_proba is not available when probability=False")
+        return True
+
+    @available_if(_check_proba)
+    def predict_proba(self, X):
+        """Class probabilities, shape (n_samples, n_classes), columns in the order of
+        ``classes_``: Platt's sigmoid of each binary decision and, for more than two
+        classes, their pairwise coupling (:mod:`muflow.probability`). Like libsvm's, they
+        come from the internal cross-validation, so their argmax may differ from
+        ``predict`` on a few samples."""
+        from muflow.probability import predict_proba_ovo
+
+        check_is_fitted(self)
+        if np.size(getattr(self, "_probA", ())) == 0:
+            raise NotFittedError("predict_proba is not available when fitted with probability=False")
+        if _is_dask_collection(X):
+            from muflow.dask_predict import predict_lazy
+
+            return predict_lazy(self, "predict_proba", X)
+        scores = self._decision_problems(X)
+        if len(self.classes_) == 2:
+            scores = -scores  # libsvm's orientation: positive for classes_[0]
+        return predict_proba_ovo(scores, self._probA, self._probB, len(self.classes_))
+
+    @available_if(_check_proba)
+    def predict_log_proba(self, X):
+        """Logarithm of :meth:`predict_proba`."""
+        return np.log(self.predict_proba(X))  # lazy for Dask input, as predict_proba
+
+    def _validate_for_predict(self, X):
+        if callable(self.kernel):
+            return X
+        if self.kernel == "precomputed":
+            X = self._check_precomputed(X)
+        else:
+            plain = self._checked_plain_input(X)
+            if plain is not None:
+                X = plain
+            else:
+                X = validate_data(self, X, reset=False, accept_sparse="csr", dtype=np.float64,
+                                  ensure_all_finite=False)
+                if sp.issparse(X) and not getattr(self, "_sparse", True):
+                    raise ValueError(
+                        f"cannot use sparse input in {type(self).__name__!r} trained on dense "
+                        "data; pass X.toarray() or fit on sparse data")
+        check_finite(X)
+        self._check_support_layout()
+        return X
+
+    def _checked_plain_input(self, X):
+        """X as is when it needs nothing of ``validate_data``: a float64 2-D ndarray (or CSR
+        matrix, after a sparse fit) of the fitted width, to a model fitted without feature
+        names. The microseconds of a one-row prediction; None sends X to ``validate_data``."""
+        if "feature_names_in_" in self.__dict__ or getattr(X, "dtype", None) != np.float64:
+            return None
+        if type(X) is np.ndarray:
+            shape = X.shape
+        elif type(X) in (sp.csr_matrix, sp.csr_array) and self.__dict__.get("_sparse", False):
+            shape = X.shape
+        else:
+            return None
+        if len(shape) != 2 or shape[1] != self.__dict__.get("n_features_in_") or shape[0] < 1:
+            return None
+        return X
+
+    def _check_support_layout(self):
+        """The support vectors, their counts per class and the coefficients agree (what
+        scikit-learn checks against CVE-2020-28975): an altered model is refused, not
+        read out of bounds."""
+        n_sv = len(self.support_)
+        n_support = getattr(self, "n_support_", None)
+        if (n_support is not None and int(np.sum(n_support)) != n_sv) or self.dual_coef_.shape[1] != n_sv:
+            raise ValueError(f"The internal representation of {type(self).__name__} was altered")
+
+    def _check_precomputed(self, X):
+        if sp.issparse(X):
+            raise MuflowInputError("a precomputed kernel must be a dense array")
+        X = np.asarray(X, dtype=np.float64)
+        self._check_precomputed_shape(X.shape)
+        return X
+
+    def _check_precomputed_shape(self, shape):
+        """A precomputed kernel to predict is K(X_test, X_train): one column per training
+        sample (also checked on a Dask array's shape, without computing it)."""
+        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
+            raise MuflowInputError(
+                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
+                f"of samples at training time: a precomputed kernel for prediction is "
+                f"K(X_test, X_train), got shape {tuple(shape)}")

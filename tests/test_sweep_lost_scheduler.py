@@ -1,0 +1,52 @@
+"""A scheduler lost mid-sweep: one line on stderr, whose hint is `sweep --resume` (issue 33,
+item 4). The sweep runs as a real command in a subprocess against a real LocalCluster of
+worker processes, which the test closes once the first kernel setting is saved."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_scheduler_lost_mid_sweep_fails_in_one_line_naming_sweep_resume(tmp_path):
+    from distributed import LocalCluster
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 5))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=600) > 0, 1, -1)
+    data = tmp_path / "d.csv"
+    np.savetxt(data, np.column_stack([X, y]), delimiter=",")
+    out = tmp_path / "out"
+    cluster = LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                           dashboard_address=":0", memory_limit="1GiB")
+    gammas = ",".join(str(g) for g in np.geomspace(0.01, 10, 40))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muflow", "sweep", "--data", str(data), "--scheduler",
+         cluster.scheduler_address, "--out", str(out), "--gamma", gammas, "--C", "1,10,100",
+         "--folds", "3", "--no-progress"],
+        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not (
+                (out / "kernels").exists() and any((out / "kernels").iterdir())):
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        cluster.close(timeout=10)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    lines = [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("muflow sweep: failed: SchedulerLostError: the Dask scheduler at ")
+    assert "sweep --data" in lines[0] and lines[0].endswith(
+        f"--resume` (Dask's log: {out}/distributed.log)")
+    assert "fit --resume" not in lines[0]

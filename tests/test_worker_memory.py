@@ -1,0 +1,123 @@
+"""Workers with little memory (issue 33, item 3): the row partitions fit their cache to the
+smallest worker's limit before they start, and refuse with the numbers when not even a few
+rows fit; a worker that keeps dying is reported as out of memory in one line."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import make_classification
+
+import muflow
+from muflow.dask_partitions import (DaskRowPartitions, MIN_CACHE_ROWS, WORKER_FRACTION,
+                                    cache_to_fit_workers, lost_workers_message)
+from muflow.exceptions import MuflowError
+from muflow.kernels import Kernel
+from tests.dask_cluster import local_client
+
+
+class _Scheduler:
+    """A client stand-in answering scheduler_info and the workers' memory in use (the rule's
+    own logic)."""
+
+    def __init__(self, *workers):
+        self.workers = {f"tcp://w{i}": w for i, w in enumerate(workers)}
+
+    def scheduler_info(self, n_workers=-1):
+        return {"workers": {a: {"memory_limit": w["memory_limit"]} for a, w in self.workers.items()}}
+
+    def run(self, function, workers):
+        return {a: self.workers[a].get("in_use", 0) for a in workers}
+
+
+MB = 2**20
+
+
+def test_a_cache_that_fits_is_kept():
+    client = _Scheduler({"memory_limit": 4096 * MB, "in_use": 200 * MB})
+    X = np.zeros((8000, 20))
+    assert cache_to_fit_workers(client, X, [(0, 4000), (4000, 8000)], np.float32, 200.0) == 200.0
+
+
+def test_a_cache_too_large_for_the_smallest_worker_is_made_smaller():
+    small = {"memory_limit": 300 * MB, "in_use": 120 * MB}
+    client = _Scheduler({"memory_limit": 4096 * MB}, small)
+    X = np.zeros((8000, 20))
+    with pytest.warns(ResourceWarning, match="instead of 200 MB"):
+        mb = cache_to_fit_workers(client, X, [(0, 4000), (4000, 8000)], np.float32, 200.0)
+    room = (WORKER_FRACTION * 300 - 120) * MB - 4000 * (2 * 8 * 20 + 96)
+    assert mb == pytest.approx(room / MB) and mb < 200
+
+
+def test_no_room_for_a_few_rows_is_refused_with_the_numbers_and_the_fix():
+    client = _Scheduler({"memory_limit": 300 * MB, "in_use": 175 * MB})
+    X = np.zeros((400_000, 50))
+    with pytest.raises(MuflowError, match=r"(?s)too little memory.*needs \d+ MB.*--memory-limit"):
+        cache_to_fit_workers(client, X, [(0, 200_000), (200_000, 400_000)], np.float32, 200.0)
+
+
+def test_workers_without_a_limit_take_the_cache_asked_for():
+    client = _Scheduler({"memory_limit": 0})
+    assert cache_to_fit_workers(client, np.zeros((10, 2)), [(0, 10)], np.float32, 200.0) == 200.0
+
+
+def test_the_lost_workers_message_is_one_line_naming_memory():
+    class Logs:
+        def get_worker_logs(self, nanny=False):
+            return {"tcp://a": [("WARNING", "Worker tcp://a (pid=1) exceeded 95% memory budget. "
+                                            "Restarting...\nmore")]}
+
+    message = lost_workers_message(Logs(), 4)
+    assert "\n" not in message and "out of memory" in message and "exceeded 95% memory" in message
+    assert MIN_CACHE_ROWS >= 2
+
+
+def test_300_mb_workers_give_one_line_about_memory_or_a_fit_that_completes():
+    """The issue's probe: 8,000 rows on workers limited to 300 MB. A worker that has imported
+    the numerical stack holds about 200 MB of its 286 MiB, so the partitions are refused at
+    once, in one line; a machine whose workers hold less fits with a smaller cache."""
+    X, y = make_classification(n_samples=8000, n_features=20, n_informative=10, flip_y=0.05,
+                               random_state=0)
+    with local_client(2, memory_limit="300MB") as client:
+        t = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ResourceWarning)
+                model = muflow.SVC(gamma=0.05, client=client).fit(X, y)
+        except MuflowError as error:
+            message = str(error)
+            assert "\n" not in message and "memory" in message and "--memory-limit" in message
+            model = None
+        seconds = time.perf_counter() - t
+    assert seconds < 60
+    if model is not None:
+        assert model.converged_.all()
+        local = muflow.SVC(gamma=0.05).fit(X, y)
+        np.testing.assert_allclose(model.objective_, local.objective_, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_cache_larger_than_the_workers_hold_is_shrunk_and_the_solve_completes():
+    from muflow.solvers import DualProblem
+    from muflow.solvers.working_set import solve_working_set
+    from muflow.kernel_rows import KernelRows
+
+    X, y = make_classification(n_samples=8000, n_features=20, n_informative=10, flip_y=0.05,
+                               random_state=0)
+    y = np.where(y > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=0.05)
+    with local_client(2, memory_limit="400MB") as client:
+        # 2000 MB would hold all 8,000 rows of each partition's 4,000 columns (128 MB)
+        with pytest.warns(ResourceWarning, match="row cache is"):
+            parts = DaskRowPartitions(X, kernel, client, cache_mb=2000.0)
+        try:
+            slots = [info["cache_slots"] for info in parts.call("info")]
+            remote = solve_working_set(DualProblem(parts, y, upper=1.0, equality=True))
+        finally:
+            parts.close()
+    assert max(slots) < 8000 and remote.converged.all()
+    local = solve_working_set(DualProblem(KernelRows(X, kernel), y, upper=1.0, equality=True))
+    np.testing.assert_allclose(remote.objective, local.objective, rtol=1e-5)
