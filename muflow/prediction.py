@@ -187,7 +187,7 @@ class Predictor:
         if dtype == np.float32 and not self.support_T:
             raise ValueError("float32 needs dense support vectors (a linear kernel or sparse "
                              "support vectors predict in float64)")
-        if dtype == np.float32 and np.float32 not in self.support_T:
+        if dtype == np.float32 and dtype not in self.support_T:
             ST64 = self.support_T[np.dtype(np.float64)]
             ST32 = ST64.astype(np.float32)
             self.support_T[np.dtype(np.float32)] = ST32
@@ -330,4 +330,5 @@ def blocked_decision(X, block, W, n_columns) -> np.ndarray:
 
 
 def _sq_rows_sparse(A) -> np.ndarray:
+    """Squared row norms of a sparse matrix, float64."""
     return np.asarray(A.multiply(A).sum(axis=1), dtype=np.float64).ravel()
