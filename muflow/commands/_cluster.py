@@ -66,6 +66,7 @@ def log_to_file(log_file, *, verbose=False):
             if to_file not in logger.handlers:
                 logger.addHandler(to_file)
             if type(handler).__name__ == "PrefectConsoleHandler":  # its progress lines
+                to_file.setFormatter(handler.formatter)  # names the flow and task runs
                 progress = type(handler)(stream=sys.stdout)
                 progress.setFormatter(handler.formatter)
                 progress.addFilter(lambda record: record.levelno < logging.WARNING)
