@@ -20,6 +20,8 @@ NumPy in :meth:`~muflow.kernels.Kernel.block_into`.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
@@ -60,6 +62,55 @@ def _float32_from_bits(typingctx, bits):
         return builder.bitcast(value, ir.FloatType())
 
     return sig, codegen
+
+
+@intrinsic
+def _float64_from_bits(typingctx, bits):
+    """The float64 whose IEEE bits are the 64-bit integer ``bits``."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 64:
+        return None
+    sig = types.float64(bits)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return sig, codegen
+
+
+# exp in float64: ln 2 in two parts as Cephes exp.c (C1 exact in 16 bits), then the Taylor
+# polynomial of degree 13 on [-ln2/2, ln2/2] (truncation below 1e-17 relative)
+_LN2_HI64 = 6.93145751953125e-1
+_LN2_LO64 = 1.42860682030941723212e-6
+_EXP64_TAYLOR = tuple(1.0 / math.factorial(k) for k in range(13, -1, -1))
+#: Below this exp(x) is under float64's smallest normal: the result is 0.
+_EXP64_FLOOR = -708.0
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def exp_nonpositive64(x):
+    """exp(x) for float64 x <= 0 within a few ulp, branch-free so that it vectorises; 0
+    below -708."""
+    n = np.floor(x * 1.4426950408889634 + 0.5)
+    r = x - n * _LN2_HI64
+    r = r - n * _LN2_LO64
+    c = _EXP64_TAYLOR
+    p = c[0]
+    p = p * r + c[1]
+    p = p * r + c[2]
+    p = p * r + c[3]
+    p = p * r + c[4]
+    p = p * r + c[5]
+    p = p * r + c[6]
+    p = p * r + c[7]
+    p = p * r + c[8]
+    p = p * r + c[9]
+    p = p * r + c[10]
+    p = p * r + c[11]
+    p = p * r + c[12]
+    p = p * r + c[13]
+    m = max(n, -1022.0)  # keeps the exponent bits valid where x < -708 (the result is 0)
+    scale = _float64_from_bits((np.int64(m) + np.int64(1023)) << np.int64(52))
+    return p * scale if x >= _EXP64_FLOOR else 0.0
 
 
 @njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
@@ -132,6 +183,20 @@ def rbf_decisions(G, sq_A, sq_B, gamma, offset, WT, out):
         finish_rbf(G[i:i + 1], sq_A[i:i + 1], sq_B, gamma, offset)
         for q in range(WT.shape[0]):
             out[i, q] = _dot64(G[i], WT[q])
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")
+def rbf_decisions64(G, sq_A, sq_B, gamma, offset, WT, out):
+    """:func:`rbf_decisions` for a float64 product G: K_ij = exp(-gamma max(sq_A_i + sq_B_j
+    - 2 G_ij, 0)) + offset in float64 (:func:`exp_nonpositive64`), summed against WT."""
+    zero = 0.0
+    for i in range(G.shape[0]):
+        a = sq_A[i]
+        row = G[i]
+        for j in range(row.shape[0]):
+            row[j] = exp_nonpositive64(-gamma * max(a + sq_B[j] - 2.0 * row[j], zero)) + offset
+        for q in range(WT.shape[0]):
+            out[i, q] = _dot64(row, WT[q])
 
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy")

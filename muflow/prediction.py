@@ -16,9 +16,14 @@ columns, zero outside the pair).
 - for the linear kernel, the primal weights ``SV' W`` instead (one product of X by (d, q));
 - the precision rule (:meth:`Predictor.choose_dtype`).
 
-A block of rows then costs one GEMM (sgemm or dgemm, threaded by BLAS), the kernel's
-element-wise finish (:meth:`muflow.kernels.Kernel.block_into`, the code path of every block
-of K in muflow) and one float64 product with W. Sparse X is densified a block at a time
+A block of rows then costs one GEMM (sgemm or dgemm), the kernel's element-wise finish
+and one float64 product with W. For rbf in float32 the finish and the product are one
+compiled pass over each row while it is in cache (:func:`muflow._kernel_compiled.rbf_decisions`,
+the rounding of :func:`~muflow._kernel_compiled.finish_rbf`); otherwise the block is
+:meth:`muflow.kernels.Kernel.block_into`'s, the code path of every block of K in muflow.
+The blocks of a large X are shared among threads, one per CPU, each with one BLAS thread,
+so that the finish runs on every core too (a8a.t: 0.11-0.21 s against 0.17-0.54 s with
+BLAS threads alone, on a loaded 2-core machine). Sparse X is densified a block at a time
 (a8a, 11% non-zeros: sgemm on the dense block 0.19 s for a8a.t against SciPy's
 single-threaded sparse-dense product 0.39 s); support vectors whose dense form would exceed
 :data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
@@ -26,8 +31,9 @@ single-threaded sparse-dense product 0.39 s); support vectors whose dense form w
 Precision rule
 --------------
 float32 kernel values summed in float64 keep the decision values within 1e-5 of a float64
-evaluation, relative to the largest decision value (measured: a8a 1.1e-6; summing in float32
-as well gave 2.5e-5, which is why W is applied in float64). That is checked, not assumed:
+evaluation, relative to the largest decision value of each problem (measured on the test
+sets: a8a 1.2e-6, breast cancer 3.2e-7, USPS one-vs-one 7.4e-6; summing in float32 as well
+gave 2.5e-5 on a8a, which is why W is applied in float64). That is checked, not assumed:
 per model, the decisions at up to :data:`PROBE_ROWS` of its own support vectors are
 computed both ways, and float32 is used only if they agree within
 :data:`FLOAT32_CHECK_RTOL` (a quarter of the promise); otherwise, and for models
@@ -35,8 +41,9 @@ of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64 costs l
 model predicts in float64. Rows farther from the centre than the farthest support vector
 (float32's error in a product grows with the norms) are recomputed in float64.
 
-Only NumPy and SciPy are imported here; a float32 block's finish is compiled
-(:mod:`muflow._kernel_compiled`, loaded at the first float32 block).
+Only NumPy, SciPy and threadpoolctl are imported here; a float32 block's finish is
+compiled (:mod:`muflow._kernel_compiled`, loaded at the first float32 block; ``muflow.load``
+has loaded numba already).
 """
 
 from __future__ import annotations
@@ -44,16 +51,16 @@ from __future__ import annotations
 import contextlib
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
 from muflow.kernels import Kernel, rbf_center
 
-#: Kernel values per block of rows, in the block's dtype. Small enough for the block to
-#: stay in cache between the GEMM, the finish and the product with W (a8a.t against 6,650
-#: support vectors, float32: 0.20 s with blocks of 128 rows, 0.30 s with 1,024).
+#: Kernel values per block of rows, in the block's dtype: a few hundred rows, which stay in
+#: cache between the GEMM, the finish and the product with W (a8a.t against 6,650 support
+#: vectors, float32, one thread: 0.20 s with blocks of 128 rows, 0.30 s with 1,024).
 PREDICT_BLOCK_BYTES = 8 * 2**20
 
 #: A block whose product takes at most this many multiply-adds runs on one BLAS thread:
@@ -112,7 +119,7 @@ class Predictor:
         Subtracted from X and the support vectors before the product.
     support_T : dict
         ``{dtype: (d, n_SV) C-ordered array}`` of the shifted support vectors, float64 and
-        (when chosen) float32; empty when they stay sparse.
+        (when chosen) float32; None when they stay sparse.
     sq_support : dict
         ``{dtype: (n_SV,) float64}``: squared norms of the shifted support vectors as held
         in that dtype (summed in float64); the sparse support vectors' under float64.
@@ -124,6 +131,8 @@ class Predictor:
         float32 or float64: the precision of the kernel blocks (:meth:`choose_dtype`).
     sq_limit : float
         Rows whose shifted squared norm exceeds it are computed in float64.
+    weights_T : ndarray of shape (n_problems, n_SV_distinct)
+        ``weights`` transposed, C-ordered: each problem's coefficients contiguous.
     """
 
     kernel: Kernel
@@ -135,6 +144,10 @@ class Predictor:
     primal: np.ndarray | None = None
     dtype: np.dtype = np.dtype(np.float64)
     sq_limit: float = np.inf
+    weights_T: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self):
+        self.weights_T = np.ascontiguousarray(self.weights.T)
 
     @classmethod
     def prepare(cls, kernel: Kernel, support_vectors, weights, *, dtype="auto") -> "Predictor":
@@ -166,13 +179,6 @@ class Predictor:
         predictor.use(dtype)
         return predictor
 
-    @property
-    def weights_T(self) -> np.ndarray:
-        """(n_problems, n_SV) C-ordered: each problem's coefficients contiguous."""
-        if getattr(self, "_weights_T", None) is None or self._weights_T.shape[1] != len(self.weights):
-            self._weights_T = np.ascontiguousarray(self.weights.T)
-        return self._weights_T
-
     def use(self, dtype) -> None:
         """Compute the kernel blocks in ``dtype`` (float32 or float64) from now on."""
         dtype = np.dtype(dtype)
@@ -181,7 +187,7 @@ class Predictor:
         if dtype == np.float32 and not self.support_T:
             raise ValueError("float32 needs dense support vectors (a linear kernel or sparse "
                              "support vectors predict in float64)")
-        if dtype == np.float32 and np.float32 not in self.support_T:
+        if dtype == np.float32 and dtype not in self.support_T:
             ST64 = self.support_T[np.dtype(np.float64)]
             ST32 = ST64.astype(np.float32)
             self.support_T[np.dtype(np.float32)] = ST32
@@ -260,15 +266,16 @@ class Predictor:
             # few rows of sparse data (one a8a row: 14 of 123 features): the product over
             # the features they use reads that share of the support vectors
             A_cast, ST = np.ascontiguousarray(A_cast[:, used]), ST[used]
-        if dtype == np.float32 and self.kernel.name == "rbf":
+        if self.kernel.name == "rbf":
             # the finish and the sum against W fused, row by row in cache (a8a.t x 10: the
             # float64 copy of K and its product took 0.6 of 2.3 s)
             from muflow import _kernel_compiled as kc
 
             np.matmul(A_cast, ST, out=K)
             scores = np.empty((A.shape[0], self.weights.shape[1]))
-            kc.rbf_decisions(K, sq_A, self.sq_support[dtype], float(self.kernel.gamma),
-                             np.float32(self.kernel.offset), self.weights_T, scores)
+            fused = kc.rbf_decisions if dtype == np.float32 else kc.rbf_decisions64
+            fused(K, sq_A, self.sq_support[dtype], float(self.kernel.gamma),
+                  dtype.type(self.kernel.offset), self.weights_T, scores)
         else:
             self.kernel.block_into(A_cast, None, K, BT=ST, sq_A=sq_A, sq_B=self.sq_support[dtype])
             scores = K.astype(np.float64, copy=False) @ self.weights
@@ -323,4 +330,5 @@ def blocked_decision(X, block, W, n_columns) -> np.ndarray:
 
 
 def _sq_rows_sparse(A) -> np.ndarray:
+    """Squared row norms of a sparse matrix, float64."""
     return np.asarray(A.multiply(A).sum(axis=1), dtype=np.float64).ravel()

@@ -23,10 +23,6 @@ from muflow.multiclass import ovo_coef, ovr_scores, pair_coefficients, predict_i
 from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
 from muflow.svc_input import _dense_kernel, _is_dask_collection, _wants_probability
 
-#: decision_function evaluates K(X, support vectors) in blocks of rows of at most this many
-#: bytes (float64), so that predicting on many samples never holds n_samples x n_SV at once.
-PREDICT_BLOCK_BYTES = 64 * 2**20
-
 #: scikit-learn 1.9's deprecation of the Platt attributes, word for word.
 _PROB_ATTRIBUTE_DEPRECATION = (
     "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
@@ -143,7 +139,7 @@ class FittedSVC:
         """This model's :class:`muflow.prediction.Predictor`, prepared at its first
         prediction after a fit or a load and kept (outside the estimator: clones, pickles
         and the Dask graph do not carry it) until one of the fitted arrays it was built
-        from is replaced."""
+        from is replaced (an array edited in place is not seen: assign a new one)."""
         sources = (self.kernel_, self.support_vectors_, self.dual_coef_, self.n_support_)
         cached = _PREDICTORS.get(self)
         if cached is not None and all(a is b for a, b in zip(cached[0], sources)):

@@ -80,16 +80,22 @@ def unblocked_decisions(model, X):
 
 @pytest.fixture
 def kernel_blocks(monkeypatch):
-    """(shape, bytes) of every K block that Kernel.block_into evaluates while the fixture
-    lives (the one path of every block of K, Kernel.block's included)."""
+    """(shape, bytes) of every block of K(X, SV) that the prepared model evaluates while the
+    fixture lives (Predictor._shifted_block, or _sparse_block for sparse support vectors)."""
+    from muflow.prediction import Predictor
+
     blocks = []
-    block_into = Kernel.block_into
 
-    def recording(self, A, B, out, **kwargs):
-        blocks.append((out.shape, out.nbytes))
-        return block_into(self, A, B, out, **kwargs)
+    def recording(method):
+        def record(self, A, *args):
+            dtype = np.dtype(args[0]) if args else np.dtype(np.float64)
+            blocks.append(((A.shape[0], len(self.weights)),
+                           A.shape[0] * len(self.weights) * dtype.itemsize))
+            return method(self, A, *args)
+        return record
 
-    monkeypatch.setattr(Kernel, "block_into", recording)
+    for name in ("_shifted_block", "_sparse_block"):
+        monkeypatch.setattr(Predictor, name, recording(getattr(Predictor, name)))
     return blocks
 
 

@@ -158,3 +158,38 @@ def test_the_linear_kernel_predicts_from_its_primal_weights(generated_split, spa
     assert model._predictor().primal.shape == (X_train.shape[1], 1)
     np.testing.assert_allclose(model.decision_function(X_test),
                                reference_decisions(model, X_test).ravel(), rtol=1e-10, atol=1e-12)
+
+
+def test_support_vectors_too_large_to_hold_dense_take_the_sparse_product(monkeypatch):
+    import muflow.prediction
+
+    rng = np.random.default_rng(5)
+    X = sp.random(300, 40, density=0.2, random_state=5, format="csr")
+    y = (np.asarray(X.sum(axis=1)).ravel() + 0.1 * rng.normal(size=300) > 0.8).astype(int)
+    model = muflow.SVC(gamma=0.5).fit(X, y)
+    monkeypatch.setattr(muflow.prediction, "DENSE_SUPPORT_BYTES", 0)
+    model.support_vectors_ = model.support_vectors_.copy()  # a new array: prepared again
+    assert model._predictor().support_sparse is not None
+    X_test = sp.random(50, 40, density=0.2, random_state=6, format="csr")
+    for rows in (X_test, X_test.toarray()):
+        np.testing.assert_allclose(model.decision_function(rows),
+                                   reference_decisions(model, X_test).ravel(), rtol=1e-10, atol=1e-12)
+
+
+def test_the_compiled_float64_exponential_matches_numpys():
+    from numba import njit
+
+    from muflow._kernel_compiled import exp_nonpositive64
+
+    @njit
+    def evaluate(x, out):
+        for i in range(x.shape[0]):
+            out[i] = exp_nonpositive64(x[i])
+
+    rng = np.random.default_rng(0)
+    x = -np.concatenate([rng.random(20000) * 40, rng.random(2000) * 800, [0.0, 707.9, 708.5, 1e4]])
+    out = np.empty_like(x)
+    evaluate(x, out)
+    normal = x >= -708
+    np.testing.assert_allclose(out[normal], np.exp(x[normal]), rtol=1e-15, atol=0)
+    assert np.all(out[~normal] == 0.0)
