@@ -69,7 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv  # the command line as given: a failure's hint repeats it (rerun_command)
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return EXIT_USAGE

@@ -43,7 +43,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             select_working_set, solve_columns)
+                                             select_working_set)
 
 
 def stack_rows(rows):

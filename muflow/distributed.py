@@ -142,13 +142,23 @@ class SchedulerLostError(MuflowError):
     """The Dask scheduler went away during a fit."""
 
 
-def lost_scheduler_error(client) -> SchedulerLostError:
-    return SchedulerLostError(
-        f"the Dask scheduler at {scheduler_address(client)} is gone (the client is "
-        f"{getattr(client, 'status', 'closed')}): the fit cannot go on. Start the scheduler "
-        "and its workers again and rerun; a fit given checkpoint_dir (`muflow fit` always "
-        "keeps one) continues from its last checkpoint with --resume"
-    )
+#: What a caller of the library does once its scheduler is gone; the commands name the
+#: command line that continues their work instead (:mod:`muflow.commands._cluster`).
+RERUN_FIT = ("start the scheduler and its workers again and rerun; a fit given the same "
+             "checkpoint_dir resumes from its last checkpoint")
+
+
+def lost_scheduler_error(client, *, work="the fit", next_step=RERUN_FIT) -> SchedulerLostError:
+    """The error of ``work`` whose scheduler went away: its address and what to do next.
+
+    ``client`` is the Client that lost it, or the scheduler's address.
+    """
+    if isinstance(client, str):
+        where = f"{client} is gone"
+    else:
+        where = (f"{scheduler_address(client)} is gone (the client is "
+                 f"{getattr(client, 'status', 'closed')})")
+    return SchedulerLostError(f"the Dask scheduler at {where}: {work} cannot go on; {next_step}")
 
 
 def _worker_limits(client) -> dict:

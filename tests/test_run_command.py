@@ -19,10 +19,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def muflow(*args, cwd, env_extra=None, timeout=300):
+def muflow_env(cwd) -> dict:
+    """The environment of a run: no Prefect setting of this shell, its own PREFECT_HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(Path(cwd) / ".prefect"),
                COLUMNS="120")
+    return env
+
+
+def muflow(*args, cwd, env_extra=None, timeout=300):
+    env = muflow_env(cwd)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "muflow", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)

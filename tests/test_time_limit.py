@@ -78,7 +78,7 @@ def test_a_sweep_stops_at_its_time_limit_and_marks_what_it_did_not_finish(hard, 
 
 def test_a_time_limit_in_the_config_reaches_the_sweep(tmp_path):
     from muflow.config import load_config
-    from muflow.selection import load_grid_toml
+    from muflow.config import load_grid_toml
 
     path = tmp_path / "run.toml"
     path.write_text("[grid]\nC = [1.0]\nkernels = [{ kernel = \"rbf\" }]\n[sweep]\ntime_limit = 30\n")

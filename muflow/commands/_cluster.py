@@ -7,6 +7,11 @@ takes exactly the cluster options it honours.
 
 from __future__ import annotations
 
+import contextlib
+import shlex
+import sys
+from pathlib import Path
+
 
 def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False):
     """Add ``--scheduler ADDRESS`` (and optionally ``--timeout``, ``--workers``) to ``parser``.
@@ -32,32 +37,95 @@ def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False)
                             help="local cluster only: number of worker processes (default: one per core)")
 
 
-def quiet_distributed(log_file=None, *, verbose=False):
-    """Keep distributed's own logging (a lost scheduler prints 30-odd lines of
-    ``distributed.client - ERROR`` traceback) off the console: into ``log_file`` (appended),
-    or nowhere without one; ``verbose`` leaves it on stderr. The command's failure is then
-    its one line."""
-    import logging
-    from pathlib import Path
+def log_to_file(log_file, *, verbose=False):
+    """Send the log records that would reach stderr into ``log_file`` (appended): distributed's
+    own (a lost scheduler prints 30-odd lines of ``distributed.client - ERROR`` traceback),
+    Prefect's (a failed flow prints its task's and its own traceback) and any other
+    library's. Prefect's progress lines (below WARNING) go on to stdout. The command's
+    failure is then its one line on stderr. ``verbose`` leaves logging as it is.
 
-    import distributed  # noqa: F401  (its import configures its loggers; override after)
+    Call it once the libraries whose logging it moves are imported: their import
+    configures their loggers.
+    """
+    import logging
+
+    import distributed  # noqa: F401  (its import configures its loggers; move them after)
 
     if verbose:
         return
-    for name in list(logging.root.manager.loggerDict):
-        if name.startswith("distributed."):  # their own handlers: route them to the parent
-            child = logging.getLogger(name)
-            for handler in list(child.handlers):
-                child.removeHandler(handler)
-            child.propagate = True
-    logger = logging.getLogger("distributed")
-    for handler in list(logger.handlers):
-        logger.removeHandler(handler)
-    logger.propagate = False
-    if log_file is not None:
-        Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(log_file)
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    else:
-        logger.addHandler(logging.NullHandler())
+    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
+    to_file = logging.FileHandler(log_file)
+    to_file.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in
+                                       list(logging.root.manager.loggerDict)]
+    for logger in loggers:
+        for handler in list(logger.handlers):
+            if getattr(handler, "stream", None) is not sys.stderr:
+                continue
+            logger.removeHandler(handler)
+            if to_file not in logger.handlers:
+                logger.addHandler(to_file)
+            if type(handler).__name__ == "PrefectConsoleHandler":  # its progress lines
+                to_file.setFormatter(handler.formatter)  # names the flow and task runs
+                progress = type(handler)(stream=sys.stdout)
+                progress.setFormatter(handler.formatter)
+                progress.addFilter(lambda record: record.levelno < logging.WARNING)
+                logger.addHandler(progress)
+
+
+def rerun_command(args, *, resume=True) -> str:
+    """The command line the user gave (``args.argv``, set by :func:`muflow.cli.main`), as
+    ``python -m muflow ...``, with ``--resume`` at its end or, ``resume=False``, without it."""
+    argv = [a for a in getattr(args, "argv", sys.argv[1:]) if a != "--resume"]
+    return "python -m muflow " + shlex.join(argv + ["--resume"] * bool(resume))
+
+
+def continue_hint(args, kept=None) -> str:
+    """What to do after a failure: ``kept`` (what was saved, or None) and the command that
+    continues the work (``--resume`` when something was kept, the same command otherwise)."""
+    if kept is None:
+        return f"nothing was kept; rerun with `{rerun_command(args, resume=False)}`"
+    return f"{kept}; continue with `{rerun_command(args)}`"
+
+
+def scheduler_gone(client, exc, *, wait=10.0) -> bool:
+    """Whether ``exc`` was raised because ``client``'s scheduler went away. A cluster that
+    closes loses its workers first: distributed may raise for a lost worker (``Worker
+    holding Actor was lost``) while the client still says "running", so an error that is
+    not muflow's own waits up to ``wait`` seconds for the scheduler to stop answering."""
+    import time
+
+    from muflow.distributed import SchedulerLostError
+    from muflow.exceptions import MuflowError, MuflowInputError
+
+    if isinstance(exc, SchedulerLostError) or getattr(client, "status", "running") != "running":
+        return True
+    if isinstance(exc, (MuflowError, MuflowInputError, ValueError, TypeError)):
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            client.sync(client.scheduler.identity, callback_timeout=2)
+        except Exception:  # noqa: BLE001  (whatever a closed comm raises: it is gone)
+            return True
+        if getattr(client, "status", "running") != "running":
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@contextlib.contextmanager
+def one_line_if_scheduler_lost(client, args, *, work, kept, log_file):
+    """In the block, whatever a lost scheduler raises (:func:`scheduler_gone`) becomes one
+    :class:`muflow.distributed.SchedulerLostError` whose hint continues the work:
+    ``kept()``, called then, says what was saved (:func:`continue_hint`)."""
+    from muflow.distributed import lost_scheduler_error
+
+    try:
+        yield
+    except Exception as exc:
+        if not scheduler_gone(client, exc):
+            raise
+        raise lost_scheduler_error(client, work=work, next_step=(
+            f"start the scheduler and its workers again; {continue_hint(args, kept())} "
+            f"(Dask's log: {log_file})")) from None

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from pathlib import Path
+
+from muflow.commands._cluster import add_cluster_options
 from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_C, parse_gamma
 
 
@@ -48,14 +52,19 @@ def add_parser(subparsers):
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from MODEL_DIR.checkpoint/ with what is "
                         "left of --max-iter")
+    add_cluster_options(p, scheduler_note="the fit runs on its workers, X split over them",
+                        timeout=True)
+    p.add_argument("--verbose", action="store_true",
+                   help="with --scheduler: Dask's own log messages on stderr (default: into "
+                        "MODEL_DIR.checkpoint/distributed.log)")
     return p
 
 
 def run(args) -> int:
     import shutil
-    from pathlib import Path
 
     import muflow
+    from muflow.checkpoint import FILENAME
     from muflow.exceptions import MuflowInputError
     from muflow.solvers.registry import SOLVERS
     from muflow.time_limit import check_time_limit
@@ -72,14 +81,16 @@ def run(args) -> int:
         time_limit=check_time_limit(args.time_limit, "--time-limit"),
     )
     checkpoint_dir = Path(args.out).with_name(Path(args.out).name + ".checkpoint")
-    if checkpoint_dir.exists() and not args.resume:
+    held = (checkpoint_dir / FILENAME).is_file()
+    if held and not args.resume:
         raise MuflowInputError(
             f"{checkpoint_dir} holds the checkpoint of an interrupted fit; pass --resume to "
             "continue it, or delete it to start over"
         )
-    if args.resume and not checkpoint_dir.exists():
+    if args.resume and not held:
         raise MuflowInputError(f"--resume: no checkpoint at {checkpoint_dir}; run without --resume")
-    model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
+    with _on_cluster(args, model, checkpoint_dir):
+        model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
     path = muflow.save(model, args.out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit
@@ -98,3 +109,33 @@ def run(args) -> int:
               f"row-cache hit rate {hits:.1%}")
     print(f"model saved to {path}")
     return 0
+
+
+@contextlib.contextmanager
+def _on_cluster(args, model, checkpoint_dir):
+    """With ``--scheduler``, the block fits on that cluster (``model.client``); a scheduler
+    lost meanwhile ends the command in one line naming the command that continues it, and
+    distributed's own log goes to ``checkpoint_dir/distributed.log``."""
+    if not args.scheduler:
+        yield
+        return
+    from muflow.checkpoint import FILENAME
+    from muflow.cluster import connect, print_dashboard
+    from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
+
+    log_file = checkpoint_dir / "distributed.log"
+    log_to_file(log_file, verbose=args.verbose)
+    model.client = client = connect(args.scheduler, timeout=args.timeout)
+    print_dashboard(client)
+
+    def kept():
+        held = (checkpoint_dir / FILENAME).is_file()
+        return f"its last checkpoint is kept in {checkpoint_dir}" if held else None
+
+    try:
+        with one_line_if_scheduler_lost(client, args, work="the fit", kept=kept,
+                                        log_file=log_file):
+            yield
+    finally:
+        model.client = None
+        client.close()

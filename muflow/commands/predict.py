@@ -26,6 +26,14 @@ def run(args) -> int:
 
     model = muflow.load(args.model)
     X, y = load_from_args(args)
+    expected = getattr(model, "n_features_in_", None)
+    if expected is not None and X.shape[1] != expected:
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(
+            f"{args.data} has {X.shape[1]} features, the model in {args.model} was fitted on "
+            f"{expected}; give data with the model's features (for svmlight, --n-features "
+            f"{expected})")
     pred = model.predict(X)
     if args.out:
         from pathlib import Path

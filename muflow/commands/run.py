@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 
 from muflow.cli import one_line, set_hint
-from muflow.commands._cluster import add_cluster_options
+from muflow.commands._cluster import add_cluster_options, continue_hint, log_to_file
 from muflow.exceptions import MuflowInputError
 
 EXIT_FAILURE = 1
@@ -64,6 +64,9 @@ def add_parser(subparsers):
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out DIR: finished stages are not recomputed, the "
                         "sweep resumes its finished kernel settings")
+    p.add_argument("--verbose", action="store_true",
+                   help="Prefect's and Dask's own log messages on stderr, tracebacks included "
+                        "(default: into DIR/run.log; Prefect's progress lines on stdout)")
     return p
 
 
@@ -126,6 +129,8 @@ def run(args) -> int:
         cfg = cfg.with_overrides(cluster={"scheduler": args.scheduler})
     check_data_exists(cfg)
     out = _out_path(args)
+    if not args.out:  # the command that continues the run names the folder chosen here
+        args.argv = [*getattr(args, "argv", ["run"]), "--out", str(out)]
     if out.exists() and not out.is_dir():
         raise MuflowInputError(f"--out {str(out)!r} is a file; choose a directory")
     created = not out.exists()
@@ -144,6 +149,25 @@ def run(args) -> int:
         return code
 
 
+def _scheduler_lost(cfg, exc) -> bool:
+    """Whether the run's own scheduler (``cluster.scheduler``) went away under it: a task
+    raised for it, or raised something else and the scheduler no longer answers."""
+    from muflow.cluster import SchedulerUnreachableError, connect
+    from muflow.distributed import SchedulerLostError
+
+    if not cfg.cluster.scheduler:
+        return False  # a LocalCluster of the run's own: it ends with the run
+    if isinstance(exc, (SchedulerLostError, SchedulerUnreachableError)):
+        return True
+    if isinstance(exc, MuflowInputError):
+        return False
+    try:
+        connect(cfg.cluster.scheduler, timeout=min(cfg.cluster.timeout, 5.0)).close()
+    except SchedulerUnreachableError:
+        return True
+    return False
+
+
 def _run_held(args, cfg, out: Path, created: bool) -> int:
     """The run, with ``out``'s lock held (:mod:`muflow.runlock`)."""
     from muflow.cluster import SchedulerUnreachableError, connect
@@ -155,17 +179,14 @@ def _run_held(args, cfg, out: Path, created: bool) -> int:
             print(f"muflow run: error: {exc}", file=sys.stderr)
             return EXIT_FAILURE
 
-    import logging
-
-    import distributed  # noqa: F401  (its import sets its loggers' levels; quieten them after)
-
     from muflow.flows.pipeline import check_prefect_api, pipeline
 
     problem = check_prefect_api()
     if problem:
         print(f"muflow run: error: {problem}", file=sys.stderr)
         return EXIT_FAILURE
-    logging.getLogger("distributed").setLevel(logging.WARNING)  # keep the console to the stages
+    # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
+    log_to_file(out / "run.log", verbose=args.verbose)
 
     print(f"muflow run: run directory {out}", flush=True)
     from muflow.flows.temporary_server import temporary_prefect_server
@@ -176,12 +197,21 @@ def _run_held(args, cfg, out: Path, created: bool) -> int:
             result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
                 config=cfg.to_dict(), out_dir=str(out))
     except BaseException as exc:
-        if created and out.exists() and not _has_finished_stage(out):
+        finished = out.exists() and _has_finished_stage(out)
+        if created and out.exists() and not finished:
             shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
-        elif out.exists() and not isinstance(exc, MuflowInputError):
+        kept = (None if not out.exists() else f"the finished stages are kept in {out}"
+                if finished else f"{out} is kept")
+        if isinstance(exc, Exception) and _scheduler_lost(cfg, exc):
+            from muflow.distributed import lost_scheduler_error
+
+            log = f" (Prefect's and Dask's log: {out / 'run.log'})" if out.exists() else ""
+            raise lost_scheduler_error(cfg.cluster.scheduler, work="the run", next_step=(
+                f"start the scheduler and its workers again; {continue_hint(args, kept)}{log}")
+            ) from None
+        if kept and not isinstance(exc, MuflowInputError):
             # the one line the command prints names the command that continues the work
-            set_hint(exc, f"the finished stages are kept in {out}; continue with `python -m "
-                          f"muflow run{' ' + args.config if args.config else ''} --out {out} --resume`")
+            set_hint(exc, continue_hint(args, kept))
         if isinstance(exc, SchedulerUnreachableError):
             print(f"muflow run: error: {one_line(exc)}", file=sys.stderr)
             return EXIT_FAILURE

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from muflow.commands._common import add_data_options, load_from_args, parse_C, parse_gamma
 from muflow.exceptions import MuflowInputError
 
@@ -129,28 +131,6 @@ def grid_from_args(args):
     return grid.validate(), options
 
 
-def _is_lost(exc) -> bool:
-    from muflow.distributed import SchedulerLostError
-
-    return isinstance(exc, SchedulerLostError)
-
-
-def _lost_scheduler(client, args):
-    """The one line of a sweep whose scheduler went away: the command that continues it."""
-    import shlex
-    import sys
-
-    from muflow.distributed import SchedulerLostError, scheduler_address
-
-    argv = [a for a in sys.argv[1:] if a != "--resume"] if sys.argv[1:2] == ["sweep"] else \
-        ["sweep", "--data", args.data, "--scheduler", args.scheduler, "--out", args.out]
-    return SchedulerLostError(
-        f"the Dask scheduler at {scheduler_address(client)} is gone: the sweep cannot go on; "
-        f"its finished kernel settings are kept in {args.out}. Start the scheduler and its "
-        f"workers again and continue with `python -m muflow {shlex.join(argv)} --resume` "
-        f"(Dask's log: {args.out}/distributed.log)")
-
-
 def run(args) -> int:
     from muflow.selection import run_sweep
 
@@ -163,21 +143,19 @@ def run(args) -> int:
     options.setdefault("folds", 5)
     if args.scheduler:
         from muflow.cluster import connect, print_dashboard
+        from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
 
-        from pathlib import Path
-
-        from muflow.commands._cluster import quiet_distributed
-
-        quiet_distributed(Path(args.out) / "distributed.log", verbose=args.verbose)
+        log_file = Path(args.out) / "distributed.log"
+        log_to_file(log_file, verbose=args.verbose)
         client = connect(args.scheduler, timeout=args.timeout)
         print_dashboard(client)
         try:
-            result = run_sweep(X, y, grid, out_dir=args.out, client=client, resume=args.resume,
-                               progress=not args.no_progress, **test, **options)
-        except Exception as exc:
-            if getattr(client, "status", "running") == "running" and not _is_lost(exc):
-                raise
-            raise _lost_scheduler(client, args) from None
+            with one_line_if_scheduler_lost(
+                    client, args, work="the sweep", log_file=log_file,
+                    kept=lambda: f"its finished kernel settings are kept in {args.out}"):
+                result = run_sweep(X, y, grid, out_dir=args.out, client=client,
+                                   resume=args.resume, progress=not args.no_progress, **test,
+                                   **options)
         finally:
             client.close()
     else:

@@ -1,0 +1,103 @@
+"""Every command's failure is one line on stderr whose hint names the command that
+continues the work (issue 33, item 4): `fit --scheduler` whose scheduler is lost mid-fit (a
+real LocalCluster of worker processes closed under the command, as for `sweep` in
+tests/test_sweep_lost_scheduler.py), and `predict` and `gram` given a bad file. `run` is in
+tests/test_run_fails_in_one_line.py."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _muflow(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "muflow", *map(str, args)], cwd=REPO,
+                            env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _stderr_lines(err):
+    return [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
+
+
+def _two_blobs(path, n=1000, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 5))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=n) > 0, 1, -1)
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",")
+    return path
+
+
+def test_a_scheduler_lost_mid_fit_fails_in_one_line_naming_fit_resume(tmp_path):
+    from distributed import LocalCluster
+
+    data = _two_blobs(tmp_path / "d.csv")
+    out = tmp_path / "model"
+    checkpoint = tmp_path / "model.checkpoint" / "checkpoint.npz"
+    cluster = LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                           dashboard_address=":0", memory_limit="1GiB")
+    argv = ["fit", "--data", str(data), "--scheduler", cluster.scheduler_address, "--out",
+            str(out), "--gamma", "2", "--C", "10", "--tol", "1e-6", "--max-iter", "60",
+            "--checkpoint-every", "2", "--quiet"]
+    proc = _muflow(*argv)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not checkpoint.exists():
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()  # still fitting: the scheduler goes
+        cluster.close(timeout=10)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 1
+    lines = _stderr_lines(err)
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith("muflow fit: failed: SchedulerLostError: the Dask scheduler at "
+                           f"{cluster.scheduler_address} is gone")
+    assert f"its last checkpoint is kept in {checkpoint.parent}; continue with `" in line
+    assert line.endswith(f"` (Dask's log: {checkpoint.parent}/distributed.log)")
+    # the hint is the command as given, with --resume: the fit continues from the checkpoint
+    hinted = shlex.split(line.split("continue with `")[1].split("`")[0])
+    assert hinted == ["python", "-m", "muflow", *argv, "--resume"]
+    assert checkpoint.is_file() and not out.exists()
+    assert "distributed.client" in (checkpoint.parent / "distributed.log").read_text()
+
+
+def test_predict_given_a_bad_file_fails_in_one_line(tmp_path):
+    from muflow.cli import main
+
+    data = _two_blobs(tmp_path / "d.csv", n=60)
+    assert main(["fit", "--data", str(data), "--out", str(tmp_path / "model"), "--quiet"]) == 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1.0,2.0,3.0,4.0,5.0,1\n1.0,oops,3.0,4.0,5.0,-1\n")
+    narrow = tmp_path / "narrow.csv"
+    narrow.write_text("1.0,2.0,1\n3.0,4.0,-1\n")
+    for data, model, named in ((bad, tmp_path / "model", "bad.csv"),
+                               (narrow, tmp_path / "model", "features"),
+                               (data, tmp_path / "no-model", "no-model")):
+        _, err = (proc := _muflow("predict", "--model", model, "--data", data)).communicate(
+            timeout=60)
+        assert proc.returncode == 2, err
+        lines = _stderr_lines(err)
+        assert len(lines) == 1 and lines[0].startswith("muflow predict: error: "), err
+        assert named in lines[0], err
+
+
+def test_gram_given_a_bad_file_fails_in_one_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("1.0,2.0,1\n1.0,oops,-1\n")
+    proc = _muflow("gram", "--data", bad, "--out", tmp_path / "K.zarr")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    lines = _stderr_lines(err)
+    assert len(lines) == 1 and lines[0].startswith("muflow gram: error: "), err
+    assert "bad.csv" in lines[0] and not (tmp_path / "K.zarr").exists()
