@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -294,9 +295,6 @@ class Predictor:
         return K @ self.weights
 
 
-_BLAS = []
-
-
 def _cpu_count() -> int:
     """CPUs this process may run on."""
     try:
@@ -305,13 +303,46 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
-def _one_blas_thread():
-    """A context limiting BLAS to one thread (threadpoolctl, its libraries found once)."""
-    if not _BLAS:
-        from threadpoolctl import ThreadpoolController
+class _OneBlasThread:
+    """Context that keeps BLAS on one thread while any caller is inside it.
 
-        _BLAS.append(ThreadpoolController().select(user_api="blas"))
-    return _BLAS[0].limit(limits=1)
+    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
+    predictions overlapping in two threads (a threaded server, a Dask worker) would leave
+    BLAS on one thread for good when the first to enter is not the last to leave. Here the
+    limit is taken by the first caller in and restored by the last one out.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._limiter = None
+        self._blas = None
+
+    def __enter__(self):
+        with self._lock:
+            if self._inside == 0:
+                if self._blas is None:
+                    from threadpoolctl import ThreadpoolController
+
+                    self._blas = ThreadpoolController().select(user_api="blas")
+                self._limiter = self._blas.limit(limits=1)
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def _one_blas_thread() -> _OneBlasThread:
+    """The process's :class:`_OneBlasThread` context."""
+    return _ONE_BLAS_THREAD
 
 
 def blocked_decision(X, block, W, n_columns) -> np.ndarray:

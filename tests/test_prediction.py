@@ -193,3 +193,28 @@ def test_the_compiled_float64_exponential_matches_numpys():
     normal = x >= -708
     np.testing.assert_allclose(out[normal], np.exp(x[normal]), rtol=1e-15, atol=0)
     assert np.all(out[~normal] == 0.0)
+
+
+def test_overlapping_one_blas_thread_sections_restore_the_threads_once_all_have_left():
+    """Two predictions in two threads: the first to enter may leave first; BLAS stays on
+    one thread until the last one leaves, then returns to where it was."""
+    from threadpoolctl import ThreadpoolController
+
+    from muflow.prediction import _one_blas_thread
+
+    blas = ThreadpoolController().select(user_api="blas")
+    if not blas.lib_controllers:
+        pytest.skip("no BLAS library that threadpoolctl controls")
+    before = [lib.num_threads for lib in blas.lib_controllers]
+    blas.limit(limits=2)  # a count above 1 to come back to, on any machine
+    try:
+        first, second = _one_blas_thread(), _one_blas_thread()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert [lib.get_num_threads() for lib in blas.lib_controllers] == [1] * len(before)
+        second.__exit__(None, None, None)
+        assert [lib.get_num_threads() for lib in blas.lib_controllers] == [2] * len(before)
+    finally:
+        for lib, n in zip(blas.lib_controllers, before):
+            lib.set_num_threads(n)
