@@ -72,9 +72,11 @@ SMALL_PRODUCT = 2**24
 
 #: Promised agreement of float32 decisions with float64 ones, relative to the largest.
 FLOAT32_RTOL = 1e-5
-#: Agreement the per-model check demands before float32 is used: a quarter of the promise
-#: (a8a's probe: 1.4e-6, from float32's rounding of each of 6,650 kernel values).
-FLOAT32_CHECK_RTOL = 2.5e-6
+#: Agreement the per-model check demands before float32 is used: half the promise (a8a's
+#: probe: 1.4e-6, from float32's rounding of each of 6,650 kernel values; the 100,000-row
+#: model's probe 4.4e-6 and its 100,000 training rows 5.2e-6 of the largest decision, with
+#: every label equal, where float32 predicts them 2.2x faster)
+FLOAT32_CHECK_RTOL = 5e-6
 #: Support vectors of the probe that decides the precision (evenly spaced).
 PROBE_ROWS = 256
 #: Models with fewer support vectors predict in float64.

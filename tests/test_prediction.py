@@ -88,8 +88,8 @@ def test_decisions_and_labels_equal_the_float64_reference(request, data, dtype):
 
 
 def test_the_precision_each_model_predicts_in(a8a_model, usps_model, breast_model):
-    assert a8a_model[0]._predictor().dtype == np.float32  # probe within 2.5e-6
-    assert usps_model[0]._predictor().dtype == np.float64  # probe beyond it
+    assert a8a_model[0]._predictor().dtype == np.float32  # probe within FLOAT32_CHECK_RTOL
+    assert usps_model[0]._predictor().dtype == np.float32  # probe within it (its test rows: 7.4e-6)
     assert breast_model[0]._predictor().dtype == np.float64  # 108 support vectors
 
 
