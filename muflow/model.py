@@ -4,7 +4,9 @@
 poses one :class:`~muflow.solvers.DualProblem` column per binary problem and hands the
 batch to a registered solver. More than two classes are one-vs-one by default, as libsvm:
 the k(k-1)/2 pair problems are columns of the one batch on the one Gram, the samples
-outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass`).
+outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass`); on rows
+computed on demand each pair is solved on rows over its own samples
+(:func:`muflow.routing.solves_on_own_samples`).
 ``probability=True`` adds Platt's sigmoids fitted by internal cross-validation on the same
 Gram (:mod:`muflow.probability`).
 """
@@ -29,9 +31,10 @@ from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
 from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
 from muflow.svc_prediction import FittedSVC
-from muflow.routing import fits_as_one_task, gram_mode, solver_for
+from muflow.routing import fits_as_one_task, gram_mode, solver_for, solves_on_own_samples
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver
+from muflow.subproblems import solve_on_own_samples
 from muflow.time_limit import chain as chain_deadline, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
@@ -354,8 +357,14 @@ default="rbf"
                                progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
-            solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
+            def solve(p, init=None, callback=None):
+                return info.solve(p, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback, **options)
+
+            if solves_on_own_samples(operator, info.name, member):
+                solution = solve_on_own_samples(problem, member, solve, init=init, callback=callback)
+            else:
+                solution = solve(problem, init=init, callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
             if probability:
