@@ -161,7 +161,11 @@ default="rbf"
         allocation, naming the size, when it does not); "rows" computes rows of K from X on
         demand (:class:`muflow.kernel_rows.KernelRows`, memory O(n * rows cached));
         "auto" stores K up to :data:`muflow.routing.ROWS_MIN_SAMPLES` samples and computes
-        rows above, or sooner when K would take more than half the available memory. Ignored with
+        rows above, or sooner when K would take more than half the available memory; a
+        solver that reads only products (the multiplicative family: a pass over K each)
+        stores K whenever it fits in half the available memory, whatever n
+        (:func:`muflow.routing.gram_mode`). With more than two classes on rows on demand,
+        each one-vs-one pair is solved on rows over its own samples. Ignored with
         ``client`` or ``kernel="precomputed"``.
     time_limit : float, default=None
         Seconds the fit may take (from the start of ``fit``, the kernel included): the
@@ -329,7 +333,8 @@ default="rbf"
 
         kernel = self._kernel_for(X)
         operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
-                                 cache_mb=float(self.cache_size), gram=gram_mode(self.gram, n),
+                                 cache_mb=float(self.cache_size),
+                                 gram=gram_mode(self.gram, n, self.solver),
                                  gram_dtype=self.gram_dtype)
         try:
             info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),

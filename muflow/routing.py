@@ -38,12 +38,25 @@ ONE_TASK_MAX_SAMPLES = 4096
 ROWS_SOLVER = "working_set"
 
 
-def gram_mode(gram: str, n_samples: int) -> str:
-    """The ``gram`` of a single fit: "auto" above :data:`ROWS_MIN_SAMPLES` samples is
-    "rows"; otherwise as asked ("auto" below it lets the factory store K when it fits in
-    memory, :func:`muflow.memory.choose_gram`). A sweep keeps "auto" whatever n: its many
-    solves on one kernel setting share one stored K."""
-    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES:
+def gram_mode(gram: str, n_samples: int, solver: str = "auto") -> str:
+    """The ``gram`` of a single fit by ``solver`` (a registered name or "auto"): stored K
+    or rows computed on demand, weighing what the solver reads.
+
+    - A solver that reads only products ``K @ V`` (:func:`reads_products`: the
+      multiplicative family) reads all of K every pass: rows on demand would compute K
+      again each pass (a8a, ``solver="munk"``: 1.15 s a pass against 0.44 s on a stored K,
+      its build included). "auto" stays "auto": the factory stores K whenever it fits in
+      half the available memory (:func:`muflow.memory.choose_gram`) and computes rows only
+      when it does not.
+    - The others (the working set, SMO, coordinate descent: rows of K, a few at a time)
+      take "rows" for "auto" above :data:`ROWS_MIN_SAMPLES` samples: one fit computes
+      only the rows its working sets touch where a stored K costs all n^2 values.
+
+    "stored" and "rows" are taken as asked. A sweep keeps "auto" whatever n: its many
+    solves on one kernel setting share one stored K. :class:`muflow.SVC` calls this; a
+    sweep or the pipeline that fits one problem calls it the same way.
+    """
+    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES and not reads_products(solver):
         return "rows"
     return gram
 
