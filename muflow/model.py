@@ -33,7 +33,7 @@ from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
 from muflow.svc_prediction import FittedSVC
 from muflow.routing import fits_as_one_task, gram_mode, solver_for, solves_on_own_samples
 from muflow.solvers import DualProblem
-from muflow.solvers.registry import choose_solver
+from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_on_own_samples
 from muflow.time_limit import chain as chain_deadline, finish_fit
 from muflow.time_limit import start as start_deadline
@@ -486,7 +486,7 @@ default="rbf"
         if solution.solver == "smo" and "pair_steps" in solution.timings:
             # the solver counted sweeps of n pair steps; SVC counts libsvm's pair steps
             budget = budget if budget == NO_LIMIT else budget * max(X.shape[0], 1)
-            solution = dataclasses.replace(solution, n_iter=int(solution.timings["pair_steps"]))
+            solution = dataclasses.replace(solution, n_iter=svc_iterations(solution))
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,
                                  budget=budget)
