@@ -139,3 +139,19 @@ def test_ovo_on_rows_above_the_stored_size_agrees_with_a_stored_gram():
     assert np.mean(auto.predict(Xte) == libsvm.predict(Xte)) >= 0.995
     np.testing.assert_array_equal(auto.classes_, libsvm.classes_)
     assert auto.dual_coef_.shape[0] == libsvm.dual_coef_.shape[0]
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_ovo_on_rows_resumes_from_a_checkpoint(tmp_path):
+    """The checkpoint holds the batch's (n, m) alpha saved from the pairs' restricted solves;
+    a fit resumed from it warm-starts every pair on its own samples and ends where a fit
+    without a break ends."""
+    X, y = _four_classes(900, seed=5)
+    params = dict(gamma=0.05, gram="rows", solver="working_set", tol=1e-5)
+    whole = muflow.SVC(**params).fit(X, y)
+    cut = muflow.SVC(**params, max_iter=2).fit(X, y, checkpoint_dir=tmp_path, checkpoint_every=1)
+    assert cut.fit_status_ == 1
+    resumed = muflow.SVC(**params).fit(X, y, checkpoint_dir=tmp_path, checkpoint_every=1)
+    assert resumed.fit_status_ == 0 and resumed.n_iter_.max() <= whole.n_iter_.max()
+    np.testing.assert_allclose(resumed.objective_, whole.objective_, rtol=1e-7)
+    np.testing.assert_array_equal(resumed.predict(X), whole.predict(X))
