@@ -118,6 +118,19 @@ class RowSource:
         A = np.ascontiguousarray(A, dtype=self.dtype)
         return A, np.einsum("ij,ij->i", A, A, dtype=np.float64)
 
+    def subset(self, idx) -> "RowSource":
+        """The samples ``idx`` alone, prepared as here (the same shift and the same values in
+        the product's dtype, so their blocks are the matching entries of this source's):
+        the source of a sub-problem's rows (:meth:`muflow.kernel_rows.KernelRows.restricted`)."""
+        idx = np.asarray(idx, dtype=np.int64)
+        X = self.X[idx]
+        csr = None
+        if self.csr is not None:
+            S = sp.csr_matrix(X)
+            csr = (S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data.astype(np.float32))
+        XT = None if self.XT is None else np.ascontiguousarray(X.T)
+        return RowSource(X, XT, self.sq[idx].copy(), self.dtype, csr, self.center)
+
     def product_into(self, rows, BT, out, c0: int = 0, c1: int | None = None, A=None) -> np.ndarray:
         """``out <- X[rows] @ BT[:, c0:c1]`` (float32 or float64, C-ordered ``out``).
 

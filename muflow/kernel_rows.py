@@ -108,19 +108,36 @@ class KernelRows(GramOperator):
             raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {getattr(X, 'shape', None)}")
         if int(block_rows) < 1:
             raise MuflowInputError(f"block_rows must be a positive integer, got {block_rows!r}")
+        self._start(kernel, row_source(X, kernel, dtype), dtype, bool(kernel.is_nonnegative(X)),
+                    int(block_rows), n_threads or default_threads())
+
+    def _start(self, kernel, source, dtype, nonnegative, block_rows, n_threads) -> None:
         self.kernel = kernel
-        self.source = row_source(X, kernel, dtype)
+        self.source = source
         self.dtype = dtype
         self.n = self.source.n
-        self.nonnegative = bool(kernel.is_nonnegative(X))
-        self.block_rows = int(block_rows)
-        self.n_threads = n_threads or default_threads()
+        self.nonnegative = nonnegative
+        self.block_rows = block_rows
+        self.n_threads = n_threads
         self._columns = Columns(self.source)
         self._diagonal = None
         self.rows_computed = 0
         self.row_seconds = 0.0
         self.seconds = 0.0
         self.products = 0
+
+    def restricted(self, idx) -> "KernelRows":
+        """K over the samples ``idx`` alone, ``K[np.ix_(idx, idx)]``, as rows on demand: the
+        operator of a sub-problem that holds only those samples (a one-vs-one pair), whose
+        rows are ``len(idx)`` long instead of n, so that a row cache of the same megabytes
+        holds n / len(idx) times more of them. X is shared as prepared here
+        (:meth:`muflow.inmemory.RowSource.subset`): its entries are this operator's.
+        ``nonnegative`` is this operator's (a sub-block of a non-negative K is non-negative)."""
+        idx = self._index(idx)
+        sub = object.__new__(type(self))
+        sub._start(self.kernel, self.source.subset(idx), self.dtype, self.nonnegative,
+                   self.block_rows, self.n_threads)
+        return sub
 
     # -- rows ---------------------------------------------------------------------------
     def _index(self, idx) -> np.ndarray:

@@ -4,7 +4,9 @@
 poses one :class:`~muflow.solvers.DualProblem` column per binary problem and hands the
 batch to a registered solver. More than two classes are one-vs-one by default, as libsvm:
 the k(k-1)/2 pair problems are columns of the one batch on the one Gram, the samples
-outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass`).
+outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass`); on rows
+computed on demand each pair is solved on rows over its own samples
+(:func:`muflow.routing.solves_on_own_samples`).
 ``probability=True`` adds Platt's sigmoids fitted by internal cross-validation on the same
 Gram (:mod:`muflow.probability`).
 """
@@ -29,9 +31,10 @@ from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
 from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
 from muflow.svc_prediction import FittedSVC
-from muflow.routing import fits_as_one_task, gram_mode, solver_for
+from muflow.routing import fits_as_one_task, gram_mode, solver_for, solves_on_own_samples
 from muflow.solvers import DualProblem
-from muflow.solvers.registry import choose_solver
+from muflow.solvers.registry import choose_solver, svc_iterations
+from muflow.subproblems import solve_on_own_samples
 from muflow.time_limit import chain as chain_deadline, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
@@ -158,7 +161,11 @@ default="rbf"
         allocation, naming the size, when it does not); "rows" computes rows of K from X on
         demand (:class:`muflow.kernel_rows.KernelRows`, memory O(n * rows cached));
         "auto" stores K up to :data:`muflow.routing.ROWS_MIN_SAMPLES` samples and computes
-        rows above, or sooner when K would take more than half the available memory. Ignored with
+        rows above, or sooner when K would take more than half the available memory; a
+        solver that reads only products (the multiplicative family: a pass over K each)
+        stores K whenever it fits in half the available memory, whatever n
+        (:func:`muflow.routing.gram_mode`). With more than two classes on rows on demand,
+        each one-vs-one pair is solved on rows over its own samples. Ignored with
         ``client`` or ``kernel="precomputed"``.
     time_limit : float, default=None
         Seconds the fit may take (from the start of ``fit``, the kernel included): the
@@ -326,7 +333,8 @@ default="rbf"
 
         kernel = self._kernel_for(X)
         operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
-                                 cache_mb=float(self.cache_size), gram=gram_mode(self.gram, n),
+                                 cache_mb=float(self.cache_size),
+                                 gram=gram_mode(self.gram, n, self.solver),
                                  gram_dtype=self.gram_dtype)
         try:
             info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
@@ -354,8 +362,14 @@ default="rbf"
                                progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
-            solution = info.solve(problem, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
+            def solve(p, init=None, callback=None):
+                return info.solve(p, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback, **options)
+
+            if solves_on_own_samples(operator, info.name, member):
+                solution = solve_on_own_samples(problem, member, solve, init=init, callback=callback)
+            else:
+                solution = solve(problem, init=init, callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
             if probability:
@@ -472,7 +486,7 @@ default="rbf"
         if solution.solver == "smo" and "pair_steps" in solution.timings:
             # the solver counted sweeps of n pair steps; SVC counts libsvm's pair steps
             budget = budget if budget == NO_LIMIT else budget * max(X.shape[0], 1)
-            solution = dataclasses.replace(solution, n_iter=int(solution.timings["pair_steps"]))
+            solution = dataclasses.replace(solution, n_iter=svc_iterations(solution))
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,
                                  budget=budget)

@@ -353,7 +353,12 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
 
     plot_objective_curves(model.objective_curve_, run_dir / "objective.png",
                           title=f"refit: {model.solver_}, {params}")
-    info = {"params": params, "source": source, "solver": model.solver_, "iterations": int(np.max(model.n_iter_)),
+    from muflow.solvers.registry import svc_iteration_unit
+
+    # n_iter_'s unit, the solver's (SMO: libsvm's pair steps), as SVC.fit counts them
+    info = {"params": params, "source": source, "solver": model.solver_,
+            "iterations": int(np.max(model.n_iter_)),
+            "iteration_unit": svc_iteration_unit(model.solver_),
             "kkt_violation": float(np.max(model.kkt_violation_)),
             "support_vectors": int(len(model.support_)), "seconds": round(time.perf_counter() - t0, 3)}
     return info
@@ -428,7 +433,9 @@ def summary_rows(run_dir) -> list[tuple[str, str]]:
     if (run_dir / "refit.json").exists():
         rf = _read_json(run_dir / "refit.json")
         rows += [("best configuration", ", ".join(f"{k}={v}" for k, v in rf["params"].items())),
-                 ("solver", rf["solver"]), ("iterations", str(rf["iterations"])),
+                 ("solver", rf["solver"]),
+                 ("iterations", f"{rf['iterations']}" + (f" ({rf['iteration_unit']})"
+                                                           if rf.get("iteration_unit") else "")),
                  ("support vectors", str(rf["support_vectors"]))]
     if (run_dir / "metrics.json").exists():
         m = _read_json(run_dir / "metrics.json")

@@ -4,7 +4,8 @@
 A fit has three choices to make, each made here once:
 
 - where the kernel values come from in process: the whole K stored, or rows computed on
-  demand (:func:`gram_mode`);
+  demand (:func:`gram_mode`), and whether a batch's columns that hold only some samples
+  (one-vs-one pairs) are solved on rows over their own samples (:func:`solves_on_own_samples`);
 - with a Dask client, where the work runs: the whole fit on one worker as one task
   (:func:`fits_as_one_task`), or every solver iteration against X partitioned over the
   workers (:func:`runs_on_workers`), or against a Gram store built on the cluster;
@@ -18,6 +19,8 @@ plain facts (names, counts, flags): importing this module imports no Dask.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 #: gram="auto" computes kernel rows on demand (the working-set solver) above this many
 #: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
@@ -35,14 +38,56 @@ ONE_TASK_MAX_SAMPLES = 4096
 ROWS_SOLVER = "working_set"
 
 
-def gram_mode(gram: str, n_samples: int) -> str:
-    """The ``gram`` of a single fit: "auto" above :data:`ROWS_MIN_SAMPLES` samples is
-    "rows"; otherwise as asked ("auto" below it lets the factory store K when it fits in
-    memory, :func:`muflow.memory.choose_gram`). A sweep keeps "auto" whatever n: its many
-    solves on one kernel setting share one stored K."""
-    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES:
+def gram_mode(gram: str, n_samples: int, solver: str = "auto") -> str:
+    """The ``gram`` of a single fit by ``solver`` (a registered name or "auto"): stored K
+    or rows computed on demand, weighing what the solver reads.
+
+    - A solver that reads only products ``K @ V`` (:func:`reads_products`: the
+      multiplicative family) reads all of K every pass: rows on demand would compute K
+      again each pass (a8a, ``solver="munk"``: 1.15 s a pass against 0.44 s on a stored K,
+      its build included). "auto" stays "auto": the factory stores K whenever it fits in
+      half the available memory (:func:`muflow.memory.choose_gram`) and computes rows only
+      when it does not.
+    - The others (the working set, SMO, coordinate descent: rows of K, a few at a time)
+      take "rows" for "auto" above :data:`ROWS_MIN_SAMPLES` samples: one fit computes
+      only the rows its working sets touch where a stored K costs all n^2 values.
+
+    "stored" and "rows" are taken as asked. A sweep keeps "auto" whatever n: its many
+    solves on one kernel setting share one stored K. :class:`muflow.SVC` calls this; a
+    sweep or the pipeline that fits one problem calls it the same way.
+    """
+    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES and not reads_products(solver):
         return "rows"
     return gram
+
+
+def reads_products(solver: str) -> bool:
+    """Whether ``solver`` (a registered name) asks the operator only for products
+    ``K @ V``, each a pass over all of K (the multiplicative family); False for "auto"."""
+    from muflow.solvers.registry import SOLVERS
+
+    info = SOLVERS.get(solver)
+    return info is not None and info.needs == "products"
+
+
+def solves_on_own_samples(operator, solver: str, member) -> bool:
+    """Whether each column of a batch is solved on K restricted to the samples it holds
+    (:func:`muflow.subproblems.solve_on_own_samples`) instead of as a column of the batch
+    on K over all n samples.
+
+    Yes when some column holds only some of the samples (``member``, shape (n, m): a
+    one-vs-one pair), the operator computes rows on demand in this process and can
+    restrict them (:meth:`muflow.kernel_rows.KernelRows.restricted`: rows 2n/k long for a
+    pair of k classes, k/2 times more of them in the row cache) and the solver reads rows
+    (:func:`reads_rows`). A stored K is read in place (restricting it would copy it); a
+    multiplicative solver advances every column with one product, a pass over K, which k
+    restricted problems would repeat k(k-1)/2 times over 2(k-1)/k of its entries.
+    """
+    if member is None or np.all(member):
+        return False
+    if operator.dense is not None or not callable(getattr(operator, "restricted", None)):
+        return False
+    return reads_rows(solver)
 
 
 def fits_as_one_task(client, n_samples: int, *, dask_input: bool) -> bool:
@@ -53,12 +98,10 @@ def fits_as_one_task(client, n_samples: int, *, dask_input: bool) -> bool:
 
 
 def runs_on_panels(solver: str) -> bool:
-    """Whether ``solver`` asks only for products ``K @ V`` (the multiplicative family),
-    which kernel panels held by the workers answer (:mod:`muflow.dask_panels`)."""
-    from muflow.solvers.registry import SOLVERS
-
-    info = SOLVERS.get(solver)
-    return info is not None and info.needs == "products"
+    """Whether ``solver`` asks only for products ``K @ V`` (the multiplicative family,
+    :func:`reads_products`), which kernel panels held by the workers answer
+    (:mod:`muflow.dask_panels`)."""
+    return reads_products(solver)
 
 
 def runs_on_workers(client, kernel_name, solver: str) -> bool:

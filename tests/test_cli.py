@@ -131,3 +131,15 @@ def test_fit_with_rows_on_demand(csv_file, tmp_path, capsys):
     assert main(["fit", "--data", str(csv_file), "--label-column", "target", "--gamma", "0.5",
                  "--solver", "smo", "--gram", "rows", "--cache-size", "1", "--out", str(out)]) == 0
     assert "training accuracy 1.0000" in capsys.readouterr().out
+
+
+def test_fit_prints_iterations_in_the_unit_of_n_iter(csv_file, tmp_path, capsys):
+    """SMO: n_iter_ counts libsvm's pair steps, and the line says so (not the solver's sweeps)."""
+    import muflow
+
+    out = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--label-column", "target", "--kernel", "rbf",
+                 "--gamma", "0.5", "--solver", "smo", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    steps = int(muflow.load(out).n_iter_.max())
+    assert f"solver smo: {steps} iterations (pair step)" in printed

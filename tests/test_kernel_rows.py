@@ -340,3 +340,28 @@ def test_multiplicative_updates_run_on_rows_through_products(generated_split, ke
     assert rows.n_iter == stored.n_iter == 150 and op.products >= 150
     np.testing.assert_allclose(rows.alpha, stored.alpha, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(rows.objective, stored.objective, rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k.name}-{k.offset:g}")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("form", ["dense", "csr"])
+def test_restricted_rows_are_the_entries_of_K_over_those_samples(X, kernel, dtype, form, monkeypatch):
+    """K over a sub-problem's samples (a one-vs-one pair) as rows on demand: the matching
+    entries of K, its diagonal and its products, rows idx.size long."""
+    data = as_input(X, form, monkeypatch)
+    full = KernelRows(data, kernel, dtype=dtype, block_rows=3)
+    idx = np.flatnonzero(np.random.default_rng(4).random(X.shape[0]) < 0.45)
+    sub = full.restricted(idx)
+    K = numpy_gram(X, kernel, dtype=np.float64)[np.ix_(idx, idx)]
+    assert sub.n == idx.size and sub.dtype == full.dtype
+    rows = sub.rows(IDX[IDX < idx.size])
+    assert rows.shape == (np.sum(IDX < idx.size), idx.size)
+    np.testing.assert_allclose(rows, K[IDX[IDX < idx.size]], **TOLERANCE[dtype])
+    # the parent's rows at those columns: the same values, X being shared as prepared there
+    np.testing.assert_allclose(sub.rows(np.arange(idx.size)), full.rows(idx)[:, idx],
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_array_equal(sub.diagonal(), full.diagonal()[idx])
+    V = np.random.default_rng(5).normal(size=(idx.size, 2))
+    np.testing.assert_allclose(sub.matmul_precise(V), K @ V, rtol=1e-5, atol=1e-4)
+    assert sub.nonnegative == full.nonnegative
+    assert sub.rows_computed == idx.size + np.sum(IDX < idx.size)  # counted on its own

@@ -282,3 +282,49 @@ def test_auto_computes_rows_with_the_working_set_solver_above_the_threshold(blob
     assert muflow.SVC(gamma=0.5, gram="stored").fit(X, y).solver_ == "smo"
     monkeypatch.setattr(muflow.routing, "ROWS_MIN_SAMPLES", len(y))
     assert muflow.SVC(gamma=0.5).fit(X, y).solver_ == "smo"
+
+
+def test_gram_mode_weighs_the_solver():
+    """Above the threshold "auto" is rows for the row readers and stays "auto" (K stored
+    while it fits in memory) for the solvers that read only products, a pass over K each."""
+    from muflow.routing import ROWS_MIN_SAMPLES, gram_mode
+    from muflow.solvers.registry import SOLVERS
+
+    above = ROWS_MIN_SAMPLES + 1
+    for name, info in SOLVERS.items():
+        assert gram_mode("auto", above, name) == ("auto" if info.needs == "products" else "rows")
+        assert gram_mode("auto", ROWS_MIN_SAMPLES, name) == "auto"
+        assert gram_mode("stored", above, name) == "stored"
+        assert gram_mode("rows", 10, name) == "rows"
+    assert gram_mode("auto", above, "auto") == "rows"
+    assert {gram_mode("auto", above, s) for s in ("m3", "munk")} == {"auto"}
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_product_solver_stores_K_above_the_threshold_unless_it_does_not_fit(blobs, monkeypatch):
+    from muflow import backends, memory
+    from muflow.kernel_rows import KernelRows
+    from muflow.operators import DenseGram
+
+    X, y = blobs
+    made = []
+    original = backends._in_process_operator
+
+    def spy(*args, **kwargs):
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(backends, "_in_process_operator", spy)
+    monkeypatch.setattr(muflow.routing, "ROWS_MIN_SAMPLES", len(y) - 1)
+    stored = muflow.SVC(gamma=0.5, solver="m3", max_iter=50).fit(X, y)
+    assert isinstance(made[-1], DenseGram)
+    muflow.SVC(gamma=0.5, solver="working_set").fit(X, y)
+    assert isinstance(made[-1], KernelRows)
+    # K over half the memory available: rows on demand, the same iterates
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 16 * len(y) ** 2 - 1)
+    rows = muflow.SVC(gamma=0.5, solver="m3", max_iter=50, gram_dtype="float64").fit(X, y)
+    assert isinstance(made[-1], KernelRows)
+    stored64 = muflow.SVC(gamma=0.5, solver="m3", max_iter=50, gram_dtype="float64",
+                          gram="stored").fit(X, y)
+    np.testing.assert_allclose(rows.objective_, stored64.objective_, rtol=1e-9)
+    assert stored.solver_ == rows.solver_ == "m3"

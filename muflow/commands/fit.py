@@ -66,7 +66,7 @@ def run(args) -> int:
     import muflow
     from muflow.checkpoint import FILENAME
     from muflow.exceptions import MuflowInputError
-    from muflow.solvers.registry import SOLVERS
+    from muflow.solvers.registry import svc_iteration_unit
     from muflow.time_limit import check_time_limit
     from muflow.validation import check_number
 
@@ -97,7 +97,7 @@ def run(args) -> int:
     converged = ("converged" if model.converged_.all() else
                  f"NOT converged: stopped at --time-limit {args.time_limit:g} s" if stopped else
                  "NOT converged (raise --max-iter)")
-    unit = SOLVERS[model.solver_].iteration_unit.split(":")[0]
+    unit = svc_iteration_unit(model.solver_)  # n_iter_'s unit (SMO: pair steps, not sweeps)
     print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations ({unit}), {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "
           f"training accuracy {model.score(X, y):.4f}, {model.fit_time_:.2f} s")

@@ -18,6 +18,7 @@ import numpy as np
 
 from muflow.selection.fork_pool import forked_chains
 from muflow.solvers import DualProblem
+from muflow.solvers.registry import svc_iterations
 
 
 def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, tol, max_iter,
@@ -101,7 +102,7 @@ class ChainState:
             out.alpha.append(sol.alpha)
             out.bias.append(sol.bias)
             out.viol.append(sol.kkt_violation)
-            out.n_iter.append(int(sol.n_iter))
+            out.n_iter.append(svc_iterations(sol))  # SVC's unit: SMO's pair steps
             out.curves.append(sol.objective_curve[:, :self.P] if local[0] == 0 else None)
             if self.warm and k + 1 < len(c_indices):
                 init = (sol.alpha * (self.Cs[c_indices[k + 1]] / self.Cs[c]), sol.bias)

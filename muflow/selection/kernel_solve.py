@@ -119,4 +119,5 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     t = time.perf_counter()
     sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, **(options or {}))
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
-                 n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t)
+                 n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t,
+                 pair_steps=sol.timings.get("pair_steps") if sol.solver == "smo" else None)

@@ -41,8 +41,9 @@ class KernelSolve:
     per_c : int
         Columns per C value: folds * P.
     n_iter, seconds, stopped : ndarray of shape (n_C,)
-        Per C: solver iterations (the most over its solve calls), seconds, and whether
-        successive halving stopped it.
+        Per C: solver iterations (the most over its solve calls) in the unit of
+        :class:`muflow.SVC`'s ``n_iter_`` (:func:`muflow.solvers.registry.svc_iterations`:
+        SMO's pair steps), seconds, and whether successive halving stopped it.
     curves : list of ndarray
         Per C: the objective curve of fold 0's columns.
     """
@@ -81,6 +82,9 @@ class Refit:
     n_iter: int = 0
     curve: np.ndarray = field(default_factory=lambda: np.zeros((1, 0)))
     seconds: float = 0.0
+    #: SMO's single pair steps (``timings["pair_steps"]``), which the refitted model's
+    #: ``n_iter_`` counts as SVC's does; None for the other solvers.
+    pair_steps: int | None = None
 
     @property
     def done(self) -> bool:
@@ -168,7 +172,8 @@ class KernelRecord:
         return {"setting": self.setting, "rows": [r.to_dict() for r in self.rows],
                 "kernel": self.kernel.to_dict(), "solver": self.solver, "path": self.path,
                 "solve_seconds": self.solve_seconds, "refit_C_index": self.refit.c_index,
-                "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds}
+                "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds,
+                "refit_pair_steps": self.refit.pair_steps}
 
     def arrays(self) -> dict:
         """The arrays part (``arrays.npz``); curves padded to one length with their
@@ -187,7 +192,8 @@ class KernelRecord:
         refit = Refit(c_index=int(info["refit_C_index"]), alpha=arrays["alpha_full"],
                       bias=arrays["bias_full"], kkt_violation=arrays["viol_full"],
                       n_iter=int(info["refit_n_iter"]), curve=arrays["refit_curve"],
-                      seconds=float(info["refit_seconds"]))
+                      seconds=float(info["refit_seconds"]),
+                      pair_steps=info.get("refit_pair_steps"))
         return cls(setting=info["setting"], rows=[ConfigurationRow.from_dict(r) for r in info["rows"]],
                    kernel=Kernel.from_dict(info["kernel"]), solver=info["solver"], path=info["path"],
                    solve_seconds=float(info["solve_seconds"]), refit=refit,

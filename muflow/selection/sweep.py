@@ -321,10 +321,13 @@ def _best_model(X, y_enc, classes, record: KernelRecord, intercept, tol, max_ite
     refit = record.refit
     assert refit.done, "the best setting is always refitted (see scoring.beats)"
     viol = np.asarray(refit.kkt_violation)
+    # SMO's pair steps go with it: the model's n_iter_ counts them, as SVC.fit's does
+    counts = {} if refit.pair_steps is None else {"pair_steps": int(refit.pair_steps)}
     solution = DualSolution(alpha=np.asarray(refit.alpha), bias=np.asarray(refit.bias),
                             n_iter=int(refit.n_iter),
                             objective_curve=np.asarray(refit.curve, dtype=np.float64),
-                            kkt_violation=viol, converged=viol <= tol, solver=record.solver)
+                            kkt_violation=viol, converged=viol <= tol, timings=counts,
+                            solver=record.solver)
     return SVC.from_solution(solution, X=X, y_encoded=y_enc, classes=classes, kernel=record.kernel,
                              fit_time=refit.seconds, C=float(record.rows[refit.c_index].C),
                              solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter)

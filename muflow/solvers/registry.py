@@ -137,6 +137,26 @@ register(SolverInfo(
 AUTO = {"exact": "smo", "regularized": "cd", "none": "cd"}
 
 
+def svc_iterations(solution) -> int:
+    """A solution's iterations in the unit of :class:`muflow.SVC`'s ``n_iter_`` and
+    ``max_iter``: the solver's own (:attr:`SolverInfo.iteration_unit`), except SMO's,
+    which SVC counts in single pair steps as libsvm and scikit-learn do
+    (``timings["pair_steps"]``) where the solver counts sweeps of n steps (a whole fit of
+    50,000 samples is then 1 sweep begun)."""
+    if solution.solver == "smo" and "pair_steps" in solution.timings:
+        return int(solution.timings["pair_steps"])
+    return int(solution.n_iter)
+
+
+def svc_iteration_unit(name: str) -> str:
+    """The unit of :func:`svc_iterations` for solver ``name``, in a few words ("pair
+    step" for SMO, "pass", "epoch", "outer iteration" ...), for reports."""
+    if name == "smo":
+        return "pair step"
+    info = SOLVERS.get(name)
+    return "" if info is None else info.iteration_unit.split(":")[0].split(" (")[0]
+
+
 def get_solver(name: str) -> SolverInfo:
     if name not in SOLVERS:
         raise SolverCombinationError(

@@ -412,3 +412,23 @@ def test_long_curves_are_thinned_for_plotting_keeping_both_ends():
     assert at[0] == 0 and at[-1] == 199_999 and len(at) <= 4002 and np.all(np.diff(at) > 0)
     # log axis: the early iterations, where the curve falls fastest, are all kept
     assert np.array_equal(at[:100], np.arange(100))
+
+
+@pytest.mark.parametrize("path", ["continuation", "batched"])
+def test_iterations_are_reported_in_the_unit_of_svc_n_iter(breast_cancer_200, tmp_path, path):
+    """SMO counts sweeps of n pair steps; SVC's n_iter_ counts libsvm's pair steps (a sweep
+    of a large problem is 1). The sweep's table and its best model count as SVC does."""
+    from muflow.solvers.registry import svc_iteration_unit
+
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf", "gamma": 0.5}], C=[1.0, 10.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "run", solver="smo", path=path,
+                       tol=1e-5, progress=False)
+    alone = muflow.SVC(kernel="rbf", gamma=0.5, C=10.0, solver="smo", tol=1e-5).fit(X, y)
+    # fewer pair steps than samples: 1 sweep begun, and SVC counts the steps
+    assert 1 < alone.n_iter_[0] < len(y)
+    assert min(row.n_iter for row in result.table) > 1
+    model = result.best_model
+    assert 1 < model.n_iter_.max() < len(y)
+    assert muflow.load(result.paths["best_model"]).n_iter_.max() == model.n_iter_.max()
+    assert svc_iteration_unit("smo") == "pair step" and svc_iteration_unit("m3") == "pass"
