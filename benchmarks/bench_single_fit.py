@@ -8,7 +8,9 @@ Contenders, each in a fresh process of its own (so that peak resident memory is 
   solver), which "auto" takes when a stored K would not fit in half the free memory;
 - ``sklearnex``: scikit-learn-intelex's SVC (oneDAL), the fastest CPU SVC, with
   ``cache_size=2000`` (MB);
-- ``libsvm``: scikit-learn's SVC with ``cache_size=2000``.
+- ``libsvm``: scikit-learn's SVC with ``cache_size=2000``;
+- ``muflow_before`` (with ``--before DIR``): ``muflow`` as the checkout DIR has it, for a
+  before-and-after comparison in the same run.
 
 Data sets:
 
@@ -66,7 +68,7 @@ def load(name):
 
 
 def make_estimator(contender, gamma, C):
-    if contender in ("muflow", "muflow_rows"):
+    if contender in ("muflow", "muflow_rows", "muflow_before"):
         import muflow
 
         params = {"kernel": "rbf", "gamma": gamma, "C": C}
@@ -122,11 +124,21 @@ def dual_objective(X, support, coef, gamma, block=4096):
     return 0.5 * quad - float(np.abs(coef).sum())
 
 
+#: ``--before DIR``: the checkout whose muflow the ``muflow_before`` contender imports
+BEFORE = None
+
+
 def run_child(contender, data, out):
-    """One contender's fit in a fresh process: its record, or ``{"skipped": why}``."""
+    """One contender's fit in a fresh process: its record, or ``{"skipped": why}``.
+    ``muflow_before`` imports muflow from :data:`BEFORE` (an earlier checkout)."""
+    import os
+
+    env = dict(os.environ)
+    if contender == "muflow_before":
+        env["PYTHONPATH"] = str(BEFORE)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, __file__, "--child", contender, "--data", data,
-                           "--out", str(out)], capture_output=True, text=True)
+                           "--out", str(out)], capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0 or not out.exists():
         return {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
@@ -182,6 +194,9 @@ def main(argv=None):
     parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
     parser.add_argument("--repeat", type=int, default=1,
                         help="fits per contender, in rotated order; the median is reported (default: 1)")
+    parser.add_argument("--before", metavar="DIR",
+                        help="also fit muflow as an earlier checkout DIR has it (contender "
+                             "muflow_before, e.g. a git worktree of the previous release)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -189,6 +204,10 @@ def main(argv=None):
         return child(args.child, args.data, args.out)
     skip = {s for s in args.skip.split(",") if s}
     contenders = [c for c in CONTENDERS if c not in skip]
+    if args.before:
+        global BEFORE
+        BEFORE = Path(args.before).resolve()
+        contenders.insert(1, "muflow_before")
     import platform
     import os
 
