@@ -38,11 +38,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from muflow.routing import solves_on_own_samples
 from muflow.selection.batched import solve_batched
 from muflow.selection.continuation import solve_chains
 from muflow.selection.grid import SUBSET_SOLVERS
 from muflow.selection.records import KernelSolve, Refit
 from muflow.solvers import DualProblem
+from muflow.subproblems import solve_on_own_samples
 
 
 def columns(Y, masks, Cs, member=None):
@@ -102,7 +104,9 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
 
 def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,
           options=None) -> Refit:
-    """Solve the configuration (this Gram, C) on all samples while K is in memory.
+    """Solve the configuration (this Gram, C) on all samples while its operator is open, by
+    the engine :meth:`muflow.SVC.fit` runs on that operator (on rows computed on demand: the
+    working-set solver, one-vs-one pairs on their own samples).
 
     Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
     (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
@@ -117,7 +121,16 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     upper = float(C) if member is None else np.where(member, float(C), 0.0)
     problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
     t = time.perf_counter()
-    sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, **(options or {}))
+
+    def solve(p, init=None, callback=None):
+        return info.solve(p, init=init, tol=tol, max_iter=max_iter, callback=callback,
+                          **(options or {}))
+
+    # the path SVC.fit takes on this operator: one-vs-one pairs on their own samples on rows
+    if member is not None and solves_on_own_samples(operator, info.name, member):
+        sol = solve_on_own_samples(problem, member, solve, init=init)
+    else:
+        sol = solve(problem, init=init)
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
                  n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t,
                  pair_steps=sol.timings.get("pair_steps") if sol.solver == "smo" else None)

@@ -20,7 +20,7 @@ import numpy as np
 from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
-from muflow.routing import sweep_solver
+from muflow.routing import gram_mode, sweep_solver
 from muflow.selection import rundir, timeout
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
@@ -227,7 +227,15 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             t = time.perf_counter()
             kernel = kernels[i]
             operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
+                                     gram=gram_mode("auto", n, solver, sweep=True),
                                      cache_dir=cache_dir, out=buffer)
+            if client is None:  # "auto" on rows computed on demand: the working set, as SVC
+                info, kpath = sweep_solver(solver, path, intercept=intercept,
+                                           kernel_nonnegative=kernel.is_nonnegative(X),
+                                           client=None, operator=operator)
+                info = bounded(info, deadline)
+                if chosen_path is not None:
+                    kpath = chosen_path
             options = info.options(cache_mb=cache_size)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t

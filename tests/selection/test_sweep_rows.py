@@ -40,3 +40,52 @@ def test_a_sweep_whose_gram_does_not_fit_reads_rows_on_demand(tmp_path, monkeypa
         assert a.C == b.C
         assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=1e-9)
     assert rows.best["C"] == stored.best["C"]
+
+
+def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_as_libsvm(
+        tmp_path, monkeypatch):
+    """Above the sweep's stored-K size (lowered here so the data stay small) the sweep takes
+    the path SVC.fit takes: rows on demand, the working-set solver, each fold on its own
+    samples, warm-started along C, and the refit by the same engine. Its CV accuracies are
+    those of the same sweep on a stored K and of scikit-learn's GridSearchCV (libsvm) on
+    the same folds, and it picks the same best C."""
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import SVC as LibsvmSVC
+
+    from muflow import routing
+
+    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, flip_y=0.05,
+                               random_state=7)
+    Cs, gamma = [0.1, 1.0, 10.0], 0.02
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=Cs)
+    options = dict(folds=3, seed=0, tol=1e-3, progress=False)
+    stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
+    assert stored.path_report["settings"][0]["solver"] == "smo"
+
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 2000)
+    restricted = []
+    restrict = KernelRows.restricted
+
+    def counted(self, idx):
+        restricted.append(len(idx))
+        return restrict(self, idx)
+
+    monkeypatch.setattr(KernelRows, "restricted", counted)
+    rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
+    report = rows.path_report["settings"][0]
+    assert (report["solver"], report["path"]) == ("working_set", "continuation")
+    assert rows.best_model.solver_ == "working_set"
+    # each fold's problem on its own 2,000 training samples, once per C
+    assert restricted == [2000] * (3 * len(Cs))
+
+    search = GridSearchCV(LibsvmSVC(kernel="rbf", gamma=gamma, tol=1e-3), {"C": Cs},
+                          cv=StratifiedKFold(3, shuffle=True, random_state=0)).fit(X, y)
+    for k, (a, b) in enumerate(zip(rows.table, stored.table)):
+        assert a.C == b.C == Cs[k]
+        assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
+        assert abs(a.mean_cv_accuracy - search.cv_results_["mean_test_score"][k]) <= 1e-3
+    assert rows.best["C"] == stored.best["C"] == search.best_params_["C"]
+    # the refit is SVC.fit's engine on the same rows: the same model
+    reference = LibsvmSVC(kernel="rbf", gamma=gamma, C=rows.best["C"], tol=1e-3).fit(X, y)
+    assert np.mean(rows.best_model.predict(X) == reference.predict(X)) >= 0.999
