@@ -81,8 +81,6 @@ class ChainState:
     max_iter: int
     warm: bool
     options: dict = field(default_factory=dict)
-    #: whether the columns may be solved on their own samples (off: measured against on)
-    restrict: bool = True
 
     def solve(self, problem, *, init=None, callback=None):
         """One solve of a chain. On rows computed on demand each column (a fold's training
@@ -95,7 +93,7 @@ class ChainState:
                                    callback=callback, **self.options)
 
         member = problem.upper > 0
-        if self.restrict and solves_on_own_samples(self.operator, self.info.name, member):
+        if solves_on_own_samples(self.operator, self.info.name, member):
             return solve_on_own_samples(problem, member, solve, init=init, callback=callback)
         return solve(problem, init=init, callback=callback)
 

@@ -95,7 +95,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
-        picks with K in memory (SMO for the exact intercept), and with a Dask client the
+        picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
+        size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
+        fit in half the available memory: :func:`muflow.routing.gram_mode` with
+        ``sweep=True``) kernel rows are computed on demand and "auto" is the working-set
+        solver, by the rule :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`):
+        each fold's problem on rows over its own training samples
+        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
+        on all samples by the engine of ``SVC.fit``. With a Dask client the
         working-set solver on X partitioned over the workers
         (:mod:`muflow.dask_working_set`); "m3", "munk" and the other multiplicative solvers
         with a client run on the same partitions with their kernel panels (every column of
@@ -134,7 +141,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
-        demand, on each worker when X is partitioned over a cluster.
+        demand (each solve call's own cache: a fold's problem on its own samples, at one C,
+        and the refit; a forked process holds one at a time), on each worker when X is
+        partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
     time_limit : float, optional
