@@ -102,8 +102,9 @@ def main():
     p.add_argument("--n", type=int, default=80000, help="generated rows (default: 80000)")
     p.add_argument("--jobs", type=int, default=2, help="muflow n_jobs (default: 2)")
     p.add_argument("--tol", type=float, default=1e-3)
-    p.add_argument("--muflow-cache", type=float, default=256.0,
-                   help="muflow's cache_size in MB (default: 256, the sweep's default)")
+    p.add_argument("--muflow-cache", type=float, default=None,
+                   help="muflow's cache_size in MB, per process (default: the peer's --cache-size; "
+                        "the sweep's own default is 256)")
     p.add_argument("--cache-size", type=float, default=2000.0,
                    help="the peer's cache_size in MB (default: 2000)")
     p.add_argument("--force-rows", action="store_true",
@@ -113,6 +114,8 @@ def main():
     p.add_argument("--skip-peer", action="store_true")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.muflow_cache is None:
+        args.muflow_cache = args.cache_size
     if args.worker:
         return muflow_worker(args)
     print(f"make_classification: {args.n} rows x 50 features (20 informative, flip_y=0.05, "

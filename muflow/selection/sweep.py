@@ -54,7 +54,8 @@ class SweepResult:
         scoring, outputs, plots), ``total``.
     test_metrics : dict or None
     path_report : dict
-        Per kernel setting the path and solver used and its solve seconds; with
+        Per kernel setting where K came from (``gram``: "stored", "rows" computed on demand,
+        or "cluster"), the path and solver used and its solve seconds; with
         ``path="compare"`` also both paths' times on the first setting.
     counts : dict
         ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
@@ -245,6 +246,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 info = bounded(info, deadline)
                 if chosen_path is not None:
                     kpath = chosen_path
+            gram = "cluster" if client is not None else "stored" if operator.dense is not None else "rows"
             options = info.options(cache_mb=cache_size)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t
@@ -288,7 +290,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             counts_out["kernels_solved"] += 1
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
-                                  refit=refit, curves=res.curves)
+                                  refit=refit, curves=res.curves, gram=gram)
             if not cut:  # a cut setting is not done: a resumed sweep solves it again
                 rundir.save_kernel(kdir, record, meta)
             records.append(record)
@@ -298,7 +300,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     finally:
         bar.close()
     for rec in records:
-        path_report["settings"].append({"setting": rec.setting, "solver": rec.solver,
+        path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "solver": rec.solver,
                                         "path": rec.path, "solve_seconds": rec.solve_seconds})
 
     table = [row for rec in records for row in rec.rows] + not_started

@@ -61,7 +61,7 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
     grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=Cs)
     options = dict(folds=3, seed=0, tol=1e-3, progress=False)
     stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
-    assert stored.path_report["settings"][0]["solver"] == "smo"
+    assert [stored.path_report["settings"][0][k] for k in ("gram", "solver")] == ["stored", "smo"]
 
     monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 2000)
     restricted = []
@@ -74,7 +74,7 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
     monkeypatch.setattr(KernelRows, "restricted", counted)
     rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
     report = rows.path_report["settings"][0]
-    assert (report["solver"], report["path"]) == ("working_set", "continuation")
+    assert (report["gram"], report["solver"], report["path"]) == ("rows", "working_set", "continuation")
     assert rows.best_model.solver_ == "working_set"
     # each fold's problem on its own 2,000 training samples, once per C
     assert restricted == [2000] * (3 * len(Cs))
