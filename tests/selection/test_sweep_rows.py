@@ -89,3 +89,38 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
     # the refit is SVC.fit's engine on the same rows: the same model
     reference = LibsvmSVC(kernel="rbf", gamma=gamma, C=rows.best["C"], tol=1e-3).fit(X, y)
     assert np.mean(rows.best_model.predict(X) == reference.predict(X)) >= 0.999
+
+
+def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(tmp_path, monkeypatch):
+    """Three classes above the (lowered) stored-K size: every (fold, pair) column is solved on
+    rows over the training samples of its fold in its pair, and scores as on a stored K."""
+    from sklearn.datasets import make_classification
+
+    from muflow import routing
+
+    X, y = make_classification(n_samples=1500, n_features=12, n_informative=6, n_classes=3,
+                               n_clusters_per_class=1, flip_y=0.03, random_state=3)
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.5, 5.0])
+    options = dict(folds=3, seed=1, tol=1e-3, progress=False)
+    stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
+
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
+    sizes = []
+    restrict = KernelRows.restricted
+
+    def counted(self, idx):
+        sizes.append((self.n, len(idx)))
+        return restrict(self, idx)
+
+    monkeypatch.setattr(KernelRows, "restricted", counted)
+    rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
+    report = rows.path_report["settings"][0]
+    assert (report["gram"], report["solver"]) == ("rows", "working_set")
+    # 2 C x 3 folds x 3 pairs during the folds, then the refit's 3 pairs on all 1,500 samples
+    folds_part, refit_part = sizes[:18], sizes[18:]
+    assert all(n == 1500 and 600 <= k <= 720 for n, k in folds_part)  # 2/3 of 2/3 of 1,500
+    assert len(refit_part) == 3 and all(900 <= k <= 1100 for _, k in refit_part)
+    for a, b in zip(rows.table, stored.table):
+        assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
+    assert rows.best["C"] == stored.best["C"]
+    assert np.mean(rows.best_model.predict(X) == stored.best_model.predict(X)) >= 0.999
