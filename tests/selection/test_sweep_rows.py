@@ -124,3 +124,29 @@ def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(t
         assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
     assert rows.best["C"] == stored.best["C"]
     assert np.mean(rows.best_model.predict(X) == stored.best_model.predict(X)) >= 0.999
+
+
+def test_the_sweep_command_hands_its_cache_size_to_the_solves_on_rows(tmp_path, monkeypatch, capsys):
+    from sklearn.datasets import make_classification
+
+    from muflow import routing
+    from muflow.cli import main
+    from muflow.solvers import working_set
+
+    X, y = make_classification(n_samples=600, n_features=8, random_state=5)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 300)
+    sizes = []
+    RowCache = working_set.RowCache
+
+    def recorded(operator, cache_mb, *args, **kwargs):
+        sizes.append(cache_mb)
+        return RowCache(operator, cache_mb, *args, **kwargs)
+
+    monkeypatch.setattr(working_set, "RowCache", recorded)
+    argv = ["sweep", "--data", str(tmp_path / "train.npz"), "--C", "1,10", "--gamma", "0.1",
+            "--folds", "3", "--no-progress"]
+    assert main(argv + ["--out", str(tmp_path / "out"), "--cache-size", "3"]) == 0
+    assert len(sizes) == 2 * 3 + 1 and set(sizes) == {3.0}  # every fold at every C, the refit
+    assert main(argv + ["--out", str(tmp_path / "bad"), "--cache-size", "0"]) == 2
+    assert "--cache-size must be a positive" in capsys.readouterr().err
