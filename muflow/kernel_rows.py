@@ -364,7 +364,8 @@ class KernelRows(GramOperator):
     def cross_matmul(self, rows, cols, V) -> np.ndarray:
         """``K[rows][:, cols] @ V`` in float64, shape (len(rows), m): the block of K between
         two sets of samples alone, computed as rows are (from the same prepared values, a
-        panel of ``block_rows`` rows at a time on every thread). A sweep's fold reads its
+        panel of ``block_rows`` rows at a time on every thread) and multiplied in the
+        operator's dtype, as :meth:`matmul` multiplies. A sweep's fold reads its
         decision values at its held-out samples from its support vectors with it
         (:func:`muflow.selection.kernel_solve.decision_values`): |held-out| x |SV| kernel
         values where ``K @ V`` costs n x |SV|.
@@ -389,6 +390,7 @@ class KernelRows(GramOperator):
         same_rows = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
         source = self.source
         chunked = sub._chunked and self.kernel.name in PRODUCT_KERNELS
+        Vn = np.ascontiguousarray(V, dtype=self.dtype)  # the panel's dtype, as matmul takes it
         scratch = {}
 
         def work(p0, p1, worker):
@@ -401,7 +403,7 @@ class KernelRows(GramOperator):
             else:  # sparse X or laplacian: unshifted values, the float64 block
                 panel[...] = self.kernel.block_into(source.X[r], sub.source.X,
                                                     np.empty((r.size, sub.n)), same_rows=same)
-            out[p0:p1] = panel @ V
+            out[p0:p1] = panel @ Vn
 
         run_panels(rows.size, self.block_rows, work, n_threads=self.n_threads)
         self.products += 1

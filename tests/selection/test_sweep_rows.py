@@ -76,8 +76,10 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
     report = rows.path_report["settings"][0]
     assert (report["gram"], report["solver"], report["path"]) == ("rows", "working_set", "continuation")
     assert rows.best_model.solver_ == "working_set"
-    # each fold's problem on its own 2,000 training samples, once per C
-    assert restricted == [2000] * (3 * len(Cs))
+    # each fold's problem on its own 2,000 training samples, once per C; then each fold's
+    # scores from its support vectors alone (a subset of its training samples)
+    assert restricted[:9] == [2000] * (3 * len(Cs))
+    assert len(restricted) == 12 and all(0 < k <= 2000 for k in restricted[9:])
 
     search = GridSearchCV(LibsvmSVC(kernel="rbf", gamma=gamma, tol=1e-3), {"C": Cs},
                           cv=StratifiedKFold(3, shuffle=True, random_state=0)).fit(X, y)
@@ -116,9 +118,11 @@ def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(t
     rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
     report = rows.path_report["settings"][0]
     assert (report["gram"], report["solver"]) == ("rows", "working_set")
-    # 2 C x 3 folds x 3 pairs during the folds, then the refit's 3 pairs on all 1,500 samples
-    folds_part, refit_part = sizes[:18], sizes[18:]
+    # 2 C x 3 folds x 3 pairs during the folds, each fold's scores from its support vectors,
+    # then the refit's 3 pairs on all 1,500 samples
+    folds_part, scores_part, refit_part = sizes[:18], sizes[18:21], sizes[21:]
     assert all(n == 1500 and 600 <= k <= 720 for n, k in folds_part)  # 2/3 of 2/3 of 1,500
+    assert all(0 < k <= 1000 for _, k in scores_part)
     assert len(refit_part) == 3 and all(900 <= k <= 1100 for _, k in refit_part)
     for a, b in zip(rows.table, stored.table):
         assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
