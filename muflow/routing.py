@@ -35,8 +35,9 @@ ROWS_MIN_SAMPLES = 8192
 #: so K is worth storing up to a larger n than for one fit. A float32 K of 32,768 samples
 #: takes 4 GiB. The a8a sweep (22,696 samples, 5 folds x 5 C x 2 gamma) keeps its stored K
 #: (29.6 s, README); the issue-30 sweep of 60,000 samples computes rows (it took 562 s with
-#: SMO on rows; benchmarks/bench_sweep_rows.py times the working set on rows). Where
-#: between 22,696 and 60,000 stored K and rows cross over for a sweep is not measured.
+#: SMO on rows; benchmarks/bench_sweep_rows.py times the working set on rows). At 20,000
+#: generated rows (its case, 3 folds x 3 C) the stored K with SMO still won, 19.3 s against
+#: 21.9 s on rows; where between 22,696 and 60,000 the two cross is not measured.
 SWEEP_ROWS_MIN_SAMPLES = 32768
 
 #: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
