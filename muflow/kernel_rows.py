@@ -30,7 +30,8 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import Columns, contiguous_run, default_threads, row_source, run_panels
+from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, default_threads, row_source,
+                             run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 
@@ -359,6 +360,55 @@ class KernelRows(GramOperator):
         neg = np.empty_like(pos)
         self._product(V, pos, False, neg=neg)
         return pos.astype(np.float64, copy=False), neg.astype(np.float64, copy=False)
+
+    def cross_matmul(self, rows, cols, V) -> np.ndarray:
+        """``K[rows][:, cols] @ V`` in float64, shape (len(rows), m): the block of K between
+        two sets of samples alone, computed as rows are (from the same prepared values, a
+        panel of ``block_rows`` rows at a time on every thread) and multiplied in the
+        operator's dtype, as :meth:`matmul` multiplies. A sweep's fold reads its
+        decision values at its held-out samples from its support vectors with it
+        (:func:`muflow.selection.kernel_solve.decision_values`): |held-out| x |SV| kernel
+        values where ``K @ V`` costs n x |SV|.
+
+        Parameters
+        ----------
+        rows, cols : array-like of int
+            Sample indices; they may overlap (a shared sample's entry is K's exact diagonal).
+        V : ndarray of shape (len(cols), m)
+        """
+        t = time.perf_counter()
+        rows, cols = self._index(rows), self._index(cols)
+        V = np.asarray(V, dtype=np.float64)
+        if V.ndim != 2 or V.shape[0] != cols.size:
+            raise MuflowInputError(f"V must have shape ({cols.size}, m), got {V.shape}")
+        out = np.zeros((rows.size, V.shape[1]))
+        if rows.size == 0 or cols.size == 0:
+            return out
+        sub = self.restricted(cols)
+        order = np.argsort(cols, kind="stable")
+        at = np.minimum(np.searchsorted(cols[order], rows), cols.size - 1)
+        same_rows = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
+        source = self.source
+        chunked = sub._chunked and self.kernel.name in PRODUCT_KERNELS
+        Vn = np.ascontiguousarray(V, dtype=self.dtype)  # the panel's dtype, as matmul takes it
+        scratch = {}
+
+        def work(p0, p1, worker):
+            r = rows[p0:p1]
+            panel = np.empty((r.size, sub.n), dtype=self.dtype)
+            same = same_rows[p0:p1].copy()
+            if chunked:  # rows of X as prepared here, against the prepared columns
+                sub._chunks_into(None, source.X[r], source.sq[r], same, panel, np.arange(r.size),
+                                 scratch, worker)
+            else:  # sparse X or laplacian: unshifted values, the float64 block
+                panel[...] = self.kernel.block_into(source.X[r], sub.source.X,
+                                                    np.empty((r.size, sub.n)), same_rows=same)
+            out[p0:p1] = panel @ Vn
+
+        run_panels(rows.size, self.block_rows, work, n_threads=self.n_threads)
+        self.products += 1
+        self.seconds += time.perf_counter() - t
+        return out
 
     def stats(self) -> dict:
         """Counters for progress reports."""

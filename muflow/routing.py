@@ -29,6 +29,17 @@ import numpy as np
 #: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
 ROWS_MIN_SAMPLES = 8192
 
+#: A sweep (many solves, folds x C, on one kernel setting) computes kernel rows on demand above
+#: this many samples, and stores K up to it (or while K fits in half the available memory,
+#: :func:`muflow.memory.choose_gram`, whichever is smaller): its solves share one stored K,
+#: so K is worth storing up to a larger n than for one fit. A float32 K of 32,768 samples
+#: takes 4 GiB. The a8a sweep (22,696 samples, 5 folds x 5 C x 2 gamma) keeps its stored K
+#: (29.6 s, README); the issue-30 sweep of 60,000 samples computes rows (it took 562 s with
+#: SMO on rows; benchmarks/bench_sweep_rows.py times the working set on rows). At 20,000
+#: generated rows (its case, 3 folds x 3 C) the stored K with SMO still won, 19.3 s against
+#: 21.9 s on rows; where between 22,696 and 60,000 the two cross is not measured.
+SWEEP_ROWS_MIN_SAMPLES = 32768
+
 #: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
 #: whole on one worker as one task (:mod:`muflow.dask_fitting`): a pass of a solver on
 #: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
@@ -38,7 +49,7 @@ ONE_TASK_MAX_SAMPLES = 4096
 ROWS_SOLVER = "working_set"
 
 
-def gram_mode(gram: str, n_samples: int, solver: str = "auto") -> str:
+def gram_mode(gram: str, n_samples: int, solver: str = "auto", *, sweep: bool = False) -> str:
     """The ``gram`` of a single fit by ``solver`` (a registered name or "auto"): stored K
     or rows computed on demand, weighing what the solver reads.
 
@@ -52,11 +63,14 @@ def gram_mode(gram: str, n_samples: int, solver: str = "auto") -> str:
       take "rows" for "auto" above :data:`ROWS_MIN_SAMPLES` samples: one fit computes
       only the rows its working sets touch where a stored K costs all n^2 values.
 
-    "stored" and "rows" are taken as asked. A sweep keeps "auto" whatever n: its many
-    solves on one kernel setting share one stored K. :class:`muflow.SVC` calls this; a
-    sweep or the pipeline that fits one problem calls it the same way.
+    "stored" and "rows" are taken as asked. A sweep (``sweep=True``) takes "rows" for
+    "auto" by the same rule above :data:`SWEEP_ROWS_MIN_SAMPLES` instead: its many solves
+    on one kernel setting share one stored K. :class:`muflow.SVC` and the pipeline call
+    this for one fit, :func:`muflow.selection.run_sweep` with ``sweep=True``; on rows,
+    "auto" is then the working-set solver for both (:func:`solver_for`).
     """
-    if gram == "auto" and n_samples > ROWS_MIN_SAMPLES and not reads_products(solver):
+    threshold = SWEEP_ROWS_MIN_SAMPLES if sweep else ROWS_MIN_SAMPLES
+    if gram == "auto" and n_samples > threshold and not reads_products(solver):
         return "rows"
     return gram
 
@@ -153,11 +167,13 @@ def reads_rows(solver: str) -> bool:
     return info is not None and info.needs == "rows"
 
 
-def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: bool, client):
+def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: bool, client,
+                 operator=None):
     """The solver and the path of a sweep's kernel setting, refusing impossible combinations.
 
-    The solver is :func:`solver_for` before any operator exists, resolved by
-    :func:`muflow.solvers.registry.choose_solver`. With a client, a solver that reads rows
+    The solver is :func:`solver_for` (given the setting's ``operator`` once it exists: "auto"
+    on rows computed on demand is the working-set solver, as for :class:`muflow.SVC`),
+    resolved by :func:`muflow.solvers.registry.choose_solver`. With a client, a solver that reads rows
     other than the working-set solver is refused: the Dask operators serve products, and
     rows only to the working-set solver on X partitioned over the workers. ``path="auto"``
     is "continuation" (C ascending, each C warm-started from the previous) for solvers that
@@ -170,8 +186,8 @@ def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: 
     from muflow.exceptions import MuflowInputError
     from muflow.solvers.registry import choose_solver
 
-    info = choose_solver(solver_for(solver, client=client), intercept=intercept,
-                         kernel_nonnegative=kernel_nonnegative)
+    info = choose_solver(solver_for(solver, client=client, operator=operator), intercept=intercept,
+                         kernel_nonnegative=kernel_nonnegative, operator=operator)
     if client is not None and reads_rows(info.name) and info.name != ROWS_SOLVER:
         raise MuflowInputError(
             f"solver {info.name!r} reads rows of K, which the Dask operator does not serve; "

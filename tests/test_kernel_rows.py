@@ -365,3 +365,29 @@ def test_restricted_rows_are_the_entries_of_K_over_those_samples(X, kernel, dtyp
     np.testing.assert_allclose(sub.matmul_precise(V), K @ V, rtol=1e-5, atol=1e-4)
     assert sub.nonnegative == full.nonnegative
     assert sub.rows_computed == idx.size + np.sum(IDX < idx.size)  # counted on its own
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k.name}-{k.offset:g}")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("form", ["dense", "csr"])
+def test_cross_products_are_the_block_of_K_between_two_sample_sets(X, kernel, dtype, form, monkeypatch):
+    """K[rows][:, cols] @ V alone (a fold's decision values at its held-out samples from its
+    support vectors): the reference block's product, the stored rows' own values, whether
+    the sets overlap or not."""
+    data = as_input(X, form, monkeypatch)
+    op = KernelRows(data, kernel, dtype=dtype, block_rows=4, n_threads=2)
+    K = kernel.block_reference(X)
+    rng = np.random.default_rng(6)
+    cols = np.flatnonzero(rng.random(X.shape[0]) < 0.5)
+    held = np.setdiff1d(np.arange(X.shape[0]), cols)
+    V = rng.normal(size=(cols.size, 3))
+    for rows in (held, IDX):  # disjoint; unsorted with repeats and shared samples
+        got = op.cross_matmul(rows, cols, V)
+        assert got.shape == (rows.size, 3) and got.dtype == np.float64
+        np.testing.assert_allclose(got, K[np.ix_(rows, cols)] @ V, rtol=1e-5, atol=1e-4)
+        # the operator's own rows (float32: rounded alike, sparse rows by another product)
+        tight = dict(rtol=1e-12, atol=1e-9) if dtype == "float64" else dict(rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(got, op.rows(rows)[:, cols] @ V, **tight)
+    assert op.cross_matmul(held[:0], cols, V).shape == (0, 3)
+    with pytest.raises(MuflowInputError, match="V must have shape"):
+        op.cross_matmul(held, cols, V[:-1])

@@ -49,6 +49,11 @@ def add_parser(subparsers):
     p.add_argument("--n-jobs", dest="n_jobs", type=int,
                    help="continuation path: solve the folds in this many forked processes sharing K "
                         "(default: 1)")
+    p.add_argument("--cache-size", dest="cache_size", type=float, metavar="MB",
+                   help="megabytes of kernel rows each solve caches where rows are computed on "
+                        "demand (above the sweep's stored-K size: every fold's solve and the "
+                        "refit; each worker's with --scheduler), as SVC's cache_size "
+                        "(default: 256)")
     p.add_argument("--time-limit", dest="time_limit", type=float, metavar="SECONDS",
                    help="stop the sweep after SECONDS: running solves stop with their best "
                         "iterates, settings not started are skipped, unfinished configurations "
@@ -124,10 +129,12 @@ def grid_from_args(args):
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                "cache_dir", "n_jobs", "time_limit"):
+                "cache_dir", "n_jobs", "time_limit", "cache_size"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    if options.get("cache_size") is not None and not options["cache_size"] > 0:
+        raise MuflowInputError(f"--cache-size must be a positive number of MB, got {options['cache_size']:g}")
     return grid.validate(), options
 
 

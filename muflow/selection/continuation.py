@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from muflow.routing import solves_on_own_samples
 from muflow.selection.fork_pool import forked_chains
 from muflow.solvers import DualProblem
+from muflow.subproblems import solve_on_own_samples
 from muflow.solvers.registry import svc_iterations
 
 
@@ -80,6 +82,21 @@ class ChainState:
     warm: bool
     options: dict = field(default_factory=dict)
 
+    def solve(self, problem, *, init=None, callback=None):
+        """One solve of a chain. On rows computed on demand each column (a fold's training
+        samples, of one binary problem) is solved on K restricted to the samples it holds,
+        rows 1/(k-1) shorter for k folds (:func:`muflow.routing.solves_on_own_samples`, the
+        rule of one-vs-one pairs; :func:`muflow.subproblems.solve_on_own_samples`); on a
+        stored K every column reads it in place."""
+        def solve(p, init=None, callback=None):
+            return self.info.solve(p, init=init, tol=self.tol, max_iter=self.max_iter,
+                                   callback=callback, **self.options)
+
+        member = problem.upper > 0
+        if solves_on_own_samples(self.operator, self.info.name, member):
+            return solve_on_own_samples(problem, member, solve, init=init, callback=callback)
+        return solve(problem, init=init, callback=callback)
+
     def run(self, local, c_indices, callback=None) -> Chain:
         """Solve the columns ``local`` (indices within one C's block) for the C values
         ``Cs[c_indices]``, in that (ascending) order.
@@ -96,8 +113,7 @@ class ChainState:
             problem = DualProblem(self.operator, self.ycols[:, cols], self.upper[:, cols],
                                   equality=self.equality)
             t = time.perf_counter()
-            sol = self.info.solve(problem, init=init, tol=self.tol, max_iter=self.max_iter,
-                                  callback=callback, **self.options)
+            sol = self.solve(problem, init=init, callback=callback)
             out.seconds.append(time.perf_counter() - t)
             out.alpha.append(sol.alpha)
             out.bias.append(sol.bias)

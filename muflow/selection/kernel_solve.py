@@ -38,11 +38,13 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from muflow.routing import solves_on_own_samples
 from muflow.selection.batched import solve_batched
 from muflow.selection.continuation import solve_chains
 from muflow.selection.grid import SUBSET_SOLVERS
 from muflow.selection.records import KernelSolve, Refit
 from muflow.solvers import DualProblem
+from muflow.subproblems import solve_on_own_samples
 
 
 def columns(Y, masks, Cs, member=None):
@@ -92,17 +94,43 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
         solve_batched(operator, ycols, upper, out, n_c=len(Cs), halving=halving,
                       halving_min_iter=halving_min_iter, masks=masks, y_enc=y_enc, **common)
     solve_seconds = time.perf_counter() - t0
-    # decision values of every column at every sample: ONE product with K
-    D = operator.matmul(ycols * out.alpha) + out.bias[None, :]
+    D = decision_values(operator, ycols * out.alpha, out.bias, masks, P)
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
                        n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
                        curves=out.curves)
 
 
+def decision_values(operator, coef, bias, masks, P) -> np.ndarray:
+    """Decision values ``K @ coef + bias`` of the columns (C, fold, problem), at least at the
+    held-out samples of each column's fold, where scoring reads them.
+
+    On a stored K: ONE product with K, every column at every sample. On rows computed on
+    demand (an operator with ``cross_matmul``, :class:`muflow.kernel_rows.KernelRows`) a
+    sub-problem computes only what it needs: fold f's columns at its held-out samples from
+    its support vectors, ``K[held_f][:, sv_f] @ coef[sv_f]``, |held_f| x |sv_f| kernel
+    values (the product would cost n x |sv of all folds|); the other entries are 0.
+    """
+    cross = getattr(operator, "cross_matmul", None)
+    if cross is None:
+        return operator.matmul(coef) + bias[None, :]
+    n, m = coef.shape
+    F = masks.shape[1]
+    per_c = F * P
+    D = np.zeros((n, m))
+    for f in range(F):
+        cols = np.array([c * per_c + f * P + p for c in range(m // per_c) for p in range(P)])
+        held = np.flatnonzero(~masks[:, f])
+        sv = np.flatnonzero(np.any(coef[:, cols] != 0, axis=1))
+        D[np.ix_(held, cols)] = cross(held, sv, coef[np.ix_(sv, cols)]) + bias[cols][None, :]
+    return D
+
+
 def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,
           options=None) -> Refit:
-    """Solve the configuration (this Gram, C) on all samples while K is in memory.
+    """Solve the configuration (this Gram, C) on all samples while its operator is open, by
+    the engine :meth:`muflow.SVC.fit` runs on that operator (on rows computed on demand: the
+    working-set solver, one-vs-one pairs on their own samples).
 
     Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
     (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
@@ -117,7 +145,16 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     upper = float(C) if member is None else np.where(member, float(C), 0.0)
     problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
     t = time.perf_counter()
-    sol = info.solve(problem, init=init, tol=tol, max_iter=max_iter, **(options or {}))
+
+    def solve(p, init=None, callback=None):
+        return info.solve(p, init=init, tol=tol, max_iter=max_iter, callback=callback,
+                          **(options or {}))
+
+    # the path SVC.fit takes on this operator: one-vs-one pairs on their own samples on rows
+    if member is not None and solves_on_own_samples(operator, info.name, member):
+        sol = solve_on_own_samples(problem, member, solve, init=init)
+    else:
+        sol = solve(problem, init=init)
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
                  n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t,
                  pair_steps=sol.timings.get("pair_steps") if sol.solver == "smo" else None)

@@ -33,7 +33,8 @@ class KernelSolve:
     solve_seconds : float
         Wall time of all solves.
     decision : ndarray of shape (n_samples, n_columns)
-        ``K @ (y * alpha) + b``: every column's decision values at every sample.
+        ``K @ (y * alpha) + b``: every column's decision values, at least at the held-out
+        samples of its fold (:func:`muflow.selection.kernel_solve.decision_values`).
     alpha : ndarray of shape (n_samples, n_columns)
     bias : ndarray of shape (n_columns,)
     n_problems : int
@@ -166,6 +167,9 @@ class KernelRecord:
     solve_seconds: float
     refit: Refit
     curves: list
+    #: where its kernel values came from: "stored" (K in this process), "rows" (computed on
+    #: demand in this process) or "cluster" (a Dask operator)
+    gram: str = "stored"
 
     def info(self) -> dict:
         """The JSON part (``kernel.json``); the arrays go to ``arrays.npz``."""
@@ -173,7 +177,7 @@ class KernelRecord:
                 "kernel": self.kernel.to_dict(), "solver": self.solver, "path": self.path,
                 "solve_seconds": self.solve_seconds, "refit_C_index": self.refit.c_index,
                 "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds,
-                "refit_pair_steps": self.refit.pair_steps}
+                "refit_pair_steps": self.refit.pair_steps, "gram": self.gram}
 
     def arrays(self) -> dict:
         """The arrays part (``arrays.npz``); curves padded to one length with their
@@ -197,4 +201,5 @@ class KernelRecord:
         return cls(setting=info["setting"], rows=[ConfigurationRow.from_dict(r) for r in info["rows"]],
                    kernel=Kernel.from_dict(info["kernel"]), solver=info["solver"], path=info["path"],
                    solve_seconds=float(info["solve_seconds"]), refit=refit,
-                   curves=[padded[c, :lengths[c]] for c in range(len(lengths))])
+                   curves=[padded[c, :lengths[c]] for c in range(len(lengths))],
+                   gram=info.get("gram", "stored"))

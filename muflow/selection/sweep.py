@@ -20,7 +20,7 @@ import numpy as np
 from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
-from muflow.routing import sweep_solver
+from muflow.routing import gram_mode, sweep_solver
 from muflow.selection import rundir, timeout
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
@@ -54,7 +54,8 @@ class SweepResult:
         scoring, outputs, plots), ``total``.
     test_metrics : dict or None
     path_report : dict
-        Per kernel setting the path and solver used and its solve seconds; with
+        Per kernel setting where K came from (``gram``: "stored", "rows" computed on demand,
+        or "cluster"), the path and solver used and its solve seconds; with
         ``path="compare"`` also both paths' times on the first setting.
     counts : dict
         ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
@@ -95,7 +96,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
-        picks with K in memory (SMO for the exact intercept), and with a Dask client the
+        picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
+        size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
+        fit in half the available memory: :func:`muflow.routing.gram_mode` with
+        ``sweep=True``) kernel rows are computed on demand and "auto" is the working-set
+        solver, by the rule :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`):
+        each fold's problem on rows over its own training samples
+        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
+        on all samples by the engine of ``SVC.fit``. With a Dask client the
         working-set solver on X partitioned over the workers
         (:mod:`muflow.dask_working_set`); "m3", "munk" and the other multiplicative solvers
         with a client run on the same partitions with their kernel panels (every column of
@@ -134,7 +142,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
-        demand, on each worker when X is partitioned over a cluster.
+        demand (each solve call's own cache: a fold's problem on its own samples, at one C,
+        and the refit; a forked process holds one at a time), on each worker when X is
+        partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
     time_limit : float, optional
@@ -227,7 +237,16 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             t = time.perf_counter()
             kernel = kernels[i]
             operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
+                                     gram=gram_mode("auto", n, solver, sweep=True),
                                      cache_dir=cache_dir, out=buffer)
+            if client is None:  # "auto" on rows computed on demand: the working set, as SVC
+                info, kpath = sweep_solver(solver, path, intercept=intercept,
+                                           kernel_nonnegative=kernel.is_nonnegative(X),
+                                           client=None, operator=operator)
+                info = bounded(info, deadline)
+                if chosen_path is not None:
+                    kpath = chosen_path
+            gram = "cluster" if client is not None else "stored" if operator.dense is not None else "rows"
             options = info.options(cache_mb=cache_size)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t
@@ -271,7 +290,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             counts_out["kernels_solved"] += 1
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
-                                  refit=refit, curves=res.curves)
+                                  refit=refit, curves=res.curves, gram=gram)
             if not cut:  # a cut setting is not done: a resumed sweep solves it again
                 rundir.save_kernel(kdir, record, meta)
             records.append(record)
@@ -281,7 +300,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     finally:
         bar.close()
     for rec in records:
-        path_report["settings"].append({"setting": rec.setting, "solver": rec.solver,
+        path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "solver": rec.solver,
                                         "path": rec.path, "solve_seconds": rec.solve_seconds})
 
     table = [row for rec in records for row in rec.rows] + not_started

@@ -40,3 +40,117 @@ def test_a_sweep_whose_gram_does_not_fit_reads_rows_on_demand(tmp_path, monkeypa
         assert a.C == b.C
         assert a.mean_cv_accuracy == pytest.approx(b.mean_cv_accuracy, abs=1e-9)
     assert rows.best["C"] == stored.best["C"]
+
+
+def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_as_libsvm(
+        tmp_path, monkeypatch):
+    """Above the sweep's stored-K size (lowered here so the data stay small) the sweep takes
+    the path SVC.fit takes: rows on demand, the working-set solver, each fold on its own
+    samples, warm-started along C, and the refit by the same engine. Its CV accuracies are
+    those of the same sweep on a stored K and of scikit-learn's GridSearchCV (libsvm) on
+    the same folds, and it picks the same best C."""
+    from sklearn.datasets import make_classification
+    from sklearn.model_selection import GridSearchCV, StratifiedKFold
+    from sklearn.svm import SVC as LibsvmSVC
+
+    from muflow import routing
+
+    X, y = make_classification(n_samples=3000, n_features=20, n_informative=10, flip_y=0.05,
+                               random_state=7)
+    Cs, gamma = [0.1, 1.0, 10.0], 0.02
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=Cs)
+    options = dict(folds=3, seed=0, tol=1e-3, progress=False)
+    stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
+    assert [stored.path_report["settings"][0][k] for k in ("gram", "solver")] == ["stored", "smo"]
+
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 2000)
+    restricted = []
+    restrict = KernelRows.restricted
+
+    def counted(self, idx):
+        restricted.append(len(idx))
+        return restrict(self, idx)
+
+    monkeypatch.setattr(KernelRows, "restricted", counted)
+    rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
+    report = rows.path_report["settings"][0]
+    assert (report["gram"], report["solver"], report["path"]) == ("rows", "working_set", "continuation")
+    assert rows.best_model.solver_ == "working_set"
+    # each fold's problem on its own 2,000 training samples, once per C; then each fold's
+    # scores from its support vectors alone (a subset of its training samples)
+    assert restricted[:9] == [2000] * (3 * len(Cs))
+    assert len(restricted) == 12 and all(0 < k <= 2000 for k in restricted[9:])
+
+    search = GridSearchCV(LibsvmSVC(kernel="rbf", gamma=gamma, tol=1e-3), {"C": Cs},
+                          cv=StratifiedKFold(3, shuffle=True, random_state=0)).fit(X, y)
+    for k, (a, b) in enumerate(zip(rows.table, stored.table)):
+        assert a.C == b.C == Cs[k]
+        assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
+        assert abs(a.mean_cv_accuracy - search.cv_results_["mean_test_score"][k]) <= 1e-3
+    assert rows.best["C"] == stored.best["C"] == search.best_params_["C"]
+    # the refit is SVC.fit's engine on the same rows: the same model
+    reference = LibsvmSVC(kernel="rbf", gamma=gamma, C=rows.best["C"], tol=1e-3).fit(X, y)
+    assert np.mean(rows.best_model.predict(X) == reference.predict(X)) >= 0.999
+
+
+def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(tmp_path, monkeypatch):
+    """Three classes above the (lowered) stored-K size: every (fold, pair) column is solved on
+    rows over the training samples of its fold in its pair, and scores as on a stored K."""
+    from sklearn.datasets import make_classification
+
+    from muflow import routing
+
+    X, y = make_classification(n_samples=1500, n_features=12, n_informative=6, n_classes=3,
+                               n_clusters_per_class=1, flip_y=0.03, random_state=3)
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.5, 5.0])
+    options = dict(folds=3, seed=1, tol=1e-3, progress=False)
+    stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
+
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
+    sizes = []
+    restrict = KernelRows.restricted
+
+    def counted(self, idx):
+        sizes.append((self.n, len(idx)))
+        return restrict(self, idx)
+
+    monkeypatch.setattr(KernelRows, "restricted", counted)
+    rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
+    report = rows.path_report["settings"][0]
+    assert (report["gram"], report["solver"]) == ("rows", "working_set")
+    # 2 C x 3 folds x 3 pairs during the folds, each fold's scores from its support vectors,
+    # then the refit's 3 pairs on all 1,500 samples
+    folds_part, scores_part, refit_part = sizes[:18], sizes[18:21], sizes[21:]
+    assert all(n == 1500 and 600 <= k <= 720 for n, k in folds_part)  # 2/3 of 2/3 of 1,500
+    assert all(0 < k <= 1000 for _, k in scores_part)
+    assert len(refit_part) == 3 and all(900 <= k <= 1100 for _, k in refit_part)
+    for a, b in zip(rows.table, stored.table):
+        assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
+    assert rows.best["C"] == stored.best["C"]
+    assert np.mean(rows.best_model.predict(X) == stored.best_model.predict(X)) >= 0.999
+
+
+def test_the_sweep_command_hands_its_cache_size_to_the_solves_on_rows(tmp_path, monkeypatch, capsys):
+    from sklearn.datasets import make_classification
+
+    from muflow import routing
+    from muflow.cli import main
+    from muflow.solvers import working_set
+
+    X, y = make_classification(n_samples=600, n_features=8, random_state=5)
+    np.savez(tmp_path / "train.npz", X=X, y=y)
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 300)
+    sizes = []
+    RowCache = working_set.RowCache
+
+    def recorded(operator, cache_mb, *args, **kwargs):
+        sizes.append(cache_mb)
+        return RowCache(operator, cache_mb, *args, **kwargs)
+
+    monkeypatch.setattr(working_set, "RowCache", recorded)
+    argv = ["sweep", "--data", str(tmp_path / "train.npz"), "--C", "1,10", "--gamma", "0.1",
+            "--folds", "3", "--no-progress"]
+    assert main(argv + ["--out", str(tmp_path / "out"), "--cache-size", "3"]) == 0
+    assert len(sizes) == 2 * 3 + 1 and set(sizes) == {3.0}  # every fold at every C, the refit
+    assert main(argv + ["--out", str(tmp_path / "bad"), "--cache-size", "0"]) == 2
+    assert "--cache-size must be a positive" in capsys.readouterr().err
