@@ -38,14 +38,14 @@ import argparse
 import json
 import os
 import platform
-import resource
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rounds import (add_round_options, rotated_rounds, run_child, table_rows,  # noqa: E402
+                     timed_fit)
 
 CACHE_MB = 2000
 GAMMA, C = 0.025, 1.0
@@ -82,21 +82,12 @@ def make_estimator(contender):
 
 def child(contender, rows, out):
     """Fit one contender; write what the parent reports to ``out``."""
-    Xtr, ytr, Xte, yte = load(rows)
-    try:
-        est = make_estimator(contender)
-    except ImportError as exc:
-        Path(out).write_text(json.dumps({"skipped": f"{type(exc).__name__}: {exc}"}))
+    est, record = timed_fit(lambda: make_estimator(contender), *load(rows), out)
+    if est is None:
         return
-    t0 = time.perf_counter()
-    est.fit(Xtr, ytr)
-    fit_s = time.perf_counter() - t0
-    accuracy = float(np.mean(est.predict(Xte) == yte))
-    record = {"fit_s": fit_s, "accuracy": accuracy,
-              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-              "support": np.asarray(est.support_).tolist(),
-              "n_support": np.asarray(est.n_support_).tolist(),
-              "dual_coef": np.asarray(est.dual_coef_, dtype=np.float64).tolist()}
+    record.update(support=np.asarray(est.support_).tolist(),
+                  n_support=np.asarray(est.n_support_).tolist(),
+                  dual_coef=np.asarray(est.dual_coef_, dtype=np.float64).tolist())
     if contender.startswith("muflow"):
         record["note"] = (f"solver {est.solver_}, {est.rows_computed_:,} kernel rows computed, "
                           f"max n_iter {int(np.max(est.n_iter_))}")
@@ -122,19 +113,6 @@ def pair_objectives(X, record, block=4096):
     return np.array(out)
 
 
-def run_child(contender, rows, out):
-    """One contender's fit in a fresh process: its record, or ``{"skipped": why}``."""
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", contender, "--rows", str(rows),
-                           "--out", str(out)], capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0 or not out.exists():
-        return {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
-    record = json.loads(out.read_text())
-    record["process_s"] = wall
-    return record
-
-
 def run(rows, contenders, repeat=1):
     """Each contender ``repeat`` times in fresh processes, the order rotated each round; the
     median fit time is reported with every run's time."""
@@ -142,31 +120,12 @@ def run(rows, contenders, repeat=1):
     print(f"\nmake_classification 4 classes, {rows:,} rows ({len(Xtr):,} to train) x 40; RBF "
           f"gamma={GAMMA} C={C}; peers with cache_size={CACHE_MB} MB; {repeat} run(s) each, "
           "median reported")
-    results, times = {}, {c: [] for c in contenders}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(repeat):
-            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
-            for contender in order:
-                if "skipped" in results.get(contender, {}):
-                    continue
-                rec = run_child(contender, rows, Path(tmp) / f"{contender}-{r}.json")
-                results[contender] = rec
-                if "skipped" not in rec:
-                    times[contender].append(rec["fit_s"])
-                print(f"  run {r + 1} {contender}: " + (rec["skipped"] if "skipped" in rec else
-                      f"fit {rec['fit_s']:.2f} s (process {rec['process_s']:.1f} s)"), flush=True)
-    base = results.get("muflow", {})
-    if "fit_s" in base:
-        base["fit_s"] = float(np.median(times["muflow"]))
+    results, times = rotated_rounds(contenders, repeat,
+                                    lambda contender, out: run_child(
+                                        __file__, ["--child", contender, "--rows", str(rows)], out))
     print(f"\n{'contender':<14} {'fit (s)':>8} {'/ muflow':>9} {'peak RSS':>10} {'accuracy':>9} "
           f"{'n_SV':>7} {'sum pair objectives':>20}  runs (s); note")
-    for contender in contenders:
-        rec = results[contender]
-        if "skipped" in rec:
-            print(f"{contender:<14} skipped: {rec['skipped']}")
-            continue
-        rec["fit_s"] = float(np.median(times[contender]))
-        ratio = rec["fit_s"] / base["fit_s"] if "fit_s" in base else float("nan")
+    for contender, rec, ratio in table_rows(results, contenders, 14):
         objective = float(pair_objectives(Xtr, rec).sum())
         runs = " ".join(f"{t:.2f}" for t in times[contender])
         print(f"{contender:<14} {rec['fit_s']:8.2f} {ratio:9.2f} {rec['peak_rss_mb']:8.0f}MB "
@@ -178,12 +137,8 @@ def run(rows, contenders, repeat=1):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=40000, help="rows generated (default 40000)")
-    parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
     parser.add_argument("--only", default="", help="comma-separated contenders to run alone")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="fits per contender, in rotated order; the median is reported")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_round_options(parser)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.rows, args.out)

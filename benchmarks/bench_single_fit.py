@@ -37,16 +37,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _rounds import add_round_options, rotated_rounds, table_rows, timed_fit  # noqa: E402
+from _rounds import run_child as run_rounds_child  # noqa: E402
 from bench_a8a_single_fit import load as load_a8a  # noqa: E402  (a8a / a8a.t, 32-bit indices)
 
 CACHE_MB = 2000
@@ -86,24 +84,14 @@ def make_estimator(contender, gamma, C):
 
 def child(contender, data, out):
     """Fit one contender on one data set; write what the parent reports to ``out``."""
-    Xtr, ytr, Xte, yte = load(data)
-    settings = SETTINGS[data]
-    try:
-        est = make_estimator(contender, **settings)
-    except ImportError as exc:
-        Path(out).write_text(json.dumps({"skipped": f"{type(exc).__name__}: {exc}"}))
+    est, record = timed_fit(lambda: make_estimator(contender, **SETTINGS[data]), *load(data), out)
+    if est is None:
         return
-    t0 = time.perf_counter()
-    est.fit(Xtr, ytr)
-    fit_s = time.perf_counter() - t0
-    accuracy = float(np.mean(est.predict(Xte) == yte))
     coef = est.dual_coef_
     coef = coef.toarray() if hasattr(coef, "toarray") else coef  # sparse after a sparse fit
-    record = {"fit_s": fit_s, "accuracy": accuracy,
-              "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-              "n_support": int(len(est.support_)),
-              "support": np.asarray(est.support_).tolist(),
-              "dual_coef": np.asarray(coef, dtype=np.float64).ravel().tolist()}
+    record |= {"n_support": int(len(est.support_)),
+               "support": np.asarray(est.support_).tolist(),
+               "dual_coef": np.asarray(coef, dtype=np.float64).ravel().tolist()}
     if contender.startswith("muflow"):
         record["note"] = f"solver {getattr(est, 'solver_', '?')}"
     Path(out).write_text(json.dumps(record))
@@ -136,15 +124,7 @@ def run_child(contender, data, out):
     env = dict(os.environ)
     if contender == "muflow_before":
         env["PYTHONPATH"] = str(BEFORE)
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, __file__, "--child", contender, "--data", data,
-                           "--out", str(out)], capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0 or not out.exists():
-        return {"skipped": f"failed: {proc.stderr.strip()[-400:]}"}
-    record = json.loads(out.read_text())
-    record["process_s"] = wall
-    return record
+    return run_rounds_child(__file__, ["--child", contender, "--data", data], out, env=env)
 
 
 def run(data, contenders, repeat=1):
@@ -154,34 +134,13 @@ def run(data, contenders, repeat=1):
     settings = SETTINGS[data]
     print(f"\n{data}: RBF gamma={settings['gamma']} C={settings['C']}; peers with cache_size={CACHE_MB} MB; "
           f"{repeat} run(s) each, median reported")
-    results, times = {}, {c: [] for c in contenders}
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(repeat):
-            order = contenders[r % len(contenders):] + contenders[: r % len(contenders)]
-            for contender in order:
-                if "skipped" in results.get(contender, {}):
-                    continue
-                rec = run_child(contender, data, Path(tmp) / f"{contender}-{r}.json")
-                results[contender] = rec
-                if "skipped" not in rec:
-                    times[contender].append(rec["fit_s"])
-                print(f"  run {r + 1} {contender}: " + (rec["skipped"] if "skipped" in rec else
-                      f"fit {rec['fit_s']:.2f} s (process {rec['process_s']:.1f} s)"), flush=True)
-    for contender, rec in results.items():
-        if "skipped" not in rec:
-            rec["fit_s"] = float(np.median(times[contender]))
-            rec["fit_runs"] = times[contender]
+    results, _ = rotated_rounds(contenders, repeat,
+                                lambda contender, out: run_child(contender, data, out))
     Xtr = load(data)[0]
-    base = results.get("muflow", {})
     print(f"\n{'contender':<11} {'fit (s)':>9} {'x muflow':>9} {'peak RSS':>10} {'accuracy':>9} "
           f"{'n_SV':>7} {'dual objective':>16}  runs (s); note")
-    for contender in contenders:
-        rec = results[contender]
-        if "skipped" in rec:
-            print(f"{contender:<11} skipped: {rec['skipped']}")
-            continue
+    for contender, rec, ratio in table_rows(results, contenders, 11):
         objective = dual_objective(Xtr, rec["support"], rec["dual_coef"], settings["gamma"])
-        ratio = rec["fit_s"] / base["fit_s"] if "fit_s" in base else float("nan")
         runs = " ".join(f"{t:.2f}" for t in rec["fit_runs"])
         print(f"{contender:<11} {rec['fit_s']:9.2f} {ratio:9.2f} {rec['peak_rss_mb']:8.0f}MB "
               f"{rec['accuracy']:9.4f} {rec['n_support']:7d} {objective:16.6f}  {runs}; {rec.get('note', '')}")
@@ -191,14 +150,10 @@ def run(data, contenders, repeat=1):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default="a8a,make100k", help="comma-separated: a8a, make100k")
-    parser.add_argument("--skip", default="", help="comma-separated contenders to leave out")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="fits per contender, in rotated order; the median is reported (default: 1)")
     parser.add_argument("--before", metavar="DIR",
                         help="also fit muflow as an earlier checkout DIR has it (contender "
                              "muflow_before, e.g. a git worktree of the previous release)")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
+    add_round_options(parser)
     args = parser.parse_args(argv)
     if args.child:
         return child(args.child, args.data, args.out)

@@ -81,12 +81,17 @@ def run_muflow(args, path, fresh_jit=False):
     jit_dir = tempfile.TemporaryDirectory() if fresh_jit else None
     if jit_dir is not None:
         env["NUMBA_CACHE_DIR"] = jit_dir.name
-    t = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        return run_worker(cmd, env)
     finally:
         if jit_dir is not None:
             jit_dir.cleanup()
+
+
+def run_worker(cmd, env=None) -> dict:
+    """Run a sweep worker process; the JSON its last line prints, with "wall" (seconds)."""
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         raise SystemExit(f"muflow worker failed:\n{proc.stderr}")

@@ -27,10 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_sweep_a8a import run_worker  # noqa: E402  (a sweep worker process, its JSON)
 
 C_VALUES = [0.1, 1.0, 10.0]
 GAMMA = 0.02
@@ -72,14 +75,7 @@ def run_muflow(args):
            "--tol", str(args.tol), "--muflow-cache", str(args.muflow_cache)]
     cmd += ["--force-rows"] if args.force_rows else []
     cmd += ["--share-rows"] if args.share_rows else []
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ))
-    wall = time.perf_counter() - t
-    if proc.returncode != 0:
-        raise SystemExit(f"muflow worker failed:\n{proc.stderr}")
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
-    out["wall"] = wall
-    return out
+    return run_worker(cmd, dict(os.environ))
 
 
 def run_gridsearch(X, y, cache_size):

@@ -28,6 +28,35 @@ def _stderr_lines(err):
     return [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
 
 
+def close_scheduler_once(proc, cluster, ready, *, wait):
+    """Close ``cluster`` under the running command ``proc`` once ``ready()`` holds (at most
+    ``wait`` seconds); its (stdout, stderr) once it has ended."""
+    try:
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()  # still working: the scheduler goes
+        cluster.close(timeout=10)
+        return proc.communicate(timeout=wait)
+    finally:
+        proc.kill()
+
+
+def one_line_naming_resume(proc, err, argv, scheduler, log_note) -> str:
+    """A lost scheduler's failure checked: exit 1, one stderr line (no Prefect or distributed
+    traceback) that names the scheduler, ends with its log note, and whose hint is the
+    command as given with --resume; the line."""
+    assert proc.returncode == 1
+    lines = _stderr_lines(err)
+    assert len(lines) == 1, err
+    line = lines[0]
+    assert line.startswith(f"muflow {argv[0]}: failed: SchedulerLostError: the Dask scheduler "
+                           f"at {scheduler} is gone") and line.endswith(log_note), line
+    hinted = shlex.split(line.split("continue with `")[1].split("`")[0])
+    assert hinted == ["python", "-m", "muflow", *argv, "--resume"]
+    return line
+
+
 def _two_blobs(path, n=1000, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, 5))
@@ -48,26 +77,11 @@ def test_a_scheduler_lost_mid_fit_fails_in_one_line_naming_fit_resume(tmp_path):
             str(out), "--gamma", "2", "--C", "10", "--tol", "1e-6", "--max-iter", "60",
             "--checkpoint-every", "2", "--quiet"]
     proc = _muflow(*argv)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not checkpoint.exists():
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()  # still fitting: the scheduler goes
-        cluster.close(timeout=10)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1
-    lines = _stderr_lines(err)
-    assert len(lines) == 1, err
-    line = lines[0]
-    assert line.startswith("muflow fit: failed: SchedulerLostError: the Dask scheduler at "
-                           f"{cluster.scheduler_address} is gone")
+    _, err = close_scheduler_once(proc, cluster, checkpoint.exists, wait=120)
+    line = one_line_naming_resume(proc, err, argv, cluster.scheduler_address,
+                                  f"` (Dask's log: {checkpoint.parent}/distributed.log)")
+    # the hint continues the fit from the checkpoint
     assert f"its last checkpoint is kept in {checkpoint.parent}; continue with `" in line
-    assert line.endswith(f"` (Dask's log: {checkpoint.parent}/distributed.log)")
-    # the hint is the command as given, with --resume: the fit continues from the checkpoint
-    hinted = shlex.split(line.split("continue with `")[1].split("`")[0])
-    assert hinted == ["python", "-m", "muflow", *argv, "--resume"]
     assert checkpoint.is_file() and not out.exists()
     assert "distributed.client" in (checkpoint.parent / "distributed.log").read_text()
 

@@ -5,13 +5,13 @@ processes, which the test closes once the run's first stage is finished."""
 
 from __future__ import annotations
 
-import shlex
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
+
+from tests.test_commands_fail_in_one_line import close_scheduler_once, one_line_naming_resume
 
 from tests.test_run_command import REPO, muflow_env
 
@@ -36,26 +36,17 @@ def test_a_scheduler_lost_mid_run_fails_in_one_line_naming_run_resume(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "muflow", *argv], cwd=tmp_path,
                             env=dict(muflow_env(tmp_path), PYTHONPATH=str(REPO)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                (out / "stages.log").exists() and "data" in (out / "stages.log").read_text()):
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()  # building the Gram stores
-        cluster.close(timeout=10)
-        stdout, err = proc.communicate(timeout=180)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err  # no Prefect or distributed traceback
-    line = lines[0]
-    assert line.startswith("muflow run: failed: SchedulerLostError: the Dask scheduler at "
-                           f"{cluster.scheduler_address} is gone: the run cannot go on")
+
+    def data_stage_done():  # the Gram stores are being built
+        log = out / "stages.log"
+        return log.exists() and "data" in log.read_text()
+
+    stdout, err = close_scheduler_once(proc, cluster, data_stage_done, wait=240)
+    assert not any(l.startswith("Dask dashboard:") for l in err.splitlines()), err
+    line = one_line_naming_resume(proc, err, argv, cluster.scheduler_address,
+                                  f"` (Prefect's and Dask's log: {out / 'run.log'})")
+    assert "the run cannot go on" in line
     assert f"the finished stages are kept in {out}; continue with `" in line
-    assert line.endswith(f"` (Prefect's and Dask's log: {out / 'run.log'})")
-    hinted = shlex.split(line.split("continue with `")[1].split("`")[0])
-    assert hinted == ["python", "-m", "muflow", *argv, "--resume"]
     assert "Task run 'prepare-data" in stdout  # Prefect's progress stays on the console
     log = (out / "run.log").read_text()
     assert "Traceback" in log and "build-gram" in log  # and its tracebacks are kept
