@@ -93,21 +93,9 @@ def exp_nonpositive64(x):
     n = np.floor(x * 1.4426950408889634 + 0.5)
     r = x - n * _LN2_HI64
     r = r - n * _LN2_LO64
-    c = _EXP64_TAYLOR
-    p = c[0]
-    p = p * r + c[1]
-    p = p * r + c[2]
-    p = p * r + c[3]
-    p = p * r + c[4]
-    p = p * r + c[5]
-    p = p * r + c[6]
-    p = p * r + c[7]
-    p = p * r + c[8]
-    p = p * r + c[9]
-    p = p * r + c[10]
-    p = p * r + c[11]
-    p = p * r + c[12]
-    p = p * r + c[13]
+    p = 0.0
+    for c in _EXP64_TAYLOR:  # Horner, highest degree first (a fixed count: unrolled)
+        p = p * r + c
     m = max(n, -1022.0)  # keeps the exponent bits valid where x < -708 (the result is 0)
     scale = _float64_from_bits((np.int64(m) + np.int64(1023)) << np.int64(52))
     return p * scale if x >= _EXP64_FLOOR else 0.0

@@ -18,6 +18,7 @@ fresh memory is a sizeable part of the cost (about 1 s per GiB measured here), w
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -236,22 +237,59 @@ class Columns:
                                  sq_B=self.sq, same_rows=same)
 
 
-_CONTROLLER = None
+class _OneBlasThread:
+    """Context that keeps BLAS on one thread while any caller is inside it.
+
+    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
+    sections overlapping in two threads (a threaded server, a Dask worker, prediction
+    blocks) would leave BLAS on one thread for good when the first to enter is not the
+    last to leave. Here the limit is taken by the first caller in and restored by the last
+    one out. A forked child starts afresh (the parent's count is not its own).
+    """
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self):
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._limiter = None
+        self._blas = None
+
+    def __enter__(self):
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if self._inside == 0:
+                if self._blas is None:
+                    # made once: threadpoolctl scans the loaded libraries on every
+                    # controller, which a row fetched alone would pay each time
+                    from threadpoolctl import ThreadpoolController
+
+                    self._blas = ThreadpoolController().select(user_api="blas")
+                self._limiter = self._blas.limit(limits=1)
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
 
 
-def _blas_single_threaded():
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def _blas_single_threaded() -> _OneBlasThread:
     """BLAS held to one thread: our threads run panels side by side (each panel's product
     next to another panel's element-wise pass), and a panel of a few rows is faster on one
     BLAS thread than on several (a single a8a row: 1 ms against 8 ms with OpenBLAS's two
-    threads on the 2-core machine, where they wait on each other). The controller is made
-    once: threadpoolctl's ``threadpool_limits`` scans the loaded libraries on every call,
-    which a row fetched alone would pay each time."""
-    global _CONTROLLER
-    if _CONTROLLER is None:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER = ThreadpoolController()
-    return _CONTROLLER.limit(limits=1, user_api="blas")
+    threads on the 2-core machine, where they wait on each other). The one process-wide
+    :class:`_OneBlasThread`, so that overlapping sections restore BLAS once all have left."""
+    return _ONE_BLAS_THREAD
 
 
 def default_threads() -> int:

@@ -50,13 +50,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.inmemory import _blas_single_threaded
 from muflow.kernels import Kernel, rbf_center
 
 #: Kernel values per block of rows, in the block's dtype: a few hundred rows, which stay in
@@ -235,13 +235,13 @@ class Predictor:
         small = n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT
         threads = 1 if small else min(len(starts), _cpu_count())
         if threads < 2:
-            with _one_blas_thread() if small else contextlib.nullcontext():
+            with _blas_single_threaded() if small else contextlib.nullcontext():
                 for start in starts:
                     self._decision_block(X, start, step, scores)
             return scores
         # one block per thread, each on one BLAS thread: the GEMM, the finish and the product
         # with W all run side by side (BLAS threads alone leave the finish on one core)
-        with _one_blas_thread(), ThreadPoolExecutor(threads) as pool:
+        with _blas_single_threaded(), ThreadPoolExecutor(threads) as pool:
             for done in [pool.submit(self._decision_block, X, start, step, scores) for start in starts]:
                 done.result()
         return scores
@@ -303,48 +303,6 @@ def _cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-class _OneBlasThread:
-    """Context that keeps BLAS on one thread while any caller is inside it.
-
-    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
-    predictions overlapping in two threads (a threaded server, a Dask worker) would leave
-    BLAS on one thread for good when the first to enter is not the last to leave. Here the
-    limit is taken by the first caller in and restored by the last one out.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._limiter = None
-        self._blas = None
-
-    def __enter__(self):
-        with self._lock:
-            if self._inside == 0:
-                if self._blas is None:
-                    from threadpoolctl import ThreadpoolController
-
-                    self._blas = ThreadpoolController().select(user_api="blas")
-                self._limiter = self._blas.limit(limits=1)
-            self._inside += 1
-        return self
-
-    def __exit__(self, *exc):
-        with self._lock:
-            self._inside -= 1
-            if self._inside == 0:
-                self._limiter.restore_original_limits()
-                self._limiter = None
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def _one_blas_thread() -> _OneBlasThread:
-    """The process's :class:`_OneBlasThread` context."""
-    return _ONE_BLAS_THREAD
 
 
 def blocked_decision(X, block, W, n_columns) -> np.ndarray:
