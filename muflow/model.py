@@ -35,7 +35,7 @@ from muflow.routing import fits_as_one_task, gram_mode, solver_for, solves_on_ow
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_on_own_samples
-from muflow.time_limit import chain as chain_deadline, finish_fit
+from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
 
@@ -52,16 +52,6 @@ PROBABILITY_DEPRECATION = (
     "Use `CalibratedClassifierCV(SVC(), ensemble=False)` instead of `SVC(probability=True)`")
 
 
-
-
-def _chain(*callbacks):
-    """One solver callback calling several; stops when any asks to."""
-    active = [c for c in callbacks if c is not None]
-
-    def call(iteration, alpha, objective):
-        return any([c(iteration, alpha, objective) for c in active])
-
-    return call
 
 
 class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
@@ -353,8 +343,8 @@ default="rbf"
         if checkpoint_dir is not None:
             init, checkpointer = self._checkpointing(checkpoint_dir, checkpoint_every, problem,
                                                      info.name, kernel, X)
-            callback = _chain(checkpointer, callback)
-        callback = chain_deadline(deadline, callback)
+            callback = chain(checkpointer, callback)
+        callback = chain(callback, deadline)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)

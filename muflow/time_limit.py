@@ -74,16 +74,16 @@ def start(time_limit) -> Deadline | None:
     return None if seconds is None else Deadline(seconds)
 
 
-def chain(deadline: Deadline | None, callback):
-    """``callback`` that also stops at ``deadline`` (either asking stops the solver)."""
-    if deadline is None:
-        return callback
-    if callback is None:
-        return deadline
+def chain(*callbacks):
+    """One solver callback calling each of ``callbacks`` that is not None, in order (every
+    one hears of every iteration: a checkpointer, progress, a :class:`Deadline`); it stops
+    the solver when any asks to. None when there is none, the callback itself when one."""
+    active = [c for c in callbacks if c is not None]
+    if len(active) <= 1:
+        return active[0] if active else None
 
     def call(iteration, alpha, objective):
-        stop = bool(callback(iteration, alpha, objective))
-        return deadline(iteration, alpha, objective) or stop
+        return any([c(iteration, alpha, objective) for c in active])
 
     return call
 
@@ -96,7 +96,7 @@ def bounded(info, deadline: Deadline | None):
     solve = info.solve
 
     def bounded_solve(problem, *args, callback=None, **kwargs):
-        return solve(problem, *args, callback=chain(deadline, callback), **kwargs)
+        return solve(problem, *args, callback=chain(callback, deadline), **kwargs)
 
     bounded_solve.__signature__ = _signature(solve)  # options are read from the signature
     return dataclasses.replace(info, solve=bounded_solve)
