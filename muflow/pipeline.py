@@ -15,7 +15,8 @@ Run directory::
 
     config.json            the validated run configuration
     data.npz, data.json    the stratified train/test split and its description
-    gram.json              Gram stores of every kernel of the grid (in gram/ by default)
+    gram.json              each kernel setting's plan (store or stream, and why) and the Gram
+                           stores of those that read one (in gram/ by default)
     sweep/                 results.csv, best.json, plots (PNG), ... from muflow.selection
     sweep-summary.json     the sweep's best configuration, counts and the paths of its outputs
     model/                 the best configuration refitted on the whole training set
@@ -215,7 +216,9 @@ def load_split(run_dir):
 def gram_dtype(cfg: RunConfig) -> str:
     """The dtype of the stores the sweep reads: float32 for the Dask operator
     (:func:`muflow.gram.operator_for`), float64 when K is solved in this process."""
-    return "float32" if cfg.sweep.on_cluster else "float64"
+    from muflow.selection.kernel_plan import store_dtype
+
+    return store_dtype(cfg.sweep.on_cluster)
 
 
 # ----------------------------------------------------------------------------- stages
@@ -265,23 +268,67 @@ def prepare_data(cfg: RunConfig, run_dir) -> dict:
     return info
 
 
-@_stage("gram", "gram.json")
-def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
-    """Stage ``gram``: build or reuse the Gram store of K(X_train, X_train) of every kernel
-    of the grid, in :func:`gram_dir`. Output: ``gram.json`` (store, tiles computed)."""
-    from muflow.gram import ensure_gram
+def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
+    """``[(setting, kernel, KernelPlan), ...]``: the store-or-stream plan of every kernel
+    setting of the grid over the training split, by the rule the sweep follows
+    (:func:`muflow.selection.kernel_plan.plan_setting`, given the sweep's client: ``client``
+    only with ``sweep.on_cluster``), so a store is built exactly where the sweep reads one."""
+    from muflow.selection.kernel_plan import plan_setting, sweep_solves
 
-    X_train, _, _, _ = load_split(run_dir)
-    X_train = np.asarray(X_train, dtype=np.float64) if not hasattr(X_train, "indptr") else X_train
-    stores = []
+    if X_train is None:
+        X_train = _train_input(run_dir)
+    sweep_client = client if cfg.sweep.on_cluster else None
+    solves = sweep_solves(cfg.sweep.folds, len(cfg.grid.sorted_C()))
+    plans = []
     for setting in cfg.grid.kernel_settings():
         # the sweep's own constructor: the stores built here carry the keys it looks up
         kernel = kernel_from_setting(setting, X_train, intercept=cfg.sweep.intercept)
-        gram, report = ensure_gram(X_train, kernel, client=client, cache_dir=gram_dir(cfg, run_dir),
-                                   dtype=gram_dtype(cfg))
-        stores.append({"kernel": setting, "store": gram.url, "tiles": report.total,
-                       "computed": len(report.computed), "seconds": round(report.seconds, 3)})
-    info = {"cache_dir": gram_dir(cfg, run_dir), "stores": stores}
+        plans.append((setting, kernel, plan_setting(X_train, kernel, solver=cfg.sweep.solver,
+                                                    solves=solves, client=sweep_client,
+                                                    cache_dir=gram_dir(cfg, run_dir))))
+    return plans
+
+
+def _train_input(run_dir):
+    X_train, _, _, _ = load_split(run_dir)
+    return np.asarray(X_train, dtype=np.float64) if not hasattr(X_train, "indptr") else X_train
+
+
+def needs_cluster(cfg: RunConfig, run_dir) -> bool:
+    """Whether the run has work for a Dask cluster: the sweep runs there
+    (``sweep.on_cluster``), or some kernel setting's plan reads a Gram store, which the Gram
+    stage builds on the cluster. A run whose every setting is on rows on demand in this
+    process needs none (the flows then start no LocalCluster)."""
+    if cfg.sweep.on_cluster:
+        return True
+    done = Path(run_dir) / "gram.json"
+    if done.exists():  # a resumed run: the stage's record, not a new look at the disk
+        return any(s["store"] for s in _read_json(done).get("settings", [{"store": True}]))
+    return any(plan.store for _, _, plan in kernel_plans(cfg, run_dir))
+
+
+@_stage("gram", "gram.json")
+def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
+    """Stage ``gram``: build or reuse, in :func:`gram_dir`, the Gram store of K(X_train,
+    X_train) of every kernel setting whose plan reads one (:func:`kernel_plans`); a
+    setting on rows on demand or on X partitioned over the workers gets no store (an n x n
+    store nobody would read). Output: ``gram.json``: ``stores`` (each store built or
+    reused: url, tiles computed, seconds) and ``settings`` (per kernel setting its plan:
+    path, reason, whether it has a store)."""
+    from muflow.gram import ensure_gram
+
+    X_train = _train_input(run_dir)
+    stores, settings = [], []
+    for setting, kernel, plan in kernel_plans(cfg, run_dir, client, X_train):
+        entry = {"kernel": setting, **plan.to_dict(), "store_url": None}
+        if plan.store:
+            gram, report = ensure_gram(X_train, kernel, client=client, cache_dir=gram_dir(cfg, run_dir),
+                                       dtype=gram_dtype(cfg))
+            stores.append({"kernel": setting, "store": gram.url, "tiles": report.total,
+                           "computed": len(report.computed), "seconds": round(report.seconds, 3)})
+            entry["store_url"] = gram.url
+        settings.append(entry)
+    info = {"cache_dir": gram_dir(cfg, run_dir), "stores": stores, "settings": settings}
     return info
 
 
@@ -292,13 +339,15 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     ``client`` only with ``sweep.on_cluster = true`` (X partitioned over the workers: the
     working-set solver, or the multiplicative solvers on kernel panels computed there, or on
     the Dask Gram operator when those do not fit; one round trip per iteration, worth it
-    when K does not fit here); otherwise
-    K is read from the Gram store into memory and solved here (SMO by default), which on
-    small and medium data is much faster. Always ``resume=True``: after a
-    failure, the kernel settings it finished (``sweep/kernels/``) are read back, not
-    recomputed, and the Gram stores come from :func:`gram_dir`. Output:
+    when K does not fit here); otherwise in this process, each kernel setting by its plan
+    (:func:`kernel_plans`, the rule the Gram stage followed): K read from its Gram store
+    into memory (SMO by default), which on small and medium data is much faster, or rows
+    on demand (the working-set solver) above the sweep's stored-K size. Always
+    ``resume=True``: after a failure, the kernel settings it finished (``sweep/kernels/``)
+    are read back, not recomputed, and the Gram stores come from :func:`gram_dir`. Output:
     ``sweep-summary.json`` (best configuration, test metrics of the sweep's best model,
-    the paths of the sweep's outputs and its counts of Grams built and settings resumed)."""
+    the paths of the sweep's outputs, its counts of Grams built and settings resumed, and
+    ``kernel_paths``: per kernel setting the path taken, why, the solver and its seconds)."""
     from muflow import selection
 
     t0 = time.perf_counter()
@@ -309,7 +358,12 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
         resume=True, progress=progress, **cfg.sweep.sweep_options())
     paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
              for k, v in dict(result.paths).items()}
+    kernel_paths = [{"setting": r["setting"], "path": r["gram"], "reason": r.get("reason", ""),
+                     "solver": r["solver"], "solve_path": r["path"],
+                     "solve_seconds": round(float(r["solve_seconds"]), 3)}
+                    for r in result.path_report.get("settings", [])]
     info = {"best": dict(result.best), "test_metrics": result.test_metrics, "paths": paths,
+            "kernel_paths": kernel_paths,
             "n_configurations": int(len(result.table)), "counts": dict(result.counts),
             "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
@@ -418,6 +472,31 @@ def plot_paths(run_dir) -> list[Path]:
     return found
 
 
+def kernel_path_summary(kernel_paths: list) -> str:
+    """``rows on demand (1 setting)``, ``stored Gram (2 settings), rows on demand (1
+    setting)``: how many kernel settings took each path (:data:`muflow.routing.PATH_LABELS`)."""
+    from collections import Counter
+
+    from muflow.routing import PATH_LABELS
+
+    counts = Counter(p["path"] for p in kernel_paths)
+    return ", ".join(f"{PATH_LABELS.get(path, path)} ({k} setting{'' if k == 1 else 's'})"
+                     for path, k in counts.items())
+
+
+def kernel_paths_markdown(kernel_paths: list) -> str:
+    """The report's table of kernel paths: one row per kernel setting, as the sweep recorded
+    it (``sweep-summary.json``; a resumed setting keeps the record of the run that solved it)."""
+    from muflow.routing import PATH_LABELS
+    from muflow.selection.grid import setting_label
+
+    lines = ["| setting | path | solver | reason | solve s |", "|---|---|---|---|---|"]
+    lines += [f"| {setting_label(p['setting'])} | {PATH_LABELS.get(p['path'], p['path'])} | "
+              f"{p['solver']} ({p['solve_path']}) | {p['reason'] or '_not recorded_'} | "
+              f"{float(p['solve_seconds']):.2f} |" for p in kernel_paths]
+    return "\n".join(lines) + "\n"
+
+
 def summary_rows(run_dir) -> list[tuple[str, str]]:
     """``(item, value)`` rows of the run's summary (what the command line prints)."""
     run_dir = Path(run_dir)
@@ -428,6 +507,8 @@ def summary_rows(run_dir) -> list[tuple[str, str]]:
         sw = _read_json(run_dir / "sweep-summary.json")
         rows.append(("configurations", f"{sw['n_configurations']} ({sw['counts'].get('kernels_resumed', 0)} "
                                        f"kernel settings resumed, {sw['counts'].get('kernels_solved', 0)} solved)"))
+        if sw.get("kernel_paths"):
+            rows.append(("kernel path", kernel_path_summary(sw["kernel_paths"])))
         rows.append(("best CV accuracy", f"{float(sw['best']['cv_accuracy']):.4f} "
                                          f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}"))
     if (run_dir / "refit.json").exists():
@@ -474,6 +555,10 @@ def write_report(cfg: RunConfig, run_dir) -> Path:
                 lines.append(f"- {what}: [{rel(sw['paths'][key])}]({rel(sw['paths'][key])})")
     lines += ["- refitted model: [model/](model/)", "- test metrics: [metrics.json](metrics.json)",
               "- configuration: [config.json](config.json)", ""]
+    if sw and sw.get("kernel_paths"):
+        lines += ["## Kernel paths", "", "Where each kernel setting's K came from and why "
+                  "(stored Gram or rows on demand: muflow.routing.plan_kernel).", "",
+                  kernel_paths_markdown(sw["kernel_paths"]), ""]
     if sw:
         lines += ["## Sweep results", "", results_markdown(run_dir), ""]
     m = _read_json(run_dir / "metrics.json")

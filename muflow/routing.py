@@ -10,7 +10,11 @@ A fit has three choices to make, each made here once:
   (:func:`fits_as_one_task`), or every solver iteration against X partitioned over the
   workers (:func:`runs_on_workers`), or against a Gram store built on the cluster;
 - which solver runs when the caller asks for "auto" (:func:`solver_for`), and for a
-  sweep, which solver and which path along C (:func:`sweep_solver`).
+  sweep, which solver and which path along C (:func:`sweep_solver`);
+- for a kernel setting of a sweep or the pipeline, store or stream (:func:`plan_kernel`):
+  a Gram store (zarr, in process or on the cluster) or rows on demand (in process, or X
+  partitioned on the workers), weighing the solver, the size, the reuse, the memory and
+  the disk, with the reason in words for the run's report.
 
 The rules weigh the solver: a product ``K @ V`` reads all of K every pass, a working set
 reads only the rows it touches. Which operator then serves K is the one factory's job
@@ -19,6 +23,8 @@ plain facts (names, counts, flags): importing this module imports no Dask.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -196,3 +202,183 @@ def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: 
     if path == "auto":
         path = "continuation" if reads_rows(info.name) else "batched"
     return info, path
+
+
+# ------------------------------------------------------------- store or stream, per setting
+
+#: The paths a kernel setting's solves can take (:func:`plan_kernel`), with the words the
+#: report uses for them.
+PATH_LABELS = {
+    "stored": "stored Gram",                      # K in this process (built, or read from a zarr store)
+    "rows": "rows on demand",                     # KernelRows in this process, no n x n array
+    "partitioned": "X partitioned on the workers",  # working set (rows) or kernel panels
+    "cluster-store": "Gram store on the cluster",   # zarr store served by the Dask operator
+}
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    """Where one kernel setting's K comes from, and why (:func:`plan_kernel`).
+
+    Attributes
+    ----------
+    path : {"stored", "rows", "partitioned", "cluster-store"}
+        See :data:`PATH_LABELS`.
+    reason : str
+        One sentence for a person: the facts that decided.
+    solves : int
+        Solves that read this K (folds x C values, plus the refit, in a sweep; 1 for a fit).
+    store : bool
+        Whether the path reads a zarr Gram store (built or reused in the store directory);
+        False: no n x n store is written.
+    gram_bytes : int
+        Bytes of K in the dtype it would be kept in.
+    """
+
+    path: str
+    reason: str
+    solves: int
+    store: bool
+    gram_bytes: int
+
+    @property
+    def gram(self) -> str:
+        """The in-process ``gram`` of :func:`muflow.backends.gram_operator` for this plan."""
+        return "rows" if self.path == "rows" else "stored"
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "reason": self.reason, "solves": self.solves,
+                "store": self.store, "gram_bytes": self.gram_bytes}
+
+
+def _size(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def _solves(k: int) -> str:
+    return f"{k} solve" + ("" if k == 1 else "s")
+
+
+def plan_kernel(n_samples: int, *, solver: str = "auto", kernel_name="rbf", solves: int = 1,
+                client=None, gram: str = "auto", store_dir=None, store_built: bool = False,
+                available: int | None = None, free_disk: int | None = None) -> KernelPlan:
+    """The store-or-stream rule of one kernel setting: the path its solves take and why.
+
+    The one rule the sweep (:func:`muflow.selection.run_sweep`, per kernel setting) and the
+    pipeline's Gram stage (:func:`muflow.pipeline.build_gram_stores`, which builds a store
+    only where the plan reads one) follow; its in-process thresholds are :func:`gram_mode`'s,
+    which :class:`muflow.SVC` follows for its one solve. It weighs, in this order:
+
+    1. where the solves run: a kernel whose K is given (``"precomputed"``, a callable) is
+       held in process; with a ``client`` the working-set solver runs on X partitioned over
+       the workers (``"partitioned"``: each computes the rows its working sets touch), a
+       multiplicative solver on kernel panels there while they fit in the workers' memory
+       (:func:`muflow.dask_panels.panels_fit`), and otherwise on the Gram store built on
+       the cluster (``"cluster-store"``, float32);
+    2. in process, the solver, the size and the reuse (:func:`gram_mode`, ``sweep`` when
+       ``solves > 1``): a solver reading rows takes rows on demand above
+       :data:`ROWS_MIN_SAMPLES` samples for one solve, :data:`SWEEP_ROWS_MIN_SAMPLES` when
+       several solves share K; a product solver reads all of K every pass and keeps it;
+    3. the memory: a stored K must fit in half the available memory
+       (:func:`muflow.memory.choose_gram`), or rows are computed on demand;
+    4. the disk: a store in ``store_dir`` (float64 in process, float32 on the cluster) must
+       fit in ``free_disk`` unless it is built already (``store_built``). In process K is
+       then built in memory without a store; on the cluster, where the workers read the
+       store, it is refused.
+
+    Parameters
+    ----------
+    n_samples : int
+    solver : str, default="auto"
+        The solver asked for (a registered name or "auto").
+    kernel_name : str or callable, default="rbf"
+    solves : int, default=1
+        Solves that read this K.
+    client : distributed.Client, optional
+        The client the solves run on (None: in process).
+    gram : {"auto", "stored", "rows"}, default="auto"
+        In process: "stored" and "rows" are taken as asked ("stored" still weighs the disk).
+    store_dir : str, optional
+        Where the store would go; None: no store (K built in memory on the stored path).
+    store_built : bool, default=False
+        The store is in ``store_dir`` already: no disk is needed.
+    available, free_disk : int, optional
+        Bytes of memory available (default :func:`muflow.memory.available_memory_bytes`) and
+        of free disk at ``store_dir`` (None: not checked).
+
+    Returns
+    -------
+    KernelPlan
+
+    Raises
+    ------
+    MuflowInputError
+        On a cluster, when the solver needs the Gram store and it does not fit on the disk.
+    """
+    from muflow.memory import choose_gram, gram_bytes
+
+    n = int(n_samples)
+    if not isinstance(kernel_name, str) or kernel_name == "precomputed":
+        return KernelPlan("stored", "K is given (a precomputed or callable kernel): held in this process",
+                          solves, False, gram_bytes(n, np.float64))
+    if client is not None:
+        return _plan_on_cluster(n, solver, kernel_name, solves, client, store_dir, store_built, free_disk)
+    from muflow.inmemory import gram_dtype
+
+    dtype = np.dtype(np.float64) if store_dir is not None else gram_dtype(n)
+    nbytes = gram_bytes(n, dtype)
+    what = f"K of {n:,} samples ({_size(nbytes)} {dtype.name})"
+    mode = gram_mode(gram, n, solver, sweep=solves > 1)
+    if mode == "rows":
+        if gram == "rows":
+            return KernelPlan("rows", f"rows on demand as asked (gram='rows'); {what} is never stored",
+                              solves, False, nbytes)
+        threshold = SWEEP_ROWS_MIN_SAMPLES if solves > 1 else ROWS_MIN_SAMPLES
+        return KernelPlan("rows", f"{n:,} samples > {threshold:,}: {what} would be read by "
+                          f"{_solves(solves)}, but rows on demand compute only the rows the "
+                          "working sets touch", solves, False, nbytes)
+    if mode == "auto" and choose_gram(n, dtype, "auto", available=available) == "rows":
+        cost = (f"; {solver} reads products, so each pass computes K again" if reads_products(solver)
+                else "")
+        return KernelPlan("rows", f"{what} does not fit in half the available memory: rows on "
+                          f"demand{cost}", solves, False, nbytes)
+    products = f"{solver} reads all of K every pass; " if reads_products(solver) else ""
+    reason = f"{products}{what} fits in memory and is reused by {_solves(solves)}"
+    if store_dir is None:
+        return KernelPlan("stored", reason, solves, False, nbytes)
+    if store_built or free_disk is None or nbytes <= free_disk:
+        return KernelPlan("stored", reason + (" (its store is built)" if store_built else ""),
+                          solves, True, nbytes)
+    return KernelPlan("stored", f"{reason}; its store would not fit in the {_size(free_disk)} free "
+                      f"at {store_dir}: K is built in memory, no store written", solves, False, nbytes)
+
+
+def _plan_on_cluster(n, solver, kernel_name, solves, client, store_dir, store_built, free_disk):
+    """Step 1 of :func:`plan_kernel` with a client: X partitioned on the workers, or the Gram
+    store on the cluster (refused when it does not fit on the disk)."""
+    from muflow.memory import gram_bytes
+
+    nbytes = gram_bytes(n, np.float32)
+    what = f"K of {n:,} samples ({_size(nbytes)} float32)"
+    if runs_on_workers(client, kernel_name, solver):
+        if not runs_on_panels(solver):
+            return KernelPlan("partitioned", f"the working-set solver runs on X partitioned over the "
+                              f"workers, each computing the rows its working sets touch; {what} "
+                              f"is never stored, for {_solves(solves)}", solves, False, nbytes)
+        from muflow.dask_panels import panels_fit
+
+        if panels_fit(n, client, np.float32):
+            return KernelPlan("partitioned", f"{solver} reads all of K every pass; {what} fits as "
+                              f"kernel panels in the workers' memory, reused by {_solves(solves)}",
+                              solves, False, nbytes)
+    if not store_built and free_disk is not None and nbytes > free_disk:
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(
+            f"solver {solver!r} on the cluster needs the Gram store of {what} in {store_dir}, "
+            f"and {_size(free_disk)} is free there; free disk space, set gram.cache_dir "
+            "(cache_dir) to a larger disk, or use solver='working_set' (X on the workers, no store)")
+    why = (f"{solver} reads all of K every pass and its kernel panels do not fit in the workers' "
+           "memory" if reads_products(solver) else f"{solver} does not run on X partitioned")
+    return KernelPlan("cluster-store", f"{why}: the Gram store of {what} is built on the cluster "
+                      f"and served by the workers, reused by {_solves(solves)}", solves, True, nbytes)

@@ -2,7 +2,8 @@
 the main job, run as the Prefect ``pipeline`` flow (:mod:`muflow.flows.pipeline`).
 
 Stages: load and validate the data -> build or reuse the Gram stores (on a Dask cluster)
--> sweep the grid -> refit the best -> evaluate it on the test set -> write the report.
+that the kernel settings' plans read (a setting on rows on demand gets none, and a run
+with no store to build and ``sweep.on_cluster`` off starts no LocalCluster) -> sweep the grid -> refit the best -> evaluate it on the test set -> write the report.
 With no arguments it runs the embedded default (:data:`muflow.config.DEFAULT_TOML`): a
 LocalCluster on this machine, the bundled breast-cancer data, a small RBF and polynomial
 grid; it prints a summary table and where the report is.

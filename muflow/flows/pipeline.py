@@ -78,24 +78,38 @@ def _start(cfg, run_dir):
 def _on_cluster(cfg, run_dir):
     """The run started (:func:`_start`) on the run's Dask scheduler, whose address it yields.
 
-    The scheduler is ``cluster.scheduler`` or a LocalCluster started for the block and
-    closed after it (:func:`muflow.pipeline.dask_scheduler`); its address and dashboard go
-    to the flow run's log.
+    The scheduler is ``cluster.scheduler`` (connected before anything is written) or a
+    LocalCluster started for the block and closed after it
+    (:func:`muflow.pipeline.dask_scheduler`); its address and dashboard go to the flow
+    run's log. No LocalCluster is started when the run has no work for one
+    (:func:`muflow.pipeline.needs_cluster`: every kernel setting on rows on demand in this
+    process, no Gram store to build, ``sweep.on_cluster`` off): it yields None and the
+    stages compute in this process.
     """
+    if not cfg.cluster.scheduler:
+        _start(cfg, run_dir)
+        if not stages.needs_cluster(cfg, run_dir):
+            get_run_logger().info("no Dask cluster: no Gram store to build and the sweep runs in "
+                                  "this process (gram.json says why)")
+            yield None
+            return
     with stages.dask_scheduler(cfg) as (address, dashboard):
         logger = get_run_logger()
         logger.info("Dask scheduler: %s", address)
         if dashboard:
             logger.info("Dask dashboard: %s", dashboard)
-        _start(cfg, run_dir)
+        if cfg.cluster.scheduler:
+            _start(cfg, run_dir)
         yield address
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: dict | str | None = None, out_dir: str | None = None,
              scheduler: str | None = None) -> dict:
-    """Load and validate data -> build or reuse Gram stores -> sweep -> refit the best ->
-    evaluate on the test set -> write the report (and publish it as artifacts).
+    """Load and validate data -> build or reuse the Gram stores the kernel settings' plans
+    read (store or stream: :func:`muflow.pipeline.kernel_plans`) -> sweep -> refit the best
+    -> evaluate on the test set -> write the report, which says which path each setting
+    took and why (and publish it as artifacts).
 
     Returns ``{"run_dir", "report", "summary"}``.
     """
@@ -114,7 +128,11 @@ def pipeline(config: dict | str | None = None, out_dir: str | None = None,
 @flow(name="gram", log_prints=True)
 def gram(config: dict | str | None = None, out_dir: str | None = None,
          scheduler: str | None = None) -> dict:
-    """Build or reuse the Gram store of every kernel of the grid (training split)."""
+    """Build or reuse the Gram store of every kernel setting of the grid (training split)
+    whose plan reads one: the plan the sweep follows (:func:`muflow.pipeline.kernel_plans`),
+    so this flow alone builds exactly the stores a later ``sweep`` or ``pipeline`` run of
+    the same configuration reads, and none for the settings on rows on demand or on X
+    partitioned over the workers; ``gram.json`` records each setting's plan and reason."""
     cfg, run_dir = _setup(config, out_dir, scheduler)
     with _on_cluster(cfg, run_dir) as address:
         return tasks.build_gram(cfg, run_dir, address)

@@ -40,7 +40,8 @@ def prepare_data(cfg: RunConfig, run_dir: str) -> dict:
 
 @task(name="build-gram", **_STORAGE)
 def build_gram(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
-    """Build (or reuse) the Gram store of every kernel of the grid on the cluster."""
+    """Build (or reuse) on the cluster the Gram store of every kernel setting whose plan
+    reads one (none for rows on demand); ``scheduler`` None: in this process."""
     with stages.client_of(scheduler, cfg.cluster.timeout) as client:
         return stages.build_gram_stores(cfg, run_dir, client)
 

@@ -167,9 +167,13 @@ class KernelRecord:
     solve_seconds: float
     refit: Refit
     curves: list
-    #: where its kernel values came from: "stored" (K in this process), "rows" (computed on
-    #: demand in this process) or "cluster" (a Dask operator)
+    #: where its kernel values came from, a path of :func:`muflow.routing.plan_kernel`:
+    #: "stored" (K in this process), "rows" (computed on demand in this process),
+    #: "partitioned" (X on the workers) or "cluster-store" (the Dask Gram operator);
+    #: records written before the plan say "cluster" for either of the last two
     gram: str = "stored"
+    #: why, in one sentence (the plan's reason; "" in records written before it)
+    reason: str = ""
 
     def info(self) -> dict:
         """The JSON part (``kernel.json``); the arrays go to ``arrays.npz``."""
@@ -177,7 +181,8 @@ class KernelRecord:
                 "kernel": self.kernel.to_dict(), "solver": self.solver, "path": self.path,
                 "solve_seconds": self.solve_seconds, "refit_C_index": self.refit.c_index,
                 "refit_n_iter": self.refit.n_iter, "refit_seconds": self.refit.seconds,
-                "refit_pair_steps": self.refit.pair_steps, "gram": self.gram}
+                "refit_pair_steps": self.refit.pair_steps, "gram": self.gram,
+                "reason": self.reason}
 
     def arrays(self) -> dict:
         """The arrays part (``arrays.npz``); curves padded to one length with their
@@ -202,4 +207,4 @@ class KernelRecord:
                    kernel=Kernel.from_dict(info["kernel"]), solver=info["solver"], path=info["path"],
                    solve_seconds=float(info["solve_seconds"]), refit=refit,
                    curves=[padded[c, :lengths[c]] for c in range(len(lengths))],
-                   gram=info.get("gram", "stored"))
+                   gram=info.get("gram", "stored"), reason=info.get("reason", ""))

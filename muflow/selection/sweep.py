@@ -20,8 +20,9 @@ import numpy as np
 from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
-from muflow.routing import gram_mode, sweep_solver
+from muflow.routing import sweep_solver
 from muflow.selection import rundir, timeout
+from muflow.selection.kernel_plan import plan_setting, sweep_solves
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
@@ -54,8 +55,10 @@ class SweepResult:
         scoring, outputs, plots), ``total``.
     test_metrics : dict or None
     path_report : dict
-        Per kernel setting where K came from (``gram``: "stored", "rows" computed on demand,
-        or "cluster"), the path and solver used and its solve seconds; with
+        Per kernel setting where K came from (``gram``: a path of
+        :func:`muflow.routing.plan_kernel`, "stored", "rows", "partitioned" or
+        "cluster-store") and why (``reason``), the path and solver used and its solve
+        seconds; with
         ``path="compare"`` also both paths' times on the first setting.
     counts : dict
         ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
@@ -98,8 +101,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
         picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
         size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
-        fit in half the available memory: :func:`muflow.routing.gram_mode` with
-        ``sweep=True``) kernel rows are computed on demand and "auto" is the working-set
+        fit in half the available memory: the store-or-stream rule of each kernel setting,
+        :func:`muflow.routing.plan_kernel`, which the pipeline follows too) kernel rows are computed on demand and "auto" is the working-set
         solver, by the rule :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`):
         each fold's problem on rows over its own training samples
         (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
@@ -123,8 +126,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Gram built on the cluster into the store cache and served by the workers
         (multiplicative solvers whose kernel panels do not fit, batched path).
     cache_dir : str, optional
-        Gram store cache (:mod:`muflow.gram`): each kernel's Gram is read from it when
-        present and written there otherwise.
+        Gram store cache (:mod:`muflow.gram`): a kernel setting whose plan reads a store
+        (:func:`muflow.routing.plan_kernel`: K stored, with room on the disk) reads it from
+        here when present and writes it here otherwise; the settings on rows on demand or on
+        X partitioned over the workers neither read nor write it.
     resume : bool, default=False
         Skip the kernel settings whose results are already in ``out_dir`` (same data,
         grid and options); their Grams are not rebuilt.
@@ -236,9 +241,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 kpath = chosen_path
             t = time.perf_counter()
             kernel = kernels[i]
+            plan = plan_setting(X, kernel, solver=solver, solves=sweep_solves(folds, len(Cs)),
+                                client=client, cache_dir=cache_dir)
             operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
-                                     gram=gram_mode("auto", n, solver, sweep=True),
-                                     cache_dir=cache_dir, out=buffer)
+                                     gram=plan.gram, cache_dir=cache_dir if plan.store else None,
+                                     out=buffer)
             if client is None:  # "auto" on rows computed on demand: the working set, as SVC
                 info, kpath = sweep_solver(solver, path, intercept=intercept,
                                            kernel_nonnegative=kernel.is_nonnegative(X),
@@ -246,7 +253,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 info = bounded(info, deadline)
                 if chosen_path is not None:
                     kpath = chosen_path
-            gram = "cluster" if client is not None else "stored" if operator.dense is not None else "rows"
+            gram, reason = _path_taken(plan, operator, client)
             options = info.options(cache_mb=cache_size)
             buffer = operator.dense  # the next setting builds its K into this array
             timings["gram"] += time.perf_counter() - t
@@ -290,7 +297,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             counts_out["kernels_solved"] += 1
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
-                                  refit=refit, curves=res.curves, gram=gram)
+                                  refit=refit, curves=res.curves, gram=gram, reason=reason)
             if not cut:  # a cut setting is not done: a resumed sweep solves it again
                 rundir.save_kernel(kdir, record, meta)
             records.append(record)
@@ -300,8 +307,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     finally:
         bar.close()
     for rec in records:
-        path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "solver": rec.solver,
-                                        "path": rec.path, "solve_seconds": rec.solve_seconds})
+        path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "reason": rec.reason,
+                                        "solver": rec.solver, "path": rec.path,
+                                        "solve_seconds": rec.solve_seconds})
 
     table = [row for rec in records for row in rec.rows] + not_started
     k_best, c_best = best_index(timeout.rows_to_choose_from(records))
@@ -319,6 +327,19 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
     return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                        test_metrics=test_metrics, path_report=path_report, counts=counts_out)
+
+
+def _path_taken(plan, operator, client) -> tuple[str, str]:
+    """The path the operator took (:data:`muflow.routing.PATH_LABELS`) and its reason: the
+    plan's, or, where the operator answered otherwise (memory or the workers changed
+    between plan and build), what it did instead."""
+    if client is not None:
+        taken = "partitioned" if getattr(operator, "partitioned", False) else "cluster-store"
+    else:
+        taken = "stored" if operator.dense is not None else "rows"
+    if taken == plan.path:
+        return taken, plan.reason
+    return taken, f"planned {plan.path} ({plan.reason}), but the operator took {taken}"
 
 
 def solve_key(C) -> str:
