@@ -44,3 +44,86 @@ def test_the_refit_reports_iterations_in_the_unit_of_n_iter(tmp_path):
         '{"source": "bc", "n_samples": 250, "n_features": 30, "n_train": 200, "n_test": 50}')
     rows = dict(summary_rows(tmp_path))
     assert rows["iterations"] == f"{info['iterations']} (pair step)"
+
+
+def _generated_run(tmp_path, n=600):
+    """A CSV of ``make_classification`` rows and the run configuration of one RBF setting,
+    C=1, 3 folds, 20 % held out."""
+    from sklearn.datasets import make_classification
+
+    from muflow.config import from_dict
+
+    X, y = make_classification(n_samples=n, n_features=10, n_informative=5, flip_y=0.05,
+                               random_state=11)
+    path = tmp_path / "data.csv"
+    np.savetxt(path, np.column_stack([X, y]), delimiter=",", header=",".join(
+        [f"f{i}" for i in range(X.shape[1])] + ["label"]), comments="")
+    return from_dict({"data": {"path": str(path), "label_column": "label"},
+                      "grid": {"C": [1.0], "kernels": [{"kernel": "rbf", "gamma": [0.05]}]},
+                      "sweep": {"folds": 3}})
+
+
+def _run_stages(cfg, run_dir):
+    from muflow import pipeline as stages
+
+    stages.start_run(cfg, run_dir)
+    stages.prepare_data(cfg, run_dir)
+    gram = stages.build_gram_stores(cfg, run_dir, None)
+    stages.sweep(cfg, run_dir, None, progress=False)
+    stages.refit_best(cfg, run_dir)
+    stages.evaluate(cfg, run_dir)
+    return gram, stages.write_report(cfg, run_dir).read_text()
+
+
+def test_a_run_on_rows_on_demand_writes_no_gram_store_and_says_why(tmp_path, monkeypatch):
+    """Above the sweep's stored-K size (lowered here) the Gram stage writes no store, the
+    sweep reads none, and gram.json, report.md and the summary name the path and why; a
+    resumed sweep reports the same from its kernel records."""
+    from muflow import pipeline as stages
+    from muflow import routing
+
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 100)
+    cfg, run = _generated_run(tmp_path), tmp_path / "run"
+    stages.prepare_data(cfg, stages.start_run(cfg, run))
+    assert not stages.needs_cluster(cfg, run)  # no store, sweep in process: no LocalCluster
+    gram, report = _run_stages(cfg, run)
+    assert not stages.needs_cluster(cfg, run)  # and so says gram.json on a resumed run
+    assert gram["stores"] == [] and not (run / "gram").exists() and not list(tmp_path.rglob("*.zarr"))
+    (setting,) = gram["settings"]
+    assert (setting["path"], setting["store"], setting["store_url"]) == ("rows", False, None)
+    assert setting["reason"].startswith("480 samples > 100: K of 480 samples (1.8 MiB float64) "
+                                        "would be read by 4 solves")
+    assert "## Kernel paths" in report
+    assert f"| rbf(gamma=0.05) | rows on demand | working_set (continuation) | {setting['reason']} |" in report
+    assert dict(stages.summary_rows(run))["kernel path"] == "rows on demand (1 setting)"
+    assert json_of(run / "metrics.json")["accuracy"] > 0.8
+
+    # the sweep resumed from its kernel records reports the same path and reason
+    (run / "sweep-summary.json").unlink()
+    again = stages.sweep(cfg, run, None, progress=False)
+    assert again["counts"]["kernels_resumed"] == 1
+    assert again["kernel_paths"][0]["reason"] == setting["reason"]
+
+
+def test_a_small_run_stores_its_gram_and_a_second_run_reuses_it(tmp_path):
+    from muflow import pipeline as stages
+
+    cfg = _generated_run(tmp_path)
+    cfg = cfg.with_overrides(gram={"cache_dir": str(tmp_path / "cache")})
+    gram, report = _run_stages(cfg, tmp_path / "a")
+    (store,) = gram["stores"]
+    assert store["computed"] == store["tiles"] > 0
+    assert gram["settings"][0]["path"] == "stored" and gram["settings"][0]["store_url"] == store["store"]
+    assert "reused by 4 solves" in gram["settings"][0]["reason"]
+    assert "| rbf(gamma=0.05) | stored Gram | smo (continuation) |" in report
+    assert dict(stages.summary_rows(tmp_path / "a"))["kernel path"] == "stored Gram (1 setting)"
+    assert stages.needs_cluster(cfg, tmp_path / "a")
+    second, _ = _run_stages(cfg, tmp_path / "b")
+    assert [s["computed"] for s in second["stores"]] == [0]
+    assert "(its store is built)" in second["settings"][0]["reason"]
+
+
+def json_of(path):
+    import json
+
+    return json.loads(path.read_text())
