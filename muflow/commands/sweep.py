@@ -185,6 +185,12 @@ def run(args) -> int:
           f"other {t['overhead']:.1f} s)")
     per_c = [(k[len("solve C="):], v) for k, v in t.items() if k.startswith("solve C=")]
     print("  solve by C: " + ", ".join(f"C={c} {v:.1f} s" for c, v in per_c))
+    from muflow.routing import PATH_LABELS
+    from muflow.selection.grid import setting_label
+
+    for k in result.path_report.get("settings", []):  # which path each setting took, and why
+        print(f"  {setting_label(k['setting'])}: {PATH_LABELS.get(k['gram'], k['gram'])}, "
+              f"{k['solver']}: {k['reason']}")
     if "compare" in result.path_report:
         c = result.path_report["compare"]
         print(f"paths on the first kernel setting ({c['solver']}): batched {c['batched_seconds']:.2f} s, "
