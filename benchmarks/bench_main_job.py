@@ -7,6 +7,7 @@ same on both sides:
 
 - a stratified 80/20 split, ``train_test_split(X, y, test_size=0.2, random_state=0,
   stratify=y)`` (muflow's data stage, :func:`muflow.pipeline.prepare_data`, ``data.seed``);
+- a kernel row cache of 2000 MB (the peer's ``cache_size``, muflow's ``sweep.cache_size``);
 - RBF ``gamma=0.02``, ``C=1``, 3 stratified folds ``StratifiedKFold(3, shuffle=True,
   random_state=0)`` (muflow's sweep, ``sweep.seed``), the best refitted on the whole
   training split;
@@ -69,11 +70,11 @@ def write_csv(path: Path, n: int) -> None:
     np.savetxt(path, np.column_stack([X, y]), delimiter=",", header=header, comments="", fmt="%.17g")
 
 
-def write_config(path: Path, csv: Path, jobs: int = 1) -> None:
+def write_config(path: Path, csv: Path, jobs: int = 1, cache_mb: float = 2000.0) -> None:
     path.write_text(f'[data]\npath = "{csv}"\nlabel_column = "label"\ntest_size = {TEST_SIZE}\n'
                     f'seed = {SEED}\n\n[grid]\nC = [{C}]\n'
                     f'kernels = [{{ kernel = "rbf", gamma = [{GAMMA}] }}]\n\n'
-                    f'[sweep]\nfolds = {FOLDS}\nseed = {SEED}\nn_jobs = {jobs}\n')
+                    f'[sweep]\nfolds = {FOLDS}\nseed = {SEED}\nn_jobs = {jobs}\ncache_size = {cache_mb}\n')
 
 
 def directory_bytes(path: Path) -> int:
@@ -162,7 +163,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=60000, help="generated rows (default: 60000)")
     p.add_argument("--cache-size", type=float, default=2000.0,
-                   help="the peer's cache_size in MB (default: 2000)")
+                   help="kernel row cache in MB, both sides: the peer's cache_size and muflow's "
+                        "sweep.cache_size (default: 2000)")
     p.add_argument("--force-rows", action="store_true",
                    help="muflow on rows on demand whatever --n (routing.SWEEP_ROWS_MIN_SAMPLES = 0)")
     p.add_argument("--jobs", type=int, default=1,
@@ -187,7 +189,7 @@ def main() -> int:
         tmp.mkdir(parents=True, exist_ok=True)
         csv, config = tmp / "data.csv", tmp / "run.toml"
         write_csv(csv, args.n)
-        write_config(config, csv, args.jobs)
+        write_config(config, csv, args.jobs, args.cache_size)
         prefect_home = tmp / "prefect-home" if args.fresh_prefect else Path(args.prefect_home)
         if not args.fresh_prefect:
             warm_prefect_home(tmp, prefect_home)

@@ -101,10 +101,16 @@ class SweepConfig:
     halving_min_iter: int = 10
     n_jobs: int = 1
     time_limit: float | None = None  # seconds; None (left out): no limit
+    #: megabytes of kernel rows the row-reading solvers cache (run_sweep's ``cache_size``);
+    #: None (left out): run_sweep's default. On rows on demand (a large training set) the
+    #: cache decides how often a row is computed again: 256 MB against 2000 MB doubled the
+    #: solves of a 20,000-row sweep (benchmarks/bench_sweep_rows.py --force-rows)
+    cache_size: float | None = None
 
     def sweep_options(self) -> dict:
-        """Keyword arguments of :func:`muflow.selection.run_sweep`."""
-        return {k: getattr(self, k) for k in SWEEP_OPTIONS}
+        """Keyword arguments of :func:`muflow.selection.run_sweep` (those left out, None,
+        take its defaults)."""
+        return {k: getattr(self, k) for k in SWEEP_OPTIONS if getattr(self, k) is not None}
 
 
 @dataclass(frozen=True)

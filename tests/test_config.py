@@ -68,6 +68,17 @@ def test_the_sweep_table_takes_every_option_of_run_sweep():
             assert value == defaults[key], key
 
 
+def test_the_sweep_row_cache_is_a_key_that_a_run_directory_of_before_does_not_miss():
+    """``sweep.cache_size`` reaches run_sweep when given; left out it takes run_sweep's
+    default and is absent from config.json, so a run directory written before the key
+    existed still resumes (its config.json compares equal)."""
+    assert from_dict({"sweep": {"cache_size": 2000}}).sweep.sweep_options()["cache_size"] == 2000.0
+    assert "cache_size" not in default_config().sweep.sweep_options()
+    assert "cache_size" not in default_config().to_dict()["sweep"]
+    with pytest.raises(MuflowInputError, match=r"sweep\.cache_size must be a positive number, got 0"):
+        from_dict({"sweep": {"cache_size": 0}})
+
+
 def test_a_file_names_itself_and_relative_data_paths_follow_it(tmp_path):
     (tmp_path / "d.csv").write_text("a,label\n1,0\n")
     path = tmp_path / "run.toml"

@@ -52,7 +52,7 @@ def add_parser(subparsers):
         epilog=(
             "CONFIG.toml tables and keys (all optional; see muflow/config.py): "
             "[data] path, label_column, format, n_features, test_size, seed; "
-            "[grid] C, kernels; [sweep] folds, solver, tol, max_iter, seed, on_cluster; "
+            "[grid] C, kernels; [sweep] folds, solver, tol, max_iter, seed, n_jobs, cache_size, on_cluster; "
             "[cluster] scheduler, workers, timeout; [gram] cache_dir. Prefect: set "
             "PREFECT_API_URL to run against a server, otherwise a temporary local one is used."),
     )

@@ -37,7 +37,7 @@ SUBSET_SOLVERS = ("smo", "cd", "adatron", "hybrid")
 PATHS = ("auto", "batched", "continuation", "compare")
 #: The options of :func:`muflow.selection.run_sweep` a grid file may set (``[sweep]``).
 SWEEP_OPTIONS = ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                 "halving_min_iter", "n_jobs", "time_limit")
+                 "halving_min_iter", "n_jobs", "time_limit", "cache_size")
 PARAM_ORDER = ("gamma", "degree", "coef0")
 #: What a kernel parameter left out of the grid takes: the :class:`muflow.SVC` default.
 SVC_DEFAULTS = {"gamma": "scale", "degree": 3, "coef0": 0.0}
@@ -185,6 +185,9 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
                                       where=where, hint="eta, the successive-halving factor")
     if "tol" in out:
         out["tol"] = check_number(out["tol"], name("tol"), low=0, closed="neither", where=where)
+    if out.get("cache_size") is not None:
+        out["cache_size"] = check_number(out["cache_size"], name("cache_size"), low=0,
+                                         closed="neither", where=where, hint="megabytes of kernel rows")
     if out.get("time_limit") is not None:
         from muflow.time_limit import check_time_limit
 
