@@ -127,3 +127,23 @@ def json_of(path):
     import json
 
     return json.loads(path.read_text())
+
+
+def test_with_the_sweep_on_the_cluster_the_working_set_gets_no_gram_store(tmp_path):
+    """sweep.on_cluster with the working-set solver: X partitioned over the workers, so the
+    Gram stage writes no store, and the sweep records the same path."""
+    from muflow import pipeline as stages
+    from tests.dask_cluster import local_client
+
+    cfg = _generated_run(tmp_path, n=300).with_overrides(sweep={"on_cluster": True})
+    run = tmp_path / "run"
+    stages.prepare_data(cfg, stages.start_run(cfg, run))
+    assert stages.needs_cluster(cfg, run)
+    with local_client(n_workers=1) as client:
+        gram = stages.build_gram_stores(cfg, run, client)
+        swept = stages.sweep(cfg, run, client, progress=False)
+    (setting,) = gram["settings"]
+    assert (setting["path"], setting["store"]) == ("partitioned", False) and gram["stores"] == []
+    assert not list(tmp_path.rglob("*.zarr"))
+    assert [(k["path"], k["solver"]) for k in swept["kernel_paths"]] == [("partitioned", "working_set")]
+    assert swept["kernel_paths"][0]["reason"] == setting["reason"]
