@@ -120,7 +120,7 @@ def test_a_small_run_stores_its_gram_and_a_second_run_reuses_it(tmp_path):
     assert stages.needs_cluster(cfg, tmp_path / "a")
     second, _ = _run_stages(cfg, tmp_path / "b")
     assert [s["computed"] for s in second["stores"]] == [0]
-    assert "(its store is built)" in second["settings"][0]["reason"]
+    assert "(its store is there already)" in second["settings"][0]["reason"]
 
 
 def json_of(path):
