@@ -347,8 +347,8 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", kernel_name="rbf", solv
     if store_dir is None:
         return KernelPlan("stored", reason, solves, False, nbytes)
     if store_built or free_disk is None or nbytes <= free_disk:
-        return KernelPlan("stored", reason + (" (its store is there already)" if store_built else ""),
-                          solves, True, nbytes)
+        there = " (its store is there already)" if store_built else ""
+        return KernelPlan("stored", reason + there, solves, True, nbytes)
     return KernelPlan("stored", f"{reason}; its store would not fit in the {_size(free_disk)} free "
                       f"at {store_dir}: K is built in memory, no store written", solves, False, nbytes)
 

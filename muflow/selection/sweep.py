@@ -101,13 +101,13 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
         picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
         size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
-        fit in half the available memory: the store-or-stream rule of each kernel setting,
-        :func:`muflow.routing.plan_kernel`, which the pipeline follows too) kernel rows are computed on demand and "auto" is the working-set
-        solver, by the rule :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`):
-        each fold's problem on rows over its own training samples
-        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
-        on all samples by the engine of ``SVC.fit``. With a Dask client the
-        working-set solver on X partitioned over the workers
+        fit in half the available memory: the store-or-stream rule of each kernel
+        setting, :func:`muflow.routing.plan_kernel`, which the pipeline follows too) kernel
+        rows are computed on demand and "auto" is the working-set solver, by the rule
+        :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`): each fold's problem
+        on rows over its own training samples (:func:`muflow.routing.solves_on_own_samples`),
+        warm-started along C, and the refit on all samples by the engine of ``SVC.fit``.
+        With a Dask client the working-set solver on X partitioned over the workers
         (:mod:`muflow.dask_working_set`); "m3", "munk" and the other multiplicative solvers
         with a client run on the same partitions with their kernel panels (every column of
         the batch in one round trip a pass, :mod:`muflow.dask_panels`) when those fit in
