@@ -45,11 +45,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, str]:
-    """Start a Prefect API server on loopback; return its process and API URL once it
-    answers ``/health``. Raises RuntimeError (with its output) when it does not."""
-    import httpx
-
+def launch_server() -> tuple[subprocess.Popen, str]:
+    """Start a Prefect API server on loopback without waiting for it; return its process and
+    API URL. :func:`wait_until_healthy` waits. Launched first, the server's own start (about
+    10 s: its imports and database) overlaps the caller's import of Prefect and the flows."""
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)
@@ -57,7 +56,14 @@ def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, st
                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
-    url = f"http://127.0.0.1:{port}/api"
+    return process, f"http://127.0.0.1:{port}/api"
+
+
+def wait_until_healthy(process: subprocess.Popen, url: str, timeout: float = STARTUP_TIMEOUT) -> None:
+    """Return once the server of :func:`launch_server` answers ``/health``; raise
+    RuntimeError (with its output) when it exits or does not answer within ``timeout``."""
+    import httpx
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -65,12 +71,20 @@ def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, st
             raise RuntimeError(f"the temporary Prefect server exited with code {process.returncode}: {err}")
         try:
             if httpx.get(url + "/health", timeout=2.0).status_code == 200:
-                return process, url
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     stop_server(process)
     raise RuntimeError(f"the temporary Prefect server did not answer on {url} within {timeout:.0f} s")
+
+
+def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, str]:
+    """Start a Prefect API server on loopback; return its process and API URL once it
+    answers ``/health``. Raises RuntimeError (with its output) when it does not."""
+    process, url = launch_server()
+    wait_until_healthy(process, url, timeout)
+    return process, url
 
 
 def stop_server(process: subprocess.Popen) -> None:
@@ -87,17 +101,21 @@ def stop_server(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def temporary_prefect_server():
+def temporary_prefect_server(launched: tuple[subprocess.Popen, str] | None = None):
     """A temporary server for the duration of the context, unless ``PREFECT_API_URL`` names
-    one already (then nothing is started). Yields the API URL the flows use."""
+    one already (then nothing is started, and a server ``launched`` ahead by
+    :func:`launch_server` is stopped unused). Yields the API URL the flows use."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     configured = PREFECT_API_URL.value()
     if configured:
+        if launched is not None:
+            stop_server(launched[0])
         yield configured
         return
-    process, url = start_server()
+    process, url = launched if launched is not None else launch_server()
     try:
+        wait_until_healthy(process, url)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             try:
                 yield url
@@ -121,4 +139,5 @@ def _drain_to_server(timeout: float = 10.0) -> None:
             pass
 
 
-__all__ = ["start_server", "stop_server", "temporary_prefect_server"]
+__all__ = ["launch_server", "start_server", "stop_server", "temporary_prefect_server",
+           "wait_until_healthy"]
