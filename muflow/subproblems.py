@@ -75,6 +75,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     gradient = np.full((n, m), np.nan)
     curves, violations, converged, iters, solver = [], np.zeros(m), np.zeros(m, dtype=bool), 0, ""
     timings: dict = {"restricted_samples": 0}
+    kept_gradient = True  # every column's solve kept its gradient
     for j in range(m):
         idx = np.flatnonzero(member[:, j])
         operator = _restricted(problem.operator, idx, kept, j)
@@ -91,7 +92,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                 operator.close()
         alpha[idx, j] = sol.alpha[:, 0]
         bias[j] = sol.bias[0]
-        kept_gradient = sol.gradient is not None and (j == 0 or kept_gradient)
+        kept_gradient = kept_gradient and sol.gradient is not None
         if kept_gradient:
             gradient[idx, j] = sol.gradient[:, 0]
         curves.append(sol.objective_curve[:, 0])
