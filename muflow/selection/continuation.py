@@ -28,7 +28,8 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
     """Solve the columns (column ``c * per_c + j``) as chains: with ``warm`` one chain per
     fold along ascending C (all folds in one chain in one process on a stored K), else one
     per (C, fold), larger C first. Writes ``out.alpha``, ``out.bias``, ``out.viol``,
-    ``out.n_iter``, ``out.seconds`` and ``out.curves`` in place.
+    ``out.n_iter``, ``out.seconds``, ``out.curves`` and, where the solver kept it,
+    ``out.gradient`` in place.
 
     On rows computed on demand, where each fold is solved on its own samples, a chain is
     one fold's path in this process as in a forked one: its operator over the fold's
@@ -54,6 +55,8 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
         for k, c in enumerate(cs):
             cols = [c * per_c + j for j in local]
             out.alpha[:, cols], out.bias[cols], out.viol[cols] = chain.alpha[k], chain.bias[k], chain.viol[k]
+            if chain.gradient[k] is not None:
+                out.gradient[:, cols] = chain.gradient[k]
             out.n_iter[c] = max(out.n_iter[c], chain.n_iter[k])
             out.seconds[c] = max(out.seconds[c], chain.seconds[k])
             if local[0] == 0:
@@ -70,6 +73,7 @@ class Chain:
     n_iter: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
     curves: list = field(default_factory=list)
+    gradient: list = field(default_factory=list)
 
 
 @dataclass
@@ -129,6 +133,7 @@ class ChainState:
                 out.alpha.append(sol.alpha)
                 out.bias.append(sol.bias)
                 out.viol.append(sol.kkt_violation)
+                out.gradient.append(sol.gradient)
                 out.n_iter.append(svc_iterations(sol))  # SVC's unit: SMO's pair steps
                 out.curves.append(sol.objective_curve[:, :self.P] if local[0] == 0 else None)
                 if self.warm and k + 1 < len(c_indices):

@@ -286,7 +286,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 refit = Refit()
             operator.close()  # a cluster's partitions or panels are released here
             del operator
-            res.decision = None
+            res.decision = res.products = None
             counts_out["kernels_solved"] += 1
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,

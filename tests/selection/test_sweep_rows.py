@@ -206,3 +206,45 @@ def test_a_fold_keeps_its_rows_and_its_gradient_along_its_C_path(tmp_path, monke
     for a, b in zip(kept.table, cold.table):
         assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
     assert kept.best["C"] == cold.best["C"]
+
+
+def test_the_refit_starts_from_the_folds_products_and_meets_tol(tmp_path, monkeypatch):
+    """On rows the refit's start (the mean of the folds' solutions) takes its gradient from
+    the folds' (their solvers' gradients at their training samples, the decision values at
+    their held-out ones) instead of a product: those products are K @ (y alpha) as a
+    float64 K gives them, and the refit certifies on the exact K within tol."""
+    from sklearn.datasets import make_classification
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from muflow import routing
+    from muflow.operators import DenseGram
+    from muflow.selection import kernel_solve
+    from muflow.selection import sweep as sweep_module
+    from muflow.solvers import DualProblem
+
+    X, y = make_classification(n_samples=1500, n_features=10, n_informative=6, flip_y=0.05,
+                               random_state=4)
+    gamma, tol = 0.05, 1e-3
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=[0.5, 5.0])
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
+    seen = []
+    refit = kernel_solve.refit
+
+    def recorded(operator, Y, C, res, c, *args, **kwargs):
+        seen.append((Y, C, res.alpha.copy(), None if res.products is None else res.products.copy(),
+                     res.block(c)))
+        out = refit(operator, Y, C, res, c, *args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(sweep_module, "refit_setting", recorded)
+    result = run_sweep(X, y, grid, folds=3, seed=0, tol=tol, progress=False, out_dir=tmp_path)
+    (Y, C, alpha, products, block), out = seen
+    assert products is not None and np.isfinite(products[:, block]).all()
+    K = rbf_kernel(X, X, gamma=gamma)
+    exact = K @ (Y[:, [0]] * alpha[:, block])
+    np.testing.assert_allclose(products[:, block], exact, atol=1e-4)
+    problem = DualProblem(DenseGram(K), Y, upper=C, equality=True)
+    violation, _ = problem.kkt_violation(np.asarray(out.alpha))
+    assert violation[0] <= tol
+    assert result.best_model.solver_ == "working_set"
