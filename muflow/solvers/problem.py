@@ -135,7 +135,10 @@ class DualProblem:
 
 def start_gradient(init, n: int, m: int) -> np.ndarray | None:
     """The gradient Q alpha + p that a warm start carries with its alpha, shape (n, m), or
-    None: the third entry of ``(alpha, bias, gradient)`` or :attr:`DualSolution.gradient`.
+    None: the third entry of ``(alpha, bias, gradient)``, which the caller states is this
+    problem's gradient at that alpha. A :class:`DualSolution` given as ``init`` carries none
+    (it may be another problem's: another kernel, other data); its
+    :attr:`~DualSolution.gradient` is passed on explicitly where it is this problem's.
 
     A solver that keeps the gradient (the working set) starts from it instead of computing
     it with a product ``K @ V`` over the start's support vectors, a pass as costly as that
@@ -144,7 +147,7 @@ def start_gradient(init, n: int, m: int) -> np.ndarray | None:
     start does not know them (samples outside a column's own problem); a solver then
     computes that column's gradient itself.
     """
-    G = init[2] if isinstance(init, tuple) and len(init) > 2 else getattr(init, "gradient", None)
+    G = init[2] if isinstance(init, tuple) and len(init) > 2 else None
     if G is None:
         return None
     return _as_columns(G, n, m, "init gradient")
@@ -184,8 +187,9 @@ class DualSolution:
     solver : str
     gradient : ndarray of shape (n, m), optional
         Q alpha + p at ``alpha`` where the solver kept it (the working set in this process;
-        NaN where a column's solve did not see a sample), so that a warm start from this
-        solution need not compute it (:func:`start_gradient`).
+        NaN where a column's solve did not see a sample), so that a warm start of the same
+        problem from this solution need not compute it: ``(alpha, bias, gradient)``
+        (:func:`start_gradient`).
     """
 
     alpha: np.ndarray

@@ -284,9 +284,12 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         state where X lives: an operator with a ``working_set_home(cache_mb)`` method (X
         partitioned over Dask workers, :class:`muflow.dask_partitions.DaskRowPartitions`)
         gives the home the same loop runs on.
-    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias) or DualSolution, optional
+    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias[, gradient]) or DualSolution, optional
         Warm start; clipped to the box and, with the sum constraint, balanced
-        (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch.
+        (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch, none for
+        the columns of a start ``(alpha, bias, gradient)`` whose gradient holds at the
+        feasible start (:func:`muflow.solvers.problem.start_gradient`; the returned
+        :attr:`DualSolution.gradient` is such a gradient).
     tol : float, default=1e-3
         The maximal violating pair's gap at which the loop stops (libsvm's ``eps``); the
         common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) certified is then at
