@@ -8,8 +8,8 @@ Python process timed from outside (process start and ``import muflow`` included)
 is split into operator setup, solves by C, the refit and the rest. Above
 :data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples the sweep computes kernel rows on
 demand and runs the working-set solver (each fold on its own training samples, warm-started
-along C); ``--force-rows`` lowers that threshold to 0 so that a smaller ``--n`` takes the
-same path. ``--share-rows`` solves every fold on rows over all n samples instead (the
+along C on one operator and row cache for its whole C path); ``--force-rows`` lowers that
+threshold to 0 so that a smaller ``--n`` takes the same path. ``--share-rows`` solves every fold on rows over all n samples instead (the
 alternative measured against restricting each fold to its own samples).
 
 Usage::

@@ -173,10 +173,12 @@ class KernelRows(GramOperator):
         source = self.source
         self._chunks_into(rows, source.X[rows], source.sq[rows], rows, data, target, scratch, worker)
 
-    def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker) -> None:
+    def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,
+                     consume=None) -> None:
         """The chunk loop of :meth:`_panel_by_chunks` for prepared rows A (``rows``: their
         indices in X for the sparse-row product, or None); ``same_rows[r] = c >= 0`` where
-        A[r] is row c of X."""
+        A[r] is row c of X. ``consume(c0, c1, piece)``, when given, takes each chunk of
+        columns while it is in the CPU's cache instead of its being written to ``data``."""
         source = self.source
         k = A.shape[0]
         width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
@@ -194,7 +196,10 @@ class KernelRows(GramOperator):
                 source.product_into(rows, source.XT, piece, c0, c1, A=A)
             self.kernel.block_into(None, None, piece, sq_A=sq_A, sq_B=source.sq[c0:c1],
                                    same_rows=same, product_ready=True)
-            data[target, c0:c1] = piece
+            if consume is not None:
+                consume(c0, c1, piece)
+            else:
+                data[target, c0:c1] = piece
 
     def foreign_rows_into(self, A, data: np.ndarray, slots, same_rows=None, scratch=None) -> None:
         """Write ``K(A[r], X)`` into ``data[slots[r]]`` for rows A that need not be rows of
@@ -364,8 +369,10 @@ class KernelRows(GramOperator):
     def cross_matmul(self, rows, cols, V) -> np.ndarray:
         """``K[rows][:, cols] @ V`` in float64, shape (len(rows), m): the block of K between
         two sets of samples alone, computed as rows are (from the same prepared values, a
-        panel of ``block_rows`` rows at a time on every thread) and multiplied in the
-        operator's dtype, as :meth:`matmul` multiplies. A sweep's fold reads its
+        panel of ``block_rows`` rows at a time on every thread) and summed in float64 over
+        those values, as :meth:`matmul_precise` sums (a column chunk at a time, while it is
+        in the CPU's cache), so that the result serves as a gradient (the sweep's refit
+        starts from it: :func:`muflow.selection.kernel_solve.known_products`). A sweep's fold reads its
         decision values at its held-out samples from its support vectors with it
         (:func:`muflow.selection.kernel_solve.decision_values`): |held-out| x |SV| kernel
         values where ``K @ V`` costs n x |SV|.
@@ -390,20 +397,27 @@ class KernelRows(GramOperator):
         same_rows = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
         source = self.source
         chunked = sub._chunked and self.kernel.name in PRODUCT_KERNELS
-        Vn = np.ascontiguousarray(V, dtype=self.dtype)  # the panel's dtype, as matmul takes it
-        scratch = {}
+        scratch, wides = {}, {}  # per thread: the chunk, and the chunk widened to float64
 
         def work(p0, p1, worker):
             r = rows[p0:p1]
-            panel = np.empty((r.size, sub.n), dtype=self.dtype)
             same = same_rows[p0:p1].copy()
             if chunked:  # rows of X as prepared here, against the prepared columns
-                sub._chunks_into(None, source.X[r], source.sq[r], same, panel, np.arange(r.size),
-                                 scratch, worker)
-            else:  # sparse X or laplacian: unshifted values, the float64 block
-                panel[...] = self.kernel.block_into(source.X[r], sub.source.X,
-                                                    np.empty((r.size, sub.n)), same_rows=same)
-            out[p0:p1] = panel @ Vn
+                def consume(c0, c1, piece):
+                    wide = wides.get(worker)
+                    if wide is None or wide.size < piece.size:
+                        wide = wides[worker] = np.empty(piece.size)
+                    wide = wide[: piece.size].reshape(piece.shape)
+                    np.copyto(wide, piece)
+                    out[p0:p1] += wide @ V[c0:c1]
+
+                sub._chunks_into(None, source.X[r], source.sq[r], same, None, None, scratch,
+                                 worker, consume=consume)
+                return
+            # sparse X or laplacian: unshifted values, the float64 block in the rows' dtype
+            block = self.kernel.block_into(source.X[r], sub.source.X, np.empty((r.size, sub.n)),
+                                           same_rows=same)
+            out[p0:p1] = block.astype(self.dtype).astype(np.float64) @ V
 
         run_panels(rows.size, self.block_rows, work, n_threads=self.n_threads)
         self.products += 1

@@ -22,15 +22,16 @@ import time
 
 import numpy as np
 
-from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
 from muflow.solvers._subset import pad_curves
+from muflow.solvers.rowcache import keep_row_cache
 
 #: Timings that are the most of any column, not a sum over them.
 _MOST = ("q", "max_shrunk", "outer_iterations", "pair_steps")
 
 
 def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, init=None,
-                         callback=None) -> DualSolution:
+                         callback=None, kept: dict | None = None) -> DualSolution:
     """Solve every column of ``problem`` on K restricted to the samples it holds.
 
     Parameters
@@ -42,42 +43,58 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     solve : callable
         ``solve(problem, init=None, callback=None) -> DualSolution`` for one column
         (the registered solver with its tolerance, budget and options bound).
-    init : ndarray of shape (n, m), tuple (alpha, bias) or DualSolution, optional
-        Warm start of the whole batch; each column starts from its samples' entries.
+    init : ndarray of shape (n, m), tuple (alpha, bias[, gradient]) or DualSolution, optional
+        Warm start of the whole batch; each column starts from its samples' entries (of
+        its gradient too, when the start carries one: :func:`muflow.solvers.problem.start_gradient`).
     callback : callable, optional
         ``callback(iteration, alpha, objective)`` as a batch solver calls it: ``alpha`` of
         shape (n, m) with the finished columns, the live one and zeros for those to come,
         ``objective`` NaN for those to come; True stops.
+    kept : dict, optional
+        Restricted operators that outlive this call, by column: column j's is reused while
+        it holds the same samples, with its row cache
+        (:func:`muflow.solvers.rowcache.keep_row_cache`), so that a later call on the same
+        samples (the next C of a path) finds the rows this one computed. The caller closes
+        them (:func:`close_kept`). None: each column's operator lives for its solve.
 
     Returns
     -------
     DualSolution
         Of shape (n, m); ``n_iter`` the most of any column; ``timings`` summed over the
         columns (the sizes in :data:`_MOST` the largest), plus "restricted_samples" (the
-        samples of every column's operator, summed).
+        samples of every column's operator, summed). ``gradient``, where the solver kept
+        it, on each column's samples (NaN elsewhere).
     """
     t0 = time.perf_counter()
     n, m = problem.n, problem.m
     member = np.asarray(member, dtype=bool)
     alpha0, bias0 = problem.check_init(init)
+    G0 = start_gradient(init, n, m)
     alpha = np.zeros((n, m))
     bias = np.zeros(m)
+    gradient = np.full((n, m), np.nan)
     curves, violations, converged, iters, solver = [], np.zeros(m), np.zeros(m, dtype=bool), 0, ""
     timings: dict = {"restricted_samples": 0}
+    kept_gradient = True  # every column's solve kept its gradient
     for j in range(m):
         idx = np.flatnonzero(member[:, j])
-        operator = problem.operator.restricted(idx)
+        operator = _restricted(problem.operator, idx, kept, j)
         try:
             sub = DualProblem(operator, problem.y[idx, j], upper=problem.upper[idx, j],
                               linear=problem.linear[idx, j], equality=problem.equality)
             start = None
             if alpha0 is not None:
-                start = (alpha0[idx, j], None if bias0 is None else bias0[[j]])
+                start = (alpha0[idx, j], None if bias0 is None else bias0[[j]],
+                         None if G0 is None else G0[idx, j])
             sol = solve(sub, init=start, callback=_scattered(callback, alpha, curves, idx, j, m))
         finally:
-            operator.close()
+            if kept is None:
+                operator.close()
         alpha[idx, j] = sol.alpha[:, 0]
         bias[j] = sol.bias[0]
+        kept_gradient = kept_gradient and sol.gradient is not None
+        if kept_gradient:
+            gradient[idx, j] = sol.gradient[:, 0]
         curves.append(sol.objective_curve[:, 0])
         violations[j] = sol.kkt_violation[0]
         converged[j] = sol.converged[0]
@@ -90,7 +107,32 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     timings["total"] = time.perf_counter() - t0
     return DualSolution(alpha=alpha, bias=bias, n_iter=iters, objective_curve=pad_curves(curves),
                         kkt_violation=violations, converged=converged, timings=timings,
-                        solver=solver)
+                        solver=solver, gradient=gradient if kept_gradient else None)
+
+
+def _restricted(operator, idx, kept, j):
+    """Column j's operator over its samples ``idx``: the one ``kept`` holds for it when it
+    is over the same samples, else a new one (kept, with its row cache, when ``kept`` is
+    given)."""
+    if kept is None:
+        return operator.restricted(idx)
+    held = kept.get(j)
+    if held is not None and np.array_equal(held[0], idx):
+        return held[1]
+    if held is not None:
+        held[1].close()
+    sub = keep_row_cache(operator.restricted(idx))
+    kept[j] = (idx, sub)
+    return sub
+
+
+def close_kept(kept: dict) -> None:
+    """Close the operators :func:`solve_on_own_samples` kept (its ``kept``), releasing their
+    row caches."""
+    for _, operator in kept.values():
+        operator.close()
+        operator.kept_row_caches.clear()
+    kept.clear()
 
 
 def _scattered(callback, alpha, curves, idx, j, m):
@@ -110,4 +152,4 @@ def _scattered(callback, alpha, curves, idx, j, m):
     return call
 
 
-__all__ = ["solve_on_own_samples"]
+__all__ = ["close_kept", "solve_on_own_samples"]

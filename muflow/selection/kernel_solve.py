@@ -80,7 +80,8 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     m = len(Cs) * per_c
     out = SimpleNamespace(alpha=np.zeros((n, m)), bias=np.zeros(m), viol=np.zeros(m),
                           n_iter=np.zeros(len(Cs), dtype=np.int64), seconds=np.zeros(len(Cs)),
-                          stopped=np.zeros(len(Cs), dtype=bool), curves=[None] * len(Cs))
+                          stopped=np.zeros(len(Cs), dtype=bool), curves=[None] * len(Cs),
+                          gradient=np.full((n, m), np.nan))
     ycols, upper = columns(Y, masks, Cs, member)
     common = dict(per_c=per_c, P=P, info=info, equality=intercept == "exact", tol=tol,
                   max_iter=max_iter, callback=callback, options=options)
@@ -95,10 +96,27 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
                       halving_min_iter=halving_min_iter, masks=masks, y_enc=y_enc, **common)
     solve_seconds = time.perf_counter() - t0
     D = decision_values(operator, ycols * out.alpha, out.bias, masks, P)
+    products = None
+    if hasattr(operator, "cross_matmul") and not np.isnan(out.gradient).all():
+        products = known_products(out.gradient, D, out.bias, ycols, masks, P)
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
                        n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
-                       curves=out.curves)
+                       curves=out.curves, products=products)
+
+
+def known_products(gradient, D, bias, ycols, masks, P) -> np.ndarray:
+    """``K @ (y * alpha)`` of every column where it is known without a product, NaN
+    elsewhere: at the samples its solve saw from the gradient the solver kept,
+    ``y (G - p)`` with the sweep's linear term p = -1, and at its fold's held-out samples
+    from the decision values less the bias (summed in float64:
+    :meth:`muflow.kernel_rows.KernelRows.cross_matmul`). Every sample is a training sample
+    of all folds but one and held out of that one, so the refit's start (the mean of the
+    folds' solutions) gets its gradient from these (:func:`refit`)."""
+    F = masks.shape[1]
+    fold = (np.arange(ycols.shape[1]) % (F * P)) // P
+    held = ~masks[:, fold]
+    return np.where(held, D - bias[None, :], ycols * (gradient + 1.0))
 
 
 def decision_values(operator, coef, bias, masks, P) -> np.ndarray:
@@ -135,8 +153,11 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     Warm start: the mean of the fold solutions at C. Each is feasible for the full problem
     (0 <= alpha <= C, held-out samples at 0, sum_i y_i alpha_i = 0) and the feasible set is
     convex, so their mean is feasible too; it is close to the full solution because each
-    sample is a training sample in folds - 1 of the folds. ``options``: the solver's keywords
-    beyond the common signature (the row cache).
+    sample is a training sample in folds - 1 of the folds. Where the folds' products
+    ``K @ (y alpha_f)`` are known at every sample (rows on demand: :func:`known_products`),
+    the start's gradient is their mean, which spares the working set the start's product
+    (n x |support vectors| kernel values). ``options``: the solver's keywords beyond the
+    common signature (the row cache).
     """
     P, per_c = res.n_problems, res.per_c
     F = per_c // P
@@ -144,6 +165,9 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     init = (block.mean(axis=1), res.bias[res.block(c)].reshape(F, P).mean(axis=0))
     upper = float(C) if member is None else np.where(member, float(C), 0.0)
     problem = DualProblem(operator, Y, upper, equality=intercept == "exact")
+    if res.products is not None:  # the start's gradient from the folds' (known_products)
+        mean_product = res.products[:, res.block(c)].reshape(-1, F, P).mean(axis=1)
+        init = init + (Y * mean_product + problem.linear,)
     t = time.perf_counter()
 
     def solve(p, init=None, callback=None):

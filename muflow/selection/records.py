@@ -47,6 +47,10 @@ class KernelSolve:
         SMO's pair steps), seconds, and whether successive halving stopped it.
     curves : list of ndarray
         Per C: the objective curve of fold 0's columns.
+    products : ndarray of shape (n_samples, n_columns), optional
+        ``K @ (y * alpha)`` of every column where known without a product (NaN elsewhere;
+        :func:`muflow.selection.kernel_solve.known_products`), None where the solver kept
+        no gradient.
     """
 
     path: str
@@ -61,6 +65,7 @@ class KernelSolve:
     seconds: np.ndarray
     stopped: np.ndarray
     curves: list
+    products: np.ndarray | None = None
 
     def block(self, c: int) -> slice:
         """The columns of C index ``c``."""

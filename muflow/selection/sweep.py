@@ -147,8 +147,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
-        demand (each solve call's own cache: a fold's problem on its own samples, at one C,
-        and the refit; a forked process holds one at a time), on each worker when X is
+        demand (a fold's problem on its own samples keeps one cache for its whole C path,
+        the refit has its own; a process holds one at a time), on each worker when X is
         partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
@@ -293,7 +293,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                 refit = Refit()
             operator.close()  # a cluster's partitions or panels are released here
             del operator
-            res.decision = None
+            res.decision = res.products = None
             counts_out["kernels_solved"] += 1
             record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
                                   path=res.path, solve_seconds=res.solve_seconds + refit.seconds,

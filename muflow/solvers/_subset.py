@@ -115,8 +115,10 @@ def pad_curves(curves) -> np.ndarray:
     return out
 
 
-def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, n_iter):
-    """The batch :class:`DualSolution` from per-column results."""
+def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, n_iter,
+             gradients=None):
+    """The batch :class:`DualSolution` from per-column results (``gradients``: each
+    column's final Q alpha + p where the solver kept it)."""
     alpha = np.stack(alphas, axis=1) if alphas else np.zeros((problem.n, 0))
     violation = np.asarray(violations, dtype=np.float64)
     curve = pad_curves(curves)
@@ -129,6 +131,7 @@ def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, 
         converged=violation <= tol,
         timings=timings,
         solver=solver,
+        gradient=np.stack(gradients, axis=1) if gradients else None,
     )
 
 

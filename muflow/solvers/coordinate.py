@@ -31,7 +31,7 @@ from muflow.operators import require_rows
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 
 
 def column_state(col: Column, alpha: np.ndarray, timings: dict):
@@ -156,7 +156,7 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
         raise ValueError(f"eta must lie in (0, 2) for coordinate descent to converge, got {eta!r}")
     t_start = time.perf_counter()
     timings = {"coordinate_updates": 0}
-    cache = RowCache(problem.operator, cache_mb)
+    cache = row_cache(problem.operator, cache_mb)
     rng = np.random.default_rng(random_state)
     alpha0, _ = problem.check_init(init)
     alphas, biases, curves, viols, epochs_max = [], [], [], [], 0

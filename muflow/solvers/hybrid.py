@@ -28,7 +28,7 @@ from muflow.operators import require_rows
 from muflow.solvers._subset import Column, assemble
 from muflow.solvers.multiplicative import solve_multiplicative
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, row_cache
 from muflow.solvers.smo import smo_column, sweeps
 
 
@@ -112,7 +112,7 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     timings = {"multiplicative": time.perf_counter() - t_start, "multiplicative_passes": mult.n_iter}
     sub_timings: dict = {}
     alphas, biases, curves, viols, steps = [], [], [], [], 0
-    cache = RowCache(problem.operator, cache_mb)
+    cache = row_cache(problem.operator, cache_mb)
     t_sub = time.perf_counter()
     for j in range(problem.m):
         col = Column(problem, j)

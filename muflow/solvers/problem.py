@@ -115,12 +115,13 @@ class DualProblem:
         return kkt_violation(self, alpha, self.gradient(alpha, q_alpha))
 
     def check_init(self, init) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Validate a warm start: ``alpha`` of shape (n,) or (n, m), or ``(alpha, bias)``."""
+        """Validate a warm start: ``alpha`` of shape (n,) or (n, m), ``(alpha, bias)`` or
+        ``(alpha, bias, gradient)`` (:func:`start_gradient`)."""
         if init is None:
             return None, None
         bias = None
         if isinstance(init, tuple):
-            init, bias = init
+            init, bias = init[:2]
         elif isinstance(init, DualSolution):
             init, bias = init.alpha, init.bias
         alpha = _as_columns(init, self.n, self.m, "init alpha")
@@ -130,6 +131,26 @@ class DualProblem:
             bias = np.broadcast_to(np.asarray(bias, dtype=np.float64), (self.m,)).copy()
             check_finite_start(bias, "init bias")
         return alpha, bias
+
+
+def start_gradient(init, n: int, m: int) -> np.ndarray | None:
+    """The gradient Q alpha + p that a warm start carries with its alpha, shape (n, m), or
+    None: the third entry of ``(alpha, bias, gradient)``, which the caller states is this
+    problem's gradient at that alpha. A :class:`DualSolution` given as ``init`` carries none
+    (it may be another problem's: another kernel, other data); its
+    :attr:`~DualSolution.gradient` is passed on explicitly where it is this problem's.
+
+    A solver that keeps the gradient (the working set) starts from it instead of computing
+    it with a product ``K @ V`` over the start's support vectors, a pass as costly as that
+    many rows; along a C path the next start's gradient is the last one scaled
+    (:func:`muflow.selection.continuation.scaled_start`). Entries may be NaN where the
+    start does not know them (samples outside a column's own problem); a solver then
+    computes that column's gradient itself.
+    """
+    G = init[2] if isinstance(init, tuple) and len(init) > 2 else None
+    if G is None:
+        return None
+    return _as_columns(G, n, m, "init gradient")
 
 
 def check_finite_start(values: np.ndarray, name: str):
@@ -164,6 +185,11 @@ class DualSolution:
     timings : dict
         Seconds spent per phase (``"products"``, ``"updates"``, ``"kkt"``, ``"total"`` ...).
     solver : str
+    gradient : ndarray of shape (n, m), optional
+        Q alpha + p at ``alpha`` where the solver kept it (the working set in this process;
+        NaN where a column's solve did not see a sample), so that a warm start of the same
+        problem from this solution need not compute it: ``(alpha, bias, gradient)``
+        (:func:`start_gradient`).
     """
 
     alpha: np.ndarray
@@ -174,6 +200,7 @@ class DualSolution:
     converged: np.ndarray
     timings: dict = field(default_factory=dict)
     solver: str = ""
+    gradient: np.ndarray | None = None
 
     @property
     def objective(self) -> np.ndarray:
@@ -191,4 +218,5 @@ class DualSolution:
             converged=self.converged[[j]],
             timings=dict(self.timings),
             solver=self.solver,
+            gradient=None if self.gradient is None else self.gradient[:, [j]],
         )

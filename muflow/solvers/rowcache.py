@@ -186,6 +186,30 @@ class RowCache:
                 "rows_in_place": self.in_place}
 
 
+def keep_row_cache(operator):
+    """Have the solves over ``operator`` share one row cache, until the operator is dropped
+    (:func:`row_cache`): the rows one solve computed serve the next. A sweep's fold keeps
+    its restricted operator for its whole C path (:mod:`muflow.selection.continuation`):
+    neighbouring C values work on nearly the same support vectors, whose rows the C before
+    computed. Returns ``operator``."""
+    operator.kept_row_caches = {}
+    return operator
+
+
+def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB) -> RowCache:
+    """The row cache of one solve over ``operator``: a fresh :class:`RowCache`, or, over an
+    operator that keeps one (:func:`keep_row_cache`), the one kept for ``cache_mb`` with its
+    rows and its counters reset (so a solve's timings report that solve's fetches)."""
+    kept = getattr(operator, "kept_row_caches", None)
+    if kept is None:
+        return RowCache(operator, cache_mb)
+    cache = kept.get(float(cache_mb))
+    if cache is None:
+        cache = kept[float(cache_mb)] = RowCache(operator, cache_mb)
+    cache.fetches, cache.rows_fetched, cache.seconds = 0, 0, 0.0
+    return cache
+
+
 def _readable_in_place(K, n, dtype) -> bool:
     """Whether the loops can read rows of ``K`` directly: an in-memory, C-ordered float
     array of the operator's shape (and of the requested dtype, when one is asked)."""

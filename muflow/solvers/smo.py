@@ -35,7 +35,7 @@ from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 
 
 def sweeps(steps: int, n: int) -> int:
@@ -187,7 +187,7 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     require_rows(problem.operator, "smo")
     t_start = time.perf_counter()
     timings = {}
-    cache = RowCache(problem.operator, cache_mb)
+    cache = row_cache(problem.operator, cache_mb)
     alpha0, bias0 = problem.check_init(init)
     n = max(problem.n, 1)
     size = iteration_size(n, libsvm_iterations)

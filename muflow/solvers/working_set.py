@@ -65,7 +65,7 @@ from muflow.operators import require_rows
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              projected_gradient, select_working_set,
                                              side_violations, solve_columns)
@@ -209,6 +209,9 @@ class InProcessState(ColumnState):
         self.timings["kkt"] += time.perf_counter() - t
         return violation
 
+    def gradient(self) -> np.ndarray:
+        return self.G
+
 
 class InProcessHome(ColumnHome):
     """Columns whose state lives in this process, over one row cache of ``cache_mb``.
@@ -227,7 +230,7 @@ class InProcessHome(ColumnHome):
     def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, n_threads: int | None = None):
         require_rows(operator, "working_set")
         self.operator = operator
-        self.cache = RowCache(operator, cache_mb)
+        self.cache = row_cache(operator, cache_mb)
         self.QD = np.ascontiguousarray(operator.diagonal(), dtype=np.float64)
         self.threads = Threads(n_threads)
         self.gradients = []
@@ -235,18 +238,23 @@ class InProcessHome(ColumnHome):
     def q_limit(self, q: int) -> int:
         return max(2, min(q, self.cache.slots) // 2 * 2)
 
-    def begin(self, cols, starts, timings) -> None:
-        """G = Q alpha + p of every column's start: p from zero, else one product for the batch."""
+    def begin(self, cols, starts, timings, given=None) -> None:
+        """G = Q alpha + p of every column's start: p from zero, the gradient the warm start
+        carried (``given[j]``, e.g. the previous C's scaled), else one product for the
+        columns left."""
         timings.update(rows_requested=0, cache_hits=0, second_order_sides=0)
-        if not any(np.any(a) for a in starts):
-            self.gradients = [col.p.copy() for col in cols]
+        given = [None] * len(cols) if given is None else given
+        self.gradients = [G.copy() if G is not None else col.p.copy() if not np.any(a) else None
+                          for col, a, G in zip(cols, starts, given)]
+        left = [j for j, G in enumerate(self.gradients) if G is None]
+        if not left:
             return
         t = time.perf_counter()
-        V = np.column_stack([col.y * a for col, a in zip(cols, starts)])
+        V = np.column_stack([cols[j].y * starts[j] for j in left])
         product = self.operator.matmul_precise(V)
         timings["full_gradient"] += time.perf_counter() - t
-        self.gradients = [np.ascontiguousarray(col.y * product[:, j] + col.p)
-                          for j, col in enumerate(cols)]
+        for k, j in enumerate(left):
+            self.gradients[j] = np.ascontiguousarray(cols[j].y * product[:, k] + cols[j].p)
 
     def open(self, j, col, alpha, q, timings) -> InProcessState:
         return InProcessState(col, self.cache, alpha, self.gradients[j], self.QD, self.threads,
@@ -276,9 +284,12 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         state where X lives: an operator with a ``working_set_home(cache_mb)`` method (X
         partitioned over Dask workers, :class:`muflow.dask_partitions.DaskRowPartitions`)
         gives the home the same loop runs on.
-    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias) or DualSolution, optional
+    init : ndarray of shape (n,) or (n, m), tuple (alpha, bias[, gradient]) or DualSolution, optional
         Warm start; clipped to the box and, with the sum constraint, balanced
-        (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch.
+        (:meth:`Column.start`). Costs one product ``K @ V`` for the whole batch, none for
+        the columns of a start ``(alpha, bias, gradient)`` whose gradient holds at the
+        feasible start (:func:`muflow.solvers.problem.start_gradient`; the returned
+        :attr:`DualSolution.gradient` is such a gradient).
     tol : float, default=1e-3
         The maximal violating pair's gap at which the loop stops (libsvm's ``eps``); the
         common KKT measure (:func:`muflow.solvers.kkt.kkt_violation`) certified is then at

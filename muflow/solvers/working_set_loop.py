@@ -37,7 +37,7 @@ from muflow.inmemory import _blas_single_threaded
 from muflow.operators import DenseGram
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers._subset_compiled import _TAU
-from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
 from muflow.solvers.rowcache import RowCache
 from muflow.solvers.smo import smo_column
 
@@ -263,6 +263,11 @@ class ColumnState:
         """The common KKT measure on the whole set at the exact gradient; sets F and bias."""
         raise NotImplementedError
 
+    def gradient(self) -> np.ndarray | None:
+        """G = Q alpha + p of the whole column where this process holds it (a warm start
+        from this solution then skips its product), else None."""
+        return None
+
     def step(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict) -> bool:
         """Solve the subproblem on B and apply it; False when nothing moved."""
         K_BB, yB, UB, aB, GB = self.subproblem(B)
@@ -352,8 +357,10 @@ class ColumnHome:
         """The largest working set this home can hold (its row cache)."""
         return q
 
-    def begin(self, cols, starts, timings: dict) -> None:
-        """Prepare for the batch (e.g. the starts' gradients by one product)."""
+    def begin(self, cols, starts, timings: dict, given=None) -> None:
+        """Prepare for the batch (e.g. the starts' gradients by one product); ``given``:
+        per column the start's gradient where the warm start carried it (:func:`given_gradients`),
+        else None."""
 
     def open(self, j: int, col: Column, alpha: np.ndarray, q: int, timings: dict) -> ColumnState:
         raise NotImplementedError
@@ -381,9 +388,10 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     alpha0, _ = problem.check_init(init)
     cols = [Column(problem, j) for j in range(m)]
     starts = [col.start(None if alpha0 is None else alpha0[:, j]) for j, col in enumerate(cols)]
-    alphas, biases, curves, viols, iters = [], [], [], [], 0
+    given = given_gradients(start_gradient(init, n, m), alpha0, starts)
+    alphas, biases, curves, viols, iters, gradients = [], [], [], [], 0, []
     try:
-        home.begin(cols, starts, timings)
+        home.begin(cols, starts, timings, given)
         for j, col in enumerate(cols):
             n_free = int((col.U > 0).sum())
             qj = max(2, min(q, n_free + n_free % 2))
@@ -400,11 +408,30 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
             curves.append(curve)
             viols.append(v)
             iters = max(iters, it)
+            gradients.append(state.gradient())
     finally:
         home.finish(timings)
     timings["outer_iterations"] = iters
     timings["total"] = time.perf_counter() - t_start
-    return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters)
+    kept = gradients if all(G is not None for G in gradients) else None
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters,
+                    gradients=kept)
+
+
+def given_gradients(G0, alpha0, starts) -> list:
+    """Per column the warm start's gradient ``G0[:, j]`` where it holds at the feasible
+    start (``starts[j]``, clipped and balanced from ``alpha0[:, j]``), else None: where the
+    start moved by more than rounding (its gradient would be another point's) or the
+    gradient is not finite (the start did not know it)."""
+    if G0 is None or alpha0 is None:
+        return [None] * len(starts)
+    out = []
+    for j, start in enumerate(starts):
+        G, a = G0[:, j], alpha0[:, j]
+        scale = max(1.0, float(np.max(np.abs(a), initial=0.0)))
+        same = np.max(np.abs(start - a), initial=0.0) <= 1e-12 * scale
+        out.append(np.ascontiguousarray(G) if same and np.all(np.isfinite(G)) else None)
+    return out
 
 
 def _reporter(progress, home: ColumnHome, state: ColumnState, timings: dict, *, n: int,

@@ -76,10 +76,11 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
     report = rows.path_report["settings"][0]
     assert (report["gram"], report["solver"], report["path"]) == ("rows", "working_set", "continuation")
     assert rows.best_model.solver_ == "working_set"
-    # each fold's problem on its own 2,000 training samples, once per C; then each fold's
-    # scores from its support vectors alone (a subset of its training samples)
-    assert restricted[:9] == [2000] * (3 * len(Cs))
-    assert len(restricted) == 12 and all(0 < k <= 2000 for k in restricted[9:])
+    # each fold's problem on its own 2,000 training samples, one operator for its whole C
+    # path; then each fold's scores from its support vectors alone (a subset of its
+    # training samples)
+    assert restricted[:3] == [2000] * 3
+    assert len(restricted) == 6 and all(0 < k <= 2000 for k in restricted[3:])
 
     search = GridSearchCV(LibsvmSVC(kernel="rbf", gamma=gamma, tol=1e-3), {"C": Cs},
                           cv=StratifiedKFold(3, shuffle=True, random_state=0)).fit(X, y)
@@ -118,9 +119,9 @@ def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(t
     rows = run_sweep(X, y, grid, out_dir=tmp_path / "rows", **options)
     report = rows.path_report["settings"][0]
     assert (report["gram"], report["solver"]) == ("rows", "working_set")
-    # 2 C x 3 folds x 3 pairs during the folds, each fold's scores from its support vectors,
-    # then the refit's 3 pairs on all 1,500 samples
-    folds_part, scores_part, refit_part = sizes[:18], sizes[18:21], sizes[21:]
+    # 3 folds x 3 pairs during the folds (one operator a pair for both C), each fold's
+    # scores from its support vectors, then the refit's 3 pairs on all 1,500 samples
+    folds_part, scores_part, refit_part = sizes[:9], sizes[9:12], sizes[12:]
     assert all(n == 1500 and 600 <= k <= 720 for n, k in folds_part)  # 2/3 of 2/3 of 1,500
     assert all(0 < k <= 1000 for _, k in scores_part)
     assert len(refit_part) == 3 and all(900 <= k <= 1100 for _, k in refit_part)
@@ -141,16 +142,109 @@ def test_the_sweep_command_hands_its_cache_size_to_the_solves_on_rows(tmp_path, 
     np.savez(tmp_path / "train.npz", X=X, y=y)
     monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 300)
     sizes = []
-    RowCache = working_set.RowCache
+    row_cache = working_set.row_cache
 
-    def recorded(operator, cache_mb, *args, **kwargs):
+    def recorded(operator, cache_mb):
         sizes.append(cache_mb)
-        return RowCache(operator, cache_mb, *args, **kwargs)
+        return row_cache(operator, cache_mb)
 
-    monkeypatch.setattr(working_set, "RowCache", recorded)
+    monkeypatch.setattr(working_set, "row_cache", recorded)
     argv = ["sweep", "--data", str(tmp_path / "train.npz"), "--C", "1,10", "--gamma", "0.1",
             "--folds", "3", "--no-progress"]
     assert main(argv + ["--out", str(tmp_path / "out"), "--cache-size", "3"]) == 0
     assert len(sizes) == 2 * 3 + 1 and set(sizes) == {3.0}  # every fold at every C, the refit
     assert main(argv + ["--out", str(tmp_path / "bad"), "--cache-size", "0"]) == 2
     assert "--cache-size must be a positive" in capsys.readouterr().err
+
+
+def test_a_fold_keeps_its_rows_and_its_gradient_along_its_C_path(tmp_path, monkeypatch):
+    """Above the stored-K size each fold runs its whole C path on one operator over its own
+    samples: the rows the first C computed stay in that operator's row cache for the next
+    (whose solves compute almost none), and each next start's gradient is the previous
+    solution's scaled (no product). The CV accuracies are those of fresh operators per C."""
+    from sklearn.datasets import make_classification
+
+    from muflow import routing
+    from muflow.selection import continuation
+
+    X, y = make_classification(n_samples=1800, n_features=10, n_informative=6, flip_y=0.05,
+                               random_state=2)
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.1, 1.0, 10.0])
+    options = dict(folds=3, seed=0, tol=1e-3, progress=False)
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
+    solves = []
+    solve = continuation.ChainState.solve
+
+    def recorded(self, problem, **kwargs):
+        sol = solve(self, problem, **kwargs)
+        solves.append((float(problem.upper.max()), sol.timings["rows_fetched"],
+                       sol.timings["full_gradient"], sol.timings["restricted_samples"]))
+        return sol
+
+    monkeypatch.setattr(continuation.ChainState, "solve", recorded)
+    kept = run_sweep(X, y, grid, out_dir=tmp_path / "kept", **options)
+    assert [C for C, *_ in solves] == [0.1, 1.0, 10.0] * 3  # fold by fold, C ascending
+    for f in range(3):
+        (_, first, _, samples), *later = solves[3 * f:3 * f + 3]
+        assert first >= 0.5 * samples  # the first C computes most of the fold's rows
+        assert all(rows <= 0.1 * first for _, rows, _, _ in later)
+        assert all(product == 0.0 for _, _, product, _ in later)
+
+    # the same sweep with a fresh operator and cache at every C and the start's gradient
+    # computed by a product
+    fresh = []
+
+    def fresh_solve(self, problem, *, init=None, callback=None, kept=None):
+        init = None if init is None else init[:2]
+        sol = solve(self, problem, init=init, callback=callback, kept=None)
+        fresh.append(sol.timings["rows_fetched"])
+        return sol
+
+    monkeypatch.setattr(continuation.ChainState, "solve", fresh_solve)
+    cold = run_sweep(X, y, grid, out_dir=tmp_path / "fresh", **options)
+    assert sum(fresh) > 2 * sum(rows for _, rows, _, _ in solves)
+    for a, b in zip(kept.table, cold.table):
+        assert abs(a.mean_cv_accuracy - b.mean_cv_accuracy) <= 1e-3
+    assert kept.best["C"] == cold.best["C"]
+
+
+def test_the_refit_starts_from_the_folds_products_and_meets_tol(tmp_path, monkeypatch):
+    """On rows the refit's start (the mean of the folds' solutions) takes its gradient from
+    the folds' (their solvers' gradients at their training samples, the decision values at
+    their held-out ones) instead of a product: those products are K @ (y alpha) as a
+    float64 K gives them, and the refit certifies on the exact K within tol."""
+    from sklearn.datasets import make_classification
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from muflow import routing
+    from muflow.operators import DenseGram
+    from muflow.selection import kernel_solve
+    from muflow.selection import sweep as sweep_module
+    from muflow.solvers import DualProblem
+
+    X, y = make_classification(n_samples=1500, n_features=10, n_informative=6, flip_y=0.05,
+                               random_state=4)
+    gamma, tol = 0.05, 1e-3
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=[0.5, 5.0])
+    monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
+    seen = []
+    refit = kernel_solve.refit
+
+    def recorded(operator, Y, C, res, c, *args, **kwargs):
+        seen.append((Y, C, res.alpha.copy(), None if res.products is None else res.products.copy(),
+                     res.block(c)))
+        out = refit(operator, Y, C, res, c, *args, **kwargs)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(sweep_module, "refit_setting", recorded)
+    result = run_sweep(X, y, grid, folds=3, seed=0, tol=tol, progress=False, out_dir=tmp_path)
+    (Y, C, alpha, products, block), out = seen
+    assert products is not None and np.isfinite(products[:, block]).all()
+    K = rbf_kernel(X, X, gamma=gamma)
+    exact = K @ (Y[:, [0]] * alpha[:, block])
+    np.testing.assert_allclose(products[:, block], exact, atol=1e-4)
+    problem = DualProblem(DenseGram(K), Y, upper=C, equality=True)
+    violation, _ = problem.kkt_violation(np.asarray(out.alpha))
+    assert violation[0] <= tol
+    assert result.best_model.solver_ == "working_set"

@@ -200,6 +200,10 @@ def test_warm_start_reaches_the_same_solution_in_fewer_outer_iterations(a8a_subs
 
 
 def test_a_warm_start_costs_one_product_and_a_cold_start_none(generated_split):
+    """A start of alpha alone (or a DualSolution, which may be another problem's): one
+    product for the batch; a start that carries its gradient, ``(alpha, bias, gradient)``
+    from a solution of this solver (:attr:`DualSolution.gradient`): none, and the same
+    result."""
     Xtr, _, ytr, _ = generated_split
     K = rbf(Xtr, Xtr, 0.3)
     Y = np.stack([ytr, -ytr], axis=1).astype(float)
@@ -214,6 +218,27 @@ def test_a_warm_start_costs_one_product_and_a_cold_start_none(generated_split):
     assert products == []
     solve_working_set(DualProblem(Counting(K), Y, upper=1.0, equality=True), init=cold, tol=TOL)
     assert products == [(len(ytr), 2)]  # both columns' start in one product
+    products.clear()
+    warm = solve_working_set(DualProblem(Counting(K), Y, upper=2.0, equality=True),
+                             init=(2.0 * cold.alpha, cold.bias), tol=TOL)
+    assert products == [(len(ytr), 2)]
+    np.testing.assert_allclose(cold.gradient, rbf_gradient(K, Y, cold.alpha), atol=1e-9)
+    # scaled with its gradient (continuation.scaled_start): no product, the same solution
+    carried = solve_working_set(DualProblem(Counting(K), Y, upper=2.0, equality=True),
+                                init=(2.0 * cold.alpha, cold.bias, 2.0 * cold.gradient + 1.0),
+                                tol=TOL)
+    assert products == [(len(ytr), 2)]
+    assert carried.n_iter == warm.n_iter
+    np.testing.assert_allclose(carried.alpha, warm.alpha, atol=1e-9)
+    # a gradient that does not hold at the feasible start (clipped) is not used
+    solve_working_set(DualProblem(Counting(K), Y, upper=0.5, equality=True),
+                      init=(2.0 * cold.alpha, cold.bias, 2.0 * cold.gradient + 1.0), tol=TOL)
+    assert len(products) == 2
+
+
+def rbf_gradient(K, Y, alpha):
+    """Q alpha + p column by column, p = -1."""
+    return Y * (K @ (Y * alpha)) - 1.0
 
 
 def test_batch_equals_columns_and_shares_the_row_cache(generated_split):
