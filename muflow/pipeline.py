@@ -345,15 +345,15 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     on demand (the working-set solver) above the sweep's stored-K size. Always
     ``resume=True``: after a failure, the kernel settings it finished (``sweep/kernels/``)
     are read back, not recomputed, and the Gram stores come from :func:`gram_dir`. Output:
-    ``sweep-summary.json`` (best configuration, test metrics of the sweep's best model,
-    the paths of the sweep's outputs, its counts of Grams built and settings resumed, and
+    ``sweep-summary.json`` (best configuration, the paths of the sweep's outputs, its counts of Grams built and settings resumed, and
     ``kernel_paths``: per kernel setting the path taken, why, the solver and its seconds)."""
     from muflow import selection
 
     t0 = time.perf_counter()
-    X_train, X_test, y_train, y_test = load_split(run_dir)
+    X_train, _, y_train, _ = load_split(run_dir)
+    # the test split is scored once, by the evaluate stage (metrics.json), not here too
     result = selection.run_sweep(
-        X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"), X_test=X_test, y_test=y_test,
+        X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
         resume=True, progress=progress, **cfg.sweep.sweep_options())
     paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
@@ -362,7 +362,7 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
                      "solver": r["solver"], "solve_path": r["path"],
                      "solve_seconds": round(float(r["solve_seconds"]), 3)}
                     for r in result.path_report.get("settings", [])]
-    info = {"best": dict(result.best), "test_metrics": result.test_metrics, "paths": paths,
+    info = {"best": dict(result.best), "paths": paths,
             "kernel_paths": kernel_paths,
             "n_configurations": int(len(result.table)), "counts": dict(result.counts),
             "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
@@ -550,7 +550,7 @@ def write_report(cfg: RunConfig, run_dir) -> Path:
     sw = _read_json(run_dir / "sweep-summary.json") if (run_dir / "sweep-summary.json").exists() else None
     if sw:
         for key, what in (("results", "sweep results (CSV)"), ("best", "best configuration"),
-                          ("best_model", "sweep's best model"), ("test_metrics", "sweep test metrics")):
+                          ("best_model", "sweep's best model")):
             if key in sw["paths"]:
                 lines.append(f"- {what}: [{rel(sw['paths'][key])}]({rel(sw['paths'][key])})")
     lines += ["- refitted model: [model/](model/)", "- test metrics: [metrics.json](metrics.json)",
