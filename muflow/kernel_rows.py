@@ -367,7 +367,7 @@ class KernelRows(GramOperator):
         panel of ``block_rows`` rows at a time on every thread) and multiplied in the
         operator's dtype, as :meth:`matmul` multiplies. A sweep's fold reads its
         decision values at its held-out samples from its support vectors with it
-        (:func:`muflow.selection.kernel_solve.decision_values`): |held-out| x |SV| kernel
+        (:func:`muflow.subproblems.decision_values`): |held-out| x |SV| kernel
         values where ``K @ V`` costs n x |SV|.
 
         Parameters

@@ -380,7 +380,8 @@ default="rbf"
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
-        a column of one batch on this fit's Gram (:func:`muflow.probability.fit_platt`).
+        a column of one batch on this fit's operator, solved by the fit's path
+        (:func:`muflow.probability.fit_platt`: on rows, each fold on its own samples).
         Two classes are fitted in libsvm's orientation (positive for ``classes_[0]``), so
         that ``probA_`` and ``probB_`` read as scikit-learn's."""
         from muflow.probability import fit_platt
@@ -390,12 +391,14 @@ default="rbf"
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         options = {k: v for k, v in options.items() if k != "progress"}
 
-        def solve(problem):
-            problem.linear = -1.0 + problem.y * drift[:, None] if np.any(drift) else problem.linear
-            return info.solve(problem, tol=float(self.tol), max_iter=budget, **options)
+        def solve(problem, init=None, callback=None):
+            return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
+                              callback=callback, **options)
 
         self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
-                                             equality=self.intercept == "exact", rng=rng)
+                                             equality=self.intercept == "exact", rng=rng,
+                                             solver=info.name, drift=drift,
+                                             cache_mb=float(self.cache_size))
 
     def _warn_from_fit_status(self):
         if self.fit_status_ == 1:

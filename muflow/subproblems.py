@@ -33,6 +33,10 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                          callback=None) -> DualSolution:
     """Solve every column of ``problem`` on K restricted to the samples it holds.
 
+    Columns that hold the same samples (the internal folds of one pair, pinned within it
+    by their upper bounds) are solved together, as one batch on one restricted operator:
+    a row computed for one serves the others from the shared row cache.
+
     Parameters
     ----------
     problem : DualProblem
@@ -40,21 +44,21 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     member : ndarray of bool of shape (n, m)
         The samples column j holds; its upper bound is 0 outside them.
     solve : callable
-        ``solve(problem, init=None, callback=None) -> DualSolution`` for one column
+        ``solve(problem, init=None, callback=None) -> DualSolution`` for a batch of columns
         (the registered solver with its tolerance, budget and options bound).
     init : ndarray of shape (n, m), tuple (alpha, bias) or DualSolution, optional
         Warm start of the whole batch; each column starts from its samples' entries.
     callback : callable, optional
         ``callback(iteration, alpha, objective)`` as a batch solver calls it: ``alpha`` of
-        shape (n, m) with the finished columns, the live one and zeros for those to come,
+        shape (n, m) with the finished columns, the live ones and zeros for those to come,
         ``objective`` NaN for those to come; True stops.
 
     Returns
     -------
     DualSolution
         Of shape (n, m); ``n_iter`` the most of any column; ``timings`` summed over the
-        columns (the sizes in :data:`_MOST` the largest), plus "restricted_samples" (the
-        samples of every column's operator, summed).
+        groups of columns (the sizes in :data:`_MOST` the largest), plus
+        "restricted_samples" (the samples of every restricted operator, summed).
     """
     t0 = time.perf_counter()
     n, m = problem.n, problem.m
@@ -62,25 +66,29 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     alpha0, bias0 = problem.check_init(init)
     alpha = np.zeros((n, m))
     bias = np.zeros(m)
-    curves, violations, converged, iters, solver = [], np.zeros(m), np.zeros(m, dtype=bool), 0, ""
+    curves, final = [None] * m, np.full(m, np.nan)
+    violations, converged, iters, solver = np.zeros(m), np.zeros(m, dtype=bool), 0, ""
     timings: dict = {"restricted_samples": 0}
-    for j in range(m):
-        idx = np.flatnonzero(member[:, j])
+    for cols in _same_samples(member):
+        idx = np.flatnonzero(member[:, cols[0]])
         operator = problem.operator.restricted(idx)
         try:
-            sub = DualProblem(operator, problem.y[idx, j], upper=problem.upper[idx, j],
-                              linear=problem.linear[idx, j], equality=problem.equality)
+            rows = np.ix_(idx, cols)
+            sub = DualProblem(operator, problem.y[rows], upper=problem.upper[rows],
+                              linear=problem.linear[rows], equality=problem.equality)
             start = None
             if alpha0 is not None:
-                start = (alpha0[idx, j], None if bias0 is None else bias0[[j]])
-            sol = solve(sub, init=start, callback=_scattered(callback, alpha, curves, idx, j, m))
+                start = (alpha0[rows], None if bias0 is None else bias0[cols])
+            sol = solve(sub, init=start, callback=_scattered(callback, alpha, final, idx, cols))
         finally:
             operator.close()
-        alpha[idx, j] = sol.alpha[:, 0]
-        bias[j] = sol.bias[0]
-        curves.append(sol.objective_curve[:, 0])
-        violations[j] = sol.kkt_violation[0]
-        converged[j] = sol.converged[0]
+        alpha[rows] = sol.alpha
+        bias[cols] = sol.bias
+        for k, j in enumerate(cols):
+            curves[j] = sol.objective_curve[:, k]
+            final[j] = curves[j][-1]
+        violations[cols] = sol.kkt_violation
+        converged[cols] = sol.converged
         iters = max(iters, int(sol.n_iter))
         solver = sol.solver
         timings["restricted_samples"] += idx.size
@@ -93,21 +101,68 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                         solver=solver)
 
 
-def _scattered(callback, alpha, curves, idx, j, m):
-    """The batch ``callback`` seen from column j's restricted solve: its alpha scattered
-    into the batch's (n, m), the finished columns' final objectives beside its own."""
+def _same_samples(member) -> list[np.ndarray]:
+    """The columns of ``member`` grouped by the samples they hold, in order of first column."""
+    _, first, group = np.unique(member.T, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    return [np.flatnonzero(group == g) for g in np.argsort(first)]
+
+
+def _scattered(callback, alpha, final, idx, cols):
+    """The batch ``callback`` seen from a group's restricted solve: its alpha scattered into
+    the batch's (n, m), the finished columns' final objectives beside its own."""
     if callback is None:
         return None
 
     def call(iteration, sub_alpha, objective):
         full = alpha.copy()
-        full[idx, j] = np.asarray(sub_alpha)[:, 0]
-        values = np.full(m, np.nan)
-        values[:j] = [c[-1] for c in curves]
-        values[j] = np.asarray(objective).reshape(-1)[0]
+        full[np.ix_(idx, cols)] = np.asarray(sub_alpha)
+        values = final.copy()
+        values[cols] = np.asarray(objective).reshape(-1)
         return bool(callback(iteration, full, values))
 
     return call
 
 
-__all__ = ["solve_on_own_samples"]
+def decision_values(operator, coef, bias, masks, P, held=None) -> np.ndarray:
+    """Decision values ``K @ coef + bias`` of the columns (C, fold, problem), at least at the
+    held-out samples of each column's fold, where scoring reads them.
+
+    On a stored K: ONE product with K, every column at every sample. On rows computed on
+    demand (an operator with ``cross_matmul``, :class:`muflow.kernel_rows.KernelRows`) a
+    sub-problem computes only what it needs: fold f's columns at its held-out samples from
+    its support vectors, ``K[held_f][:, sv_f] @ coef[sv_f]``, |held_f| x |sv_f| kernel
+    values (the product would cost n x |sv of all folds|); the other entries are 0.
+
+    Parameters
+    ----------
+    coef : ndarray of shape (n, m)
+        ``y * alpha`` of the columns, column ``(c * folds + f) * P + p``.
+    bias : ndarray of shape (m,)
+    masks : ndarray of bool of shape (n, folds)
+        The training samples of each fold.
+    P : int
+        The problems of a (C, fold).
+    held : ndarray of bool of shape (n, folds), optional
+        The samples each fold is scored on; default every sample outside its training part
+        (``~masks``). The internal folds of ``probability=True`` (one fold per problem,
+        ``P=1``) hold out only the problem's own samples
+        (:func:`muflow.probability.out_of_fold_decisions`).
+    """
+    cross = getattr(operator, "cross_matmul", None)
+    if cross is None:
+        return operator.matmul(coef) + bias[None, :]
+    held = ~masks if held is None else held
+    n, m = coef.shape
+    F = masks.shape[1]
+    per_c = F * P
+    D = np.zeros((n, m))
+    for f in range(F):
+        cols = np.array([c * per_c + f * P + p for c in range(m // per_c) for p in range(P)])
+        rows = np.flatnonzero(held[:, f])
+        sv = np.flatnonzero(np.any(coef[:, cols] != 0, axis=1))
+        D[np.ix_(rows, cols)] = cross(rows, sv, coef[np.ix_(sv, cols)]) + bias[cols][None, :]
+    return D
+
+
+__all__ = ["decision_values", "solve_on_own_samples"]
