@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, default_threads, row_source,
+from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, row_source,
                              run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
@@ -110,7 +110,7 @@ class KernelRows(GramOperator):
         if int(block_rows) < 1:
             raise MuflowInputError(f"block_rows must be a positive integer, got {block_rows!r}")
         self._start(kernel, row_source(X, kernel, dtype), dtype, bool(kernel.is_nonnegative(X)),
-                    int(block_rows), n_threads or default_threads())
+                    int(block_rows), n_threads)
 
     def _start(self, kernel, source, dtype, nonnegative, block_rows, n_threads) -> None:
         self.kernel = kernel

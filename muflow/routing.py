@@ -104,6 +104,37 @@ def solves_on_own_samples(operator, solver: str, member) -> bool:
     return reads_rows(solver)
 
 
+#: A fit's sub-problems solved on their own samples (one-vs-one pairs on rows) go side by
+#: side to forked processes, one thread each, when the smallest holds at least this many
+#: samples (:func:`subproblem_processes`): below it a pair takes well under a second and
+#: forking and loading the compiled loops in each child cost more than they save.
+FORK_MIN_SAMPLES = 4096
+
+
+def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = False) -> int:
+    """Processes that solve a fit's sub-problems of ``sizes`` samples (one-vs-one pairs on
+    rows over their own samples, :func:`muflow.subproblems.solve_on_own_samples`) side by
+    side: 1 (one after the other in this process) or more, each in a forked process on
+    one thread.
+
+    A sub-problem's working-set solve keeps about one core busy of two: its row batches
+    and gradient updates are split over the threads, its selection and q-variable SMO are
+    not. Two pairs side by side on one thread each keep both. More than one process only
+    with at least two cores and two sub-problems, each of at least
+    :data:`FORK_MIN_SAMPLES` samples, no ``callback`` (it hears every iteration of the
+    solve in this process: a deadline, progress, a checkpoint) and not ``nested`` (in a
+    forked child already, or off the main thread: a Dask worker's task); then as many as
+    end equal sub-problems soonest on ``cores`` (:func:`muflow.forking.pool_size`).
+    """
+    from muflow.forking import pool_size
+
+    sizes = np.asarray(sizes)
+    if (callback is not None or nested or cores < 2 or sizes.size < 2
+            or sizes.min() < FORK_MIN_SAMPLES):
+        return 1
+    return pool_size(int(sizes.size), int(cores))
+
+
 def folds_share_rows(n_samples, cache_mb: float, itemsize: int):
     """Whether the internal folds of a problem of ``n_samples`` (``probability=True``'s five,
     :func:`muflow.probability.out_of_fold_decisions`) are solved together on rows over the

@@ -18,6 +18,7 @@ is :func:`muflow.routing.solves_on_own_samples`'s rule.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -35,7 +36,12 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
 
     Columns that hold the same samples (the internal folds of one pair, pinned within it
     by their upper bounds) are solved together, as one batch on one restricted operator:
-    a row computed for one serves the others from the shared row cache.
+    a row computed for one serves the others from the shared row cache. The groups are
+    independent: where :func:`muflow.routing.subproblem_processes` says so they are solved
+    side by side in forked processes, one thread each (:func:`muflow.forking.forked_map`),
+    else one after the other in this process; the largest first either way, and the row
+    caches of the groups that one process solves in turn share their storage
+    (:func:`muflow.solvers.rowcache.reused_storage`).
 
     Parameters
     ----------
@@ -51,15 +57,27 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     callback : callable, optional
         ``callback(iteration, alpha, objective)`` as a batch solver calls it: ``alpha`` of
         shape (n, m) with the finished columns, the live ones and zeros for those to come,
-        ``objective`` NaN for those to come; True stops.
+        ``objective`` NaN for those to come; True stops. The groups are then solved one
+        after the other in this process.
 
     Returns
     -------
     DualSolution
         Of shape (n, m); ``n_iter`` the most of any column; ``timings`` summed over the
         groups of columns (the sizes in :data:`_MOST` the largest), plus
-        "restricted_samples" (the samples of every restricted operator, summed).
+        "restricted_samples" (the samples of every restricted operator, summed) and
+        "processes" (1: in this process).
+
+    Notes
+    -----
+    Memory: each group's row cache (the solver's ``cache_mb``) while it is solved, so up
+    to ``processes`` caches at once when the groups are solved side by side.
     """
+    from muflow.forking import forked_map, in_forked_child
+    from muflow.inmemory import default_threads
+    from muflow.routing import subproblem_processes
+    from muflow.solvers.rowcache import hold_storage, reused_storage
+
     t0 = time.perf_counter()
     n, m = problem.n, problem.m
     member = np.asarray(member, dtype=bool)
@@ -69,8 +87,11 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     curves, final = [None] * m, np.full(m, np.nan)
     violations, converged, iters, solver = np.zeros(m), np.zeros(m, dtype=bool), 0, ""
     timings: dict = {"restricted_samples": 0}
-    for cols in _same_samples(member):
-        idx = np.flatnonzero(member[:, cols[0]])
+    groups = _same_samples(member)
+    samples = [np.flatnonzero(member[:, cols[0]]) for cols in groups]
+
+    def solve_group(k, hear=None):
+        idx, cols = samples[k], groups[k]
         operator = problem.operator.restricted(idx)
         try:
             rows = np.ix_(idx, cols)
@@ -79,13 +100,35 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             start = None
             if alpha0 is not None:
                 start = (alpha0[rows], None if bias0 is None else bias0[cols])
-            sol = solve(sub, init=start, callback=_scattered(callback, alpha, final, idx, cols))
+            return solve(sub, init=start, callback=hear)
         finally:
             operator.close()
-        alpha[rows] = sol.alpha
+
+    sizes = np.array([idx.size for idx in samples])
+    processes = subproblem_processes(
+        sizes, cores=default_threads(), callback=callback,
+        nested=in_forked_child() or threading.current_thread() is not threading.main_thread())
+    # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
+    # the storage the one before used (reused_storage)
+    order = list(np.argsort(-sizes, kind="stable"))
+
+    def in_child(t):
+        hold_storage()  # this child's groups, one after another, share one cache's storage
+        return solve_group(order[t])
+
+    with reused_storage():
+        if processes > 1:
+            solved = iter(forked_map(in_child, len(order), processes, threads=1))
+        else:
+            solved = (solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k]))
+                      for k in order)
+        results = [(k, sol) for k, sol in zip(order, solved)]
+    for k, sol in results:
+        idx, cols = samples[k], groups[k]
+        alpha[np.ix_(idx, cols)] = sol.alpha
         bias[cols] = sol.bias
-        for k, j in enumerate(cols):
-            curves[j] = sol.objective_curve[:, k]
+        for c, j in enumerate(cols):
+            curves[j] = sol.objective_curve[:, c]
             final[j] = curves[j][-1]
         violations[cols] = sol.kkt_violation
         converged[cols] = sol.converged
@@ -95,6 +138,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
         for key, value in sol.timings.items():
             if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
                 timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
+    timings["processes"] = processes
     timings["total"] = time.perf_counter() - t0
     return DualSolution(alpha=alpha, bias=bias, n_iter=iters, objective_curve=pad_curves(curves),
                         kkt_violation=violations, converged=converged, timings=timings,

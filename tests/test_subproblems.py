@@ -91,6 +91,44 @@ def test_the_rule_restricts_pairs_only_for_row_readers_on_rows_on_demand():
     assert not solves_on_own_samples(rows, "working_set", np.ones((300, 1), dtype=bool))
 
 
+def test_the_rule_solves_pairs_side_by_side_only_where_it_pays():
+    from muflow.routing import FORK_MIN_SAMPLES, subproblem_processes
+
+    big = [FORK_MIN_SAMPLES] * 6
+    assert subproblem_processes(big, cores=2) == 2
+    assert subproblem_processes(big[:3], cores=2) == 3  # 1.5 rounds of work, not 2
+    assert subproblem_processes(big, cores=1) == 1
+    assert subproblem_processes(big[:1], cores=2) == 1
+    assert subproblem_processes(big[:5] + [FORK_MIN_SAMPLES - 1], cores=2) == 1
+    assert subproblem_processes(big, cores=2, callback=print) == 1  # hears every iteration
+    assert subproblem_processes(big, cores=2, nested=True) == 1
+
+
+def test_pairs_side_by_side_in_forked_processes_solve_as_one_after_the_other(monkeypatch):
+    """The same solution, each pair solved in a forked child on one thread (its solve
+    reports the threads it may use)."""
+    import muflow.routing
+    from muflow.inmemory import default_threads
+
+    X, y = _four_classes(600)
+    problem, member = _pair_batch(KernelRows(X, Kernel("rbf", gamma=0.05), dtype="float64"), y)
+
+    def solve(p, **kw):
+        sol = solve_working_set(p, tol=1e-6, **kw)
+        sol.timings["threads"] = default_threads()
+        return sol
+
+    alone = solve_on_own_samples(problem, member, solve)
+    monkeypatch.setattr(muflow.routing, "FORK_MIN_SAMPLES", 1)
+    forked = solve_on_own_samples(problem, member, solve)
+    assert (alone.timings["processes"], forked.timings["processes"]) == (1, 2)
+    assert forked.timings["threads"] == 6  # summed over the six pairs: one thread each
+    np.testing.assert_allclose(forked.alpha, alone.alpha, atol=1e-12)
+    np.testing.assert_allclose(forked.bias, alone.bias, atol=1e-12)
+    np.testing.assert_allclose(forked.kkt_violation, alone.kkt_violation, atol=1e-8)
+    assert forked.timings["restricted_samples"] == alone.timings["restricted_samples"]
+
+
 @pytest.fixture(scope="module")
 def usps_split():
     X, y = usps_digits()
