@@ -86,7 +86,8 @@ default="rbf"
         KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
     cache_size : float, default=200
         Megabytes of kernel rows the subset solvers cache (libsvm's ``cache_size``); spent
-        only when rows are computed on demand or fetched from a cluster.
+        only when rows are computed on demand or fetched from a cluster. One-vs-one pairs
+        solved side by side (below) each have their own, so up to one per core at once.
     class_weight : dict or "balanced", default=None
         C of class i is ``class_weight[i] * C``; "balanced" is
         ``n_samples / (n_classes * np.bincount(y))``.
@@ -155,7 +156,10 @@ default="rbf"
         solver that reads only products (the multiplicative family: a pass over K each)
         stores K whenever it fits in half the available memory, whatever n
         (:func:`muflow.routing.gram_mode`). With more than two classes on rows on demand,
-        each one-vs-one pair is solved on rows over its own samples. Ignored with
+        each one-vs-one pair is solved on rows over its own samples, pairs of at least
+        :data:`muflow.routing.FORK_MIN_SAMPLES` samples side by side in forked processes,
+        one per core, unless ``time_limit``, ``verbose`` or a checkpoint must hear every
+        iteration (:func:`muflow.routing.subproblem_processes`). Ignored with
         ``client`` or ``kernel="precomputed"``.
     time_limit : float, default=None
         Seconds the fit may take (from the start of ``fit``, the kernel included): the

@@ -193,3 +193,25 @@ def test_ovo_on_rows_resumes_from_a_checkpoint(tmp_path):
     assert resumed.fit_status_ == 0 and resumed.n_iter_.max() <= whole.n_iter_.max()
     np.testing.assert_allclose(resumed.objective_, whole.objective_, rtol=1e-7)
     np.testing.assert_array_equal(resumed.predict(X), whole.predict(X))
+
+
+def test_svc_pairs_side_by_side_fit_as_one_after_the_other(monkeypatch):
+    """SVC.fit on rows with its pairs in forked children: the model of the fit in process
+    on one thread, as each child runs (more threads cut the row batches into other panels,
+    whose products round apart in the last bits, and the solver's path drifts within tol)."""
+    import muflow.inmemory
+    import muflow.routing
+
+    X, y = _four_classes(800, seed=7)
+    params = dict(gamma=0.05, gram="rows", tol=1e-5)
+    with monkeypatch.context() as patched:
+        patched.setattr(muflow.inmemory, "_THREAD_CAP", 1)
+        alone = muflow.SVC(**params).fit(X, y)
+    monkeypatch.setattr(muflow.routing, "FORK_MIN_SAMPLES", 1)
+    forked = muflow.SVC(**params).fit(X, y)
+    assert (alone.timings_["processes"], forked.timings_["processes"]) == (1, 2)
+    np.testing.assert_array_equal(forked.support_, alone.support_)
+    np.testing.assert_allclose(forked.dual_coef_, alone.dual_coef_, atol=1e-9)
+    np.testing.assert_allclose(forked.intercept_, alone.intercept_, atol=1e-9)
+    bounded = muflow.SVC(**params, time_limit=60.0).fit(X, y)  # a deadline hears every step
+    assert bounded.timings_["processes"] == 1
