@@ -122,22 +122,22 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
         else:
             solved = (solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k]))
                       for k in order)
-        results = [(k, sol) for k, sol in zip(order, solved)]
-    for k, sol in results:
-        idx, cols = samples[k], groups[k]
-        alpha[np.ix_(idx, cols)] = sol.alpha
-        bias[cols] = sol.bias
-        for c, j in enumerate(cols):
-            curves[j] = sol.objective_curve[:, c]
-            final[j] = curves[j][-1]
-        violations[cols] = sol.kkt_violation
-        converged[cols] = sol.converged
-        iters = max(iters, int(sol.n_iter))
-        solver = sol.solver
-        timings["restricted_samples"] += idx.size
-        for key, value in sol.timings.items():
-            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-                timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
+        # in process, each group is solved as the loop asks: its callback sees those before
+        for k, sol in zip(order, solved):
+            idx, cols = samples[k], groups[k]
+            alpha[np.ix_(idx, cols)] = sol.alpha
+            bias[cols] = sol.bias
+            for c, j in enumerate(cols):
+                curves[j] = sol.objective_curve[:, c]
+                final[j] = curves[j][-1]
+            violations[cols] = sol.kkt_violation
+            converged[cols] = sol.converged
+            iters = max(iters, int(sol.n_iter))
+            solver = sol.solver
+            timings["restricted_samples"] += idx.size
+            for key, value in sol.timings.items():
+                if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+                    timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
     timings["processes"] = processes
     timings["total"] = time.perf_counter() - t0
     return DualSolution(alpha=alpha, bias=bias, n_iter=iters, objective_curve=pad_curves(curves),

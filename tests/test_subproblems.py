@@ -66,6 +66,7 @@ def test_the_batch_callback_sees_every_column_in_place_and_can_stop():
     assert len(seen) >= 3
     shape, pending, pinned = seen[0]
     assert shape == (400, 6) and pending == 5 and pinned
+    assert seen[-1][1] == 0  # the last pair hears the others' final objectives
 
 
 def test_a_warm_start_is_read_on_each_columns_samples():
