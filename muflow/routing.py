@@ -123,14 +123,18 @@ def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = Fal
     with at least two cores and two sub-problems, each of at least
     :data:`FORK_MIN_SAMPLES` samples, no ``callback`` (it hears every iteration of the
     solve in this process: a deadline, progress, a checkpoint) and not ``nested`` (in a
-    forked child already, or off the main thread: a Dask worker's task); then as many as
-    end equal sub-problems soonest on ``cores`` (:func:`muflow.forking.pool_size`).
+    forked child already, or off the main thread: a Dask worker's task) and where the
+    platform forks (not Windows); then as many as end equal sub-problems soonest on
+    ``cores`` (:func:`muflow.forking.pool_size`).
     """
+    import multiprocessing
+
     from muflow.forking import pool_size
 
     sizes = np.asarray(sizes)
     if (callback is not None or nested or cores < 2 or sizes.size < 2
-            or sizes.min() < FORK_MIN_SAMPLES):
+            or sizes.min() < FORK_MIN_SAMPLES
+            or "fork" not in multiprocessing.get_all_start_methods()):
         return 1
     return pool_size(int(sizes.size), int(cores))
 
