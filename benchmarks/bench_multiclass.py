@@ -9,7 +9,10 @@ Contenders, each in a fresh process of its own (so that peak resident memory is 
 
 - ``muflow``: ``muflow.SVC(kernel="rbf", gamma, C, cache_size=2000)`` as a user calls it
   (above 8,192 samples: kernel rows on demand, the working-set solver, each one-vs-one
-  pair on rows over its own samples, :func:`muflow.routing.solves_on_own_samples`);
+  pair on rows over its own samples, :func:`muflow.routing.solves_on_own_samples`, the
+  pairs side by side in forked processes of one thread each,
+  :func:`muflow.routing.subproblem_processes`; its note gives the children's peak RSS,
+  which the table's column, this process's, leaves out);
 - ``muflow_shared``: the same with the six pairs as columns of one batch on rows over all
   n samples (the path before issue 30: rows shared by every pair through one cache), to
   show what restricting each pair to its samples buys;
@@ -38,6 +41,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import sys
 from pathlib import Path
 
@@ -89,8 +93,11 @@ def child(contender, rows, out):
                   n_support=np.asarray(est.n_support_).tolist(),
                   dual_coef=np.asarray(est.dual_coef_, dtype=np.float64).tolist())
     if contender.startswith("muflow"):
+        children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         record["note"] = (f"solver {est.solver_}, {est.rows_computed_:,} kernel rows computed, "
-                          f"max n_iter {int(np.max(est.n_iter_))}")
+                          f"max n_iter {int(np.max(est.n_iter_))}, "
+                          f"{est.timings_.get('processes', 1)} process(es)"
+                          + (f", each child's peak RSS up to {children:.0f}MB" if children else ""))
     Path(out).write_text(json.dumps(record))
 
 

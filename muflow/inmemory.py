@@ -292,9 +292,23 @@ def _blas_single_threaded() -> _OneBlasThread:
     return _ONE_BLAS_THREAD
 
 
+#: The most threads this process's panels and gradient updates use (None: every CPU it
+#: may use); set in a forked child that shares the cores with its siblings (:func:`cap_threads`).
+_THREAD_CAP = None
+
+
+def cap_threads(n: int | None) -> None:
+    """Hold :func:`default_threads` to at most ``n`` in this process (None lifts the cap):
+    a process forked to solve beside others (:func:`muflow.forking.forked_map`) takes its
+    share of the cores, not all of them."""
+    global _THREAD_CAP
+    _THREAD_CAP = None if n is None else max(1, int(n))
+
+
 def default_threads() -> int:
-    """The CPUs this process may use."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may use, at most its cap (:func:`cap_threads`)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cpus if _THREAD_CAP is None else min(cpus, _THREAD_CAP)
 
 
 def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None) -> None:

@@ -30,7 +30,7 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, default_threads, row_source,
+from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, row_source,
                              run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
@@ -110,7 +110,7 @@ class KernelRows(GramOperator):
         if int(block_rows) < 1:
             raise MuflowInputError(f"block_rows must be a positive integer, got {block_rows!r}")
         self._start(kernel, row_source(X, kernel, dtype), dtype, bool(kernel.is_nonnegative(X)),
-                    int(block_rows), n_threads or default_threads())
+                    int(block_rows), n_threads)
 
     def _start(self, kernel, source, dtype, nonnegative, block_rows, n_threads) -> None:
         self.kernel = kernel
@@ -374,7 +374,7 @@ class KernelRows(GramOperator):
         in the CPU's cache), so that the result serves as a gradient (the sweep's refit
         starts from it: :func:`muflow.selection.kernel_solve.known_products`). A sweep's fold reads its
         decision values at its held-out samples from its support vectors with it
-        (:func:`muflow.selection.kernel_solve.decision_values`): |held-out| x |SV| kernel
+        (:func:`muflow.subproblems.decision_values`): |held-out| x |SV| kernel
         values where ``K @ V`` costs n x |SV|.
 
         Parameters

@@ -86,7 +86,8 @@ default="rbf"
         KKT violation at which the solver stops (:mod:`muflow.solvers.kkt`).
     cache_size : float, default=200
         Megabytes of kernel rows the subset solvers cache (libsvm's ``cache_size``); spent
-        only when rows are computed on demand or fetched from a cluster.
+        only when rows are computed on demand or fetched from a cluster. One-vs-one pairs
+        solved side by side (below) each have their own, so up to one per core at once.
     class_weight : dict or "balanced", default=None
         C of class i is ``class_weight[i] * C``; "balanced" is
         ``n_samples / (n_classes * np.bincount(y))``.
@@ -155,7 +156,10 @@ default="rbf"
         solver that reads only products (the multiplicative family: a pass over K each)
         stores K whenever it fits in half the available memory, whatever n
         (:func:`muflow.routing.gram_mode`). With more than two classes on rows on demand,
-        each one-vs-one pair is solved on rows over its own samples. Ignored with
+        each one-vs-one pair is solved on rows over its own samples, pairs of at least
+        :data:`muflow.routing.FORK_MIN_SAMPLES` samples side by side in forked processes,
+        one per core, unless ``time_limit``, ``verbose`` or a checkpoint must hear every
+        iteration (:func:`muflow.routing.subproblem_processes`). Ignored with
         ``client`` or ``kernel="precomputed"``.
     time_limit : float, default=None
         Seconds the fit may take (from the start of ``fit``, the kernel included): the
@@ -380,7 +384,8 @@ default="rbf"
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
-        a column of one batch on this fit's Gram (:func:`muflow.probability.fit_platt`).
+        a column of one batch on this fit's operator, solved by the fit's path
+        (:func:`muflow.probability.fit_platt`: on rows, each fold on its own samples).
         Two classes are fitted in libsvm's orientation (positive for ``classes_[0]``), so
         that ``probA_`` and ``probB_`` read as scikit-learn's."""
         from muflow.probability import fit_platt
@@ -390,12 +395,14 @@ default="rbf"
         budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
         options = {k: v for k, v in options.items() if k != "progress"}
 
-        def solve(problem):
-            problem.linear = -1.0 + problem.y * drift[:, None] if np.any(drift) else problem.linear
-            return info.solve(problem, tol=float(self.tol), max_iter=budget, **options)
+        def solve(problem, init=None, callback=None):
+            return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
+                              callback=callback, **options)
 
         self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
-                                             equality=self.intercept == "exact", rng=rng)
+                                             equality=self.intercept == "exact", rng=rng,
+                                             solver=info.name, drift=drift,
+                                             cache_mb=float(self.cache_size))
 
     def _warn_from_fit_status(self):
         if self.fit_status_ == 1:

@@ -10,10 +10,17 @@ cross-validation, and pairwise coupling for more than two classes, as libsvm doe
 - The decision values it is fitted on are out-of-fold: each binary problem's samples are
   shuffled and split into 5 folds, and fold f is predicted by the SVM trained on the other
   four (libsvm's ``svm_binary_svc_probability``). Here every (problem, fold) SVM is one
-  column of ONE :class:`muflow.solvers.DualProblem` on the Gram of the fit, its held-out
-  samples pinned at alpha = 0 by their upper bound (as the sweeps pin a fold), and all
-  held-out decision values come from one product ``K @ (y * alpha)``: no Gram is built
-  again.
+  column of ONE :class:`muflow.solvers.DualProblem` on the operator of the fit, its
+  held-out samples pinned at alpha = 0 by their upper bound (as the sweeps pin a fold).
+  The path is the fit's own (:func:`muflow.routing.solves_on_own_samples`): on a stored K
+  the columns are solved as one batch and all held-out decision values come from one
+  product ``K @ (y * alpha)``, no Gram built again; on rows computed on demand each column
+  is solved on K over its problem's samples, the five folds of a problem together sharing
+  its rows, or, where the row cache cannot hold them, on K over the fold's training samples
+  alone (:func:`muflow.routing.folds_share_rows`,
+  :func:`muflow.subproblems.solve_on_own_samples`); its held-out decisions come from
+  ``K[held, sv] @ (y * alpha)[sv]`` (:func:`muflow.subproblems.decision_values`), so no
+  kernel value outside the column's own samples is computed.
 - More than two classes: the pairwise probabilities r_ij are coupled into class
   probabilities by method 2 of Wu, Lin & Weng (2004), "Probability estimates for
   multi-class classification by pairwise coupling" (JMLR 5), eq. (21)-(22): minimise
@@ -25,7 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from muflow.routing import folds_share_rows, solves_on_own_samples
 from muflow.solvers import DualProblem
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB
+from muflow.subproblems import decision_values, solve_on_own_samples
 
 #: libsvm's internal cross-validation folds for the probability model.
 FOLDS = 5
@@ -111,20 +121,32 @@ def fold_columns(upper: np.ndarray, rng: np.random.RandomState, folds: int = FOL
 
 
 def out_of_fold_decisions(operator, Y, upper, solve, *, equality: bool, rng,
-                          folds: int = FOLDS) -> np.ndarray:
+                          folds: int = FOLDS, solver: str | None = None,
+                          drift=None, cache_mb: float = DEFAULT_CACHE_MB) -> np.ndarray:
     """Decision value of every sample by the SVM of its problem trained without its fold.
 
     Parameters
     ----------
     operator : GramOperator
-        The Gram of the fit (all n samples).
+        The operator of the fit (all n samples).
     Y, upper : ndarray of shape (n, n_problems)
         Labels and upper bounds of the fitted problems (0 outside a problem).
     solve : callable
-        ``solve(problem) -> DualSolution``: the fit's solver with its options.
+        ``solve(problem, init=None, callback=None) -> DualSolution``: the fit's solver with
+        its options.
     equality : bool
         The sum constraint (the exact intercept).
     rng : numpy.random.RandomState
+    solver : str, optional
+        The registered name of ``solve``'s solver: with the operator it decides whether each
+        column is solved on its own training samples
+        (:func:`muflow.routing.solves_on_own_samples`); None solves one batch.
+    drift : ndarray of shape (n,), optional
+        Fixed per-sample intercepts (``SVC.fit``'s ``offset``): the linear term
+        -(1 - y_i d_i).
+    cache_mb : float
+        The row cache of a solve: whether a problem's folds share its rows or each is
+        solved on its own training samples (:func:`muflow.routing.folds_share_rows`).
 
     Returns
     -------
@@ -142,11 +164,24 @@ def out_of_fold_decisions(operator, Y, upper, solve, *, equality: bool, rng,
     out = np.full((n, P), np.nan)
     decision = np.zeros((n, P * folds))
     if len(solvable):
-        problem = DualProblem(operator, Ycols[:, solvable], upper=Ucols[:, solvable],
+        y = Ycols[:, solvable]
+        linear = -1.0 if drift is None or not np.any(drift) else -1.0 + y * drift[:, None]
+        problem = DualProblem(operator, y, upper=Ucols[:, solvable], linear=linear,
                               equality=equality)
-        solution = solve(problem)
-        decision[:, solvable] = (operator.matmul(problem.y * solution.alpha)
-                                 + solution.bias[None, :])
+        # a column holds its fold's training samples, or its problem's (its held-out part
+        # pinned at 0 within) where the folds share the problem's rows
+        pair = np.repeat(upper > 0, folds, axis=1)[:, solvable]
+        itemsize = getattr(operator, "dtype", np.dtype(np.float64)).itemsize
+        share = folds_share_rows(pair.sum(axis=0), cache_mb, itemsize)
+        member = np.where(share[None, :], pair, train[:, solvable])
+        if solver is not None and solves_on_own_samples(operator, solver, member):
+            solution = solve_on_own_samples(problem, member, solve)
+        else:
+            solution = solve(problem)
+        # each column is its own fold (P=1), scored on its problem's held-out samples
+        decision[:, solvable] = decision_values(operator, problem.y * solution.alpha,
+                                                solution.bias, train[:, solvable], 1,
+                                                held=held[:, solvable])
     one_class = ~(has_pos & has_neg)
     decision[:, one_class] = np.where(has_pos[one_class], 1.0, np.where(has_neg[one_class], -1.0, 0.0))
     for c in range(P * folds):
@@ -155,11 +190,14 @@ def out_of_fold_decisions(operator, Y, upper, solve, *, equality: bool, rng,
     return out
 
 
-def fit_platt(operator, Y, upper, solve, *, equality: bool, rng, folds: int = FOLDS):
+def fit_platt(operator, Y, upper, solve, *, equality: bool, rng, folds: int = FOLDS,
+              solver: str | None = None, drift=None, cache_mb: float = DEFAULT_CACHE_MB):
     """``probA``, ``probB`` (each of shape (n_problems,)): Platt's sigmoid of every problem,
-    fitted on its out-of-fold decision values (:func:`out_of_fold_decisions`)."""
+    fitted on its out-of-fold decision values (:func:`out_of_fold_decisions`, which takes
+    the other arguments)."""
     decision = out_of_fold_decisions(operator, Y, upper, solve, equality=equality, rng=rng,
-                                     folds=folds)
+                                     folds=folds, solver=solver, drift=drift,
+                                     cache_mb=cache_mb)
     A = np.empty(Y.shape[1])
     B = np.empty(Y.shape[1])
     for p in range(Y.shape[1]):

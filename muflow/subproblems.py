@@ -18,6 +18,7 @@ is :func:`muflow.routing.solves_on_own_samples`'s rule.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -34,6 +35,15 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                          callback=None, kept: dict | None = None) -> DualSolution:
     """Solve every column of ``problem`` on K restricted to the samples it holds.
 
+    Columns that hold the same samples (the internal folds of one pair, pinned within it
+    by their upper bounds) are solved together, as one batch on one restricted operator:
+    a row computed for one serves the others from the shared row cache. The groups are
+    independent: where :func:`muflow.routing.subproblem_processes` says so they are solved
+    side by side in forked processes, one thread each (:func:`muflow.forking.forked_map`),
+    else one after the other in this process; the largest first either way, and the row
+    caches of the groups that one process solves in turn share their storage
+    (:func:`muflow.solvers.rowcache.reused_storage`).
+
     Parameters
     ----------
     problem : DualProblem
@@ -41,30 +51,43 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     member : ndarray of bool of shape (n, m)
         The samples column j holds; its upper bound is 0 outside them.
     solve : callable
-        ``solve(problem, init=None, callback=None) -> DualSolution`` for one column
+        ``solve(problem, init=None, callback=None) -> DualSolution`` for a batch of columns
         (the registered solver with its tolerance, budget and options bound).
     init : ndarray of shape (n, m), tuple (alpha, bias[, gradient]) or DualSolution, optional
         Warm start of the whole batch; each column starts from its samples' entries (of
         its gradient too, when the start carries one: :func:`muflow.solvers.problem.start_gradient`).
     callback : callable, optional
         ``callback(iteration, alpha, objective)`` as a batch solver calls it: ``alpha`` of
-        shape (n, m) with the finished columns, the live one and zeros for those to come,
-        ``objective`` NaN for those to come; True stops.
+        shape (n, m) with the finished columns, the live ones and zeros for those to come,
+        ``objective`` NaN for those to come; True stops. The groups are then solved one
+        after the other in this process.
     kept : dict, optional
-        Restricted operators that outlive this call, by column: column j's is reused while
-        it holds the same samples, with its row cache
+        Restricted operators that outlive this call, by group (its first column): a group's
+        is reused while it holds the same samples, with its row cache
         (:func:`muflow.solvers.rowcache.keep_row_cache`), so that a later call on the same
-        samples (the next C of a path) finds the rows this one computed. The caller closes
-        them (:func:`close_kept`). None: each column's operator lives for its solve.
+        samples (the next C of a path) finds the rows this one computed. The groups are then
+        solved in this process, where the operators live. The caller closes them
+        (:func:`close_kept`). None: each group's operator lives for its solve.
 
     Returns
     -------
     DualSolution
         Of shape (n, m); ``n_iter`` the most of any column; ``timings`` summed over the
-        columns (the sizes in :data:`_MOST` the largest), plus "restricted_samples" (the
-        samples of every column's operator, summed). ``gradient``, where the solver kept
-        it, on each column's samples (NaN elsewhere).
+        groups of columns (the sizes in :data:`_MOST` the largest), plus
+        "restricted_samples" (the samples of every restricted operator, summed) and
+        "processes" (1: in this process). ``gradient``, where the solver kept it, on each
+        column's samples (NaN elsewhere).
+
+    Notes
+    -----
+    Memory: each group's row cache (the solver's ``cache_mb``) while it is solved, so up
+    to ``processes`` caches at once when the groups are solved side by side.
     """
+    from muflow.forking import forked_map, in_forked_child
+    from muflow.inmemory import default_threads
+    from muflow.routing import subproblem_processes
+    from muflow.solvers.rowcache import hold_storage, reused_storage
+
     t0 = time.perf_counter()
     n, m = problem.n, problem.m
     member = np.asarray(member, dtype=bool)
@@ -73,56 +96,90 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     alpha = np.zeros((n, m))
     bias = np.zeros(m)
     gradient = np.full((n, m), np.nan)
-    curves, violations, converged, iters, solver = [], np.zeros(m), np.zeros(m, dtype=bool), 0, ""
+    kept_gradient = True  # every group's solve kept its gradient
+    curves, final = [None] * m, np.full(m, np.nan)
+    violations, converged, iters, solver = np.zeros(m), np.zeros(m, dtype=bool), 0, ""
     timings: dict = {"restricted_samples": 0}
-    kept_gradient = True  # every column's solve kept its gradient
-    for j in range(m):
-        idx = np.flatnonzero(member[:, j])
-        operator = _restricted(problem.operator, idx, kept, j)
+    groups = _same_samples(member)
+    samples = [np.flatnonzero(member[:, cols[0]]) for cols in groups]
+
+    def solve_group(k, hear=None, idx=None, cols=None):
+        idx = samples[k] if idx is None else idx
+        cols = groups[k] if cols is None else cols
+        operator = _restricted(problem.operator, idx, kept, cols[0])
         try:
-            sub = DualProblem(operator, problem.y[idx, j], upper=problem.upper[idx, j],
-                              linear=problem.linear[idx, j], equality=problem.equality)
+            rows = np.ix_(idx, cols)
+            sub = DualProblem(operator, problem.y[rows], upper=problem.upper[rows],
+                              linear=problem.linear[rows], equality=problem.equality)
             start = None
             if alpha0 is not None:
-                start = (alpha0[idx, j], None if bias0 is None else bias0[[j]],
-                         None if G0 is None else G0[idx, j])
-            sol = solve(sub, init=start, callback=_scattered(callback, alpha, curves, idx, j, m))
+                start = (alpha0[rows], None if bias0 is None else bias0[cols],
+                         None if G0 is None else G0[rows])
+            return solve(sub, init=start, callback=hear)
         finally:
             if kept is None:
                 operator.close()
-        alpha[idx, j] = sol.alpha[:, 0]
-        bias[j] = sol.bias[0]
-        kept_gradient = kept_gradient and sol.gradient is not None
-        if kept_gradient:
-            gradient[idx, j] = sol.gradient[:, 0]
-        curves.append(sol.objective_curve[:, 0])
-        violations[j] = sol.kkt_violation[0]
-        converged[j] = sol.converged[0]
-        iters = max(iters, int(sol.n_iter))
-        solver = sol.solver
-        timings["restricted_samples"] += idx.size
-        for key, value in sol.timings.items():
-            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-                timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
+
+    sizes = np.array([idx.size for idx in samples])
+    processes = 1 if kept is not None else subproblem_processes(
+        sizes, cores=default_threads(), callback=callback,
+        nested=in_forked_child() or threading.current_thread() is not threading.main_thread())
+    # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
+    # the storage the one before used (reused_storage)
+    order = list(np.argsort(-sizes, kind="stable"))
+
+    def in_child(t):
+        hold_storage()  # this child's groups, one after another, share one cache's storage
+        return solve_group(order[t])
+
+    with reused_storage():
+        if processes > 1:
+            # the solver's compiled loops loaded here once (a few samples of one column),
+            # not in every child: 0.3 s of CPU a fresh process
+            solve_group(order[0], idx=samples[order[0]][:8], cols=groups[order[0]][:1])
+            solved = iter(forked_map(in_child, len(order), processes, threads=1))
+        else:
+            solved = (solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k]))
+                      for k in order)
+        # in process, each group is solved as the loop asks: its callback sees those before
+        for k, sol in zip(order, solved):
+            idx, cols = samples[k], groups[k]
+            alpha[np.ix_(idx, cols)] = sol.alpha
+            bias[cols] = sol.bias
+            kept_gradient = kept_gradient and sol.gradient is not None
+            if kept_gradient:
+                gradient[np.ix_(idx, cols)] = sol.gradient
+            for c, j in enumerate(cols):
+                curves[j] = sol.objective_curve[:, c]
+                final[j] = curves[j][-1]
+            violations[cols] = sol.kkt_violation
+            converged[cols] = sol.converged
+            iters = max(iters, int(sol.n_iter))
+            solver = sol.solver
+            timings["restricted_samples"] += idx.size
+            for key, value in sol.timings.items():
+                if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+                    timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
+    timings["processes"] = processes
     timings["total"] = time.perf_counter() - t0
     return DualSolution(alpha=alpha, bias=bias, n_iter=iters, objective_curve=pad_curves(curves),
                         kkt_violation=violations, converged=converged, timings=timings,
                         solver=solver, gradient=gradient if kept_gradient else None)
 
 
-def _restricted(operator, idx, kept, j):
-    """Column j's operator over its samples ``idx``: the one ``kept`` holds for it when it
-    is over the same samples, else a new one (kept, with its row cache, when ``kept`` is
-    given)."""
+def _restricted(operator, idx, kept, key):
+    """The operator over the samples ``idx`` of the group ``key``: the one ``kept`` holds for
+    it when it is over the same samples, else a new one (kept, with its row cache, when
+    ``kept`` is given)."""
     if kept is None:
         return operator.restricted(idx)
-    held = kept.get(j)
+    held = kept.get(key)
     if held is not None and np.array_equal(held[0], idx):
         return held[1]
     if held is not None:
         held[1].close()
     sub = keep_row_cache(operator.restricted(idx))
-    kept[j] = (idx, sub)
+    kept[key] = (idx, sub)
     return sub
 
 
@@ -135,21 +192,68 @@ def close_kept(kept: dict) -> None:
     kept.clear()
 
 
-def _scattered(callback, alpha, curves, idx, j, m):
-    """The batch ``callback`` seen from column j's restricted solve: its alpha scattered
-    into the batch's (n, m), the finished columns' final objectives beside its own."""
+def _same_samples(member) -> list[np.ndarray]:
+    """The columns of ``member`` grouped by the samples they hold, in order of first column."""
+    _, first, group = np.unique(member.T, axis=0, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    return [np.flatnonzero(group == g) for g in np.argsort(first)]
+
+
+def _scattered(callback, alpha, final, idx, cols):
+    """The batch ``callback`` seen from a group's restricted solve: its alpha scattered into
+    the batch's (n, m), the finished columns' final objectives beside its own."""
     if callback is None:
         return None
 
     def call(iteration, sub_alpha, objective):
         full = alpha.copy()
-        full[idx, j] = np.asarray(sub_alpha)[:, 0]
-        values = np.full(m, np.nan)
-        values[:j] = [c[-1] for c in curves]
-        values[j] = np.asarray(objective).reshape(-1)[0]
+        full[np.ix_(idx, cols)] = np.asarray(sub_alpha)
+        values = final.copy()
+        values[cols] = np.asarray(objective).reshape(-1)
         return bool(callback(iteration, full, values))
 
     return call
 
 
-__all__ = ["close_kept", "solve_on_own_samples"]
+def decision_values(operator, coef, bias, masks, P, held=None) -> np.ndarray:
+    """Decision values ``K @ coef + bias`` of the columns (C, fold, problem), at least at the
+    held-out samples of each column's fold, where scoring reads them.
+
+    On a stored K: ONE product with K, every column at every sample. On rows computed on
+    demand (an operator with ``cross_matmul``, :class:`muflow.kernel_rows.KernelRows`) a
+    sub-problem computes only what it needs: fold f's columns at its held-out samples from
+    its support vectors, ``K[held_f][:, sv_f] @ coef[sv_f]``, |held_f| x |sv_f| kernel
+    values (the product would cost n x |sv of all folds|); the other entries are 0.
+
+    Parameters
+    ----------
+    coef : ndarray of shape (n, m)
+        ``y * alpha`` of the columns, column ``(c * folds + f) * P + p``.
+    bias : ndarray of shape (m,)
+    masks : ndarray of bool of shape (n, folds)
+        The training samples of each fold.
+    P : int
+        The problems of a (C, fold).
+    held : ndarray of bool of shape (n, folds), optional
+        The samples each fold is scored on; default every sample outside its training part
+        (``~masks``). The internal folds of ``probability=True`` (one fold per problem,
+        ``P=1``) hold out only the problem's own samples
+        (:func:`muflow.probability.out_of_fold_decisions`).
+    """
+    cross = getattr(operator, "cross_matmul", None)
+    if cross is None:
+        return operator.matmul(coef) + bias[None, :]
+    held = ~masks if held is None else held
+    n, m = coef.shape
+    F = masks.shape[1]
+    per_c = F * P
+    D = np.zeros((n, m))
+    for f in range(F):
+        cols = np.array([c * per_c + f * P + p for c in range(m // per_c) for p in range(P)])
+        rows = np.flatnonzero(held[:, f])
+        sv = np.flatnonzero(np.any(coef[:, cols] != 0, axis=1))
+        D[np.ix_(rows, cols)] = cross(rows, sv, coef[np.ix_(sv, cols)]) + bias[cols][None, :]
+    return D
+
+
+__all__ = ["close_kept", "decision_values", "solve_on_own_samples"]

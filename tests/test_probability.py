@@ -132,3 +132,51 @@ def test_brier_score_within_001_of_scikit_learn(dataset, kernel):
     assert abs(b - b_ref) <= 0.01
     if len(ours.classes_) == 2:  # scikit-learn's binary Brier loss, on the positive class
         assert abs(brier_score_loss(y_test, P[:, 1]) - brier_score_loss(y_test, P_ref[:, 1])) <= 0.01
+
+
+@pytest.mark.parametrize("cache_size", [200.0, 0.05], ids=["folds-share-rows", "fold-alone"])
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_internal_folds_on_rows_compute_only_their_samples(n_classes, cache_size, monkeypatch):
+    """On rows computed on demand the internal folds are solved on K over their problem's
+    samples (the five folds together, sharing its rows, where the cache holds them:
+    muflow.routing.folds_share_rows) or over each fold's training samples (a cache too small),
+    and scored from K[held, sv] alone, never by a product over all n samples; the fit
+    matches the same fit on a stored K: the same problems, solved to 1e-6 by the same solver."""
+    from muflow.kernel_rows import KernelRows
+    from muflow.routing import folds_share_rows
+
+    X, y = make_blobs(n_samples=300, centers=n_classes, cluster_std=4.0, random_state=2)
+    params = dict(probability=True, random_state=1, gram_dtype="float64", solver="working_set",
+                  tol=1e-6, cache_size=cache_size)
+    n_pairs = n_classes * (n_classes - 1) // 2
+    pair_size = 2 * len(y) // n_classes
+    share = folds_share_rows(pair_size, cache_size, 8)
+    assert share == (cache_size == 200.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        stored = muflow.SVC(gram="stored", **params).fit(X, y)
+        sizes = []
+        restricted = KernelRows.restricted
+
+        def spy(self, idx):
+            sizes.append(len(idx))
+            return restricted(self, idx)
+
+        def no_full_pass(self, V):
+            raise AssertionError("a product over all n samples")
+
+        monkeypatch.setattr(KernelRows, "restricted", spy)
+        monkeypatch.setattr(KernelRows, "matmul", no_full_pass)
+        rows = muflow.SVC(gram="rows", **params).fit(X, y)
+        P_stored, P_rows = stored.predict_proba(X), rows.predict_proba(X)
+        np.testing.assert_allclose(rows._probA, stored._probA, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(rows._probB, stored._probB, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(P_rows, P_stored, atol=1e-5)
+    fold_size = sum(abs(s - 0.8 * pair_size) <= 1 for s in sizes)
+    pair_ops = sum(s == pair_size for s in sizes)
+    if not share:  # each fold on its own 4/5 of its problem's samples
+        assert fold_size >= 5 * n_pairs
+    elif n_classes > 2:  # the pair's operator twice: the fit, then its five folds together
+        assert (fold_size, pair_ops) == (0, 2 * n_pairs)
+    else:  # two classes: the folds share the fit's operator itself
+        assert (fold_size, pair_ops) == (0, 0)

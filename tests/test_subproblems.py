@@ -66,6 +66,7 @@ def test_the_batch_callback_sees_every_column_in_place_and_can_stop():
     assert len(seen) >= 3
     shape, pending, pinned = seen[0]
     assert shape == (400, 6) and pending == 5 and pinned
+    assert seen[-1][1] == 0  # the last pair hears the others' final objectives
 
 
 def test_a_warm_start_is_read_on_each_columns_samples():
@@ -89,6 +90,44 @@ def test_the_rule_restricts_pairs_only_for_row_readers_on_rows_on_demand():
     assert not solves_on_own_samples(stored, "working_set", member)  # K read in place
     assert not solves_on_own_samples(rows, "munk", member)  # one product for every column
     assert not solves_on_own_samples(rows, "working_set", np.ones((300, 1), dtype=bool))
+
+
+def test_the_rule_solves_pairs_side_by_side_only_where_it_pays():
+    from muflow.routing import FORK_MIN_SAMPLES, subproblem_processes
+
+    big = [FORK_MIN_SAMPLES] * 6
+    assert subproblem_processes(big, cores=2) == 2
+    assert subproblem_processes(big[:3], cores=2) == 3  # 1.5 rounds of work, not 2
+    assert subproblem_processes(big, cores=1) == 1
+    assert subproblem_processes(big[:1], cores=2) == 1
+    assert subproblem_processes(big[:5] + [FORK_MIN_SAMPLES - 1], cores=2) == 1
+    assert subproblem_processes(big, cores=2, callback=print) == 1  # hears every iteration
+    assert subproblem_processes(big, cores=2, nested=True) == 1
+
+
+def test_pairs_side_by_side_in_forked_processes_solve_as_one_after_the_other(monkeypatch):
+    """The same solution, each pair solved in a forked child on one thread (its solve
+    reports the threads it may use)."""
+    import muflow.routing
+    from muflow.inmemory import default_threads
+
+    X, y = _four_classes(600)
+    problem, member = _pair_batch(KernelRows(X, Kernel("rbf", gamma=0.05), dtype="float64"), y)
+
+    def solve(p, **kw):
+        sol = solve_working_set(p, tol=1e-6, **kw)
+        sol.timings["threads"] = default_threads()
+        return sol
+
+    alone = solve_on_own_samples(problem, member, solve)
+    monkeypatch.setattr(muflow.routing, "FORK_MIN_SAMPLES", 1)
+    forked = solve_on_own_samples(problem, member, solve)
+    assert (alone.timings["processes"], forked.timings["processes"]) == (1, 2)
+    assert forked.timings["threads"] == 6  # summed over the six pairs: one thread each
+    np.testing.assert_allclose(forked.alpha, alone.alpha, atol=1e-12)
+    np.testing.assert_allclose(forked.bias, alone.bias, atol=1e-12)
+    np.testing.assert_allclose(forked.kkt_violation, alone.kkt_violation, atol=1e-8)
+    assert forked.timings["restricted_samples"] == alone.timings["restricted_samples"]
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +194,25 @@ def test_ovo_on_rows_resumes_from_a_checkpoint(tmp_path):
     assert resumed.fit_status_ == 0 and resumed.n_iter_.max() <= whole.n_iter_.max()
     np.testing.assert_allclose(resumed.objective_, whole.objective_, rtol=1e-7)
     np.testing.assert_array_equal(resumed.predict(X), whole.predict(X))
+
+
+def test_svc_pairs_side_by_side_fit_as_one_after_the_other(monkeypatch):
+    """SVC.fit on rows with its pairs in forked children: the model of the fit in process
+    on one thread, as each child runs (more threads cut the row batches into other panels,
+    whose products round apart in the last bits, and the solver's path drifts within tol)."""
+    import muflow.inmemory
+    import muflow.routing
+
+    X, y = _four_classes(800, seed=7)
+    params = dict(gamma=0.05, gram="rows", tol=1e-5)
+    with monkeypatch.context() as patched:
+        patched.setattr(muflow.inmemory, "_THREAD_CAP", 1)
+        alone = muflow.SVC(**params).fit(X, y)
+    monkeypatch.setattr(muflow.routing, "FORK_MIN_SAMPLES", 1)
+    forked = muflow.SVC(**params).fit(X, y)
+    assert (alone.timings_["processes"], forked.timings_["processes"]) == (1, 2)
+    np.testing.assert_array_equal(forked.support_, alone.support_)
+    np.testing.assert_allclose(forked.dual_coef_, alone.dual_coef_, atol=1e-9)
+    np.testing.assert_allclose(forked.intercept_, alone.intercept_, atol=1e-9)
+    bounded = muflow.SVC(**params, time_limit=60.0).fit(X, y)  # a deadline hears every step
+    assert bounded.timings_["processes"] == 1

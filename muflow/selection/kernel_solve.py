@@ -44,7 +44,7 @@ from muflow.selection.continuation import solve_chains
 from muflow.selection.grid import SUBSET_SOLVERS
 from muflow.selection.records import KernelSolve, Refit
 from muflow.solvers import DualProblem
-from muflow.subproblems import solve_on_own_samples
+from muflow.subproblems import decision_values, solve_on_own_samples
 
 
 def columns(Y, masks, Cs, member=None):
@@ -117,31 +117,6 @@ def known_products(gradient, D, bias, ycols, masks, P) -> np.ndarray:
     fold = (np.arange(ycols.shape[1]) % (F * P)) // P
     held = ~masks[:, fold]
     return np.where(held, D - bias[None, :], ycols * (gradient + 1.0))
-
-
-def decision_values(operator, coef, bias, masks, P) -> np.ndarray:
-    """Decision values ``K @ coef + bias`` of the columns (C, fold, problem), at least at the
-    held-out samples of each column's fold, where scoring reads them.
-
-    On a stored K: ONE product with K, every column at every sample. On rows computed on
-    demand (an operator with ``cross_matmul``, :class:`muflow.kernel_rows.KernelRows`) a
-    sub-problem computes only what it needs: fold f's columns at its held-out samples from
-    its support vectors, ``K[held_f][:, sv_f] @ coef[sv_f]``, |held_f| x |sv_f| kernel
-    values (the product would cost n x |sv of all folds|); the other entries are 0.
-    """
-    cross = getattr(operator, "cross_matmul", None)
-    if cross is None:
-        return operator.matmul(coef) + bias[None, :]
-    n, m = coef.shape
-    F = masks.shape[1]
-    per_c = F * P
-    D = np.zeros((n, m))
-    for f in range(F):
-        cols = np.array([c * per_c + f * P + p for c in range(m // per_c) for p in range(P)])
-        held = np.flatnonzero(~masks[:, f])
-        sv = np.flatnonzero(np.any(coef[:, cols] != 0, axis=1))
-        D[np.ix_(held, cols)] = cross(held, sv, coef[np.ix_(sv, cols)]) + bias[cols][None, :]
-    return D
 
 
 def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,

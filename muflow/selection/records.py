@@ -34,7 +34,7 @@ class KernelSolve:
         Wall time of all solves.
     decision : ndarray of shape (n_samples, n_columns)
         ``K @ (y * alpha) + b``: every column's decision values, at least at the held-out
-        samples of its fold (:func:`muflow.selection.kernel_solve.decision_values`).
+        samples of its fold (:func:`muflow.subproblems.decision_values`).
     alpha : ndarray of shape (n_samples, n_columns)
     bias : ndarray of shape (n_columns,)
     n_problems : int

@@ -2,7 +2,7 @@
 
 The decision values come from ONE product, ``f = K @ (y * alpha) + b`` (n x m), on a
 stored K, and from each fold's own block of K on rows computed on demand
-(:func:`muflow.selection.kernel_solve.decision_values`); fold f's accuracy is read on its held-out rows: the
+(:func:`muflow.subproblems.decision_values`); fold f's accuracy is read on its held-out rows: the
 sign for two classes, otherwise the one-vs-one vote over the pair columns of that
 (C, fold), by the same function as :meth:`muflow.SVC.predict`
 (:func:`muflow.multiclass.predict_index`). The CV accuracy of a configuration is the mean over folds (std: population

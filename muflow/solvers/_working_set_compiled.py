@@ -17,11 +17,12 @@ or float64; all C-contiguous.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from numba import njit
+
+from muflow.inmemory import default_threads
 
 #: Targets per block: the block's partial sums stay in the L1/L2 cache while every row
 #: streams through it.
@@ -87,7 +88,7 @@ class Threads:
     """
 
     def __init__(self, n_threads: int | None = None):
-        self.n_threads = max(1, n_threads or len(os.sched_getaffinity(0)))
+        self.n_threads = max(1, n_threads or default_threads())
         self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
 
     def split(self, fn, total: int, work_per_item: int, *args) -> None:

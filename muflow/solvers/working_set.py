@@ -268,6 +268,7 @@ class InProcessHome(ColumnHome):
     def finish(self, timings) -> None:
         self.threads.close()
         timings.update(self.cache.stats())
+        self.cache.release()
 
 
 def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,

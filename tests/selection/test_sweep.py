@@ -397,7 +397,7 @@ def test_sweep_on_a_dask_cluster_matches_the_in_memory_sweep(breast_cancer_200, 
 
 
 def test_pool_size_ends_uneven_folds_together():
-    from muflow.selection.fork_pool import makespan, pool_size
+    from muflow.forking import makespan, pool_size
 
     assert pool_size(5, 2) == 3  # 3 + 2 tasks: 1.5 + 1 rounds instead of 1 + 1 + 1
     assert makespan(5, 3, 2) == 2.5 < makespan(5, 2, 2) == 3

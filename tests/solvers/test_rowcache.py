@@ -55,3 +55,24 @@ def test_precise_product_sums_in_float64_over_nonzero_rows(gram, dtype):
     exact = K.astype(np.float64) @ V
     np.testing.assert_allclose(DenseGram(K).matmul_precise(V), exact, rtol=1e-13, atol=1e-10)
     np.testing.assert_allclose(DenseGram(np.asfortranarray(K)).matmul_precise(V), exact, rtol=1e-13, atol=1e-10)
+
+
+def test_caches_made_in_turn_reuse_one_storage_within_the_scope(gram):
+    from muflow.solvers import rowcache
+
+    K = gram[0]
+    with rowcache.reused_storage():
+        first = RowCache(RowsOnlyGram(K), cache_mb=0.1)
+        first.fetch(np.arange(10))
+        beside = RowCache(RowsOnlyGram(K), cache_mb=0.1)  # made while the first holds it
+        assert not np.shares_memory(first.data, beside.data)
+        buffer = rowcache._STORAGE.buffer
+        assert np.shares_memory(first.data, buffer)
+        first.release()
+        smaller = RowCache(RowsOnlyGram(K[:50, :50]), cache_mb=0.01)
+        assert np.shares_memory(smaller.data, buffer)  # the same pages, no fresh memory
+        smaller.fetch([3, 4])
+        np.testing.assert_array_equal(smaller.data[smaller.slot_of[4]], K[4, :50])
+        smaller.release()
+    assert rowcache._STORAGE.buffer is None  # freed when the scope ends
+    assert not np.shares_memory(RowCache(RowsOnlyGram(K), cache_mb=0.1).data, buffer)
