@@ -122,7 +122,21 @@ def _has_finished_stage(out: Path) -> bool:
 def run(args) -> int:
     # no telemetry from a library command
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    from muflow.flows.temporary_server import launch_server, stop_server
 
+    # The temporary Prefect server starts first: its own start (about 5 s) overlaps the
+    # imports, the configuration's checks and the import of Prefect and the flows here.
+    # Stopped unused when the settings name a server, and on every other way out.
+    launched = None if os.environ.get("PREFECT_API_URL") else launch_server()
+    try:
+        return _run(args, launched)
+    finally:
+        if launched is not None:
+            stop_server(launched[0])
+
+
+def _run(args, launched) -> int:
+    """The run: configuration, run directory and lock, then :func:`_run_held`."""
     from muflow.config import check_data_exists, default_config, load_config
 
     cfg = load_config(args.config) if args.config else default_config()
@@ -140,7 +154,7 @@ def run(args) -> int:
     with hold_run_dir(out):  # one writer: a second run on this --out is refused
         try:
             _check_run_dir(args, out, cfg)
-            code = _run_held(args, cfg, out, created)
+            code = _run_held(args, cfg, out, created, launched)
         except BaseException:
             if created and out.exists() and not _has_finished_stage(out):
                 shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
@@ -169,60 +183,54 @@ def _scheduler_lost(cfg, exc) -> bool:
     return False
 
 
-def _run_held(args, cfg, out: Path, created: bool) -> int:
-    """The run, with ``out``'s lock held (:mod:`muflow.runlock`)."""
+def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
+    """The run, with ``out``'s lock held (:mod:`muflow.runlock`), against the temporary
+    Prefect server ``launched`` ahead (:func:`run`) unless the settings name one."""
     from muflow.cluster import SchedulerUnreachableError, connect
-    from muflow.flows.temporary_server import launch_server, stop_server, temporary_prefect_server
+    from muflow.flows.temporary_server import temporary_prefect_server
 
-    # The temporary server starts first: its own start (about 10 s) overlaps the import of
-    # Prefect and the flows here. Stopped unused when the settings name a server.
-    launched = None if os.environ.get("PREFECT_API_URL") else launch_server()
-    try:
-        if cfg.cluster.scheduler:
-            try:
-                connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout).close()
-            except SchedulerUnreachableError as exc:
-                print(f"muflow run: error: {exc}", file=sys.stderr)
-                return EXIT_FAILURE
-
-        from muflow.flows.pipeline import check_prefect_api, pipeline
-
-        problem = check_prefect_api()
-        if problem:
-            print(f"muflow run: error: {problem}", file=sys.stderr)
-            return EXIT_FAILURE
-        # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
-        log_to_file(out / "run.log", verbose=args.verbose)
-
-        print(f"muflow run: run directory {out}", flush=True)
-        t0 = time.perf_counter()
+    if cfg.cluster.scheduler:
         try:
-            with temporary_prefect_server(launched):
-                result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
-                    config=cfg.to_dict(), out_dir=str(out))
-        except BaseException as exc:
-            finished = out.exists() and _has_finished_stage(out)
-            if created and out.exists() and not finished:
-                shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
-            kept = (None if not out.exists() else f"the finished stages are kept in {out}"
-                    if finished else f"{out} is kept")
-            if isinstance(exc, Exception) and _scheduler_lost(cfg, exc):
-                from muflow.distributed import lost_scheduler_error
+            connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout).close()
+        except SchedulerUnreachableError as exc:
+            print(f"muflow run: error: {exc}", file=sys.stderr)
+            return EXIT_FAILURE
 
-                log = f" (Prefect's and Dask's log: {out / 'run.log'})" if out.exists() else ""
-                raise lost_scheduler_error(cfg.cluster.scheduler, work="the run", next_step=(
-                    f"start the scheduler and its workers again; {continue_hint(args, kept)}{log}")
-                ) from None
-            if kept and not isinstance(exc, MuflowInputError):
-                # the one line the command prints names the command that continues the work
-                set_hint(exc, continue_hint(args, kept))
-            if isinstance(exc, SchedulerUnreachableError):
-                print(f"muflow run: error: {one_line(exc)}", file=sys.stderr)
-                return EXIT_FAILURE
-            raise
-    finally:
-        if launched is not None:
-            stop_server(launched[0])
+    from muflow.flows.pipeline import check_prefect_api, pipeline
+
+    problem = check_prefect_api()
+    if problem:
+        print(f"muflow run: error: {problem}", file=sys.stderr)
+        return EXIT_FAILURE
+    # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
+    log_to_file(out / "run.log", verbose=args.verbose)
+
+    print(f"muflow run: run directory {out}", flush=True)
+    t0 = time.perf_counter()
+    try:
+        with temporary_prefect_server(launched):
+            result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
+                config=cfg.to_dict(), out_dir=str(out))
+    except BaseException as exc:
+        finished = out.exists() and _has_finished_stage(out)
+        if created and out.exists() and not finished:
+            shutil.rmtree(out, ignore_errors=True)  # nothing finished: leave nothing behind
+        kept = (None if not out.exists() else f"the finished stages are kept in {out}"
+                if finished else f"{out} is kept")
+        if isinstance(exc, Exception) and _scheduler_lost(cfg, exc):
+            from muflow.distributed import lost_scheduler_error
+
+            log = f" (Prefect's and Dask's log: {out / 'run.log'})" if out.exists() else ""
+            raise lost_scheduler_error(cfg.cluster.scheduler, work="the run", next_step=(
+                f"start the scheduler and its workers again; {continue_hint(args, kept)}{log}")
+            ) from None
+        if kept and not isinstance(exc, MuflowInputError):
+            # the one line the command prints names the command that continues the work
+            set_hint(exc, continue_hint(args, kept))
+        if isinstance(exc, SchedulerUnreachableError):
+            print(f"muflow run: error: {one_line(exc)}", file=sys.stderr)
+            return EXIT_FAILURE
+        raise
     seconds = time.perf_counter() - t0
 
     from rich.console import Console
