@@ -31,10 +31,10 @@ from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
 from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
 from muflow.svc_prediction import FittedSVC
-from muflow.routing import fits_as_one_task, gram_mode, solver_for, solves_on_own_samples
+from muflow.routing import fits_as_one_task, gram_mode, solver_for
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
-from muflow.subproblems import solve_on_own_samples
+from muflow.subproblems import solve_by_rule
 from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
@@ -360,10 +360,7 @@ default="rbf"
                 return info.solve(p, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
                                   callback=callback, **options)
 
-            if solves_on_own_samples(operator, info.name, member):
-                solution = solve_on_own_samples(problem, member, solve, init=init, callback=callback)
-            else:
-                solution = solve(problem, init=init, callback=callback)
+            solution = solve_by_rule(problem, member, solve, info.name, init=init, callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
             if probability:

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.routing import folds_share_rows, solves_on_own_samples
+from muflow.routing import folds_share_rows
 from muflow.solvers import DualProblem
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
-from muflow.subproblems import decision_values, solve_on_own_samples
+from muflow.subproblems import decision_values, solve_by_rule
 
 #: libsvm's internal cross-validation folds for the probability model.
 FOLDS = 5
@@ -174,10 +174,7 @@ def out_of_fold_decisions(operator, Y, upper, solve, *, equality: bool, rng,
         itemsize = getattr(operator, "dtype", np.dtype(np.float64)).itemsize
         share = folds_share_rows(pair.sum(axis=0), cache_mb, itemsize)
         member = np.where(share[None, :], pair, train[:, solvable])
-        if solver is not None and solves_on_own_samples(operator, solver, member):
-            solution = solve_on_own_samples(problem, member, solve)
-        else:
-            solution = solve(problem)
+        solution = solve_by_rule(problem, member, solve, solver)
         # each column is its own fold (P=1), scored on its problem's held-out samples
         decision[:, solvable] = decision_values(operator, problem.y * solution.alpha,
                                                 solution.bias, train[:, solvable], 1,

@@ -31,6 +31,21 @@ from muflow.solvers.rowcache import keep_row_cache
 _MOST = ("q", "max_shrunk", "outer_iterations", "pair_steps")
 
 
+def solve_by_rule(problem: DualProblem, member, solve, solver, *, init=None, callback=None,
+                  kept: dict | None = None) -> DualSolution:
+    """``problem`` solved on the path :class:`muflow.SVC` takes on its operator: each column
+    on K restricted to the samples it holds (``member``) where
+    :func:`muflow.routing.solves_on_own_samples` says so for the registered ``solver``
+    (:func:`solve_on_own_samples`, with ``kept``), else as one batch, ``solve(problem, init,
+    callback)``. The fit, its ``probability=True`` folds, the sweep's chains and its refit
+    all call this."""
+    from muflow.routing import solves_on_own_samples
+
+    if member is not None and solves_on_own_samples(problem.operator, solver, member):
+        return solve_on_own_samples(problem, member, solve, init=init, callback=callback, kept=kept)
+    return solve(problem, init=init, callback=callback)
+
+
 def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, init=None,
                          callback=None, kept: dict | None = None) -> DualSolution:
     """Solve every column of ``problem`` on K restricted to the samples it holds.
@@ -256,4 +271,4 @@ def decision_values(operator, coef, bias, masks, P, held=None) -> np.ndarray:
     return D
 
 
-__all__ = ["close_kept", "decision_values", "solve_on_own_samples"]
+__all__ = ["close_kept", "decision_values", "solve_by_rule", "solve_on_own_samples"]

@@ -19,7 +19,7 @@ import numpy as np
 from muflow.routing import solves_on_own_samples
 from muflow.selection.fork_pool import forked_chains
 from muflow.solvers import DualProblem
-from muflow.subproblems import close_kept, solve_on_own_samples
+from muflow.subproblems import close_kept, solve_by_rule
 from muflow.solvers.registry import svc_iterations
 
 
@@ -104,11 +104,8 @@ class ChainState:
             return self.info.solve(p, init=init, tol=self.tol, max_iter=self.max_iter,
                                    callback=callback, **self.options)
 
-        member = problem.upper > 0
-        if solves_on_own_samples(self.operator, self.info.name, member):
-            return solve_on_own_samples(problem, member, solve, init=init, callback=callback,
-                                        kept=kept)
-        return solve(problem, init=init, callback=callback)
+        return solve_by_rule(problem, problem.upper > 0, solve, self.info.name, init=init,
+                             callback=callback, kept=kept)
 
     def run(self, local, c_indices, callback=None) -> Chain:
         """Solve the columns ``local`` (indices within one C's block) for the C values

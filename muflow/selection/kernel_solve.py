@@ -38,13 +38,12 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from muflow.routing import solves_on_own_samples
 from muflow.selection.batched import solve_batched
 from muflow.selection.continuation import solve_chains
 from muflow.selection.grid import SUBSET_SOLVERS
 from muflow.selection.records import KernelSolve, Refit
 from muflow.solvers import DualProblem
-from muflow.subproblems import decision_values, solve_on_own_samples
+from muflow.subproblems import decision_values, solve_by_rule
 
 
 def columns(Y, masks, Cs, member=None):
@@ -150,10 +149,7 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
                           **(options or {}))
 
     # the path SVC.fit takes on this operator: one-vs-one pairs on their own samples on rows
-    if member is not None and solves_on_own_samples(operator, info.name, member):
-        sol = solve_on_own_samples(problem, member, solve, init=init)
-    else:
-        sol = solve(problem, init=init)
+    sol = solve_by_rule(problem, member, solve, info.name, init=init)
     return Refit(c_index=c, alpha=sol.alpha, bias=sol.bias, kkt_violation=sol.kkt_violation,
                  n_iter=int(sol.n_iter), curve=sol.objective_curve, seconds=time.perf_counter() - t,
                  pair_steps=sol.timings.get("pair_steps") if sol.solver == "smo" else None)
