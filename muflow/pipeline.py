@@ -345,13 +345,14 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     on demand (the working-set solver) above the sweep's stored-K size. Always
     ``resume=True``: after a failure, the kernel settings it finished (``sweep/kernels/``)
     are read back, not recomputed, and the Gram stores come from :func:`gram_dir`. Output:
-    ``sweep-summary.json`` (best configuration, the paths of the sweep's outputs, its counts of Grams built and settings resumed, and
-    ``kernel_paths``: per kernel setting the path taken, why, the solver and its seconds)."""
+    ``sweep-summary.json`` (best configuration, the paths of the sweep's outputs, its
+    counts of Grams built and settings resumed, and ``kernel_paths``: per kernel setting
+    the path taken, why, the solver and its seconds). The test split is scored by the
+    ``evaluate`` stage alone."""
     from muflow import selection
 
     t0 = time.perf_counter()
     X_train, _, y_train, _ = load_split(run_dir)
-    # the test split is scored once, by the evaluate stage (metrics.json), not here too
     result = selection.run_sweep(
         X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
