@@ -336,6 +336,32 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
                 list(pool.map(panels, range(n_threads)))
 
 
+def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
+    """Edges of ``parts`` near-equal ranges of [0, n) (fewer when n is small), every inner
+    edge a multiple of ``align``: ``edges[w] <= ... < edges[w + 1]`` is part w."""
+    parts = max(1, min(int(parts), -(-int(n) // align)))
+    edges = np.linspace(0, n, parts + 1)
+    edges[1:-1] = np.round(edges[1:-1] / align) * align
+    return np.unique(edges.astype(np.int64))
+
+
+def run_ranges(edges, work) -> None:
+    """Call ``work(lo, hi, worker)`` for each range ``[edges[w], edges[w + 1])``, one thread
+    each (the last in the calling thread), BLAS on one thread each."""
+    edges = [int(e) for e in edges]
+    parts = len(edges) - 1
+    with _blas_single_threaded():
+        if parts <= 1:
+            if parts == 1:
+                work(edges[0], edges[1], 0)
+            return
+        with ThreadPoolExecutor(parts - 1) as pool:
+            futures = [pool.submit(work, edges[w], edges[w + 1], w) for w in range(parts - 1)]
+            work(edges[-2], edges[-1], parts - 1)
+            for f in futures:
+                f.result()
+
+
 def contiguous_run(index: np.ndarray) -> int | None:
     """The first element of ``index`` when it is a run ``s, s+1, ..., s+k-1``, else None."""
     if index.size <= 1:

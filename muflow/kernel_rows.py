@@ -30,8 +30,8 @@ import time
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import (PRODUCT_KERNELS, Columns, contiguous_run, row_source,
-                             run_panels)
+from muflow.inmemory import (PRODUCT_KERNELS, Columns, column_ranges, contiguous_run,
+                             default_threads, row_source, run_panels, run_ranges)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 
@@ -174,19 +174,24 @@ class KernelRows(GramOperator):
         self._chunks_into(rows, source.X[rows], source.sq[rows], rows, data, target, scratch, worker)
 
     def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,
-                     consume=None) -> None:
+                     consume=None, columns=None) -> None:
         """The chunk loop of :meth:`_panel_by_chunks` for prepared rows A (``rows``: their
         indices in X for the sparse-row product, or None); ``same_rows[r] = c >= 0`` where
         A[r] is row c of X. ``consume(c0, c1, piece)``, when given, takes each chunk of
-        columns while it is in the CPU's cache instead of its being written to ``data``."""
+        columns while it is in the CPU's cache instead of its being written to ``data``.
+        ``columns = (lo, hi)`` limits the loop to those columns (a thread's share of the
+        rows, :meth:`rows_into`); chunks start at multiples of 16 columns whatever the
+        range, so every entry is computed by the same instructions however the columns are
+        shared out."""
         source = self.source
         k = A.shape[0]
         width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
+        lo, hi = (0, self.n) if columns is None else columns
         buf = scratch.get(worker)
         if buf is None or buf.size < k * width:
             buf = scratch[worker] = np.empty(k * width, dtype=self.dtype)
-        for c0 in range(0, self.n, width):
-            c1 = min(self.n, c0 + width)
+        for c0 in range(lo, hi, width):
+            c1 = min(hi, c0 + width)
             piece = buf[: k * (c1 - c0)].reshape(k, c1 - c0)
             same = same_rows - c0
             same[(same_rows < 0) | (same < 0) | (same >= c1 - c0)] = -1
@@ -253,9 +258,29 @@ class KernelRows(GramOperator):
             panel = self._panel(index, buf[: rows.size])
             data[slots[p0:p1]] = panel
 
-        run_panels(idx.size, block, work, n_threads=self.n_threads)
+        threads = max(1, self.n_threads or default_threads())
+        if chunked and threads > 1 and -(-idx.size // block) < threads:
+            self._rows_by_columns(idx, data, slots, threads)
+        else:
+            run_panels(idx.size, block, work, n_threads=self.n_threads)
         self.rows_computed += idx.size
         self.row_seconds += time.perf_counter() - t
+
+    def _rows_by_columns(self, idx, data, slots, threads: int) -> None:
+        """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than
+        threads (a working set's missing rows, late in a solve a handful), so each thread
+        computes every row over its own range of columns and reads only its part of X
+        (split by rows, each thread would stream all of X for one or two rows)."""
+        source = self.source
+        edges = column_ranges(self.n, threads)
+        A, sq_A = source.X[idx], source.sq[idx]
+        scratch = {}
+
+        def work(c0, c1, worker):
+            self._chunks_into(idx, A, sq_A, idx, data, slots, scratch, worker,
+                              columns=(int(c0), int(c1)))
+
+        run_ranges(edges, work)
 
     def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
         """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when

@@ -65,10 +65,11 @@ def add_rows(G, y, data, slots, coef, lo, hi):
 
 
 @njit(cache=True, nogil=True)
-def gather_block(data, slots, cols, out):
-    """``out[a, b] = data[slots[a], cols[b]]`` in float64: K_BB from the cached rows of B
-    (``cols`` ascending, so each row is read in address order)."""
-    for a in range(slots.shape[0]):
+def gather_block(data, slots, cols, out, lo, hi):
+    """``out[a, b] = data[slots[a], cols[b]]`` in float64 for lo <= a < hi: K_BB from the
+    cached rows of B (``cols`` ascending, so each row is read in address order), a range
+    of its rows per thread."""
+    for a in range(lo, hi):
         row = data[slots[a]]
         for b in range(cols.shape[0]):
             out[a, b] = row[cols[b]]

@@ -66,9 +66,10 @@ from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
+from muflow.solvers._selection_compiled import side_pass
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              projected_gradient, select_working_set,
-                                             side_violations, solve_columns)
+                                             solve_columns)
 
 __all__ = ["InProcessState", "InProcessHome", "check_q", "default_q", "solve_working_set"]
 
@@ -113,6 +114,7 @@ class InProcessState(ColumnState):
         self.F = col.objective(alpha, G)
         self.bias = 0.0
         self._view = None
+        self._pool = None
         self._block = np.empty(0)
 
     def extremes(self) -> float:
@@ -120,13 +122,24 @@ class InProcessState(ColumnState):
         if act.size == 0:
             self._view = None
             return -np.inf
-        a, U, g = self.alpha[act], self.U[act], self.G[act]
         if self.equality:
-            _, _, _, v_up, v_low = side_violations(self.y[act], a, U, g)
+            # one fused pass (eq. (9)) over the active set, a range of it per thread
+            pool = self._pool_arrays(act.size)
+            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G, act,
+                               *pool)
+            v_up, v_low, a, U = pool
             self._view = PairView(a, U, v_up=v_up, v_low=v_low)
         else:
+            a, U, g = self.alpha[act], self.U[act], self.G[act]
             self._view = PairView(a, U, projected=np.abs(projected_gradient(a, U, g)))
         return self._view.gap
+
+    def _pool_arrays(self, size: int):
+        """(v_up, v_low, a, U) over the first ``size`` active variables, in buffers kept for
+        the solve (a fresh array of n a pass costs its page faults each iteration)."""
+        if self._pool is None or self._pool.shape[1] < size:
+            self._pool = np.empty((4, self.alpha.size))
+        return tuple(self._pool[k, :size] for k in range(4))
 
     def candidates(self, q: int) -> np.ndarray:
         view, act = self._view, self.act
@@ -143,9 +156,9 @@ class InProcessState(ColumnState):
         data = self.cache.data
         self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
         chosen = select_working_set(
-            view, q, pos, QD=self.QD[act],
-            row_i=data[slot_i][act] if slot_i >= 0 else None,
-            row_j=data[slot_j][act] if slot_j >= 0 else None)
+            view, q, pos, QD=self.QD, at=act,
+            row_i=data[slot_i] if slot_i >= 0 else None,
+            row_j=data[slot_j] if slot_j >= 0 else None, split=self.threads.split)
         # sorted: K_BB is then gathered from rows of K in address order
         return np.sort(act[chosen])
 
@@ -163,7 +176,7 @@ class InProcessState(ColumnState):
         if self._block.size < B.size * B.size:
             self._block = np.empty(B.size * B.size)
         K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
-        gather_block(self.cache.data, self._slots, B, K_BB)
+        self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
 
     def apply(self, B, new, moved, coef, change) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 from muflow.inmemory import _blas_single_threaded
 from muflow.operators import DenseGram
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
-from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers._selection_compiled import pair_gains
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
 from muflow.solvers.rowcache import RowCache
 from muflow.solvers.smo import smo_column
@@ -88,8 +88,9 @@ class PairView:
 
     With the sum constraint the gap is m(alpha) - M(alpha) = max_{I_up} -y G +
     max_{I_low} y G (Fan, Chen & Lin 2005, eq. (9)), its maximal violators ``ku`` and ``kl``
-    (positions in the pool); without it the largest projected gradient. ``score`` ranks how
-    much each variable violates (the previous working set's useful part is kept by it).
+    (positions in the pool); without it the largest projected gradient. :meth:`score_at`
+    ranks how much each variable violates (the previous working set's useful part is kept
+    by it).
 
     Parameters
     ----------
@@ -110,24 +111,31 @@ class PairView:
             self.extremes = (self.gap, self.gap)
             return
         self.v_up, self.v_low = v_up, v_low
-        self.up, self.low = np.isfinite(v_up), np.isfinite(v_low)
-        if not self.up.any() or not self.low.any():
+        self.ku, self.kl = (int(np.argmax(v_up)), int(np.argmax(v_low))) if v_up.size else (0, 0)
+        if not v_up.size or v_up[self.ku] == -np.inf or v_low[self.kl] == -np.inf:
             self.gap, self.extremes = -np.inf, None
             return
-        self.ku, self.kl = int(np.argmax(v_up)), int(np.argmax(v_low))
         gmax, gmax2 = v_up[self.ku], v_low[self.kl]
         self.extremes = (float(gmax), float(gmax2))
-        self.score = np.maximum(v_up + gmax2, v_low + gmax)
         self.gap = float(gmax + gmax2)
 
-    @property
-    def yG(self) -> np.ndarray:
-        """y_t G_t on the pool (each variable is in I_up or in I_low)."""
-        return np.where(self.low, self.v_low, -self.v_up)
+    def score_at(self, pos) -> np.ndarray:
+        """How much the variables at positions ``pos`` violate: with the sum constraint
+        max(v_up + gmax2, v_low + gmax), positive for a variable of a violating pair."""
+        if not self.equality:
+            return self.score[pos]
+        gmax, gmax2 = self.extremes
+        return np.maximum(self.v_up[pos] + gmax2, self.v_low[pos] + gmax)
+
+
+def _serial(fn, total, work_per_item, *args):
+    """``fn(*args, 0, total)``: a compiled range pass in the calling thread (the default of
+    the ``split`` arguments below)."""
+    fn(*args, 0, total)
 
 
 def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
-                       row_j=None) -> np.ndarray:
+                       row_j=None, at=None, split=_serial) -> np.ndarray:
     """Positions in the pool of the working set (at most q), in the order chosen.
 
     The maximal violators first, then the useful part of the previous set (``previous``:
@@ -136,8 +144,8 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     eq. (14)), a variable of I_low by the decrease -(b_it)^2 / a_it of its pair with the
     maximal violator i of I_up and a variable of I_up by its pair with the violator j of
     I_low, where a_it = K_ii + K_tt - 2 K_it reads the violators' rows ``row_i`` / ``row_j``
-    over the pool (None: that side ranked by b_it alone, first order); without it, the
-    largest projected gradients.
+    (None: that side ranked by b_it alone, first order); without it, the largest projected
+    gradients.
 
     Parameters
     ----------
@@ -145,33 +153,40 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     q : int
     previous : ndarray of int
     QD : ndarray, optional
-        K_tt over the pool (sum constraint).
+        K_tt (sum constraint), at the positions ``at`` of the pool's variables.
     row_i, row_j : ndarray, optional
-        K[i, pool] and K[j, pool] for the violators i = ``view.ku`` and j = ``view.kl``.
+        K[i, :] and K[j, :] for the violators i = ``view.ku`` and j = ``view.kl``, at the
+        positions ``at``.
+    at : ndarray of int, optional
+        Where the pool's variables are in ``QD`` and the rows (default: the pool's order).
+    split : callable, optional
+        ``split(fn, total, work_per_item, *args)`` runs the compiled range pass
+        ``fn(*args, lo, hi)`` over [0, total) (on threads:
+        :meth:`muflow.solvers._working_set_compiled.Threads.split`); default in this thread.
     """
-    score, a, U = view.score, view.a, view.U
-    free = (a > 0) & (a < U)
-    useful = previous[(score[previous] > 0) | free[previous]]
-    kept = useful[np.argsort(-score[useful], kind="stable")[: q // 2]]
-    taken = np.zeros(score.size, dtype=bool)
-    taken[kept] = True
+    a, U = view.a, view.U
+    size = a.size
+    useful = previous[(view.score_at(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
+    kept = useful[np.argsort(-view.score_at(useful), kind="stable")[: q // 2]]
     if not view.equality:
-        gain = np.where(score > 0, -score, np.inf)
-        gain[taken] = np.inf
+        gain = np.where(view.score > 0, -view.score, np.inf)
+        gain[kept] = np.inf
         new = smallest(gain, q - kept.size)
         return ordered_unique([new, kept])[:q]
     ku, kl = view.ku, view.kl
     anchors = np.array([ku, kl], dtype=np.int64)
-    taken[anchors] = True
-    need = q - int(taken.sum())
+    taken = np.union1d(kept, anchors)
+    need = q - taken.size
     gmax, gmax2 = view.extremes
-    yG = view.yG
-    b_up = -yG + gmax2
-    b_low = yG + gmax
-    a_up = np.maximum(QD + QD[kl] - 2.0 * row_j, _TAU) if row_j is not None else 1.0
-    a_low = np.maximum(QD[ku] + QD - 2.0 * row_i, _TAU) if row_i is not None else 1.0
-    gain_up = np.where(view.up & (b_up > 0) & ~taken, -(b_up * b_up) / a_up, np.inf)
-    gain_low = np.where(view.low & (b_low > 0) & ~taken, -(b_low * b_low) / a_low, np.inf)
+    at = np.arange(size, dtype=np.int64) if at is None else at
+    QD = np.asarray(QD, dtype=np.float64)
+    none = np.zeros(0)
+    gain_up, gain_low = np.empty(size), np.empty(size)
+    split(pair_gains, size, 8, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
+          none if row_i is None else row_i, none if row_j is None else row_j,
+          float(gmax), float(gmax2), gain_up, gain_low)
+    gain_up[taken] = np.inf
+    gain_low[taken] = np.inf
     new_up = smallest(gain_up, need // 2)
     gain_low[new_up] = np.inf
     new_low = smallest(gain_low, need - new_up.size)

@@ -1,0 +1,73 @@
+"""Compiled passes of the working-set selection (numba, cached on disk, GIL released).
+
+WSS 2 (Fan, Chen & Lin, "Working set selection using second order information for training
+support vector machines", JMLR 6, 2005) reads every active variable twice an outer
+iteration: once for the violations of eq. (9) (:func:`side_pass`), once for the gains of
+eq. (14) against the maximal violators (:func:`pair_gains`). Each is one fused loop over a
+range ``[lo, hi)`` of the pool, so that a thread takes a range
+(:meth:`muflow.solvers._working_set_compiled.Threads.split`) and the NumPy expressions they
+replace (:func:`muflow.solvers.working_set_loop.side_violations` and the gains of
+:func:`~muflow.solvers.working_set_loop.select_working_set`) are computed with the same
+operations in the same order: the same numbers, however the ranges are shared out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from muflow.solvers._subset_compiled import _TAU
+
+
+@njit(cache=True, nogil=True)
+def side_pass(y, alpha, U, G, act, v_up, v_low, a_pool, U_pool, lo, hi):
+    """For the active variables ``t = act[p]``, lo <= p < hi: ``v_up[p] = -y_t G_t`` on
+    I_up = {y = +1, a < U} u {y = -1, a > 0}, ``v_low[p] = y_t G_t`` on I_low (the mirror),
+    -inf outside (eq. (9)); ``a_pool[p]``, ``U_pool[p]``: alpha_t and its bound."""
+    for p in range(lo, hi):
+        t = act[p]
+        a = alpha[t]
+        u = U[t]
+        yG = y[t] * G[t]
+        if y[t] > 0:
+            up = a < u
+            low = a > 0
+        else:
+            up = a > 0
+            low = a < u
+        v_up[p] = -yG if up else -np.inf
+        v_low[p] = yG if low else -np.inf
+        a_pool[p] = a
+        U_pool[p] = u
+
+
+@njit(cache=True, nogil=True)
+def pair_gains(v_up, v_low, QD, at, QD_i, QD_j, row_i, row_j, gmax, gmax2, gain_up, gain_low,
+               lo, hi):
+    """WSS 2's gains (eq. (14)) of the pool's variables p in [lo, hi): a variable of I_up by
+    its pair with the maximal violator j of I_low, ``-(b_pj)^2 / a_pj`` with
+    ``b = v_up + gmax2`` and ``a = max(K_tt + K_jj - 2 K_tj, tau)``, one of I_low by its
+    pair with the violator i of I_up (``b = v_low + gmax``); +inf where the variable is not
+    on that side or does not violate. ``at[p]`` is the variable's position in ``QD`` and the
+    rows; an empty ``row_i`` / ``row_j`` ranks that side by b alone (a = 1)."""
+    tau = _TAU
+    has_i = row_i.shape[0] > 0
+    has_j = row_j.shape[0] > 0
+    for p in range(lo, hi):
+        t = at[p]
+        vu = v_up[p]
+        vl = v_low[p]
+        gu = np.inf
+        if vu > -np.inf:
+            b = vu + gmax2
+            if b > 0:
+                a = max(QD[t] + QD_j - 2.0 * np.float64(row_j[t]), tau) if has_j else 1.0
+                gu = -(b * b) / a
+        gl = np.inf
+        if vl > -np.inf:
+            b = vl + gmax
+            if b > 0:
+                a = max(QD_i + QD[t] - 2.0 * np.float64(row_i[t]), tau) if has_i else 1.0
+                gl = -(b * b) / a
+        gain_up[p] = gu
+        gain_low[p] = gl
