@@ -191,7 +191,7 @@ def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
 #: this share of non-zero entries are multiplied as sparse rows against the dense X^T
 #: (:meth:`RowSource.product_into`): a sparse row costs in its non-zeros where sgemm costs
 #: in all d features, the same values (a8a's data are integers, 8 % non-zero after the
-#: shift); the two costs meet near 25 % (docs/benchmarks.md, "Kernel rows").
+#: shift); the two costs meet near 25 % (docs/benchmarks.md, "Kernel values").
 SPARSE_ROWS_MAX_DENSITY = 0.2
 
 

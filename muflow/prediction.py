@@ -36,10 +36,11 @@ because summing in float32 as well adds the rounding of every term of the sum, w
 the promise on a8a. That is checked, not assumed: per model, the decisions at up to
 :data:`PROBE_ROWS` of its own support vectors are computed both ways, and float32 is used
 only if, for every problem, they agree within :data:`FLOAT32_CHECK_RTOL` of the largest
-(half the promise, leaving the other half for rows other than the probe's); otherwise,
-and for models of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64
-costs little), the model predicts in float64. Rows farther from the centre than the farthest support vector
-(float32's error in a product grows with the norms) are recomputed in float64.
+(half the promise, leaving the other half for rows other than the probe's); otherwise, and
+for models of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64 costs
+little), the model predicts in float64. Rows farther from the centre than the farthest
+support vector (float32's error in a product grows with the norms) are recomputed in
+float64.
 
 Only NumPy, SciPy and threadpoolctl are imported here; a float32 block's finish is
 compiled (:mod:`muflow._kernel_compiled`, loaded at the first float32 block; ``muflow.load``
@@ -65,9 +66,8 @@ from muflow.kernels import Kernel, rbf_center
 PREDICT_BLOCK_BYTES = 8 * 2**20
 
 #: A block whose product takes at most this many multiply-adds runs on one BLAS thread:
-#: OpenBLAS's second thread, woken for so small a product, waits for a core whenever another
-#: process holds it, and one thread finishes such a product alone in about the same time
-#: on an idle machine.
+#: OpenBLAS's second thread saves microseconds on an idle machine but, woken for so small a
+#: product, waits for a core whenever another process holds one.
 SMALL_PRODUCT = 2**24
 
 #: Promised agreement of float32 decisions with float64 ones, relative to the largest.
