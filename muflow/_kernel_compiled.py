@@ -5,13 +5,12 @@ A block of K is one BLAS product ``G = A B'`` followed by an element-wise transf
 over G here, in place, released from the GIL so that the threads of
 :mod:`muflow.inmemory` finish their panels side by side.
 
-NumPy's float32 ``exp`` is a scalar libm call on CPUs without AVX-512 (about 2 ns a value
-measured on the 2-core AMD EPYC machine of the issue, as long as the sgemm of a8a's whole
-Gram). :func:`exp_nonpositive` is the Cephes ``expf`` (Moshier, Cephes Math Library,
-``expf.c``: Cody-Waite reduction by ln 2 in two parts, degree-5 polynomial on
-[-ln2/2, ln2/2], within about one ulp) written with branch-free operations and a bit
-cast for the power of two, which LLVM vectorises (8 floats per AVX2 instruction). Its
-argument is never positive here: rbf's -gamma ||a - b||^2 and tanh's -2|x|.
+NumPy's float32 ``exp`` is a scalar libm call on CPUs without AVX-512, as costly over a
+whole Gram as the sgemm that computed it. :func:`exp_nonpositive` is the Cephes ``expf``
+(Moshier, Cephes Math Library, ``expf.c``: Cody-Waite reduction by ln 2 in two parts,
+degree-5 polynomial on [-ln2/2, ln2/2], within about one ulp) written with branch-free
+operations and a bit cast for the power of two, which LLVM vectorises (8 floats per AVX2
+instruction). Its argument is never positive here: rbf's -gamma ||a - b||^2 and tanh's -2|x|.
 
 Each function is compiled for one signature: a C-contiguous float32 block (and float64
 norms and parameters for rbf, float32 scalars otherwise); float64 blocks are finished by

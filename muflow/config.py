@@ -103,8 +103,8 @@ class SweepConfig:
     time_limit: float | None = None  # seconds; None (left out): no limit
     #: megabytes of kernel rows the row-reading solvers cache (run_sweep's ``cache_size``);
     #: None (left out): run_sweep's default. On rows on demand (a large training set) the
-    #: cache decides how often a row is computed again: 256 MB against 2000 MB doubled the
-    #: solves of a 20,000-row sweep (benchmarks/bench_sweep_rows.py --force-rows)
+    #: cache decides how often a row is computed again, so a larger cache means fewer rows
+    #: computed (docs/benchmarks.md, "Model selection")
     cache_size: float | None = None
 
     def sweep_options(self) -> dict:

@@ -94,8 +94,8 @@ def runs_on_panels(solver: str) -> bool:
     return info is not None and info.needs == "products"
 
 
-#: Panels of at most this many bytes are multiplied on the worker's event loop (about 5 ms
-#: for a product of a few columns), larger ones in a thread.
+#: Panels of at most this many bytes are multiplied on the worker's event loop (a product
+#: of a few columns over them is short next to a thread hand-off), larger ones in a thread.
 INLINE_BYTES = 16 << 20
 
 

@@ -248,7 +248,7 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
 
     A partition holds its rows of X twice (as given and prepared for the kernel), a dozen
     vectors of its rows and its row cache; with what the worker process holds once it has
-    imported the partition's code (measured there), they must stay within
+    imported the partition's code (read from the worker), they must stay within
     :data:`WORKER_FRACTION` of the limit. A cache that does not fit is made smaller (with a
     warning naming both sizes); when not even :data:`MIN_CACHE_ROWS` rows fit, the fit is
     refused with the numbers and the fix. Workers without a limit take ``cache_mb`` as given.
@@ -460,8 +460,8 @@ class DaskRowPartitions(GramOperator):
 
     def wait(self, calls) -> list:
         """The answers of actor calls, awaited together in the client's event loop (each
-        call's own ``result()`` kept the client's thread busy: measured, the client took a
-        core from the two workers).
+        call's own ``result()`` keeps the client's thread busy, taking a core from the
+        workers).
 
         Raises
         ------

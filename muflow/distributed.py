@@ -2,7 +2,7 @@
 
 :class:`DaskGram` subclasses :class:`muflow.operators.GramOperator`, so every solver runs
 against it unchanged. The design avoids per-iteration graph scheduling (a ``dask.array``
-matvec over a persisted K costs about 100 ms of scheduling per product):
+matvec over a persisted K builds and schedules a graph for every product):
 
 - K's rows are split into contiguous *shards* aligned with the store's tiles, about one per
   worker. Each shard is owned by a :class:`PanelServer`, a ``distributed`` actor (a

@@ -11,7 +11,7 @@ Work: n^2 kernel values, one BLAS product per row panel in K's dtype and one fus
 element-wise pass. Memory: K plus X twice in K's dtype (:class:`RowSource`). The panel
 machinery (:func:`row_source`, :class:`Columns`, :func:`run_panels`) also serves rows of K
 computed on demand (:class:`muflow.kernel_rows.KernelRows`). On virtual machines mapping
-fresh memory is a sizeable part of the cost (about 1 s per GiB measured here), which is why
+fresh memory is a sizeable part of the cost (a page fault per 4 KiB page), which is why
 ``out`` can be reused.
 """
 
@@ -67,9 +67,9 @@ def empty_populated(shape, dtype) -> np.ndarray:
     """``np.empty(shape, dtype)`` whose memory is mapped in one call (Linux ``MAP_POPULATE``).
 
     A fresh n x n K is otherwise mapped page by page as it is first written: one page fault
-    per 4 KiB, which on the virtual machines measured here costs 1.5 to 4 s per GiB
-    (populating up front: about 0.5 s per GiB). Falls back to ``np.empty`` where the flag
-    does not exist or the mapping fails.
+    per 4 KiB, each a trap into the hypervisor on a virtual machine; populating the mapping
+    up front maps it in one call at a fraction of that cost. Falls back to ``np.empty``
+    where the flag does not exist or the mapping fails.
     """
     import mmap
 
@@ -189,8 +189,9 @@ def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
 
 #: float32 rows of X (after rbf's shift: binary features become sparser still) with at most
 #: this share of non-zero entries are multiplied as sparse rows against the dense X^T
-#: (:meth:`RowSource.product_into`): a8a (8 % non-zero after the shift) 25 against 75 us a
-#: row for sgemm, the same values (its data are integers); the two costs meet near 25 %.
+#: (:meth:`RowSource.product_into`): a sparse row costs in its non-zeros where sgemm costs
+#: in all d features, the same values (a8a's data are integers, 8 % non-zero after the
+#: shift); the two costs meet near 25 % (docs/benchmarks.md, "Kernel values").
 SPARSE_ROWS_MAX_DENSITY = 0.2
 
 
@@ -286,8 +287,8 @@ _ONE_BLAS_THREAD = _OneBlasThread()
 def _blas_single_threaded() -> _OneBlasThread:
     """BLAS held to one thread: our threads run panels side by side (each panel's product
     next to another panel's element-wise pass), and a panel of a few rows is faster on one
-    BLAS thread than on several (a single a8a row: 1 ms against 8 ms with OpenBLAS's two
-    threads on the 2-core machine, where they wait on each other). The one process-wide
+    BLAS thread than on several (OpenBLAS's threads on a product that small spend longer
+    waiting on each other than computing). The one process-wide
     :class:`_OneBlasThread`, so that overlapping sections restore BLAS once all have left."""
     return _ONE_BLAS_THREAD
 

@@ -38,7 +38,8 @@ from muflow.operators import GramOperator
 #: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
 PRODUCT_PANEL_BYTES = 32 * 2**20
 #: Rows bound for non-consecutive cache slots are computed this many bytes of columns at a
-#: time (:meth:`KernelRows._panel_by_chunks`; 2 MiB measured best on 100,000 x 50 rows).
+#: time (:meth:`KernelRows._panel_by_chunks`; a chunk's scratch block stays in the CPU's
+#: cache, and the chunk is long enough that a BLAS call's setup is small next to it).
 CHUNK_BYTES = 2 * 2**20
 #: ... and at least this many columns a chunk (a BLAS call per chunk costs its setup).
 MIN_CHUNK_COLUMNS = 256
@@ -168,8 +169,7 @@ class KernelRows(GramOperator):
         Each chunk's product and element-wise finish land in a scratch block that stays in
         the CPU's cache and is then copied to its rows: the rows cross memory once, where a
         panel computed whole and then scattered crosses it three times (written, read back,
-        written again). Measured on 100,000 x 50 rows in batches of 512: 255 against 360
-        CPU microseconds a row."""
+        written again)."""
         source = self.source
         self._chunks_into(rows, source.X[rows], source.sq[rows], rows, data, target, scratch, worker)
 

@@ -57,8 +57,8 @@ PROBABILITY_DEPRECATION = (
 class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
-    Takes every parameter of ``sklearn.svm.SVC`` with its meaning (the README's "Coming
-    from scikit-learn" table lists each), plus muflow's own: ``multiclass``, ``solver``,
+    Takes every parameter of ``sklearn.svm.SVC`` with its meaning (docs/sklearn.md lists
+    each), plus muflow's own: ``multiclass``, ``solver``,
     ``intercept``, ``client``, ``gram_dtype`` and ``gram``.
 
     Parameters

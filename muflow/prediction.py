@@ -22,24 +22,25 @@ compiled pass over each row while it is in cache (:func:`muflow._kernel_compiled
 the rounding of :func:`~muflow._kernel_compiled.finish_rbf`); otherwise the block is
 :meth:`muflow.kernels.Kernel.block_into`'s, the code path of every block of K in muflow.
 The blocks of a large X are shared among threads, one per CPU, each with one BLAS thread,
-so that the finish runs on every core too (a8a.t: 0.11-0.21 s against 0.17-0.54 s with
-BLAS threads alone, on a loaded 2-core machine). Sparse X is densified a block at a time
-(a8a, 11% non-zeros: sgemm on the dense block 0.19 s for a8a.t against SciPy's
-single-threaded sparse-dense product 0.39 s); support vectors whose dense form would exceed
-:data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
+so that the finish runs on every core too (BLAS threads alone leave it on one). Sparse X
+is densified a block at a time for sgemm, which at a8a's density (11 % non-zeros) beats
+SciPy's single-threaded sparse-dense product; support vectors whose dense form would
+exceed :data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
 
 Precision rule
 --------------
 float32 kernel values summed in float64 keep the decision values within 1e-5 of a float64
-evaluation, relative to the largest decision value of each problem (measured on the test
-sets: a8a 1.2e-6, breast cancer 3.2e-7, USPS one-vs-one 7.4e-6; summing in float32 as well
-gave 2.5e-5 on a8a, which is why W is applied in float64). That is checked, not assumed:
-per model, the decisions at up to :data:`PROBE_ROWS` of its own support vectors are
-computed both ways, and float32 is used only if they agree within
-:data:`FLOAT32_CHECK_RTOL` (a quarter of the promise); otherwise, and for models
-of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64 costs little), the
-model predicts in float64. Rows farther from the centre than the farthest support vector
-(float32's error in a product grows with the norms) are recomputed in float64.
+evaluation, relative to the largest decision value of each problem (:data:`FLOAT32_RTOL`;
+the test sets' figures are in docs/benchmarks.md, "Prediction"). W is applied in float64
+because summing in float32 as well adds the rounding of every term of the sum, which broke
+the promise on a8a. That is checked, not assumed: per model, the decisions at up to
+:data:`PROBE_ROWS` of its own support vectors are computed both ways, and float32 is used
+only if, for every problem, they agree within :data:`FLOAT32_CHECK_RTOL` of the largest
+(half the promise, leaving the other half for rows other than the probe's); otherwise, and
+for models of fewer than :data:`FLOAT32_MIN_SUPPORT` support vectors (where float64 costs
+little), the model predicts in float64. Rows farther from the centre than the farthest
+support vector (float32's error in a product grows with the norms) are recomputed in
+float64.
 
 Only NumPy, SciPy and threadpoolctl are imported here; a float32 block's finish is
 compiled (:mod:`muflow._kernel_compiled`, loaded at the first float32 block; ``muflow.load``
@@ -60,22 +61,20 @@ from muflow.inmemory import _blas_single_threaded
 from muflow.kernels import Kernel, rbf_center
 
 #: Kernel values per block of rows, in the block's dtype: a few hundred rows, which stay in
-#: cache between the GEMM, the finish and the product with W (a8a.t against 6,650 support
-#: vectors, float32, one thread: 0.20 s with blocks of 128 rows, 0.30 s with 1,024).
+#: cache between the GEMM, the finish and the product with W (a block of a thousand rows
+#: or more leaves the cache before the finish reads it).
 PREDICT_BLOCK_BYTES = 8 * 2**20
 
 #: A block whose product takes at most this many multiply-adds runs on one BLAS thread:
-#: waking OpenBLAS's second thread for one row against a8a's model cost 31 us on an idle
-#: 2-core machine but 15 ms whenever another process held the other core (one thread:
-#: 0.1 ms either way).
+#: OpenBLAS's second thread saves microseconds on an idle machine but, woken for so small a
+#: product, waits for a core whenever another process holds one.
 SMALL_PRODUCT = 2**24
 
 #: Promised agreement of float32 decisions with float64 ones, relative to the largest.
 FLOAT32_RTOL = 1e-5
-#: Agreement the per-model check demands before float32 is used: half the promise (a8a's
-#: probe: 1.4e-6, from float32's rounding of each of 6,650 kernel values; the 100,000-row
-#: model's probe 4.4e-6 and its 100,000 training rows 5.2e-6 of the largest decision, with
-#: every label equal, where float32 predicts them 2.2x faster)
+#: Agreement the per-model check demands before float32 is used: half the promise, so that
+#: rows other than the probe's, whose rounding differs, stay within it (float32's rounding
+#: of each kernel value adds up over the support vectors)
 FLOAT32_CHECK_RTOL = 5e-6
 #: Support vectors of the probe that decides the precision (evenly spaced).
 PROBE_ROWS = 256
@@ -270,8 +269,8 @@ class Predictor:
             # the features they use reads that share of the support vectors
             A_cast, ST = np.ascontiguousarray(A_cast[:, used]), ST[used]
         if self.kernel.name == "rbf":
-            # the finish and the sum against W fused, row by row in cache (a8a.t x 10: the
-            # float64 copy of K and its product took 0.6 of 2.3 s)
+            # the finish and the sum against W fused, row by row in cache (no float64 copy
+            # of the block, no second pass over it)
             from muflow import _kernel_compiled as kc
 
             np.matmul(A_cast, ST, out=K)

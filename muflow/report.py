@@ -55,8 +55,8 @@ def plot_objective_curves(curves, path, *, labels=None, title="dual objective", 
 def _plotted_points(n, log_x, most=4000):
     """Indices of a curve worth drawing: all of a short one; of a long one (SMO records
     F after each of 10^5 steps) ``most`` points spread evenly on the plot's x axis, the
-    first and last included. Drawing every point took about a second per plot and shows
-    nothing more at 600 pixels wide."""
+    first and last included. Drawing every point costs time in proportion to the points
+    and shows nothing more at 600 pixels wide."""
     if n <= most:
         return np.arange(n)
     spread = np.geomspace(1, n, most) if log_x else np.linspace(1, n, most)

@@ -30,25 +30,24 @@ import numpy as np
 
 #: gram="auto" computes kernel rows on demand (the working-set solver) above this many
 #: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
-#: where a stored K costs all n^2 values. Measured on a8a subsets, RBF gamma=0.05, C=1
-#: (stored + smo against rows + working_set): 0.57 s / 0.52 s at 8,000 rows, 1.48 / 0.85 at
-#: 12,000, 2.03 / 1.45 at 16,000, 4.56 / 3.09 at 22,696 (benchmarks/bench_single_fit.py).
+#: where a stored K costs all n^2 values; on a8a's subsets the two paths take about as long
+#: at 8,000 rows and rows on demand win above (docs/benchmarks.md, "One fit").
 ROWS_MIN_SAMPLES = 8192
 
 #: A sweep (many solves, folds x C, on one kernel setting) computes kernel rows on demand above
 #: this many samples, and stores K up to it (or while K fits in half the available memory,
 #: :func:`muflow.memory.choose_gram`, whichever is smaller): its solves share one stored K,
 #: so K is worth storing up to a larger n than for one fit. A float32 K of 32,768 samples
-#: takes 4 GiB. The a8a sweep (22,696 samples, 5 folds x 5 C x 2 gamma) keeps its stored K
-#: (29.6 s, README); the issue-30 sweep of 60,000 samples computes rows (it took 562 s with
-#: SMO on rows; benchmarks/bench_sweep_rows.py times the working set on rows). At 20,000
-#: generated rows (its case, 3 folds x 3 C) the stored K with SMO still won, 19.3 s against
-#: 21.9 s on rows; where between 22,696 and 60,000 the two cross is not measured.
+#: takes 4 GiB. The a8a sweep (22,696 samples, 5 folds x 5 C x 2 gamma) keeps its stored K;
+#: the issue-30 sweep of 60,000 samples computes rows; at 20,000 generated rows the stored K
+#: with SMO still won. Where between 22,696 and 60,000 the two cross is not known
+#: (docs/benchmarks.md, "Model selection").
 SWEEP_ROWS_MIN_SAMPLES = 32768
 
 #: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
 #: whole on one worker as one task (:mod:`muflow.dask_fitting`): a pass of a solver on
-#: such a K takes microseconds to milliseconds, a round trip to the workers about 10 ms.
+#: such a K is shorter than a round trip to the workers, so one round trip per fit beats
+#: one per iteration.
 ONE_TASK_MAX_SAMPLES = 4096
 
 #: The solver that runs on X partitioned over the workers, and on rows computed on demand.
@@ -61,10 +60,9 @@ def gram_mode(gram: str, n_samples: int, solver: str = "auto", *, sweep: bool = 
 
     - A solver that reads only products ``K @ V`` (:func:`reads_products`: the
       multiplicative family) reads all of K every pass: rows on demand would compute K
-      again each pass (a8a, ``solver="munk"``: 1.15 s a pass against 0.44 s on a stored K,
-      its build included). "auto" stays "auto": the factory stores K whenever it fits in
-      half the available memory (:func:`muflow.memory.choose_gram`) and computes rows only
-      when it does not.
+      again each pass, where a stored K is computed once. "auto" stays "auto": the
+      factory stores K whenever it fits in half the available memory
+      (:func:`muflow.memory.choose_gram`) and computes rows only when it does not.
     - The others (the working set, SMO, coordinate descent: rows of K, a few at a time)
       take "rows" for "auto" above :data:`ROWS_MIN_SAMPLES` samples: one fit computes
       only the rows its working sets touch where a stored K costs all n^2 values.

@@ -150,7 +150,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     with reused_storage():
         if processes > 1:
             # the solver's compiled loops loaded here once (a few samples of one column),
-            # not in every child: 0.3 s of CPU a fresh process
+            # not in every child (each fresh process would load them again)
             solve_group(order[0], idx=samples[order[0]][:8], cols=groups[order[0]][:1])
             solved = iter(forked_map(in_child, len(order), processes, threads=1))
         else:

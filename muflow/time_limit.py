@@ -11,7 +11,7 @@ names the limit and the KKT violation reached.
 How soon a solver sees the deadline is its callback cadence: the multiplicative solvers
 call back every pass over K, coordinate descent every epoch, the working-set solver every
 outer iteration, SMO every ``callback_every`` pair steps (n by default: one sweep of n
-steps, about 0.3 s on a8a's 22,696 samples). A batch of m columns solved one after
+steps, a fraction of a second on a8a's 22,696 samples). A batch of m columns solved one after
 another (one-vs-one pairs, a sweep's folds) stops each remaining column at its first call
 back, so the overrun is at most m such intervals.
 """

@@ -124,7 +124,7 @@ def run(args) -> int:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     from muflow.flows.temporary_server import launch_server, stop_server
 
-    # The temporary Prefect server starts first: its own start (about 5 s) overlaps the
+    # The temporary Prefect server starts first: its own start (seconds) overlaps the
     # imports, the configuration's checks and the import of Prefect and the flows here.
     # Stopped unused when the settings name a server, and on every other way out.
     launched = None if os.environ.get("PREFECT_API_URL") else launch_server()

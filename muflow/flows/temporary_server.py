@@ -47,8 +47,8 @@ def _free_port() -> int:
 
 def launch_server() -> tuple[subprocess.Popen, str]:
     """Start a Prefect API server on loopback without waiting for it; return its process and
-    API URL. :func:`wait_until_healthy` waits. Launched first, the server's own start (about
-    10 s: its imports and database) overlaps the caller's import of Prefect and the flows."""
+    API URL. :func:`wait_until_healthy` waits. Launched first, the server's own start (its
+    imports and database) overlaps the caller's import of Prefect and the flows."""
     port = _free_port()
     env = {**os.environ, "PREFECT_UI_ENABLED": "false", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     env.pop("PREFECT_API_URL", None)

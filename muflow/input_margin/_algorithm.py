@@ -34,7 +34,7 @@ the Euclidean metric of the simulation). On the 100 runs of the section 4 simula
   (5) only at the old x_hat_i: the new boundary is pushed away there and may come closer to
   x_i elsewhere. The estimate stays on the piece where (5) was imposed; from x_i the
   measure finds the nearer piece. All 12 such steps with a positive margin are
-  overestimates, by up to 7x (run 20, step 1: 0.024 estimated, 0.0033 measured);
+  overestimates, some several-fold (docs/benchmarks.md, "Input-space margin");
 - 23: the 10 iterations stop off the boundary, where eq. (3) is the distance to the
   boundary's linearisation at x_hat, not to the boundary (all in steps with a negative
   margin since the safeguards of :mod:`~muflow.input_margin._projection`);

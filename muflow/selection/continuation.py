@@ -1,7 +1,8 @@
 """The continuation path: C in ascending order, each C's columns warm-started from the
 solution at the previous C (feasible: 0 <= alpha <= C_prev <= C, the sum constraint is
 untouched). Subset solvers (SMO) profit most: the support set changes little between
-neighbouring C; on a8a, 2000 and 8000 rows, it beat cold solves by 15-20%.
+neighbouring C, so a warm start leaves few variables to move (docs/benchmarks.md,
+"Model selection").
 
 Subset solvers work column by column anyway, so their batched path runs here too, as
 cold, independent solves per C. Either way the work is a list of independent chains (a
@@ -147,8 +148,8 @@ def scaled_start(sol, ratio: float, linear: np.ndarray) -> tuple:
     sum_i y_i alpha_i = 0 and lands the samples at the old bound (the margin errors, which
     mostly stay errors) on the new one; and its gradient, exactly, without a product:
     Q (r alpha) + p = r (G - p) + p for the solution's G = Q alpha + p where the solver
-    kept it (:attr:`muflow.solvers.DualSolution.gradient`; on 40,000 samples the product
-    took a quarter of a fold's solve at C = 1)."""
+    kept it (:attr:`muflow.solvers.DualSolution.gradient`; the product it saves reads n
+    rows of K, a sizeable share of a fold's solve on rows)."""
     if sol.gradient is None:
         return sol.alpha * ratio, sol.bias
     return sol.alpha * ratio, sol.bias, ratio * sol.gradient + (1.0 - ratio) * linear

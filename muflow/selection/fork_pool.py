@@ -24,7 +24,7 @@ def forked_chains(state, tasks, n_jobs):
     from muflow.solvers import DualProblem
 
     # load (or compile) the solver's loops here once, not in every child: for K's dtype,
-    # which selects the compiled version (a float32 Gram compiled apart took 8 s per child)
+    # which selects the compiled version (each child would otherwise load or compile its own)
     warm_up = DenseGram(np.eye(2, dtype=operand_dtype(state.operator)))
     state.info.solve(DualProblem(warm_up, [1.0, -1.0], 1.0, equality=state.equality),
                      tol=state.tol, max_iter=5)

@@ -229,7 +229,7 @@ def class_products_summary(KV, y, alpha, linear, upper, equality, tol, P, N, q_a
 def objective_rose(objective, previous, worse):
     """``worse[j]``: column j's objective rose above the previous pass's (beyond round-off,
     1e-13 relative); True when any did. (The solver's per-pass tests on m values, compiled:
-    as NumPy calls they cost about 15 us a pass, most of a pass on a small problem.)"""
+    as NumPy calls each would cost a call's overhead, most of a pass on a small problem.)"""
     any_worse = False
     for j in range(objective.shape[0]):
         worse[j] = objective[j] > previous[j] + 1e-13 * abs(previous[j])

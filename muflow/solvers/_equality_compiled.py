@@ -11,8 +11,8 @@ m columns therefore run in lockstep: each round evaluates every column at its ow
 in one row-major pass (:func:`_columns_eval`, whose loop over a row's m adjacent values
 the compiler vectorises), then moves each column's lambda. A column whose root is found
 stops moving; while others go on it is evaluated again at the same lambda, which
-rewrites the same values. Copying the columns into contiguous vectors instead cost about
-1 ms a pass at n = 4000, m = 40 (a cache line per element read).
+rewrites the same values. Copying the columns into contiguous vectors instead would read
+a cache line per element.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from muflow.solvers._compiled import factor_slope
 
 _MAX_ROUNDS = 400
 # a round with at most m / _FEW_COLUMNS columns still moving evaluates them one by one
-# (strided, about 8x the cost per element of the vectorised pass over all m columns)
+# (strided: a cache line per element, where the pass over all m columns is vectorised)
 _FEW_COLUMNS = 8
 
 # slots of the per-column root-finder state, st[slot, j]
@@ -67,8 +67,7 @@ def _row_eval(rule, uniform, w, P, N, c, y, s, floor, upper, lam, total, slope, 
     """One row's contribution to every column's h(lambda_j) and slope; its updates in ``out``.
 
     Each column keeps its own running sums, so that the loop over the columns is vectorised
-    (which a loop over a sub-range of the columns, j0 <= j < j1, was not: 2.5 ms against
-    0.4 ms at n = 4000, m = 40).
+    (which a loop over a sub-range of the columns, j0 <= j < j1, is not).
     """
     for j in range(w.shape[0]):
         v, yv, yd = _element(rule, uniform, w[j], P[j], N[j], c[j], y[j], s[j], floor[j],
@@ -266,7 +265,7 @@ def equality_step(rule, w, P, N, c, y, s, floor, upper, uniform, lam, out):
     monotone), so the update is that of any other root finder at this tolerance. The lambda
     left in ``lam`` is always the last one evaluated, so ``out`` holds its update. Free of
     the GIL. (No parameter has a default: numba's dispatcher sends a call that omits an
-    argument down its slow Python path, which cost 0.7 ms per pass.)
+    argument down its slow Python path, once per pass.)
     """
     n, m = w.shape
     st = np.zeros((_SLOTS, m))

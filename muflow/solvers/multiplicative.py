@@ -153,11 +153,10 @@ class _Products:
 class _Scratch:
     """Work arrays handed back by one pass and handed out again to the next.
 
-    A pass of the unflipped path allocated about 6 MB at n = 4000, m = 40 (the operand, the
-    product, P, N and Q alpha); glibc returned the freed memory to the system and paged it
-    back in at the next pass: about 670 page faults a pass, 0.1 of the pass / product ratio
-    of ``benchmarks/bench_iteration_overhead.py``. Only arrays no caller can hold go back
-    (never alpha, which the callback receives)."""
+    A pass of the unflipped path needs five n x m arrays (the operand, the product, P, N and
+    Q alpha); allocated afresh, glibc returns the freed memory to the system and pages it
+    back in at the next pass, a page fault per 4 KiB every pass. Only arrays no caller can
+    hold go back (never alpha, which the callback receives)."""
 
     def __init__(self):
         self._free = {}
@@ -216,7 +215,7 @@ def _full(values, shape) -> np.ndarray:
 
     Every array handed to the compiled steps has these flags, so that each step is compiled
     for one signature only (a read-only view, as ``np.broadcast_to`` returns, is another
-    type to numba and costs another compilation of about 30 s)."""
+    type to numba and costs another compilation of every step)."""
     values = np.asarray(values, dtype=np.float64)
     if values.shape != shape:
         values = np.broadcast_to(values, shape)

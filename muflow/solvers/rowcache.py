@@ -241,10 +241,9 @@ def reused_storage():
     """Within it, the row caches that this thread makes one after another (the sub-problems
     of one fit, :func:`muflow.subproblems.solve_on_own_samples`) take their storage from
     one buffer, grown when a cache needs more and freed when the outermost scope ends,
-    instead of fresh memory each: the first writes to fresh pages fault and zero them, about
-    0.6 s of system time for a 17,000-sample pair's cache of 1.1 GB, against 0.05 s in
-    pages already mapped (one thread, the one-vs-one pairs of benchmarks/bench_multiclass.py:
-    a pair's CPU time 2.3-2.7 s fresh, 1.6-2.0 s reused). A cache made while the buffer is
+    instead of fresh memory each: the first writes to fresh pages fault and zero them, in
+    system time proportional to the cache, where pages already mapped cost nothing more
+    (docs/benchmarks.md, "One-vs-one"). A cache made while the buffer is
     lent to another takes fresh memory."""
     _STORAGE.depth += 1
     try:
