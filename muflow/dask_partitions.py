@@ -37,7 +37,8 @@ from muflow.operators import GramOperator
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
-from muflow.solvers.working_set_loop import projected_gradient, side_violations, smallest
+from muflow.solvers._selection_compiled import side_pass
+from muflow.solvers.working_set_loop import projected_gradient, smallest
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
@@ -73,12 +74,14 @@ class RowPartition:
         self.products = 0
         # kernel rows computed as in process (muflow.kernel_rows): float64 up to 4096
         # samples in all, float32 above; X_p prepared once, a column chunk at a time
-        self.rows_op = KernelRows(self.X, self.kernel, dtype=gram_dtype(int(n_total)), n_threads=1)
+        self.n_threads = worker_threads()
+        self.rows_op = KernelRows(self.X, self.kernel, dtype=gram_dtype(int(n_total)),
+                                  n_threads=self.n_threads)
         self.dtype = self.rows_op.dtype
         self.n_total = int(n_total)
         self.offered = _OfferedRows(self)
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
-        self.threads = Threads(1)
+        self.threads = Threads(self.n_threads)
         self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
 
     # -- the kernel on this partition's rows --------------------------------------------
@@ -171,12 +174,14 @@ class RowPartition:
         act = self.act
         at = np.minimum(np.searchsorted(act, previous), max(act.size - 1, 0))
         kept = at[act[at] == previous] if act.size else at[:0]
-        y, a, U, G = self.y[act], self.alpha[act], self.U[act], self.G[act]
         if self.equality:
-            _, _, _, v_up, v_low = side_violations(y, a, U, G)
+            v_up, v_low, a, U = (np.empty(act.size) for _ in range(4))
+            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G,
+                               np.ascontiguousarray(act, dtype=np.int64), v_up, v_low, a, U)
             pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
             scores = (v_up[pick], v_low[pick])
         else:
+            a, U, G = self.alpha[act], self.U[act], self.G[act]
             score = np.abs(projected_gradient(a, U, G))
             pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k), kept)
             scores = (score[pick],)
@@ -191,6 +196,18 @@ class RowPartition:
 
     def rows(self, local):
         return self.X[np.asarray(local, dtype=np.int64)]
+
+
+def worker_threads() -> int:
+    """The threads of the Dask worker this runs on (its ``nthreads``): a partition computes
+    its rows, updates its gradient and scans its candidates on all of them, a range of its
+    columns each; 1 outside a worker."""
+    try:
+        from distributed import get_worker
+
+        return max(1, int(get_worker().state.nthreads))
+    except (ImportError, ValueError, AttributeError):
+        return 1
 
 
 class _OfferedRows:

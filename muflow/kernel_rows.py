@@ -219,7 +219,13 @@ class KernelRows(GramOperator):
                      else np.asarray(same_rows, dtype=np.int64))
         if self._chunked:
             A, sq_A = self.source.prepare(A)
-            self._chunks_into(None, A, sq_A, same_rows, data, slots, {} if scratch is None else scratch, 0)
+            scratch = {} if scratch is None else scratch
+
+            def work(c0, c1, worker):
+                self._chunks_into(None, A, sq_A, same_rows, data, slots, scratch, worker,
+                                  columns=(c0, c1))
+
+            run_ranges(column_ranges(self.n, max(1, self.n_threads or default_threads())), work)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)

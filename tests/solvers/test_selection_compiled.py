@@ -1,0 +1,68 @@
+"""The compiled selection passes equal their NumPy references, however the range is split.
+
+:func:`muflow.solvers._selection_compiled.side_pass` against
+:func:`muflow.solvers.working_set_loop.side_violations` (eq. (9) of Fan, Chen & Lin 2005) and
+:func:`~muflow.solvers._selection_compiled.pair_gains` against WSS 2's gains (eq. (14))
+written in NumPy, on random states with variables at both bounds and free; bit for bit, since
+a thread's range must not change a number.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from muflow.solvers._selection_compiled import pair_gains, side_pass
+from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers.working_set_loop import side_violations
+
+
+def _state(n, seed):
+    rng = np.random.default_rng(seed)
+    y = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    U = rng.uniform(0.5, 2.0, n)
+    alpha = np.where(rng.random(n) < 0.3, 0.0, np.where(rng.random(n) < 0.5, U, rng.uniform(0, 1, n) * U))
+    G = rng.standard_normal(n)
+    act = np.sort(rng.choice(n, n * 3 // 4, replace=False)).astype(np.int64)
+    return y, alpha, U, G, act
+
+
+@pytest.mark.parametrize("edges", [[0, 750], [0, 1, 300, 750], [0, 374, 375, 750]])
+def test_side_pass_is_side_violations_on_any_split(edges):
+    y, alpha, U, G, act = _state(1000, 0)
+    v_up, v_low, a, u = (np.full(act.size, np.nan) for _ in range(4))
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        side_pass(y, alpha, U, G, act, v_up, v_low, a, u, lo, hi)
+    _, _, _, ref_up, ref_low = side_violations(y[act], alpha[act], U[act], G[act])
+    assert np.array_equal(v_up, ref_up) and np.array_equal(v_low, ref_low)
+    assert np.array_equal(a, alpha[act]) and np.array_equal(u, U[act])
+
+
+@pytest.mark.parametrize("rows", ["both", "i only", "none"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pair_gains_are_wss2_gains(rows, dtype):
+    y, alpha, U, G, act = _state(1000, 1)
+    _, _, _, v_up, v_low = side_violations(y[act], alpha[act], U[act], G[act])
+    rng = np.random.default_rng(2)
+    QD = rng.uniform(0.5, 1.5, 1000)
+    row_i = rng.uniform(-1, 1, 1000).astype(dtype)
+    row_j = rng.uniform(-1, 1, 1000).astype(dtype)
+    ku, kl = int(np.argmax(v_up)), int(np.argmax(v_low))
+    gmax, gmax2 = v_up[ku], v_low[kl]
+    ri = row_i if rows != "none" else None
+    rj = row_j if rows == "both" else None
+    # WSS 2 in NumPy over the pool act (the expressions of eq. (14))
+    yG = np.where(np.isfinite(v_low), v_low, -v_up)
+    b_up, b_low = -yG + gmax2, yG + gmax
+    Qp = QD[act]
+    a_up = np.maximum(Qp + Qp[kl] - 2.0 * rj[act], _TAU) if rj is not None else 1.0
+    a_low = np.maximum(Qp[ku] + Qp - 2.0 * ri[act], _TAU) if ri is not None else 1.0
+    ref_up = np.where(np.isfinite(v_up) & (b_up > 0), -(b_up * b_up) / a_up, np.inf)
+    ref_low = np.where(np.isfinite(v_low) & (b_low > 0), -(b_low * b_low) / a_low, np.inf)
+    gain_up, gain_low = np.empty(act.size), np.empty(act.size)
+    none = np.zeros(0)
+    for lo, hi in ((0, 200), (200, 201), (201, act.size)):
+        pair_gains(v_up, v_low, QD, act, QD[act[ku]], QD[act[kl]], none if ri is None else ri,
+                   none if rj is None else rj, gmax, gmax2, gain_up, gain_low, lo, hi)
+    assert np.array_equal(gain_up, ref_up) and np.array_equal(gain_low, ref_low)
+    assert np.isfinite(gain_up).sum() > 10 and np.isfinite(gain_low).sum() > 10
