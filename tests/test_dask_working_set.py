@@ -172,3 +172,33 @@ def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(clien
     assert sol.converged.all()
     np.testing.assert_allclose(sol.objective, reference.objective, rtol=OBJECTIVE_RTOL)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker
+
+
+def test_a_partition_answers_the_same_on_one_and_on_two_threads(monkeypatch):
+    """A partition on a worker of two threads (rows split by columns, the gradient update and
+    the candidate scan by ranges) answers what it answers on one thread, to the bit; run in
+    this process with the worker's thread count set (no cluster needed)."""
+    from muflow import dask_partitions
+    from muflow.solvers import _working_set_compiled
+
+    monkeypatch.setattr(_working_set_compiled, "_SPLIT_MIN_WORK", 1)
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((3000, 12))
+    y = np.where(X[:, 0] + 0.5 * rng.standard_normal(3000) > 0, 1.0, -1.0)
+    kernel = Kernel("rbf", gamma=0.1).to_dict()
+    B = np.sort(rng.choice(3000, 40, replace=False))
+    coef = rng.standard_normal(40)
+    answers = []
+    for threads in (1, 2):
+        monkeypatch.setattr(dask_partitions, "worker_threads", lambda t=threads: t)
+        part = dask_partitions.RowPartition(X[1000:], 1000, kernel, 6000, cache_mb=4)
+        assert part.n_threads == threads
+        part.begin(y[1000:], np.ones(2000), -np.ones(2000), np.zeros(2000), True, X[:0], np.zeros(0))
+        first = part.iterate(X[B], B, coef, B, np.zeros(40), None, False, 16)
+        second = part.iterate(X[B[:10]], B[:10], coef[:10], B, np.zeros(40), None, False, 16)
+        answers.append((part.G.copy(), first, second))
+    (G1, *one), (G2, *two) = answers
+    assert np.array_equal(G1, G2) and np.any(G1 != -1.0)
+    for a, b in zip(one, two):
+        assert np.array_equal(a["idx"], b["idx"]) and np.array_equal(a["G"], b["G"])
+        assert all(np.array_equal(s, t) for s, t in zip(a["scores"], b["scores"]))
