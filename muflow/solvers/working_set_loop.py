@@ -34,12 +34,10 @@ import time
 import numpy as np
 
 from muflow.inmemory import _blas_single_threaded
-from muflow.operators import DenseGram
+from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers._selection_compiled import pair_gains
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
-from muflow.solvers.rowcache import RowCache
-from muflow.solvers.smo import smo_column
 
 def default_q(n: int) -> int:
     """The working-set size for n samples: the power of two nearest 4 sqrt(n), in [64, 2048]
@@ -199,28 +197,31 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
 
 
 def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_tol: float):
-    """The q-variable subproblem on B by the compiled SMO (:func:`muflow.solvers.smo.smo_column`).
+    """The q-variable subproblem on B by SMO on the dense block
+    (:func:`muflow.solvers._block_compiled.block_smo`, one compiled call).
 
-    The same bounds, the linear term G_B - Q_BB alpha_B (so that its gradient at alpha_B
-    is G_B), the sum of y_B alpha_B kept, solved to a tenth of the current gap.
+    The same bounds, the gradient G_B at alpha_B (the subproblem's linear term is
+    G_B - Q_BB alpha_B), the sum of y_B alpha_B kept, solved to an internal gap of a tenth of
+    the current one (half of that with the sum constraint, whose KKT measure is half its gap).
 
     Returns
     -------
     new : ndarray
         alpha_B after the subproblem.
     change : float
-        The change of the objective F.
+        The change of the objective F: g'd + d'Q d / 2 = (G_B + G_B') d / 2 for the step d,
+        with G_B' the subproblem's gradient after it.
     steps : int
-        SMO pair steps taken.
+        SMO steps taken.
     """
-    # Q_BB alpha_B with K_BB as the updates read it (row b of K for variable b)
-    lin = GB - yB * (K_BB.T @ (yB * aB))
-    sub = Column(DualProblem(DenseGram(K_BB), yB, upper=UB, linear=lin, equality=equality), 0)
+    new = np.array(aB, dtype=np.float64)
+    G = np.array(GB, dtype=np.float64)
     scale = 2.0 if equality else 1.0
-    new, _, curve, _, steps = smo_column(
-        sub, RowCache(sub.problem.operator), aB.copy(), tol=0.1 * max(gap_tol, gap) / scale,
-        max_updates=50 * aB.size + 1000, timings={})
-    return new, curve[-1] - curve[0], steps
+    steps = block_smo(K_BB, np.ascontiguousarray(yB, dtype=np.float64),
+                      np.ascontiguousarray(UB, dtype=np.float64), new, G, bool(equality),
+                      0.1 * max(gap_tol, gap) / scale, 50 * aB.size + 1000)
+    change = 0.5 * float(np.dot(GB + G, new - aB))
+    return new, change, steps
 
 
 class ColumnState:
