@@ -288,6 +288,19 @@ class KernelRows(GramOperator):
 
         run_ranges(edges, work)
 
+    def entries_into(self, rows, cols, out: np.ndarray) -> np.ndarray:
+        """``K[rows][:, cols]`` into ``out`` (C-ordered, the operator's dtype): the entries
+        of rows that are not computed yet at the columns ``cols`` alone, from the same
+        prepared values and by the same product and finish as the rows' panels, so that a
+        working set's K_BB is known before its missing rows are (the working-set solver
+        solves its subproblem while they are computed)."""
+        rows, cols = self._index(rows), self._index(cols)
+        columns = Columns(self.source, cols)
+        if self.source.dtype == self.dtype:
+            return columns.panel_into(self.kernel, rows, out)
+        out[...] = columns.panel_into(self.kernel, rows, np.empty(out.shape))
+        return out
+
     def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
         """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when
         given (C-ordered). Indices may repeat and come in any order."""

@@ -134,11 +134,34 @@ class RowCache:
             self._fetch_one(int(idx[0]))
             self.seconds += time.perf_counter() - t
             return
+        idx, slots = self.reserve(idx)
+        if idx.size:
+            try:
+                self._write(idx, slots)
+            except BaseException:
+                self.forget(idx)
+                raise
+        self.seconds += time.perf_counter() - t
+
+    def forget(self, idx) -> None:
+        """Rows ``idx`` leave the cache (their slots free for the next fetch): reserved rows
+        whose computation failed are not taken for computed ones."""
+        idx = np.asarray(idx, dtype=np.int64)
+        slots = self.slot_of[idx]
+        slots = slots[slots >= 0]
+        self.row_of[slots] = -1
+        self.stamp[slots] = 0
+        self.slot_of[idx] = -1
+
+    def reserve(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """Slots for the rows of ``idx`` not yet cached (distinct, at most ``slots`` of
+        them), the least recently used evicted, as if fetched: ``(rows, slots)``, rows
+        ascending. The caller writes them (:meth:`write`) before anything reads them."""
         idx = np.unique(np.asarray(idx, dtype=np.int64))
         idx = idx[self.slot_of[idx] < 0][: self.slots]
         k = idx.size
         if k == 0:
-            return
+            return idx, idx
         free = self.slots - self.used
         if free >= k:
             slots = np.arange(self.used, self.used + k)
@@ -152,13 +175,18 @@ class RowCache:
         slots = np.sort(slots)
         evicted = self.row_of[slots]
         self.slot_of[evicted[evicted >= 0]] = -1
-        self._write(idx, slots)
         self.row_of[slots] = idx
         self.slot_of[idx] = slots
         self.clock[0] += 1
         self.stamp[slots] = self.clock[0]
         self.fetches += 1
         self.rows_fetched += k
+        return idx, slots
+
+    def write(self, idx, slots) -> None:
+        """Compute the reserved rows ``idx`` into their ``slots`` (:meth:`reserve`)."""
+        t = time.perf_counter()
+        self._write(idx, slots)
         self.seconds += time.perf_counter() - t
 
     def _fetch_one(self, i: int) -> None:

@@ -56,6 +56,7 @@ one product ``K @ V`` is taken only for a warm start (the start's gradient).
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -95,9 +96,13 @@ class InProcessState(ColumnState):
     threads : Threads
     timings : dict
         Receives counts and seconds.
+    background : concurrent.futures.Executor, optional
+        Where a working set's missing rows are computed while this thread solves its
+        subproblem (None: at once, in this thread).
     """
 
-    def __init__(self, col, cache: RowCache, alpha, G, QD, threads: Threads, timings: dict):
+    def __init__(self, col, cache: RowCache, alpha, G, QD, threads: Threads, timings: dict,
+                 background=None):
         self.col = col
         self.y, self.U, self.p = col.y, col.U, col.p
         self.equality = col.equality
@@ -115,6 +120,8 @@ class InProcessState(ColumnState):
         self._view = None
         self._pool = None
         self._block = np.empty(0)
+        self._pending = None
+        self.background = background
 
     def extremes(self) -> float:
         act = self.act
@@ -170,17 +177,69 @@ class InProcessState(ColumnState):
         return slots
 
     def subproblem(self, B):
-        self._slots = self.fetch_rows(B)
         # one buffer for every iteration: a fresh q x q array costs its page faults each time
         if self._block.size < B.size * B.size:
             self._block = np.empty(B.size * B.size)
         K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
-        self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
+        if not self._rows_while_solving(B, K_BB):
+            self._slots = self.fetch_rows(B)
+            self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
+
+    def _rows_while_solving(self, B, K_BB) -> bool:
+        """K_BB before B's missing rows: their entries at B's columns computed alone
+        (``operator.entries_into``, the same values as the rows'), the cached rows'
+        gathered, and the missing rows computed whole on the home's threads while this
+        thread solves the subproblem (:meth:`_settle` waits for them). False where the
+        operator cannot (rows copied from a stored K, K read in place) or nothing is missing.
+        Taken whatever the number of threads (with one, the rows are computed at once), so
+        that K_BB, hence the iterates, do not depend on it."""
+        cache = self.cache
+        entries_into = getattr(cache.operator, "entries_into", None)
+        if entries_into is None or cache.in_place or cache.operator.dtype != cache.dtype:
+            return False
+        cached = cache.slot_of[B] >= 0
+        if cached.all():
+            return False
+        self.timings["rows_requested"] += B.size
+        self.timings["cache_hits"] += int(cached.sum())
+        cache.clock[0] += 1  # the cached rows of B are touched first: the batch evicts none
+        cache.stamp[cache.slot_of[B[cached]]] = cache.clock[0]
+        rows, slots = cache.reserve(B[~cached])
+        self._slots = np.ascontiguousarray(cache.slot_of[B])
+        self.threads.split(gather_block, B.size, B.size, cache.data, self._slots, B, K_BB)
+        entries = np.empty((rows.size, B.size), dtype=cache.dtype)
+        K_BB[~cached] = entries_into(rows, B, entries)
+
+        def write():
+            try:
+                cache.write(rows, slots)
+            except BaseException:
+                cache.forget(rows)
+                raise
+
+        if self.background is None:
+            write()
+        else:
+            self._pending = self.background.submit(write)
+        return True
+
+    def _settle(self) -> None:
+        """Wait for the rows computed while the subproblem was solved."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            pending.result()
+
+    def step(self, B, gap, gap_tol, timings) -> bool:
+        try:
+            return super().step(B, gap, gap_tol, timings)
+        finally:
+            self._settle()
 
     def apply(self, B, new, moved, coef, change) -> None:
         self.alpha[B] = new
         self.F += change
+        self._settle()
         self.update_gradient(self._slots[moved], coef)
         self.previous = np.sort(B)
 
@@ -245,6 +304,9 @@ class InProcessHome(ColumnHome):
         self.cache = row_cache(operator, cache_mb)
         self.QD = np.ascontiguousarray(operator.diagonal(), dtype=np.float64)
         self.threads = Threads(n_threads)
+        # one more thread, mostly waiting: it hands a working set's missing rows to the
+        # threads above while this one solves the subproblem
+        self.background = ThreadPoolExecutor(1) if self.threads.n_threads > 1 else None
         self.gradients = []
 
     def q_limit(self, q: int) -> int:
@@ -270,7 +332,7 @@ class InProcessHome(ColumnHome):
 
     def open(self, j, col, alpha, q, timings) -> InProcessState:
         return InProcessState(col, self.cache, alpha, self.gradients[j], self.QD, self.threads,
-                              timings)
+                              timings, self.background)
 
     def progress(self, state, timings) -> dict:
         return {"rows_computed": self.cache.rows_fetched,
@@ -279,6 +341,8 @@ class InProcessHome(ColumnHome):
 
     def finish(self, timings) -> None:
         self.threads.close()
+        if self.background is not None:
+            self.background.shutdown()
         timings.update(self.cache.stats())
         self.cache.release()
 
