@@ -39,9 +39,11 @@ or workers), ``n_jobs`` passed, the thread budget the fit reports (``n_threads_`
 estimator has it), wall seconds of the fit, the dual objective (a list for several binary
 problems), held-out accuracy, outer iterations, solver, every numeric entry of the fitted
 model's ``timings_`` (``phases``: e.g. "fetch_seconds" for the kernel rows, "gradient",
-"select", "subproblem", "shrink", "kkt", "total"; on Dask "calls" and "round_trips"), and a
-digest of the solution (dual coefficients, intercepts, support) and of the held-out
-predictions. Then a table per case: per configuration the median wall seconds, the
+"select", "subproblem", "shrink", "kkt", "total"; on Dask "calls" and "round_trips"; for
+one-vs-one, the pairs' seconds summed over their forked "processes", so that they may exceed
+the wall time, and "total" the wall time of the pairs; "outside": the fit's wall time less
+"total"), and digests of the solution (dual coefficients, intercepts, support) and of the
+held-out predictions. Then a table per case: per configuration the median wall seconds, the
 speed-up S against the first configuration, the Karp-Flatt serial fraction
 ``e = (1/S - 1/p) / (1 - 1/p)`` (Karp & Flatt, CACM 33(5), 1990; p the cores, or the
 workers, relative to the first configuration's), the per-phase medians, and the agreement
@@ -112,7 +114,8 @@ DASK_WARM_ROWS = 5000     # above the one-task size, so the warm-up runs on the 
 PHASES = (("rows", "fetch_seconds"), ("gradient", "gradient"), ("select", "select"),
           ("subproblem", "subproblem"), ("shrink", "shrink"), ("kkt", "kkt"), ("merge", "merge"),
           ("updates", "updates"), ("calls", "calls"), ("round_trips", "round_trips"),
-          ("iters", "outer_iterations"), ("total", "total"), ("outside", "outside"))
+          ("processes", "processes"), ("iters", "outer_iterations"), ("total", "total"),
+          ("outside", "outside"))
 
 #: the issue's speed-up targets: case -> (configuration label's threads or workers, minimum S,
 #: the training rows the target was set for)
