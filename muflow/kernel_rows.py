@@ -160,7 +160,8 @@ class KernelRows(GramOperator):
     def _chunked(self) -> bool:
         """Whether rows are computed a column chunk at a time (dense X, product kernel, rows
         in the product's dtype)."""
-        return self.source.XT is not None and self.source.dtype == self.dtype
+        return (self.source.XT is not None and self.source.dtype == self.dtype
+                and self.kernel.name in PRODUCT_KERNELS)
 
     def _panel_by_chunks(self, rows, data, target, scratch, worker) -> None:
         """``K(X[rows], X)`` into ``data[target]`` (rows of non-consecutive cache slots),
@@ -295,11 +296,23 @@ class KernelRows(GramOperator):
         working set's K_BB is known before its missing rows are (the working-set solver
         solves its subproblem while they are computed)."""
         rows, cols = self._index(rows), self._index(cols)
-        columns = Columns(self.source, cols)
-        if self.source.dtype == self.dtype:
-            return columns.panel_into(self.kernel, rows, out)
-        out[...] = columns.panel_into(self.kernel, rows, np.empty(out.shape))
-        return out
+        source = self.source
+        if not self._chunked:  # sparse X, laplacian
+            out[...] = Columns(source, cols).panel_into(self.kernel, rows, np.empty(out.shape))
+            return out
+        # Columns(source, cols) without its n-long position map: B's few columns of X^T
+        # gathered from their rows of X
+        B = source.X[cols]
+        BT = np.ascontiguousarray(B.T)
+        order = np.argsort(cols, kind="stable")
+        at = np.minimum(np.searchsorted(cols[order], rows), cols.size - 1)
+        same = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
+        if source.csr is not None and out.flags.c_contiguous:
+            source.product_into(rows, BT, out)
+            return self.kernel.block_into(None, None, out, sq_A=source.sq[rows],
+                                          sq_B=source.sq[cols], same_rows=same, product_ready=True)
+        return self.kernel.block_into(source.X[rows], B, out, BT=BT, sq_A=source.sq[rows],
+                                      sq_B=source.sq[cols], same_rows=same)
 
     def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
         """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when

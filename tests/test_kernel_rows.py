@@ -391,3 +391,17 @@ def test_cross_products_are_the_block_of_K_between_two_sample_sets(X, kernel, dt
     assert op.cross_matmul(held[:0], cols, V).shape == (0, 3)
     with pytest.raises(MuflowInputError, match="V must have shape"):
         op.cross_matmul(held, cols, V[:-1])
+
+
+def test_laplacian_rows_into_scattered_slots_are_the_kernel_block():
+    """A kernel not built on inner products (laplacian) has no column chunks: rows bound for
+    scattered cache slots are computed as one panel each (the chunk loop used to be taken
+    for float64 rows and failed)."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((300, 6))
+    kernel = Kernel("laplacian", gamma=0.3)
+    for threads in (1, 2):
+        op = KernelRows(X, kernel, dtype="float64", n_threads=threads)
+        data = np.zeros((20, 300))
+        op.rows_into(np.array([5, 77, 200]), data, np.array([3, 10, 17]))
+        np.testing.assert_allclose(data[[3, 10, 17]], kernel.block(X[[5, 77, 200]], X), rtol=1e-12)
