@@ -217,7 +217,8 @@ def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_to
     new = np.array(aB, dtype=np.float64)
     G = np.array(GB, dtype=np.float64)
     scale = 2.0 if equality else 1.0
-    steps = block_smo(K_BB, np.ascontiguousarray(yB, dtype=np.float64),
+    steps = block_smo(np.ascontiguousarray(K_BB, dtype=np.float64),
+                      np.ascontiguousarray(yB, dtype=np.float64),
                       np.ascontiguousarray(UB, dtype=np.float64), new, G, bool(equality),
                       0.1 * max(gap_tol, gap) / scale, 50 * aB.size + 1000)
     change = 0.5 * float(np.dot(GB + G, new - aB))
