@@ -7,13 +7,10 @@ prediction in blocks, all written over an array module (CuPy on a GPU, NumPy in 
 - :mod:`muflow.device.home`: :class:`DeviceHome`, the working-set loop's state there;
 - :mod:`muflow.device.predict`: decision values computed there, a block of rows at a time.
 
-Nothing here imports CuPy until a device is asked for.
+Nothing here imports CuPy until a device is asked for, and importing this package loads
+only :mod:`muflow.device.arrays` (a model on the CPU predicts without the rest).
 """
 
 from muflow.device.arrays import DEVICES, array_module, check_device, to_host
-from muflow.device.home import DeviceHome, DeviceRowCache, DeviceState
-from muflow.device.predict import device_decision
-from muflow.device.rows import DeviceRows
 
-__all__ = ["DEVICES", "DeviceHome", "DeviceRowCache", "DeviceRows", "DeviceState",
-           "array_module", "check_device", "device_decision", "to_host"]
+__all__ = ["DEVICES", "array_module", "check_device", "to_host"]

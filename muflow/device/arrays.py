@@ -56,6 +56,18 @@ def array_module(device):
     return xp
 
 
+def fit_device(device, client=None):
+    """The array module a fit computes with (:func:`array_module`); with a Dask
+    ``client`` the workers' CPUs ("auto"), or an error naming the fix ("cuda")."""
+    check_device(device)
+    if client is not None:
+        if device == "cuda":
+            raise MuflowInputError("device='cuda' with client= is not available yet: fit on the "
+                                   "GPU without a client, or on the cluster with device='cpu'")
+        return None
+    return array_module(device)
+
+
 def is_device_array(a) -> bool:
     """Whether ``a`` lives on a GPU (CuPy, or anything with ``__cuda_array_interface__``)."""
     return hasattr(a, "__cuda_array_interface__")

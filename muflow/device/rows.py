@@ -38,6 +38,32 @@ from muflow.operators import GramOperator
 PANEL_BYTES = 256 * 2**20
 
 
+def resident_bytes(xp, solver: str) -> int:
+    """Bytes of K that :class:`DeviceRows` may keep resident for ``solver``: on a GPU half
+    its free memory for a solver that reads only products (each pass reads all of K,
+    which would otherwise be recomputed), nothing for one that reads rows (the working set
+    reads a few rows an iteration: the row cache holds them) or under NumPy (in this
+    process the CPU paths store K themselves)."""
+    from muflow.routing import reads_rows
+
+    if xp is np or solver == "auto" or reads_rows(solver):
+        return 0
+    return int(xp.cuda.runtime.memGetInfo()[0] // 2)
+
+
+def device_cache_mb(xp, cache_mb) -> float:
+    """The row cache of a working-set solve on the device: ``cache_mb`` (default
+    :data:`~muflow.solvers.rowcache.DEFAULT_CACHE_MB`), raised on a GPU to a quarter of its
+    free memory (a large cache there costs nothing the CPU needs; rows recomputed cost
+    GEMMs)."""
+    from muflow.solvers.rowcache import DEFAULT_CACHE_MB
+
+    cache_mb = DEFAULT_CACHE_MB if cache_mb is None else float(cache_mb)
+    if xp is np:
+        return cache_mb
+    return max(cache_mb, xp.cuda.runtime.memGetInfo()[0] / 4 / 2**20)
+
+
 class DeviceRows(GramOperator):
     """K(X, X) computed on a device from X held there.
 
@@ -90,9 +116,11 @@ class DeviceRows(GramOperator):
         sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
         self._start(xp, kernel, xp.asarray(Xc), sq, dtype, bool(kernel.is_nonnegative(Xh)))
         if resident_bytes and self.n * self.n * dtype.itemsize <= resident_bytes:
-            self.K = xp.empty((self.n, self.n), dtype=dtype)
+            K = xp.empty((self.n, self.n), dtype=dtype)
             for lo, hi in self._panels(self.n):
-                self._rows_block(xp.arange(lo, hi), self.K[lo:hi])
+                self._rows_block(xp.arange(lo, hi), K[lo:hi])
+            self.rows_computed = 0
+            self.K = K
 
     def _start(self, xp, kernel, Xd, sq, dtype, nonnegative):
         self.xp = xp
@@ -170,22 +198,23 @@ class DeviceRows(GramOperator):
 
     # -- products ----------------------------------------------------------------------------
     def product_on_device(self, V_d):
-        """``K @ V`` on the device, float64, V_d a device array of shape (n, m)."""
+        """``K @ V`` on the device, summed in float64, V_d a device array of shape (n, m):
+        panel by panel of rows of the resident K, or of rows computed and consumed one
+        panel at a time."""
         xp = self.xp
         V_d = V_d.astype(xp.float64, copy=False)
-        if self.K is not None:
-            out = (self.K @ V_d.astype(self.dtype)).astype(xp.float64) \
-                if self.dtype == np.float32 else self.K @ V_d
+        if self.K is not None and self.dtype == np.float64:
             self.products += 1
-            return out
+            return self.K @ V_d
         out = xp.empty((self.n, V_d.shape[1]))
         panel = None
+        computed = self.rows_computed
         for lo, hi in self._panels(self.n):
             if panel is None or panel.shape[0] != hi - lo:
                 panel = xp.empty((hi - lo, self.n), dtype=self.dtype)
             block = self._rows_block(xp.arange(lo, hi), panel)
             out[lo:hi] = block.astype(xp.float64, copy=False) @ V_d
-        self.rows_computed -= self.n  # a product's panels are not rows a solver asked for
+        self.rows_computed = computed  # a product's panels are not rows a solver asked for
         self.products += 1
         return out
 
@@ -202,7 +231,7 @@ class DeviceRows(GramOperator):
         """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`)."""
         from muflow.device.home import DeviceHome
 
-        return DeviceHome(self, cache_mb)
+        return DeviceHome(self, device_cache_mb(self.xp, cache_mb))
 
     def close(self) -> None:
         self.X = self.XT = self.K = None
