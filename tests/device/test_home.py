@@ -111,3 +111,30 @@ def test_the_home_lowers_q_to_the_rows_its_cache_holds():
     assert home.cache.slots == 10
     assert home.q_limit(64) == 10
     assert type(home.cache.data) is np.ndarray and home.cache.data.shape == (10, 500)
+
+
+@pytest.mark.parametrize("resident", [False, True], ids=["streamed", "resident"])
+def test_a_product_solver_on_the_device_path_ends_as_on_the_cpu(numpy_as_the_device, monkeypatch,
+                                                                resident):
+    import muflow.device.rows as rows
+
+    if resident:  # as on a GPU for a product solver: K kept on the device
+        monkeypatch.setattr(rows, "resident_bytes", lambda xp, solver: 10**9)
+    X, y = make_classification(600, 8, random_state=1)
+    params = dict(gamma=0.1, solver="munk", intercept="regularized", max_iter=30)
+    with pytest.warns(Warning):  # stopped at max_iter, both
+        device = SVC(device="cuda", **params).fit(X, y)
+        cpu = SVC(device="cpu", **params).fit(X, y)
+    np.testing.assert_allclose(device.objective_, cpu.objective_, rtol=RTOL)
+    np.testing.assert_array_equal(device.predict(X), cpu.predict(X))
+
+
+def test_a_sweep_on_the_device_path_scores_as_on_the_cpu(a8a_part, numpy_as_the_device, tmp_path):
+    from muflow.selection import SweepGrid, run_sweep
+
+    X, y = a8a_part[0][:1000], a8a_part[1][:1000]
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.01, 0.05]}], C=[1.0])
+    device = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "d", progress=False, device="cuda")
+    cpu = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "c", progress=False, device="cpu")
+    assert (device.best["gamma"], device.best["C"]) == (cpu.best["gamma"], cpu.best["C"])
+    assert abs(device.best["cv_accuracy"] - cpu.best["cv_accuracy"]) <= 0.005
