@@ -212,7 +212,8 @@ class DeviceHome(ColumnHome):
     def __init__(self, operator, cache_mb=None):
         self.operator = operator
         self.xp = operator.xp
-        self.cache = DeviceRowCache(operator, DEFAULT_CACHE_MB if cache_mb is None else cache_mb)
+        self.cache, self.kept = _row_cache(operator, DEFAULT_CACHE_MB if cache_mb is None
+                                           else float(cache_mb))
         self.QD = operator.diagonal()
         self.gradients = []
 
@@ -249,5 +250,21 @@ class DeviceHome(ColumnHome):
 
     def finish(self, timings) -> None:
         timings.update(self.cache.stats())
-        self.cache.release()
+        if not self.kept:
+            self.cache.release()
         self.gradients = []
+
+
+def _row_cache(operator, cache_mb: float):
+    """``(cache, kept)``: a fresh :class:`DeviceRowCache`, or the one an operator that keeps
+    its caches holds for ``cache_mb`` (:func:`muflow.solvers.rowcache.keep_row_cache`: a
+    sweep's fold along its C path), its counters reset, as
+    :func:`muflow.solvers.rowcache.row_cache` does in process."""
+    kept = getattr(operator, "kept_row_caches", None)
+    if kept is None:
+        return DeviceRowCache(operator, cache_mb), False
+    cache = kept.get(cache_mb)
+    if cache is None:
+        cache = kept[cache_mb] = DeviceRowCache(operator, cache_mb)
+    cache.fetches, cache.rows_fetched, cache.seconds = 0, 0, 0.0
+    return cache, True

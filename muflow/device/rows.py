@@ -51,17 +51,23 @@ def resident_bytes(xp, solver: str) -> int:
     return int(xp.cuda.runtime.memGetInfo()[0] // 2)
 
 
+#: The most megabytes :func:`device_cache_mb` raises a GPU's row cache to.
+DEVICE_CACHE_MAX_MB = 8192.0
+
+
 def device_cache_mb(xp, cache_mb) -> float:
     """The row cache of a working-set solve on the device: ``cache_mb`` (default
     :data:`~muflow.solvers.rowcache.DEFAULT_CACHE_MB`), raised on a GPU to a quarter of its
-    free memory (a large cache there costs nothing the CPU needs; rows recomputed cost
-    GEMMs)."""
+    free memory, at most :data:`DEVICE_CACHE_MAX_MB` (a large cache there costs nothing the
+    CPU needs, and rows recomputed cost GEMMs; the cache's bookkeeping reserves, untouched,
+    as much host address space)."""
     from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
     cache_mb = DEFAULT_CACHE_MB if cache_mb is None else float(cache_mb)
     if xp is np:
         return cache_mb
-    return max(cache_mb, xp.cuda.runtime.memGetInfo()[0] / 4 / 2**20)
+    free_mb = xp.cuda.runtime.memGetInfo()[0] / 4 / 2**20
+    return max(cache_mb, min(free_mb, DEVICE_CACHE_MAX_MB))
 
 
 class DeviceRows(GramOperator):

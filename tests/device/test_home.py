@@ -138,3 +138,15 @@ def test_a_sweep_on_the_device_path_scores_as_on_the_cpu(a8a_part, numpy_as_the_
     cpu = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "c", progress=False, device="cpu")
     assert (device.best["gamma"], device.best["C"]) == (cpu.best["gamma"], cpu.best["C"])
     assert abs(device.best["cv_accuracy"] - cpu.best["cv_accuracy"]) <= 0.005
+
+
+def test_solves_over_an_operator_that_keeps_its_cache_reuse_the_rows_on_the_device(a8a_part):
+    from muflow.solvers.rowcache import keep_row_cache
+
+    X, y = a8a_part[0][:1500], a8a_part[1][:1500]
+    op = keep_row_cache(DeviceRows(X, Kernel("rbf", gamma=0.05), np))
+    first = solve_working_set(_problem(op, y, C=1.0), tol=1e-3)
+    second = solve_working_set(_problem(op, y, C=1.0), init=first, tol=1e-3)
+    assert first.timings["rows_fetched"] > 0
+    assert second.timings["rows_fetched"] == 0  # every row it reads, the first left cached
+    assert len(op.kept_row_caches) == 1 and op.kept_row_caches[256.0].data.shape[0] > 0
