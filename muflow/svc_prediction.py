@@ -119,15 +119,18 @@ class FittedSVC:
         check allows); callable, precomputed and laplacian kernels through
         :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
         evaluated a block of rows at a time within
-        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
+        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`. A model of ``device="cuda"`` or
+        ``"auto"`` predicts on the GPU where one is usable
+        (:func:`muflow.device.predict.device_decision`), else here.
         """
         X = self._validate_for_predict(to_host(X))
         if getattr(self, "device", "cpu") != "cpu" and self.kernel in DEVICE_KERNELS:
-            from muflow.device.arrays import array_module
-            from muflow.device.predict import device_decision
+            from muflow.device.arrays import prediction_module
 
-            xp = array_module(self.device)
+            xp = prediction_module(self.device)
             if xp is not None:  # on the GPU, a block of rows at a time
+                from muflow.device.predict import device_decision
+
                 return (device_decision(xp, self.kernel_, self.support_vectors_,
                                         self._pair_weights(), X) + self.intercept_)
         if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:

@@ -68,6 +68,15 @@ def fit_device(device, client=None):
     return array_module(device)
 
 
+def prediction_module(device):
+    """The array module a fitted model predicts with: CuPy for "cuda" and "auto" where a
+    GPU is usable, else None (the CPU's prediction, the same numbers: a model fitted on a
+    GPU and loaded on a machine without one predicts there)."""
+    if device == "cpu":
+        return None
+    return _cupy_or_reason()[0]
+
+
 def is_device_array(a) -> bool:
     """Whether ``a`` lives on a GPU (CuPy, or anything with ``__cuda_array_interface__``)."""
     return hasattr(a, "__cuda_array_interface__")

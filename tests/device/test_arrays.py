@@ -59,3 +59,21 @@ def test_the_gpu_extra_names_a_cupy_wheel_and_the_core_does_not_need_it():
     extra = pyproject["project"]["optional-dependencies"]["gpu"]
     assert any(req.startswith("cupy-cuda13x") for req in extra)
     assert not any("cupy" in req for req in pyproject["project"]["dependencies"])
+
+
+@needs_no_gpu
+def test_a_model_fitted_on_the_device_predicts_where_there_is_none(generated_split, monkeypatch,
+                                                                   tmp_path):
+    import muflow.device.arrays as arrays
+    from muflow.persistence import load, save
+
+    X, X_test, y, _ = generated_split
+    monkeypatch.setattr(arrays, "_cupy_or_reason", lambda: (np, None))  # the device code here
+    model = SVC(gamma=0.5, device="cuda").fit(X, y)
+    on_device = model.decision_function(X_test)
+    save(model, tmp_path / "model")
+    monkeypatch.undo()  # no GPU any more: the CPU's prediction, the same numbers
+    loaded = load(tmp_path / "model")
+    assert loaded.device == "cuda"
+    np.testing.assert_allclose(loaded.decision_function(X_test), on_device, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(loaded.predict(X_test), model.predict(X_test))
