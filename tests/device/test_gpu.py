@@ -118,5 +118,8 @@ def test_a_sweep_on_the_gpu_scores_as_on_the_cpu(a8a, tmp_path):
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.01, 0.05]}], C=[0.1, 1.0, 10.0])
     gpu = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "gpu", progress=False, device="cuda")
     cpu = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "cpu", progress=False, device="cpu")
-    assert gpu.best["C"] == cpu.best["C"] and gpu.best["gamma"] == cpu.best["gamma"]
-    assert abs(gpu.best["cv_accuracy"] - cpu.best["cv_accuracy"]) <= 0.005
+    cv_gpu = {(row.gamma, row.C): row.mean_cv_accuracy for row in gpu.table}
+    cv_cpu = {(row.gamma, row.C): row.mean_cv_accuracy for row in cpu.table}
+    assert max(abs(cv_gpu[k] - cv_cpu[k]) for k in cv_cpu) <= 0.005
+    # the GPU's choice is the CPU's best, or as good as it on the CPU's own scores
+    assert cv_cpu[(gpu.best["gamma"], gpu.best["C"])] >= cpu.best["cv_accuracy"] - 0.005
