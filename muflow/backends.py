@@ -38,7 +38,8 @@ from muflow.operators import DenseGram, GramOperator
 
 def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram="auto",
                   gram_dtype="auto", cache_dir=None, out=None, store=None,
-                  store_dtype="float32", tile=None, resident_fraction=None) -> GramOperator:
+                  store_dtype="float32", tile=None, resident_fraction=None,
+                  device=None) -> GramOperator:
     """The operator for ``K(X, X)`` that ``solver`` runs on, by the module's rule.
 
     Parameters
@@ -81,6 +82,11 @@ def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram=
         one buffer for every kernel setting); ignored otherwise.
     store, store_dtype, tile, resident_fraction
         The Gram store on a cluster; see :func:`operator_for`.
+    device : module, optional
+        An array module (:func:`muflow.device.arrays.array_module`): without a client, K is
+        then computed on its device (:class:`muflow.device.rows.DeviceRows`, rows in
+        ``gram_dtype``, K resident there when the solver reads only products and K fits,
+        :func:`muflow.device.rows.resident_bytes`); ``gram`` and ``cache_dir`` are ignored.
 
     Returns
     -------
@@ -99,6 +105,12 @@ def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram=
         raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
     if kernel.name == "precomputed":
         return DenseGram(kernel.block(X))
+    if device is not None and client is None:
+        from muflow.device.rows import DeviceRows, resident_bytes
+        from muflow.inmemory import gram_dtype as storage
+
+        return DeviceRows(X, kernel, device, dtype=storage(X.shape[0], gram_dtype),
+                          resident_bytes=resident_bytes(device, solver))
     if client is not None and runs_on_workers(client, kernel.name, solver):
         operator = _partitioned_operator(X, kernel, client, solver=solver, gram_dtype=gram_dtype,
                                          cache_mb=cache_mb)

@@ -26,6 +26,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _num_samples
 
+from muflow.device.arrays import fit_device, to_host
 from muflow.exceptions import MuflowInputError
 from muflow.multiclass import binary_problems, libsvm_dual_coef
 from muflow.progress import FitProgress
@@ -59,7 +60,7 @@ class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
 
     Takes every parameter of ``sklearn.svm.SVC`` with its meaning (docs/sklearn.md lists
     each), plus muflow's own: ``multiclass``, ``solver``,
-    ``intercept``, ``client``, ``gram_dtype`` and ``gram``.
+    ``intercept``, ``client``, ``gram_dtype``, ``gram`` and ``device``.
 
     Parameters
     ----------
@@ -167,6 +168,14 @@ default="rbf"
         ``ConvergenceWarning`` names the limit and the KKT violation reached
         (:mod:`muflow.time_limit`). None: no limit. Probability calibration
         (``probability=True``) is not bounded by it.
+    device : {"cpu", "cuda", "auto"}, default="cpu"
+        Where kernel values are computed and the working-set loop's state lives: "cuda"
+        an NVIDIA GPU through CuPy (the ``gpu`` extra; a one-line error naming it when
+        CuPy or the GPU is missing), "auto" the GPU when one is usable, else the CPU. On
+        the GPU X, alpha, the gradient and the row cache stay there
+        (:mod:`muflow.device`), products ``K @ V`` and prediction run there; CuPy arrays
+        are accepted as X. The linear, poly, rbf and sigmoid kernels; not with
+        ``client``.
 
     Attributes
     ----------
@@ -239,6 +248,7 @@ default="rbf"
         gram_dtype="auto",
         gram="auto",
         time_limit=None,
+        device="cpu",
     ):
         self.kernel = kernel
         self.C = C
@@ -262,6 +272,7 @@ default="rbf"
         self.gram_dtype = gram_dtype
         self.gram = gram
         self.time_limit = time_limit
+        self.device = device
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -299,6 +310,8 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        xp = fit_device(self.device, self.client)
+        X, y = to_host(X), to_host(y)
         deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
@@ -329,7 +342,7 @@ default="rbf"
         operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
                                  cache_mb=float(self.cache_size),
                                  gram=gram_mode(self.gram, n, self.solver),
-                                 gram_dtype=self.gram_dtype)
+                                 gram_dtype=self.gram_dtype, device=xp)
         try:
             info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
                                  intercept=self.intercept,

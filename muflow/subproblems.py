@@ -138,7 +138,8 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     sizes = np.array([idx.size for idx in samples])
     processes = 1 if kept is not None else subproblem_processes(
         sizes, cores=default_threads(), callback=callback,
-        nested=in_forked_child() or threading.current_thread() is not threading.main_thread())
+        nested=in_forked_child() or threading.current_thread() is not threading.main_thread()
+        or not getattr(problem.operator, "forkable", True))  # a GPU's context does not fork
     # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
     # the storage the one before used (reused_storage)
     order = list(np.argsort(-sizes, kind="stable"))

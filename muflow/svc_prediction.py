@@ -20,6 +20,7 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.multiclass import ovo_coef, ovr_scores, pair_coefficients, predict_index
+from muflow.device.arrays import to_host
 from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
 from muflow.svc_input import _dense_kernel, _is_dask_collection, _wants_probability
 
@@ -27,6 +28,9 @@ from muflow.svc_input import _dense_kernel, _is_dask_collection, _wants_probabil
 _PROB_ATTRIBUTE_DEPRECATION = (
     "Attribute `{}` was deprecated in version 1.9 and will be removed in 1.11 as the "
     "`probability=True` option for SVC and NuSVC was deprecated and will be removed in 1.11.")
+
+#: Kernels that prediction computes on the device of ``device="cuda"`` or ``"auto"``.
+DEVICE_KERNELS = ("linear", "poly", "rbf", "sigmoid")
 
 #: Each model's prepared :class:`muflow.prediction.Predictor` with the fitted arrays it was
 #: built from (:meth:`FittedSVC._predictor`).
@@ -115,9 +119,20 @@ class FittedSVC:
         check allows); callable, precomputed and laplacian kernels through
         :func:`muflow.prediction.blocked_decision`. Either way K(X, support vectors) is
         evaluated a block of rows at a time within
-        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`.
+        :data:`muflow.prediction.PREDICT_BLOCK_BYTES`. A model of ``device="cuda"`` or
+        ``"auto"`` predicts on the GPU where one is usable
+        (:func:`muflow.device.predict.device_decision`), else here.
         """
-        X = self._validate_for_predict(X)
+        X = self._validate_for_predict(to_host(X))
+        if getattr(self, "device", "cpu") != "cpu" and self.kernel in DEVICE_KERNELS:
+            from muflow.device.arrays import prediction_module
+
+            xp = prediction_module(self.device)
+            if xp is not None:  # on the GPU, a block of rows at a time
+                from muflow.device.predict import device_decision
+
+                return (device_decision(xp, self.kernel_, self.support_vectors_,
+                                        self._pair_weights(), X) + self.intercept_)
         if isinstance(self.kernel, str) and self.kernel in PREDICTOR_KERNELS:
             return self._predictor().decision(X) + self.intercept_
         W = self._pair_weights()

@@ -80,7 +80,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
               halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
               cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
-              time_limit: float | None = None) -> SweepResult:
+              time_limit: float | None = None, device: str = "cpu") -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
     Parameters
@@ -160,6 +160,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         best model is chosen among finished configurations when there are any. Unfinished
         settings are not recorded as done: ``resume=True`` solves them again. A
         ``ConvergenceWarning`` says how many were cut. None: no limit.
+    device : {"cpu", "cuda", "auto"}, default="cpu"
+        As :class:`muflow.SVC`'s: on a GPU each kernel setting's rows (and its products)
+        are computed there and the working-set solves keep their state there
+        (:mod:`muflow.device`); not with ``client``.
 
     Returns
     -------
@@ -167,6 +171,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     """
     t_start = time.perf_counter()
     deadline = start_deadline(time_limit)
+    from muflow.device.arrays import fit_device
+
+    xp = fit_device(device, client)
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
 
@@ -245,7 +252,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                                 client=client, cache_dir=cache_dir)
             operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
                                      gram=plan.gram, cache_dir=cache_dir if plan.store else None,
-                                     out=buffer)
+                                     out=buffer, device=xp)
             if client is None:  # "auto" on rows computed on demand: the working set, as SVC
                 info, kpath = sweep_solver(solver, path, intercept=intercept,
                                            kernel_nonnegative=kernel.is_nonnegative(X),
