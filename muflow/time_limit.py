@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import time
 import warnings
 
@@ -44,14 +45,42 @@ def check_time_limit(value, name: str = "time_limit") -> float | None:
 
 class Deadline:
     """A solver callback that stops the solver once ``seconds`` have passed since it was
-    made; ``stopped`` tells whether it stopped one."""
+    made; ``stopped`` tells whether it stopped one, in this process or in any process
+    forked from it.
+
+    One deadline serves a whole fit or sweep, forked children included (the sweep's chains,
+    one-vs-one pairs: :mod:`muflow.forking`): ``end`` is a point on the monotonic clock,
+    which a forked child shares, and ``stopped`` lives in a one-byte anonymous shared
+    mapping that fork does not copy, so a child's stop is the parent's stop. (A plain
+    attribute set in a child was lost with it: a sweep's cut chains read as finished.)
+    A copy pickled to another machine keeps its flag to itself.
+    """
 
     def __init__(self, seconds: float, clock=time.monotonic):
         self.seconds = float(seconds)
         self._clock = clock
         self.start = clock()
         self.end = self.start + self.seconds
-        self.stopped = False
+        self._flag = mmap.mmap(-1, 1)  # MAP_SHARED | MAP_ANONYMOUS: shared across fork
+
+    @property
+    def stopped(self) -> bool:
+        return self._flag[0] != 0
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:
+        self._flag[0] = 1 if value else 0
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_flag"] = self.stopped
+        return state
+
+    def __setstate__(self, state):
+        stopped = state.pop("_flag")
+        self.__dict__.update(state)
+        self._flag = mmap.mmap(-1, 1)
+        self.stopped = stopped
 
     @property
     def expired(self) -> bool:

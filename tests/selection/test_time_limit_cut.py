@@ -1,0 +1,78 @@
+"""A sweep cut by its ``time_limit`` says so, whichever process the cut happened in (issue 38,
+item 1), and ``resume`` then finishes it as the undisturbed sweep would have.
+
+The problem: 1,000 samples of ``make_classification`` with 5 features and a fifth of the
+labels flipped, RBF gamma = 0.05 and C = 3000 at tol 1e-4: SMO needs close to a million pair
+steps at the largest C, several times the limit given, so the limit always cuts it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import muflow
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from muflow.selection import SweepGrid, run_sweep
+
+LIMIT = 0.4
+
+
+@pytest.fixture(scope="module")
+def slow():
+    X, y = make_classification(n_samples=1000, n_features=5, n_informative=3, flip_y=0.2,
+                               random_state=11)
+    muflow.SVC(solver="smo").fit(X[:100], y[:100])  # compiled loops loaded before any clock
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def whole(slow, tmp_path_factory):
+    """The undisturbed sweep: its results.csv rows and result."""
+    out = tmp_path_factory.mktemp("whole")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        result = _sweep(*slow, out, n_jobs=1)
+    return _rows(out), result
+
+
+GRID = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[1.0, 3e3])
+
+
+def _sweep(X, y, out, **kw):
+    return run_sweep(X, y, GRID, folds=2, out_dir=out, solver="smo", tol=1e-4,
+                     progress=False, **kw)
+
+
+def _rows(out):
+    with open(out / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("n_jobs", [2, 1], ids=["forked-chains", "stored-K-in-process"])
+def test_a_cut_sweep_marks_its_configurations_unfinished_and_resume_finishes_them(
+        slow, whole, tmp_path, n_jobs):
+    X, y = slow
+    with pytest.warns(ConvergenceWarning, match="configurations are not finished"):
+        _sweep(X, y, tmp_path / "cut", n_jobs=n_jobs, time_limit=LIMIT)
+    rows = _rows(tmp_path / "cut")
+    assert [r["finished"] for r in rows] == ["False"] * 2
+    best = json.loads((tmp_path / "cut" / "best.json").read_text())
+    assert best["finished"] is False  # chosen among cut configurations, and says so
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        resumed = _sweep(X, y, tmp_path / "cut", n_jobs=n_jobs, resume=True)
+    whole_rows, whole_result = whole
+    assert resumed.counts["kernels_resumed"] == 0  # the cut setting was not kept as done
+    for a, b in zip(_rows(tmp_path / "cut"), whole_rows):
+        a, b = dict(a, time_s=None), dict(b, time_s=None)
+        assert a == b and a["finished"] == "True"
+    assert resumed.best == whole_result.best and "finished" not in resumed.best
+    np.testing.assert_array_equal(resumed.best_model.dual_coef_, whole_result.best_model.dual_coef_)
