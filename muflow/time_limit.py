@@ -137,12 +137,20 @@ def _signature(func):
     return inspect.signature(func)
 
 
-def finish_fit(model, deadline: Deadline | None) -> bool:
+def finish_fit(model, deadline: Deadline | None, calibrated: bool = False) -> bool:
     """After a fit: a solve stopped at the deadline before meeting ``tol`` sets
-    ``fit_status_ = 1`` and warns; returns whether it did."""
-    if deadline is None or not deadline.stopped or model.converged_.all():
+    ``fit_status_ = 1`` and warns; so does a deadline that stopped ``probability=True``'s
+    calibration folds after the model itself converged (its sigmoid then comes from
+    unfinished folds). Returns whether it did."""
+    if deadline is None or not deadline.stopped or (model.converged_.all() and not calibrated):
         return False
     model.fit_status_ = 1
+    if model.converged_.all():
+        warnings.warn(f"time_limit={deadline.seconds:g} s passed (after {deadline.elapsed:.2f} s) "
+                      "during probability=True's calibration folds: the model converged, but "
+                      "probA_/probB_ come from folds stopped before tol (fit_status_ = 1); "
+                      "raise time_limit for a calibrated sigmoid", ConvergenceWarning, stacklevel=3)
+        return True
     warnings.warn(time_limit_message(deadline, model.kkt_violation_.max(), model.tol),
                   ConvergenceWarning, stacklevel=3)
     return True
