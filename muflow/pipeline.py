@@ -155,7 +155,17 @@ def dask_scheduler(cfg: RunConfig):
     if _has_bokeh():
         kwargs["dashboard_address"] = ":0"  # a free port; printed by the flow
     with local_cluster(**kwargs) as cluster:
-        yield cluster.scheduler_address, _dashboard(cluster)
+        try:
+            yield cluster.scheduler_address, _dashboard(cluster)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # SIGINT or SIGTERM (muflow.signals; Prefect's flow engine raises its own
+            # TerminationSignal for SIGTERM): the work is abandoned, no graceful wait
+            from muflow.cluster import stop_workers_now
+
+            stop_workers_now(cluster)
+            raise
 
 
 def _has_bokeh() -> bool:

@@ -46,7 +46,13 @@ def exit_code(exc: BaseException) -> int:
     return 128 + (exc.signum if isinstance(exc, Stopped) else int(signal.SIGINT))
 
 
+#: The signal that stopped this process (:func:`stop_on_signals`), or None.
+received: int | None = None
+
+
 def _raise_stopped(signum, frame):
+    global received
+    received = int(signum)
     for s in STOP_SIGNALS:  # the cleanup the exception starts runs to its end
         signal.signal(s, signal.SIG_IGN)
     raise Stopped(signum)
@@ -87,5 +93,23 @@ def sigint_ignored():
         # a Ctrl-C that came meanwhile was dropped; the caller's work goes on
 
 
-__all__ = ["STOP_SIGNALS", "Stopped", "exit_code", "signal_name", "sigint_ignored",
-           "stop_on_signals"]
+def exit_now(code: int) -> None:
+    """End a process that a signal stopped, once its cleanup ran and its line is printed:
+    log handlers and standard streams flushed, then ``os._exit``. The interpreter's own
+    exit (atexit hooks of Prefect and Dask whose servers are gone, thread pools, module
+    teardown) took seconds more after the run had stopped everything it started."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
+__all__ = ["STOP_SIGNALS", "Stopped", "exit_code", "exit_now", "received", "signal_name",
+           "sigint_ignored", "stop_on_signals"]
