@@ -89,6 +89,12 @@ def main(argv=None) -> int:
         print(f"muflow {args.command}: stopped by {signals.signal_name(exc)}"
               f"{'; ' + hint if hint else ''}", file=sys.stderr)
         return signals.exit_code(exc)
+    except MemoryError as exc:  # names its knob where muflow allocated it (the row cache)
+        text = one_line(exc) or "out of memory"
+        hint = "" if "cache_size" in text else (
+            "; lower --cache-size (the kernel row cache) or --n-jobs (each process holds its own)")
+        print(f"muflow {args.command}: failed: MemoryError: {text}{hint}", file=sys.stderr)
+        return EXIT_FAILURE
     except OSError as exc:
         import errno
 
