@@ -10,10 +10,14 @@ names the limit and the KKT violation reached.
 
 How soon a solver sees the deadline is its callback cadence: the multiplicative solvers
 call back every pass over K, coordinate descent every epoch, the working-set solver every
-outer iteration, SMO every ``callback_every`` pair steps (n by default: one sweep of n
-steps, about 0.3 s on a8a's 22,696 samples). A batch of m columns solved one after
-another (one-vs-one pairs, a sweep's folds) stops each remaining column at its first call
-back, so the overrun is at most m such intervals.
+outer iteration, SMO every :func:`muflow.solvers.smo.callback_interval` pair steps (a
+sweep of n steps up to n = 2048, then a fixed amount of work, so that the interval does
+not grow with n). A batch of m columns solved one after another (one-vs-one pairs, a
+sweep's folds) stops each remaining column at its first call back, so the overrun is at
+most m such intervals.
+
+One deadline serves every process of a fit or a sweep (:class:`Deadline`), and it starts
+before the solvers' compiled loops are loaded, so their loading counts against it.
 """
 
 from __future__ import annotations
