@@ -108,3 +108,33 @@ def test_the_forked_children_die_with_a_sigkilled_sweep(slow_data, tmp_path):
         assert_gone(children)
     finally:
         _kill_all(proc)
+
+
+def test_a_stopped_sweep_keeps_its_finished_kernel_settings_and_says_how_to_resume(
+        slow_data, tmp_path):
+    """gamma = 20 (K close to the identity) finishes at once; gamma = 0.05 runs for minutes."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muflow", "sweep", "--data", str(slow_data), "--out", str(out),
+         "--kernel", "rbf", "--gamma", "20,0.05", "--C", "1e5", "--tol", "1e-7", "--folds", "3",
+         "--solver", "smo", "--n-jobs", "2", "--no-progress"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not (out / "kernels").is_dir() or not any((out / "kernels").iterdir()):
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.05)
+        children = wait_for_children(proc, 2)  # the second setting's chains
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=STOP_WITHIN)
+    finally:
+        _kill_all(proc)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip() == (
+        f"muflow sweep: stopped by SIGTERM; its finished kernel settings are kept in {out}; "
+        f"continue with `python -m muflow sweep --data {slow_data} --out {out} --kernel rbf "
+        "--gamma 20,0.05 --C 1e5 --tol 1e-7 --folds 3 --solver smo --n-jobs 2 --no-progress "
+        "--resume`")
+    assert [p.name for p in (out / "kernels").iterdir()] == ["000-rbf"]
+    assert_gone(children, within=1.0)
