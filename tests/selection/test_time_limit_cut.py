@@ -76,3 +76,23 @@ def test_a_cut_sweep_marks_its_configurations_unfinished_and_resume_finishes_the
         assert a == b and a["finished"] == "True"
     assert resumed.best == whole_result.best and "finished" not in resumed.best
     np.testing.assert_array_equal(resumed.best_model.dual_coef_, whole_result.best_model.dual_coef_)
+
+
+def test_the_run_report_says_which_configurations_the_time_limit_cut(tmp_path):
+    from muflow.pipeline import summary_rows
+
+    (tmp_path / "data.json").write_text(json.dumps(
+        {"source": "generated", "n_samples": 100, "n_features": 5, "n_train": 80, "n_test": 20}))
+    summary = {"best": {"kernel": "rbf", "gamma": 0.05, "C": 1.0, "cv_accuracy": 0.8,
+                        "cv_accuracy_std": 0.01, "finished": False},
+               "n_configurations": 4, "counts": {"kernels_solved": 1}, "unfinished": 2,
+               "paths": {}}
+    (tmp_path / "sweep-summary.json").write_text(json.dumps(summary))
+    rows = dict(summary_rows(tmp_path))
+    assert rows["unfinished configurations"] == ("2 of 4: cut at sweep.time_limit "
+                                                 "(finished=False in sweep/results.csv)")
+    assert rows["best CV accuracy"].endswith("(not finished: cut at sweep.time_limit)")
+    summary.update(unfinished=0, best=dict(summary["best"], finished=True))
+    (tmp_path / "sweep-summary.json").write_text(json.dumps(summary))
+    rows = dict(summary_rows(tmp_path))
+    assert "unfinished configurations" not in rows and "cut" not in rows["best CV accuracy"]
