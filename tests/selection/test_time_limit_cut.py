@@ -96,3 +96,28 @@ def test_the_run_report_says_which_configurations_the_time_limit_cut(tmp_path):
     (tmp_path / "sweep-summary.json").write_text(json.dumps(summary))
     rows = dict(summary_rows(tmp_path))
     assert "unfinished configurations" not in rows and "cut" not in rows["best CV accuracy"]
+
+
+def test_run_resume_reopens_a_sweep_the_time_limit_cut(tmp_path):
+    """``run --resume`` after a cut sweep: the sweep stage and those after it run again
+    (the finished kernel settings are read back), instead of being reused as finished."""
+    from muflow.pipeline import AFTER_CUT_SWEEP, reopen_cut_sweep, stage_log
+
+    def run_dir(unfinished):
+        folder = tmp_path / f"run-{unfinished}"
+        (folder / "sweep" / "kernels" / "000-rbf").mkdir(parents=True)
+        (folder / "model").mkdir()
+        for name in AFTER_CUT_SWEEP + ("data.json", "gram.json"):
+            if not (folder / name).exists():
+                (folder / name).write_text("{}")
+        (folder / "sweep-summary.json").write_text(json.dumps({"unfinished": unfinished}))
+        return folder
+
+    cut = run_dir(2)
+    assert reopen_cut_sweep(cut)
+    assert sorted(p.name for p in cut.iterdir()) == ["data.json", "gram.json", "stages.log", "sweep"]
+    assert (cut / "sweep" / "kernels" / "000-rbf").is_dir() and stage_log(cut) == [("sweep", "reopened")]
+    assert not reopen_cut_sweep(cut)  # nothing left to reopen
+    whole = run_dir(0)
+    assert not reopen_cut_sweep(whole)
+    assert (whole / "report.md").exists() and (whole / "model").is_dir()
