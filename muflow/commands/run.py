@@ -205,9 +205,9 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
     # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
     log_to_file(out / "run.log", verbose=args.verbose)
     if args.resume:
-        from muflow.pipeline import reopen_cut_sweep
+        from muflow.cut_sweep import reopen_cut_sweep
 
-        if reopen_cut_sweep(out):  # a sweep cut at sweep.time_limit is finished now
+        if reopen_cut_sweep(out):  # a sweep cut at sweep.time_limit goes on from where it stopped
             print(f"muflow run: the sweep in {out} was cut at sweep.time_limit: resuming it",
                   flush=True)
 

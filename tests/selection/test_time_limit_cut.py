@@ -101,7 +101,8 @@ def test_the_run_report_says_which_configurations_the_time_limit_cut(tmp_path):
 def test_run_resume_reopens_a_sweep_the_time_limit_cut(tmp_path):
     """``run --resume`` after a cut sweep: the sweep stage and those after it run again
     (the finished kernel settings are read back), instead of being reused as finished."""
-    from muflow.pipeline import AFTER_CUT_SWEEP, reopen_cut_sweep, stage_log
+    from muflow.cut_sweep import AFTER_CUT_SWEEP, reopen_cut_sweep
+    from muflow.pipeline import stage_log
 
     def run_dir(unfinished):
         folder = tmp_path / f"run-{unfinished}"
