@@ -2,7 +2,8 @@
 
 Each subcommand lives in ``muflow.commands.<name>`` with two functions,
 ``add_parser(subparsers)`` and ``run(args) -> int``. Exit codes: 0 success, 2 bad input or
-usage (one line naming the problem, no traceback), 1 any other failure.
+usage (one line naming the problem, no traceback), 1 any other failure, 128 + the signal's
+number when SIGINT (130) or SIGTERM (143) stopped it (one line: :mod:`muflow.signals`).
 """
 
 from __future__ import annotations
@@ -75,13 +76,24 @@ def main(argv=None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return EXIT_USAGE
+    from muflow import signals
+
     try:
-        return int(args._run(args) or EXIT_OK)
+        with signals.stop_on_signals():  # SIGTERM as SIGINT: the way out runs every cleanup
+            return int(args._run(args) or EXIT_OK)
     except MuflowInputError as exc:
         print(f"muflow {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        print(f"muflow {args.command}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        hint = getattr(exc, "muflow_hint", None)
+        print(f"muflow {args.command}: stopped by {signals.signal_name(exc)}"
+              f"{'; ' + hint if hint else ''}", file=sys.stderr)
+        return signals.exit_code(exc)
+    except MemoryError as exc:  # names its knob where muflow allocated it (the row cache)
+        text = one_line(exc) or "out of memory"
+        hint = "" if "cache_size" in text else (
+            "; lower --cache-size (the kernel row cache) or --n-jobs (each process holds its own)")
+        print(f"muflow {args.command}: failed: MemoryError: {text}{hint}", file=sys.stderr)
         return EXIT_FAILURE
     except OSError as exc:
         import errno

@@ -51,9 +51,31 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
         n_workers = cores
     if memory_limit == "auto":
         memory_limit = int(memory * memory_fraction / n_workers)
-    return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                        processes=True, memory_limit=memory_limit,
-                        dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+    from muflow.signals import sigint_ignored
+
+    # the workers ignore Ctrl-C: one to the terminal's process group reaches this process,
+    # which closes the cluster in order (each worker's own KeyboardInterrupt printed a
+    # traceback, and the run waited on workers that were gone)
+    with sigint_ignored():
+        return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                            processes=True, memory_limit=memory_limit,
+                            dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+
+
+def stop_workers_now(cluster) -> None:
+    """SIGKILL the worker processes of a LocalCluster of this process, for a command that a
+    signal stopped (:mod:`muflow.signals`): their work is abandoned anyway, and a graceful
+    close waited on their running tasks, and printed their failed heartbeats. The cluster's
+    own close then finds them gone."""
+    import signal
+
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def connect(address: str, *, timeout: float = 10.0):

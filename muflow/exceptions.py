@@ -20,3 +20,8 @@ class SolverCombinationError(MuflowInputError):
 
 class DataFileError(MuflowInputError):
     """A data file is missing or does not parse; the message names the file and line."""
+
+
+class CacheCappedWarning(UserWarning):
+    """``cache_size`` asked for more memory than the process may use: the cache was capped
+    (a ``UserWarning``, shown by default, where a ``ResourceWarning`` is not)."""

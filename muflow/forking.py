@@ -10,6 +10,11 @@ pickled: only a task's index goes to a child and only its result comes back.
 
 from __future__ import annotations
 
+import os
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
 #: What forked workers run: set just before the fork, so that it is inherited.
 _FORK_STATE = None
 
@@ -20,6 +25,70 @@ _IN_CHILD = False
 def in_forked_child() -> bool:
     """Whether this process is one of :func:`forked_map`'s children."""
     return _IN_CHILD
+
+
+def _child_starts(parent: int) -> None:
+    """In each forked child, first: die with the parent, however it dies (a SIGKILL
+    included: Linux's ``PR_SET_PDEATHSIG``), and leave Ctrl-C to it. A Ctrl-C to the
+    process group reaches every child too; the parent hears it and stops them
+    (:func:`forked_map`), where each child's own KeyboardInterrupt printed a traceback."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the command's handler (muflow.cli)
+    die_with_parent()
+    if os.getppid() != parent:  # the parent died before the line above: nothing to do here
+        os._exit(1)
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the one that forked it dies (Linux's
+    ``prctl(PR_SET_PDEATHSIG)``; a no-op elsewhere): a child must not outlive a command
+    killed by a batch scheduler or a container stop."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _stop_children(pool) -> None:
+    """SIGKILL the pool's processes and reap them: an interrupted parent does not wait for
+    the running tasks (their results would be thrown away) and leaves no process behind."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        try:
+            process.kill()
+        except (OSError, ValueError):
+            pass
+    for process in processes:
+        try:
+            process.join(timeout=5)
+        except (OSError, ValueError, AssertionError):
+            pass
+
+
+def _killed_child(exc: BaseException, children: dict):
+    """The error to raise when a child died of SIGKILL under a running task (the pool says
+    only "terminated abruptly"): that is the kernel's out-of-memory killer, most likely."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    if not isinstance(exc, BrokenProcessPool):
+        return None
+    import signal
+
+    from muflow.exceptions import MuflowError
+
+    for pid, process in children.items():
+        if process.exitcode == -signal.SIGKILL:
+            return MuflowError(
+                f"a forked child (pid {pid}) was killed by signal 9, likely out of memory (the "
+                "kernel's OOM killer): lower cache_size or n_jobs")
+    return None
 
 
 def _task_in_child(k):
@@ -57,9 +126,21 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
     _FORK_STATE = (run, threads)
     try:
         ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(processes, mp_context=ctx) as pool:
+        pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_child_starts,
+                                   initargs=(os.getpid(),))
+        children = {}
+        try:
             futures = [pool.submit(_task_in_child, k) for k in range(n_tasks)]
+            children = dict(getattr(pool, "_processes", None) or {})  # forked at the submits
             return [f.result() for f in futures]
+        except BaseException as exc:  # Ctrl-C, SIGTERM (muflow.cli), a failed task: stop the others
+            killed = _killed_child(exc, children)  # before the others are killed below
+            _stop_children(pool)
+            if killed is not None:
+                raise killed from exc
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     finally:
         _FORK_STATE = None
 
@@ -87,4 +168,4 @@ def pool_size(tasks: int, n_jobs: int) -> int:
     return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
 
 
-__all__ = ["forked_map", "in_forked_child", "makespan", "pool_size"]
+__all__ = ["die_with_parent", "forked_map", "in_forked_child", "makespan", "pool_size"]

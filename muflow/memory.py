@@ -13,7 +13,9 @@ The memory available is the smallest of what the operating system reports
 swapping; psutil's ``virtual_memory().available`` where there is no ``/proc``) and what the
 process's control group still allows (cgroup v2 ``memory.max`` minus ``memory.current``,
 v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``, reclaimable inactive file
-pages not counted as used, as container runtimes do).
+pages not counted as used, as container runtimes do) and what its address-space limit
+(``ulimit -v``) still leaves. :func:`cache_rows_that_fit` caps the solvers' row cache
+(``cache_size``) to that room, with a warning that names ``cache_size``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import os
 
 import numpy as np
 
-from muflow.exceptions import MuflowInputError
+from muflow.exceptions import CacheCappedWarning, MuflowInputError
 
 GIB = 2**30
 
@@ -112,10 +114,31 @@ def _cgroup_available(root: str = "/sys/fs/cgroup", proc_cgroup: str = "/proc/se
     return max(0, min(candidates)) if candidates else None
 
 
+def _address_space_available() -> int | None:
+    """Room under the process's address-space limit (``RLIMIT_AS``, ``ulimit -v``) beyond
+    its current virtual size, or None where it sets no limit."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError):
+        return None
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return None
+    try:
+        with open("/proc/self/statm") as f:
+            size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0, soft - size)
+
+
 def available_memory_bytes() -> int | None:
-    """Bytes this process can still allocate: the smaller of the system's ``MemAvailable``
-    and the room left under its cgroup limit; None where neither can be read."""
-    found = [v for v in (_meminfo_available(), _cgroup_available()) if v is not None]
+    """Bytes this process can still allocate: the smallest of the system's
+    ``MemAvailable``, the room left under its cgroup limit and the room under its
+    address-space limit; None where none can be read."""
+    found = [v for v in (_meminfo_available(), _cgroup_available(), _address_space_available())
+             if v is not None]
     return min(found) if found else None
 
 
@@ -184,3 +207,50 @@ def choose_gram(n: int, dtype, requested: str = "auto", *, available: int | None
 
 __all__ = ["available_memory_bytes", "check_gram_fits", "choose_gram", "gram_bytes", "GRAM_CHOICES",
            "STORED_SHARE"]
+
+
+#: A row cache may take at most this share of the memory available when it is made: the
+#: rest is for X, the solver's vectors and the rows a step computes.
+CACHE_SHARE = 0.5
+
+#: Caches smaller than this are not checked (reading the limits costs more than they do).
+CACHE_CHECK_BYTES = 64 * 2**20
+
+_warned_caps: set = set()
+
+
+def cache_rows_that_fit(rows: int, row_bytes: int, cache_mb: float, *,
+                        available: int | None = None) -> int:
+    """How many of ``rows`` cache rows of ``row_bytes`` each to allocate: all of them when
+    they fit in :data:`CACHE_SHARE` of the memory this process may still use
+    (:func:`available_memory_bytes`: cgroup, address-space limit, free memory), else as
+    many as fit (two at least), with a :class:`muflow.exceptions.CacheCappedWarning` that
+    names ``cache_size``, once per value. A cache larger than the process may hold ended
+    in NumPy's "Unable to allocate" or the kernel's OOM killer, naming neither the cache
+    nor its knob."""
+    wanted = int(rows) * int(row_bytes)
+    if wanted <= CACHE_CHECK_BYTES:
+        return int(rows)
+    room = available_memory_bytes() if available is None else available
+    if room is None or wanted <= CACHE_SHARE * room:
+        return int(rows)
+    fit = max(2, int(CACHE_SHARE * room // max(int(row_bytes), 1)))
+    if float(cache_mb) not in _warned_caps:
+        _warned_caps.add(float(cache_mb))
+        import warnings
+
+        warnings.warn(
+            f"cache_size={float(cache_mb):g} MB asks for a kernel row cache of "
+            f"{wanted / 2**20:,.0f} MB, more than this process may use ({room / 2**20:,.0f} MB "
+            f"available: free memory, cgroup and address-space limits); capped to "
+            f"{fit * int(row_bytes) / 2**20:,.0f} MB; lower cache_size (--cache-size) to fit",
+            CacheCappedWarning, stacklevel=4)
+    return fit
+
+
+def cache_allocation_error(nbytes: int, cache_mb: float, exc: BaseException) -> MemoryError:
+    """The MemoryError of a row cache that could not be allocated, naming the knob."""
+    return MemoryError(
+        f"could not allocate the kernel row cache of {nbytes / 2**30:.2f} GiB "
+        f"(cache_size={float(cache_mb):g} MB): lower cache_size (--cache-size), or n_jobs "
+        f"(--n-jobs: each process holds its own cache) ({exc})")

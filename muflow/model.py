@@ -376,8 +376,8 @@ default="rbf"
             solution = solve_by_rule(problem, member, solve, info.name, init=init, callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
-            if probability:
-                self._fit_probability(operator, Y, U, info, options, drift)
+            if probability:  # its folds are bounded by the same time limit
+                self._fit_probability(operator, Y, U, info, options, drift, deadline)
             else:
                 self._probA = self._probB = np.empty(0)
             if _is_dask_collection(X_fit):  # the support vectors' rows, from the workers
@@ -388,11 +388,11 @@ default="rbf"
                              fit_time=time.perf_counter() - t0, budget=budget)
         finally:
             operator.close()
-        if not finish_fit(self, deadline):
+        if not finish_fit(self, deadline, calibrated=probability):
             self._warn_from_fit_status()
         return self
 
-    def _fit_probability(self, operator, Y, U, info, options, drift):
+    def _fit_probability(self, operator, Y, U, info, options, drift, deadline=None):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
         a column of one batch on this fit's operator, solved by the fit's path
         (:func:`muflow.probability.fit_platt`: on rows, each fold on its own samples).
@@ -407,7 +407,7 @@ default="rbf"
 
         def solve(problem, init=None, callback=None):
             return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
-                              callback=callback, **options)
+                              callback=chain(callback, deadline), **options)
 
         self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
                                              equality=self.intercept == "exact", rng=rng,

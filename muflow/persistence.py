@@ -140,6 +140,14 @@ def _is_json_scalar(v) -> bool:
     return v is None or isinstance(v, (bool, int, float, str))
 
 
+class ModelBeingReplaced(MuflowInputError):
+    """The model directory was replaced by a :func:`save` while it was read."""
+
+
+#: Tries of :func:`load` when a save replaces the directory under it, and the pause between.
+LOAD_TRIES, LOAD_RETRY_SECONDS = 5, 0.05
+
+
 def load(path):
     """Load a model saved by :func:`save`. Reads JSON and ``.npz`` only; runs no code.
 
@@ -147,7 +155,24 @@ def load(path):
     symbolic link followed), each within its size cap; the digest, the shapes and the
     finiteness of every array are checked before the model is returned. Any failure is a
     :class:`MuflowInputError` naming the file.
+
+    A save that replaces ``path`` while it is read (:func:`muflow.atomic.atomic_directory`
+    renames the new directory over the old, then removes the old) is noticed and the load
+    starts again, up to :data:`LOAD_TRIES` times; then :class:`ModelBeingReplaced` says so
+    (where "the model directory is incomplete" was said).
     """
+    import time
+
+    for attempt in range(LOAD_TRIES):
+        try:
+            return _load_once(path)
+        except ModelBeingReplaced:
+            if attempt + 1 == LOAD_TRIES:
+                raise
+            time.sleep(LOAD_RETRY_SECONDS * (attempt + 1))
+
+
+def _load_once(path):
     from muflow.model import SVC
 
     path = Path(path)
@@ -254,11 +279,29 @@ class _ModelDirectory:
             try:
                 self.fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
             except OSError:
+                self._check_not_replaced()
                 raise MuflowInputError(f"{str(self.path)!r} is not a muflow model directory "
                                        "(not a readable directory)") from None
         elif not self.path.is_dir():
+            self._check_not_replaced()
             raise MuflowInputError(f"{str(self.path)!r} is not a muflow model directory")
         return self
+
+    def _check_not_replaced(self) -> None:
+        """Raise :class:`ModelBeingReplaced` when a save is replacing the directory: the one
+        opened is no longer at ``path``, one that could not be opened is there now, or
+        ``path`` is gone and the save's old copy is beside it (between its two renames)."""
+        moved = self.fd is None and self.path.is_dir()  # gone when opened, back now
+        if self.fd is not None:
+            try:
+                moved = os.fstat(self.fd).st_ino != os.stat(self.path).st_ino
+            except OSError:
+                moved = True
+        siblings = not self.path.exists() and any(self.path.parent.glob(f".{self.path.name}.old-*"))
+        if moved or siblings:
+            raise ModelBeingReplaced(
+                f"{str(self.path)!r} is being replaced by a save (muflow.save) while it is "
+                "read; retry the load once the save is done")
 
     def __exit__(self, *exc):
         if self.fd is not None:
@@ -278,6 +321,7 @@ class _ModelDirectory:
                     raise OSError(errno.ELOOP, "symbolic link")
                 fd = os.open(where, flags)
         except FileNotFoundError:
+            self._check_not_replaced()
             raise MuflowInputError(missing) from None
         except OSError as exc:
             if exc.errno == errno.ELOOP or where.is_symlink():

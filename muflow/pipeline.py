@@ -155,7 +155,17 @@ def dask_scheduler(cfg: RunConfig):
     if _has_bokeh():
         kwargs["dashboard_address"] = ":0"  # a free port; printed by the flow
     with local_cluster(**kwargs) as cluster:
-        yield cluster.scheduler_address, _dashboard(cluster)
+        try:
+            yield cluster.scheduler_address, _dashboard(cluster)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                raise
+            # SIGINT or SIGTERM (muflow.signals; Prefect's flow engine raises its own
+            # TerminationSignal for SIGTERM): the work is abandoned, no graceful wait
+            from muflow.cluster import stop_workers_now
+
+            stop_workers_now(cluster)
+            raise
 
 
 def _has_bokeh() -> bool:
@@ -366,6 +376,7 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     info = {"best": dict(result.best), "paths": paths,
             "kernel_paths": kernel_paths,
             "n_configurations": int(len(result.table)), "counts": dict(result.counts),
+            "unfinished": int(sum(not row.finished for row in result.table)),  # sweep.time_limit
             "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     return info
@@ -510,8 +521,13 @@ def summary_rows(run_dir) -> list[tuple[str, str]]:
                                        f"kernel settings resumed, {sw['counts'].get('kernels_solved', 0)} solved)"))
         if sw.get("kernel_paths"):
             rows.append(("kernel path", kernel_path_summary(sw["kernel_paths"])))
+        if sw.get("unfinished"):  # cut at sweep.time_limit: said wherever the sweep shows
+            rows.append(("unfinished configurations",
+                         f"{sw['unfinished']} of {sw['n_configurations']}: cut at sweep.time_limit "
+                         "(finished=False in sweep/results.csv)"))
+        cut = " (not finished: cut at sweep.time_limit)" if sw["best"].get("finished") is False else ""
         rows.append(("best CV accuracy", f"{float(sw['best']['cv_accuracy']):.4f} "
-                                         f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}"))
+                                         f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}{cut}"))
     if (run_dir / "refit.json").exists():
         rf = _read_json(run_dir / "refit.json")
         rows += [("best configuration", ", ".join(f"{k}={v}" for k, v in rf["params"].items())),

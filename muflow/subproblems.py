@@ -21,6 +21,8 @@ from __future__ import annotations
 import threading
 import time
 
+from types import SimpleNamespace
+
 import numpy as np
 
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
@@ -155,8 +157,17 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             solve_group(order[0], idx=samples[order[0]][:8], cols=groups[order[0]][:1])
             solved = iter(forked_map(in_child, len(order), processes, threads=1))
         else:
-            solved = (solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k]))
-                      for k in order)
+            told_to_stop = []  # the callback said stop: the groups still to come stay at their start
+
+            def in_turn(k):
+                if told_to_stop:
+                    left = _left_at_start(problem, samples[k], groups[k], alpha0, bias0, G0)
+                    if left is not None:
+                        return left
+                return solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k],
+                                                 told_to_stop))
+
+            solved = (in_turn(k) for k in order)
         # in process, each group is solved as the loop asks: its callback sees those before
         for k, sol in zip(order, solved):
             idx, cols = samples[k], groups[k]
@@ -171,7 +182,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             violations[cols] = sol.kkt_violation
             converged[cols] = sol.converged
             iters = max(iters, int(sol.n_iter))
-            solver = sol.solver
+            solver = sol.solver or solver  # a group left at its start names none
             timings["restricted_samples"] += idx.size
             for key, value in sol.timings.items():
                 if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
@@ -215,9 +226,10 @@ def _same_samples(member) -> list[np.ndarray]:
     return [np.flatnonzero(group == g) for g in np.argsort(first)]
 
 
-def _scattered(callback, alpha, final, idx, cols):
+def _scattered(callback, alpha, final, idx, cols, told_to_stop=None):
     """The batch ``callback`` seen from a group's restricted solve: its alpha scattered into
-    the batch's (n, m), the finished columns' final objectives beside its own."""
+    the batch's (n, m), the finished columns' final objectives beside its own. A stop it
+    answers is noted in ``told_to_stop``."""
     if callback is None:
         return None
 
@@ -226,9 +238,37 @@ def _scattered(callback, alpha, final, idx, cols):
         full[np.ix_(idx, cols)] = np.asarray(sub_alpha)
         values = final.copy()
         values[cols] = np.asarray(objective).reshape(-1)
-        return bool(callback(iteration, full, values))
+        stop = bool(callback(iteration, full, values))
+        if stop and told_to_stop is not None:
+            told_to_stop.append(True)
+        return stop
 
     return call
+
+
+def _left_at_start(problem, idx, cols, alpha0, bias0, G0) -> DualSolution | None:
+    """A group not started because the callback said stop (a time limit) during an earlier
+    one: its start, certified (KKT measure of the start's gradient), where that gradient is
+    known without a product (a cold start: G = p; a warm start that carries it); None
+    otherwise. Solving it only to stop at its first check cost a step, which on rows
+    computed on demand is the step that fetches the working set's rows: a pair's worth of
+    kernel rows after the limit, for each pair left (a fit's time limit overran by that)."""
+    from muflow.solvers.kkt import kkt_violation
+
+    rows = np.ix_(idx, cols)
+    y, upper, linear = problem.y[rows], problem.upper[rows], problem.linear[rows]
+    if alpha0 is None:
+        alpha, grad = np.zeros(y.shape), linear.copy()
+    elif G0 is not None:
+        alpha, grad = alpha0[rows], G0[rows]
+    else:
+        return None
+    view = SimpleNamespace(y=y, upper=upper, equality=problem.equality)
+    violation, bias = kkt_violation(view, alpha, grad, None if bias0 is None else bias0[cols])
+    objective = 0.5 * np.sum(alpha * (grad + linear), axis=0)  # F = a'Qa/2 + p'a, Qa = G - p
+    return DualSolution(alpha=alpha, bias=bias, n_iter=0, objective_curve=objective[None, :],
+                        kkt_violation=violation, converged=np.zeros(len(cols), dtype=bool),
+                        timings={}, solver="", gradient=grad)
 
 
 def decision_values(operator, coef, bias, masks, P, held=None) -> np.ndarray:

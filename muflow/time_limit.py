@@ -10,16 +10,21 @@ names the limit and the KKT violation reached.
 
 How soon a solver sees the deadline is its callback cadence: the multiplicative solvers
 call back every pass over K, coordinate descent every epoch, the working-set solver every
-outer iteration, SMO every ``callback_every`` pair steps (n by default: one sweep of n
-steps, a fraction of a second on a8a's 22,696 samples). A batch of m columns solved one after
-another (one-vs-one pairs, a sweep's folds) stops each remaining column at its first call
-back, so the overrun is at most m such intervals.
+outer iteration, SMO every :func:`muflow.solvers.smo.callback_interval` pair steps (a
+sweep of n steps up to n = 2048, then a fixed amount of work, so that the interval does
+not grow with n). A batch of m columns solved one after another (one-vs-one pairs, a
+sweep's folds) stops each remaining column at its first call back, so the overrun is at
+most m such intervals.
+
+One deadline serves every process of a fit or a sweep (:class:`Deadline`), and it starts
+before the solvers' compiled loops are loaded, so their loading counts against it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import mmap
 import time
 import warnings
 
@@ -44,14 +49,42 @@ def check_time_limit(value, name: str = "time_limit") -> float | None:
 
 class Deadline:
     """A solver callback that stops the solver once ``seconds`` have passed since it was
-    made; ``stopped`` tells whether it stopped one."""
+    made; ``stopped`` tells whether it stopped one, in this process or in any process
+    forked from it.
+
+    One deadline serves a whole fit or sweep, forked children included (the sweep's chains,
+    one-vs-one pairs: :mod:`muflow.forking`): ``end`` is a point on the monotonic clock,
+    which a forked child shares, and ``stopped`` lives in a one-byte anonymous shared
+    mapping that fork does not copy, so a child's stop is the parent's stop. (A plain
+    attribute set in a child was lost with it: a sweep's cut chains read as finished.)
+    A copy pickled to another machine keeps its flag to itself.
+    """
 
     def __init__(self, seconds: float, clock=time.monotonic):
         self.seconds = float(seconds)
         self._clock = clock
         self.start = clock()
         self.end = self.start + self.seconds
-        self.stopped = False
+        self._flag = mmap.mmap(-1, 1)  # MAP_SHARED | MAP_ANONYMOUS: shared across fork
+
+    @property
+    def stopped(self) -> bool:
+        return self._flag[0] != 0
+
+    @stopped.setter
+    def stopped(self, value: bool) -> None:
+        self._flag[0] = 1 if value else 0
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_flag"] = self.stopped
+        return state
+
+    def __setstate__(self, state):
+        stopped = state.pop("_flag")
+        self.__dict__.update(state)
+        self._flag = mmap.mmap(-1, 1)
+        self.stopped = stopped
 
     @property
     def expired(self) -> bool:
@@ -108,12 +141,20 @@ def _signature(func):
     return inspect.signature(func)
 
 
-def finish_fit(model, deadline: Deadline | None) -> bool:
+def finish_fit(model, deadline: Deadline | None, calibrated: bool = False) -> bool:
     """After a fit: a solve stopped at the deadline before meeting ``tol`` sets
-    ``fit_status_ = 1`` and warns; returns whether it did."""
-    if deadline is None or not deadline.stopped or model.converged_.all():
+    ``fit_status_ = 1`` and warns; so does a deadline that stopped ``probability=True``'s
+    calibration folds after the model itself converged (its sigmoid then comes from
+    unfinished folds). Returns whether it did."""
+    if deadline is None or not deadline.stopped or (model.converged_.all() and not calibrated):
         return False
     model.fit_status_ = 1
+    if model.converged_.all():
+        warnings.warn(f"time_limit={deadline.seconds:g} s passed (after {deadline.elapsed:.2f} s) "
+                      "during probability=True's calibration folds: the model converged, but "
+                      "probA_/probB_ come from folds stopped before tol (fit_status_ = 1); "
+                      "raise time_limit for a calibrated sigmoid", ConvergenceWarning, stacklevel=3)
+        return True
     warnings.warn(time_limit_message(deadline, model.kkt_violation_.max(), model.tol),
                   ConvergenceWarning, stacklevel=3)
     return True

@@ -61,12 +61,34 @@ def test_the_batch_callback_sees_every_column_in_place_and_can_stop():
         seen.append((alpha.shape, np.isnan(objective).sum(), np.all(alpha[~member] == 0)))
         return len(seen) >= 3
 
-    solve_on_own_samples(problem, member, lambda p, **kw: solve_working_set(p, q=8, **kw),
-                         callback=callback)
-    assert len(seen) >= 3
+    solution = solve_on_own_samples(problem, member,
+                                    lambda p, **kw: solve_working_set(p, q=8, **kw),
+                                    callback=callback)
     shape, pending, pinned = seen[0]
     assert shape == (400, 6) and pending == 5 and pinned
-    assert seen[-1][1] == 0  # the last pair hears the others' final objectives
+    # told to stop, it starts no other pair (issue 38: a time limit overran by a first step
+    # per pair): those stay at their start, certified there
+    assert len(seen) == 3
+    started = np.any(solution.alpha != 0, axis=0)
+    assert started.sum() == 1 and np.all(np.isfinite(solution.kkt_violation))
+    assert np.all(solution.kkt_violation[~started] > 0) and not solution.converged[~started].any()
+    np.testing.assert_array_equal(solution.gradient[:, ~started][member[:, ~started]], -1.0)
+
+
+def test_a_stop_in_one_pair_reaches_the_later_pairs_before_their_first_step():
+    """Every later pair heard the stop only at its first check, after a step that fetches the
+    working set's rows; now none is started once the callback said stop."""
+    X, y = _four_classes(400)
+    problem, member = _pair_batch(KernelRows(X, Kernel("rbf", gamma=0.05), dtype="float64"), y)
+    calls = []
+
+    def solve(p, **kw):
+        calls.append(p.m)
+        return solve_working_set(p, q=8, **kw)
+
+    solution = solve_on_own_samples(problem, member, solve, callback=lambda *a: True)
+    assert calls == [1]  # the first (largest) pair only, stopped at its first check
+    assert solution.alpha.shape == (400, 6) and solution.solver == "working_set"
 
 
 def test_a_warm_start_is_read_on_each_columns_samples():

@@ -204,6 +204,12 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
         return EXIT_FAILURE
     # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
     log_to_file(out / "run.log", verbose=args.verbose)
+    if args.resume:
+        from muflow.cut_sweep import reopen_cut_sweep
+
+        if reopen_cut_sweep(out):  # a sweep cut at sweep.time_limit goes on from where it stopped
+            print(f"muflow run: the sweep in {out} was cut at sweep.time_limit: resuming it",
+                  flush=True)
 
     print(f"muflow run: run directory {out}", flush=True)
     t0 = time.perf_counter()

@@ -139,6 +139,18 @@ def grid_from_args(args):
 
 
 def run(args) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (muflow.signals): say what is kept
+        from muflow.cli import set_hint
+        from muflow.commands._cluster import continue_hint
+
+        if (Path(args.out) / "kernels").is_dir() and any((Path(args.out) / "kernels").iterdir()):
+            set_hint(exc, continue_hint(args, f"its finished kernel settings are kept in {args.out}"))
+        raise
+
+
+def _run(args) -> int:
     from muflow.selection import run_sweep
 
     grid, options = grid_from_args(args)

@@ -54,8 +54,12 @@ def launch_server() -> tuple[subprocess.Popen, str]:
     env.pop("PREFECT_API_URL", None)
     command = [sys.executable, "-m", "uvicorn", "--factory", "prefect.server.api.server:create_app",
                "--host", "127.0.0.1", "--port", str(port), "--log-level", "error", "--lifespan", "on"]
+    # its own session: a Ctrl-C to the terminal's process group does not reach it, so the
+    # run can still report to it on the way out, then stops it (a server stopped first left
+    # the run retrying its API for two minutes, then blaming "Connection refused")
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                               preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+                               start_new_session=True)
     return process, f"http://127.0.0.1:{port}/api"
 
 

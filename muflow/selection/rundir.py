@@ -126,12 +126,25 @@ def csv_text(table, folds) -> str:
 
 
 def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics) -> dict:
-    """``results.csv``, ``best.json``, ``best_model/`` and ``test_metrics.json``; their paths."""
+    """``best_model/``, ``results.csv``, ``best.json`` and ``test_metrics.json``; their paths.
+
+    The model comes first, and a failure (a full disk) removes the files this call wrote
+    before it: ``best.json`` never names a ``best_model/`` that is not there, and the
+    command's "nothing half-written was kept" holds for the set, not only each file."""
     from muflow.persistence import save
 
-    paths = {"results": write_text(out_dir / "results.csv", csv_text(table, folds)),
-             "best": write_json(out_dir / "best.json", best),
-             "best_model": save(model, out_dir / "best_model")}
-    if test_metrics is not None:
-        paths["test_metrics"] = write_json(out_dir / "test_metrics.json", test_metrics)
-    return paths
+    paths = {}
+    try:
+        paths["best_model"] = save(model, out_dir / "best_model")
+        paths["results"] = write_text(out_dir / "results.csv", csv_text(table, folds))
+        paths["best"] = write_json(out_dir / "best.json", best)
+        if test_metrics is not None:
+            paths["test_metrics"] = write_json(out_dir / "test_metrics.json", test_metrics)
+    except BaseException:
+        for written in paths.values():
+            if Path(written).is_dir():
+                shutil.rmtree(written, ignore_errors=True)
+            else:
+                Path(written).unlink(missing_ok=True)
+        raise
+    return {k: paths[k] for k in ("results", "best", "best_model", "test_metrics") if k in paths}

@@ -89,9 +89,13 @@ def beats(row: ConfigurationRow, records) -> bool:
 
 
 def best_summary(row: ConfigurationRow) -> dict:
-    """The content of ``best.json``: the kernel, its parameters, C and the CV accuracy."""
+    """The content of ``best.json``: the kernel, its parameters, C and the CV accuracy, and
+    ``"finished": false`` when the sweep's time limit cut this configuration (chosen only
+    when no configuration finished: its scores are those of the iterates it reached)."""
     best = {"kernel": row.kernel}
     for key in KERNEL_PARAMETERS[row.kernel]:
         best[key] = getattr(row, key)
     best.update(C=row.C, cv_accuracy=row.mean_cv_accuracy, cv_accuracy_std=row.std_cv_accuracy)
+    if not row.finished:
+        best["finished"] = False
     return best

@@ -26,6 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from muflow.exceptions import MuflowInputError
+from muflow.memory import cache_allocation_error, cache_rows_that_fit
 
 #: Default cache size, as libsvm's ``cache_size``.
 DEFAULT_CACHE_MB = 256.0
@@ -99,11 +100,18 @@ class RowCache:
             dtype = np.float32 if operator.dtype == np.float32 else np.float64
         self.dtype = np.dtype(dtype)
         slots = int(cache_mb * 2**20 // (self.dtype.itemsize * max(n, 1)))
+        row_bytes = self.dtype.itemsize * max(n, 1)
+        # no more than the process may hold (cgroup, ulimit -v, free memory): capped, with
+        # a warning naming cache_size
         self.slots = max(2, min(keys, slots))
+        self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
         # a cache that outlives its solve (keep_row_cache) keeps its own memory: storage
         # lent by reused_storage goes back to the next cache when a solve ends
-        self.data, self._lent = (_allocate((self.slots, n), self.dtype) if reuse_storage
-                                 else (np.empty((self.slots, n), dtype=self.dtype), False))
+        try:
+            self.data, self._lent = (_allocate((self.slots, n), self.dtype) if reuse_storage
+                                     else (np.empty((self.slots, n), dtype=self.dtype), False))
+        except MemoryError as exc:
+            raise cache_allocation_error(self.slots * row_bytes, cache_mb, exc) from None
         self.slot_of = np.full(keys, -1, dtype=np.int64)
         self.row_of = np.full(self.slots, -1, dtype=np.int64)
         self.stamp = np.zeros(self.slots, dtype=np.int64)

@@ -48,6 +48,21 @@ def iteration_size(n: int, libsvm_iterations: bool) -> int:
     return 1 if libsvm_iterations else max(int(n), 1)
 
 
+#: Kernel values a column's pair steps may read between two calls of the callback (a
+#: deadline's check): a pair step reads two rows over the active set and updates the
+#: gradient there, so about this many steps' worth of n-long vectors, a few milliseconds.
+CALLBACK_WORK = 1 << 22
+
+
+def callback_interval(n: int) -> int:
+    """Pair steps between callbacks on n samples: one sweep of n steps up to n = 2048, then
+    ``CALLBACK_WORK / n`` (at least 64), so that the time between two checks of a deadline
+    does not grow with n (a sweep of n steps is n^2 work: on a large stored K a time limit
+    was overrun by several times itself)."""
+    n = max(int(n), 1)
+    return max(min(n, 64), min(n, CALLBACK_WORK // n))
+
+
 COMPACT_ROWS_BYTES = 128 << 20
 
 
@@ -167,12 +182,13 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
         problem size): at most ``max_iter * n`` steps per column.
     callback : callable, optional
         ``callback(sweep, alpha, objective)`` every ``callback_every`` steps, ``sweep``
-        counting sweeps begun; returning True stops.
+        counting sweeps begun; returning True stops (a :class:`muflow.time_limit.Deadline`).
     cache_mb : float, default=256
         Size of the row cache in MB.
     shrinking : bool, default=True
     callback_every : int, optional
-        Steps between callbacks; default n (once a sweep).
+        Steps between callbacks; default :func:`callback_interval` (once a sweep of n
+        steps up to n = 2048, then fewer: the same work between checks at any n).
     libsvm_iterations : bool, default=False
         Count ``max_iter``, ``n_iter`` and the callback's iteration in libsvm's unit, single
         pair steps, instead of sweeps (:class:`muflow.SVC` does, as scikit-learn's SVC).
@@ -200,7 +216,8 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
         a, b, curve, v, it = smo_column(
             col, cache, alpha, tol=tol, max_updates=max(0, max_iter) * size,
             shrinking=shrinking, on_chunk=on_chunk,
-            chunk=(callback_every or n) if callback is not None else 65536, timings=timings)
+            chunk=(callback_every or callback_interval(n)) if callback is not None else 65536,
+            timings=timings)
         alphas.append(a)
         biases.append(b)
         curves.append(curve)

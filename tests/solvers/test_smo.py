@@ -143,3 +143,29 @@ def test_a_problem_refuses_what_is_not_an_operator():
 
     with pytest.raises(MuflowInputError, match="DenseGram"):
         DualProblem(np.eye(2), np.array([1.0, -1.0]))
+
+
+def test_the_callback_interval_does_not_grow_with_n():
+    """A deadline hears from SMO every callback_interval(n) pair steps: a sweep of n steps on
+    small problems, a fixed amount of work on large ones (a sweep of n steps is n^2 work,
+    which let a time limit on a large stored K run several times over: issue 38)."""
+    from muflow.solvers.smo import CALLBACK_WORK, callback_interval
+
+    assert callback_interval(1) == 1 and callback_interval(500) == 500
+    for n in (3000, 40_000, 10**6):
+        assert 64 <= callback_interval(n) < n and callback_interval(n) * n <= max(CALLBACK_WORK, 64 * n)
+    rng = np.random.default_rng(5)
+    n = 3000
+    X = rng.normal(size=(n, 4))
+    y = np.where(rng.random(n) < 0.5, 1.0, -1.0)  # random labels: many steps
+    K = rbf(X, X, 0.1)
+    steps = []
+
+    def hear(iteration, alpha, objective):  # libsvm_iterations: the iteration is the step
+        steps.append(iteration)
+        return len(steps) == 3
+
+    sol = solve_smo(DualProblem(DenseGram(K), y, 100.0, equality=True), tol=1e-6,
+                    callback=hear, libsvm_iterations=True)
+    assert len(steps) == 3 and np.diff([0] + steps).max() <= callback_interval(n) < n
+    assert sol.timings["pair_steps"] == steps[-1]  # stopped at the third check

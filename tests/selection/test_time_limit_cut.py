@@ -1,0 +1,124 @@
+"""A sweep cut by its ``time_limit`` says so, whichever process the cut happened in (issue 38,
+item 1), and ``resume`` then finishes it as the undisturbed sweep would have.
+
+The problem: 1,000 samples of ``make_classification`` with 5 features and a fifth of the
+labels flipped, RBF gamma = 0.05 and C = 3000 at tol 1e-4: SMO needs close to a million pair
+steps at the largest C, several times the limit given, so the limit always cuts it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+import muflow
+from sklearn.datasets import make_classification
+from sklearn.exceptions import ConvergenceWarning
+
+from muflow.selection import SweepGrid, run_sweep
+
+LIMIT = 0.4
+
+
+@pytest.fixture(scope="module")
+def slow():
+    X, y = make_classification(n_samples=1000, n_features=5, n_informative=3, flip_y=0.2,
+                               random_state=11)
+    muflow.SVC(solver="smo").fit(X[:100], y[:100])  # compiled loops loaded before any clock
+    return X, y
+
+
+@pytest.fixture(scope="module")
+def whole(slow, tmp_path_factory):
+    """The undisturbed sweep: its results.csv rows and result."""
+    out = tmp_path_factory.mktemp("whole")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        result = _sweep(*slow, out, n_jobs=1)
+    return _rows(out), result
+
+
+GRID = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[1.0, 3e3])
+
+
+def _sweep(X, y, out, **kw):
+    return run_sweep(X, y, GRID, folds=2, out_dir=out, solver="smo", tol=1e-4,
+                     progress=False, **kw)
+
+
+def _rows(out):
+    with open(out / "results.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.parametrize("n_jobs", [2, 1], ids=["forked-chains", "stored-K-in-process"])
+def test_a_cut_sweep_marks_its_configurations_unfinished_and_resume_finishes_them(
+        slow, whole, tmp_path, n_jobs):
+    X, y = slow
+    with pytest.warns(ConvergenceWarning, match="configurations are not finished"):
+        _sweep(X, y, tmp_path / "cut", n_jobs=n_jobs, time_limit=LIMIT)
+    rows = _rows(tmp_path / "cut")
+    assert [r["finished"] for r in rows] == ["False"] * 2
+    best = json.loads((tmp_path / "cut" / "best.json").read_text())
+    assert best["finished"] is False  # chosen among cut configurations, and says so
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        resumed = _sweep(X, y, tmp_path / "cut", n_jobs=n_jobs, resume=True)
+    whole_rows, whole_result = whole
+    assert resumed.counts["kernels_resumed"] == 0  # the cut setting was not kept as done
+    for a, b in zip(_rows(tmp_path / "cut"), whole_rows):
+        a, b = dict(a, time_s=None), dict(b, time_s=None)
+        assert a == b and a["finished"] == "True"
+    assert resumed.best == whole_result.best and "finished" not in resumed.best
+    np.testing.assert_array_equal(resumed.best_model.dual_coef_, whole_result.best_model.dual_coef_)
+
+
+def test_the_run_report_says_which_configurations_the_time_limit_cut(tmp_path):
+    from muflow.pipeline import summary_rows
+
+    (tmp_path / "data.json").write_text(json.dumps(
+        {"source": "generated", "n_samples": 100, "n_features": 5, "n_train": 80, "n_test": 20}))
+    summary = {"best": {"kernel": "rbf", "gamma": 0.05, "C": 1.0, "cv_accuracy": 0.8,
+                        "cv_accuracy_std": 0.01, "finished": False},
+               "n_configurations": 4, "counts": {"kernels_solved": 1}, "unfinished": 2,
+               "paths": {}}
+    (tmp_path / "sweep-summary.json").write_text(json.dumps(summary))
+    rows = dict(summary_rows(tmp_path))
+    assert rows["unfinished configurations"] == ("2 of 4: cut at sweep.time_limit "
+                                                 "(finished=False in sweep/results.csv)")
+    assert rows["best CV accuracy"].endswith("(not finished: cut at sweep.time_limit)")
+    summary.update(unfinished=0, best=dict(summary["best"], finished=True))
+    (tmp_path / "sweep-summary.json").write_text(json.dumps(summary))
+    rows = dict(summary_rows(tmp_path))
+    assert "unfinished configurations" not in rows and "cut" not in rows["best CV accuracy"]
+
+
+def test_run_resume_reopens_a_sweep_the_time_limit_cut(tmp_path):
+    """``run --resume`` after a cut sweep: the sweep stage and those after it run again
+    (the finished kernel settings are read back), instead of being reused as finished."""
+    from muflow.cut_sweep import AFTER_CUT_SWEEP, reopen_cut_sweep
+    from muflow.pipeline import stage_log
+
+    def run_dir(unfinished):
+        folder = tmp_path / f"run-{unfinished}"
+        (folder / "sweep" / "kernels" / "000-rbf").mkdir(parents=True)
+        (folder / "model").mkdir()
+        for name in AFTER_CUT_SWEEP + ("data.json", "gram.json"):
+            if not (folder / name).exists():
+                (folder / name).write_text("{}")
+        (folder / "sweep-summary.json").write_text(json.dumps({"unfinished": unfinished}))
+        return folder
+
+    cut = run_dir(2)
+    assert reopen_cut_sweep(cut)
+    assert sorted(p.name for p in cut.iterdir()) == ["data.json", "gram.json", "stages.log", "sweep"]
+    assert (cut / "sweep" / "kernels" / "000-rbf").is_dir() and stage_log(cut) == [("sweep", "reopened")]
+    assert not reopen_cut_sweep(cut)  # nothing left to reopen
+    whole = run_dir(0)
+    assert not reopen_cut_sweep(whole)
+    assert (whole / "report.md").exists() and (whole / "model").is_dir()

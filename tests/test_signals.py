@@ -1,0 +1,140 @@
+"""SIGINT and SIGTERM to ``python -m muflow sweep`` (issue 38, item 2): the command stops
+within 5 s with one line, and none of its forked children is left running, whether the
+signal goes to the command alone (``kill``, a batch scheduler) or to its whole process
+group (Ctrl-C in a terminal); its children die with it even when it is SIGKILLed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import psutil
+import pytest
+from sklearn.datasets import make_classification
+
+STOP_WITHIN = 5.0
+
+
+@pytest.fixture(scope="module")
+def slow_data(tmp_path_factory):
+    """Chains that run for minutes: random-ish labels, a flat RBF kernel, huge C, tight tol."""
+    X, y = make_classification(n_samples=1500, n_features=5, n_informative=3, flip_y=0.3,
+                               random_state=4)
+    path = tmp_path_factory.mktemp("data") / "slow.npz"
+    np.savez(path, X=X, y=y)
+    return path
+
+
+def _env():
+    env = dict(os.environ, PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    return env
+
+
+def start_sweep(data, out):
+    return subprocess.Popen(
+        [sys.executable, "-m", "muflow", "sweep", "--data", str(data), "--out", str(out),
+         "--kernel", "rbf", "--gamma", "0.05", "--C", "1e5", "--tol", "1e-7", "--folds", "3",
+         "--solver", "smo", "--n-jobs", "2", "--no-progress"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its own process group, as a shell gives a job
+
+
+def wait_for_children(proc, count, timeout=60.0) -> list[psutil.Process]:
+    """The command's descendants once there are ``count`` of them (its work has started)."""
+    parent = psutil.Process(proc.pid)
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        assert proc.poll() is None, proc.communicate()
+        children = parent.children(recursive=True)
+        if len(children) >= count:
+            return children
+        time.sleep(0.05)
+    raise AssertionError(f"the command did not start {count} processes within {timeout} s")
+
+
+def _kill_all(proc):
+    """Whatever the test left: the command's process group (its session), orphans included."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def assert_gone(processes, within=STOP_WITHIN):
+    end = time.monotonic() + within
+    alive = list(processes)
+    while alive and time.monotonic() < end:
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        time.sleep(0.05)
+    assert not alive, f"left running: {[p.pid for p in alive]}"
+
+
+@pytest.mark.parametrize("signum, whole_group", [(signal.SIGTERM, False), (signal.SIGINT, False),
+                                                 (signal.SIGINT, True)],
+                         ids=["SIGTERM", "SIGINT", "Ctrl-C-to-the-group"])
+def test_a_signal_stops_the_sweep_and_its_forked_children(slow_data, tmp_path, signum, whole_group):
+    proc = start_sweep(slow_data, tmp_path / "run")
+    try:
+        children = wait_for_children(proc, 2)
+        time.sleep(0.5)  # the chains are solving
+        t = time.monotonic()
+        if whole_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        out, err = proc.communicate(timeout=STOP_WITHIN)
+        assert time.monotonic() - t < STOP_WITHIN
+    finally:
+        _kill_all(proc)
+    assert proc.returncode == 128 + signum
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0] == f"muflow sweep: stopped by {signal.Signals(signum).name}", err
+    assert_gone(children, within=1.0)
+
+
+def test_the_forked_children_die_with_a_sigkilled_sweep(slow_data, tmp_path):
+    proc = start_sweep(slow_data, tmp_path / "run")
+    try:
+        children = wait_for_children(proc, 2)
+        proc.kill()
+        proc.wait(timeout=STOP_WITHIN)
+        assert_gone(children)
+    finally:
+        _kill_all(proc)
+
+
+def test_a_stopped_sweep_keeps_its_finished_kernel_settings_and_says_how_to_resume(
+        slow_data, tmp_path):
+    """gamma = 20 (K close to the identity) finishes at once; gamma = 0.05 runs for minutes."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "muflow", "sweep", "--data", str(slow_data), "--out", str(out),
+         "--kernel", "rbf", "--gamma", "20,0.05", "--C", "1e5", "--tol", "1e-7", "--folds", "3",
+         "--solver", "smo", "--n-jobs", "2", "--no-progress"],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        end = time.monotonic() + 120
+        while not (out / "kernels").is_dir() or not any((out / "kernels").iterdir()):
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.05)
+        children = wait_for_children(proc, 2)  # the second setting's chains
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=STOP_WITHIN)
+    finally:
+        _kill_all(proc)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert err.strip() == (
+        f"muflow sweep: stopped by SIGTERM; its finished kernel settings are kept in {out}; "
+        f"continue with `python -m muflow sweep --data {slow_data} --out {out} --kernel rbf "
+        "--gamma 20,0.05 --C 1e5 --tol 1e-7 --folds 3 --solver smo --n-jobs 2 --no-progress "
+        "--resume`")
+    assert [p.name for p in (out / "kernels").iterdir()] == ["000-rbf"]
+    assert_gone(children, within=1.0)
