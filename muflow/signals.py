@@ -97,7 +97,7 @@ def exit_now(code: int) -> None:
     """End a process that a signal stopped, once its cleanup ran and its line is printed:
     log handlers and standard streams flushed, then ``os._exit``. The interpreter's own
     exit (atexit hooks of Prefect and Dask whose servers are gone, thread pools, module
-    teardown) took seconds more after the run had stopped everything it started."""
+    teardown) would wait on what the run has already stopped."""
     import logging
     import os
     import sys
