@@ -23,7 +23,7 @@ def in_forked_child() -> bool:
 
 
 def _task_in_child(k):
-    from muflow.inmemory import _blas_single_threaded, cap_threads
+    from muflow.threads import blas_single_threaded, cap_threads
 
     global _IN_CHILD
     run, threads = _FORK_STATE
@@ -32,7 +32,7 @@ def _task_in_child(k):
         cap_threads(threads)
     # a task's products are BLAS calls whose idle threads would spin on the cores the
     # other tasks need: one BLAS thread per task
-    with _blas_single_threaded():
+    with blas_single_threaded():
         return run(k)
 
 
@@ -47,8 +47,9 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
         pickled back.
     n_tasks, processes : int
     threads : int, optional
-        The threads a child's own panels and gradient updates use
-        (:func:`muflow.inmemory.default_threads`); default the CPUs it may use.
+        The threads a child's own panels and gradient updates use: its share of this
+        process's budget (:func:`muflow.threads.divide_budget`), which caps the child's
+        :func:`muflow.threads.thread_budget`; default the CPUs it may use.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor

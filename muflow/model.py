@@ -35,6 +35,7 @@ from muflow.routing import fits_as_one_task, gram_mode, solver_for
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_by_rule
+from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
@@ -167,6 +168,16 @@ default="rbf"
         ``ConvergenceWarning`` names the limit and the KKT violation reached
         (:mod:`muflow.time_limit`). None: no limit. Probability calibration
         (``probability=True``) is not bounded by it.
+    n_jobs : int, default=None
+        Threads the fit uses (scikit-learn's convention): None or -1 every core this
+        process may use, a positive integer that many, -k all but k - 1. Whatever is asked,
+        the fit stays within what its caller allows (:func:`muflow.threads.thread_budget`):
+        ``MUFLOW_NUM_THREADS``, ``OMP_NUM_THREADS`` (joblib's workers under
+        ``GridSearchCV(n_jobs=...)`` get their share there), threadpoolctl limits and, in a
+        Dask worker's task, the worker's threads. One-vs-one pairs solved in forked
+        processes share the budget (P = min(pairs, budget) processes of budget // P
+        threads, :func:`muflow.threads.divide_budget`). With ``client``, the fit on the
+        workers is bounded by each worker's threads.
 
     Attributes
     ----------
@@ -212,6 +223,9 @@ default="rbf"
         The solver's seconds and counts (its ``DualSolution.timings``).
     solver_ : str
     fit_time_ : float
+    n_threads_ : int
+        The thread budget the fit ran on (``n_jobs`` within the caller's limits; on one
+        worker, the worker's).
     """
 
     def __init__(
@@ -239,6 +253,7 @@ default="rbf"
         gram_dtype="auto",
         gram="auto",
         time_limit=None,
+        n_jobs=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -262,6 +277,7 @@ default="rbf"
         self.gram_dtype = gram_dtype
         self.gram = gram
         self.time_limit = time_limit
+        self.n_jobs = n_jobs
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -299,6 +315,13 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        threads = thread_budget(self.n_jobs)
+        with budget_scope(threads):
+            self._fit(t0, threads, X, y, sample_weight, offset, checkpoint_dir, checkpoint_every)
+        return self
+
+    def _fit(self, t0, threads, X, y, sample_weight, offset, checkpoint_dir, checkpoint_every):
+        """:meth:`fit` on ``threads`` threads (its budget, in force in this thread)."""
         deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
@@ -329,7 +352,7 @@ default="rbf"
         operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
                                  cache_mb=float(self.cache_size),
                                  gram=gram_mode(self.gram, n, self.solver),
-                                 gram_dtype=self.gram_dtype)
+                                 gram_dtype=self.gram_dtype, n_threads=threads)
         try:
             info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
                                  intercept=self.intercept,
@@ -356,9 +379,11 @@ default="rbf"
                                progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
+            # the budget asked when the solve starts: a forked child's share there
             def solve(p, init=None, callback=None):
                 return info.solve(p, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
-                                  callback=callback, **options)
+                                  callback=callback, **options,
+                                  **info.options(n_threads=thread_budget(threads)))
 
             solution = solve_by_rule(problem, member, solve, info.name, init=init, callback=callback)
             if checkpointer is not None:
@@ -373,6 +398,7 @@ default="rbf"
                 X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
+            self.n_threads_ = int(threads)
         finally:
             operator.close()
         if not finish_fit(self, deadline):
@@ -394,7 +420,8 @@ default="rbf"
 
         def solve(problem, init=None, callback=None):
             return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
-                              callback=callback, **options)
+                              callback=callback, **options,
+                              **info.options(n_threads=thread_budget(self.n_jobs)))
 
         self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
                                              equality=self.intercept == "exact", rng=rng,

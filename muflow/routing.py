@@ -121,7 +121,7 @@ def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = Fal
     """Processes that solve a fit's sub-problems of ``sizes`` samples (one-vs-one pairs on
     rows over their own samples, :func:`muflow.subproblems.solve_on_own_samples`) side by
     side: 1 (one after the other in this process) or more, each in a forked process on
-    one thread.
+    its share of the ``cores`` (:func:`muflow.threads.divide_budget`).
 
     A sub-problem's working-set solve keeps about one core busy of two: its row batches
     and gradient updates are split over the threads, its selection and q-variable SMO are

@@ -54,7 +54,9 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     by their upper bounds) are solved together, as one batch on one restricted operator:
     a row computed for one serves the others from the shared row cache. The groups are
     independent: where :func:`muflow.routing.subproblem_processes` says so they are solved
-    side by side in forked processes, one thread each (:func:`muflow.forking.forked_map`),
+    side by side in forked processes, each on its share of this process's thread budget
+    (:func:`muflow.threads.divide_budget`: P processes of budget // P threads,
+    :func:`muflow.forking.forked_map`),
     else one after the other in this process; the largest first either way, and the row
     caches of the groups that one process solves in turn share their storage
     (:func:`muflow.solvers.rowcache.reused_storage`).
@@ -99,8 +101,8 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     to ``processes`` caches at once when the groups are solved side by side.
     """
     from muflow.forking import forked_map, in_forked_child
-    from muflow.inmemory import default_threads
     from muflow.routing import subproblem_processes
+    from muflow.threads import divide_budget, thread_budget
     from muflow.solvers.rowcache import hold_storage, reused_storage
 
     t0 = time.perf_counter()
@@ -136,8 +138,9 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                 operator.close()
 
     sizes = np.array([idx.size for idx in samples])
+    budget = thread_budget()
     processes = 1 if kept is not None else subproblem_processes(
-        sizes, cores=default_threads(), callback=callback,
+        sizes, cores=budget, callback=callback,
         nested=in_forked_child() or threading.current_thread() is not threading.main_thread())
     # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
     # the storage the one before used (reused_storage)
@@ -152,7 +155,8 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             # the solver's compiled loops loaded here once (a few samples of one column),
             # not in every child: 0.3 s of CPU a fresh process
             solve_group(order[0], idx=samples[order[0]][:8], cols=groups[order[0]][:1])
-            solved = iter(forked_map(in_child, len(order), processes, threads=1))
+            share = divide_budget(len(order), budget)
+            solved = iter(forked_map(in_child, len(order), processes, threads=share.threads))
         else:
             solved = (solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k]))
                       for k in order)
