@@ -31,7 +31,7 @@ def forked_chains(state, tasks, budget):
     # which selects the compiled version (a float32 Gram compiled apart took 8 s per child)
     warm_up = DenseGram(np.eye(2, dtype=operand_dtype(state.operator)))
     state.info.solve(DualProblem(warm_up, [1.0, -1.0], 1.0, equality=state.equality),
-                     tol=state.tol, max_iter=5)
+                     tol=state.tol, max_iter=5, **state.options)
     share = divide_budget(len(tasks), budget)
     return forked_map(lambda k: state.run(*tasks[k]), len(tasks), share.processes,
                       threads=share.threads)

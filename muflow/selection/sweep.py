@@ -147,8 +147,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         many). Subset solvers on the chains path share it out to forked processes, each
         fold's chain on its share (they share an in-memory K copy-on-write; P =
         min(chains, budget) processes of budget // P threads); 1 solves the chains here in
-        turn. Every solve, row computation and the refit in this process use at most the
-        budget.
+        turn, and so does a sweep with a ``time_limit``. Every solve, row computation and
+        the refit in this process use at most the budget.
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
@@ -183,6 +183,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                        tol=tol, max_iter=max_iter, halving=halving,
                        halving_min_iter=halving_min_iter, n_jobs=n_jobs))
     budget = thread_budget(n_jobs)
+    # forked chains while a deadline runs: a chain cut in a child is not seen cut here
+    # (the deadline's state is this process's), so under a time limit the chains are
+    # solved here, on the budget's threads, as SVC keeps its pairs in process under one
+    forks = 1 if deadline is not None else budget
     X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
     check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
@@ -270,7 +274,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 
             def solve(p, halving_eta):
                 return solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol, max_iter,
-                                    halving_eta, halving_min_iter, bar.iteration_callback(), budget,
+                                    halving_eta, halving_min_iter, bar.iteration_callback(), forks,
                                     member, y_enc, options)
 
             if kpath == "compare":
