@@ -10,6 +10,9 @@ pickled: only a task's index goes to a child and only its result comes back.
 
 from __future__ import annotations
 
+# the division of cores among children is the thread budget's (one rule, one place)
+from muflow.threads import makespan, pool_size  # noqa: F401
+
 #: What forked workers run: set just before the fork, so that it is inherited.
 _FORK_STATE = None
 
@@ -63,30 +66,6 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
             return [f.result() for f in futures]
     finally:
         _FORK_STATE = None
-
-
-def makespan(tasks: int, processes: int, cores: int) -> float:
-    """Wall time of ``tasks`` equal tasks (1 each) on ``processes`` processes sharing
-    ``cores`` cores evenly: rounds of up to ``processes`` tasks, each round as long as its
-    tasks' total work over the cores it can use."""
-    full, last = divmod(tasks, processes)
-    rounds = [processes] * full + ([last] if last else [])
-    return sum(max(1.0, k / cores) for k in rounds)
-
-
-def pool_size(tasks: int, n_jobs: int) -> int:
-    """Processes for ``tasks`` equal tasks on ``n_jobs`` cores.
-
-    With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
-    last fold runs alone and a core idles. A few more processes than cores (the kernel
-    time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
-    whose makespan for equal tasks is the least. On full a8a this took the 5-fold
-    chains of gamma = 0.05 from 59.6 s (2 processes) to 53.0 s (3).
-    """
-    if tasks <= n_jobs:
-        return max(1, tasks)
-    candidates = range(n_jobs, min(tasks, 2 * n_jobs) + 1)
-    return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
 
 
 __all__ = ["forked_map", "in_forked_child", "makespan", "pool_size"]

@@ -131,11 +131,11 @@ def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = Fal
     solve in this process: a deadline, progress, a checkpoint) and not ``nested`` (in a
     forked child already, or off the main thread: a Dask worker's task) and where the
     platform forks (not Windows); then as many as end equal sub-problems soonest on
-    ``cores`` (:func:`muflow.forking.pool_size`).
+    ``cores`` (:func:`muflow.threads.pool_size`).
     """
     import multiprocessing
 
-    from muflow.forking import pool_size
+    from muflow.threads import pool_size
 
     sizes = np.asarray(sizes)
     if (callback is not None or nested or cores < 2 or sizes.size < 2

@@ -256,6 +256,30 @@ def thread_budget(n_jobs=None) -> int:
     return max(1, min([want] + [c for c in caps if c is not None]))
 
 
+def makespan(tasks: int, processes: int, cores: int) -> float:
+    """Wall time of ``tasks`` equal tasks (1 each) on ``processes`` processes sharing
+    ``cores`` cores evenly: rounds of up to ``processes`` tasks, each round as long as its
+    tasks' total work over the cores it can use."""
+    full, last = divmod(tasks, processes)
+    rounds = [processes] * full + ([last] if last else [])
+    return sum(max(1.0, k / cores) for k in rounds)
+
+
+def pool_size(tasks: int, n_jobs: int) -> int:
+    """Processes for ``tasks`` equal tasks on ``n_jobs`` cores.
+
+    With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
+    last fold runs alone and a core idles. A few more processes than cores (the kernel
+    time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
+    whose makespan for equal tasks is the least. On full a8a this took the 5-fold
+    chains of gamma = 0.05 from 59.6 s (2 processes) to 53.0 s (3).
+    """
+    if tasks <= n_jobs:
+        return max(1, tasks)
+    candidates = range(n_jobs, min(tasks, 2 * n_jobs) + 1)
+    return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
+
+
 @dataclass(frozen=True)
 class Share:
     """A budget divided among forked children: ``processes`` of ``threads`` each."""
@@ -270,12 +294,10 @@ def divide_budget(tasks: int, budget: int) -> Share:
     budget in all.
 
     Where there are more tasks than threads, the processes are as many as end equal tasks
-    soonest when the kernel time-shares the cores (:func:`muflow.forking.pool_size`: 5
+    soonest when the kernel time-shares the cores (:func:`pool_size`: 5
     folds on 2 cores take 3 processes, not 2 and a last round alone), each on one thread:
     the extra processes then share cores, never threads of their own.
     """
-    from muflow.forking import pool_size
-
     tasks, budget = max(1, int(tasks)), max(1, int(budget))
     processes = min(tasks, budget) if tasks <= budget else pool_size(tasks, budget)
     return Share(processes, max(1, budget // processes))
@@ -418,5 +440,5 @@ def run_on_threads(part, n_parts: int) -> None:
 
 
 __all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",
-           "dask_worker_threads", "divide_budget", "run_on_threads", "thread_budget",
+           "dask_worker_threads", "divide_budget", "makespan", "pool_size", "run_on_threads", "thread_budget",
            "thread_cap", "usable_cores"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.forking import forked_map, makespan, pool_size
-from muflow.threads import divide_budget
+from muflow.forking import forked_map
+from muflow.threads import divide_budget, makespan, pool_size
 
 
 def forked_chains(state, tasks, budget):
