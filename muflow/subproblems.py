@@ -102,7 +102,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     """
     from muflow.forking import forked_map, in_forked_child
     from muflow.routing import subproblem_processes
-    from muflow.threads import divide_budget, thread_budget
+    from muflow.threads import divide_budget, scoped_budget, thread_budget
     from muflow.solvers.rowcache import hold_storage, reused_storage
 
     t0 = time.perf_counter()
@@ -138,7 +138,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                 operator.close()
 
     sizes = np.array([idx.size for idx in samples])
-    budget = thread_budget()
+    budget = thread_budget(scoped_budget())  # the fit's own, n_jobs above the cores too
     processes = 1 if kept is not None else subproblem_processes(
         sizes, cores=budget, callback=callback,
         nested=in_forked_child() or threading.current_thread() is not threading.main_thread())

@@ -191,6 +191,12 @@ def budget_scope(n: int):
         _SCOPE.reset(token)
 
 
+def scoped_budget() -> int | None:
+    """The budget of the fit or sweep in progress in this thread (:func:`budget_scope`),
+    or None: what a part of it that divides the budget asks :func:`thread_budget` for."""
+    return _SCOPE.get()
+
+
 # -- the rule -------------------------------------------------------------------------------
 def check_n_jobs(n_jobs, name: str = "n_jobs"):
     """``n_jobs`` validated: None, -1 (every core allowed), a positive integer, or joblib's
@@ -440,5 +446,5 @@ def run_on_threads(part, n_parts: int) -> None:
 
 
 __all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",
-           "dask_worker_threads", "divide_budget", "makespan", "pool_size", "run_on_threads", "thread_budget",
-           "thread_cap", "usable_cores"]
+           "dask_worker_threads", "divide_budget", "makespan", "pool_size", "run_on_threads",
+           "scoped_budget", "thread_budget", "thread_cap", "usable_cores"]
