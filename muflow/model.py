@@ -40,6 +40,9 @@ from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
 
+#: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
+_ON_ONE_WORKER = object()
+
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
 SUPPORT_THRESHOLD = 1e-8
@@ -315,20 +318,26 @@ default="rbf"
         """
         t0 = time.perf_counter()
         self._check_params()
+        if self.probability != "deprecated":
+            warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
         threads = thread_budget(self.n_jobs)
         with budget_scope(threads):
-            self._fit(t0, threads, X, y, sample_weight, offset, checkpoint_dir, checkpoint_every)
+            deadline = self._fit(t0, threads, X, y, sample_weight, offset, checkpoint_dir,
+                                 checkpoint_every)
+        # warned from here, the caller's frame two levels up (stacklevel=3)
+        if deadline is _ON_ONE_WORKER or not finish_fit(self, deadline):
+            self._warn_from_fit_status()
         return self
 
     def _fit(self, t0, threads, X, y, sample_weight, offset, checkpoint_dir, checkpoint_every):
-        """:meth:`fit` on ``threads`` threads (its budget, in force in this thread)."""
+        """:meth:`fit` on ``threads`` threads (its budget, in force in this thread); returns
+        the fit's deadline (None without a time limit), or :data:`_ON_ONE_WORKER`."""
         deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
-        if self.probability != "deprecated":
-            warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
         if checkpoint_dir is None and self.client is not None and fits_as_one_task(
                 self.client, _num_samples(X), dask_input=_is_dask_collection(X)):
-            return self._fit_as_one_task(X, y, sample_weight, offset)
+            self._fit_as_one_task(X, y, sample_weight, offset)
+            return _ON_ONE_WORKER
         X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
         self.classes_, y_encoded = np.unique(y, return_inverse=True)
@@ -401,9 +410,7 @@ default="rbf"
             self.n_threads_ = int(threads)
         finally:
             operator.close()
-        if not finish_fit(self, deadline):
-            self._warn_from_fit_status()
-        return self
+        return deadline
 
     def _fit_probability(self, operator, Y, U, info, options, drift):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
@@ -448,7 +455,6 @@ default="rbf"
             if name not in params:
                 setattr(self, name, value)
         self.timings_ = dict(self.timings_, one_task=seconds)
-        self._warn_from_fit_status()
         return self
 
     def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):
