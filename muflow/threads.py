@@ -404,12 +404,11 @@ class _Pool:
     def executor(self, size: int) -> ThreadPoolExecutor:
         with self._lock:
             if self._executor is None or self._size < size:
-                old = self._executor
+                # the smaller pool is dropped, not shut down: a caller may be submitting to
+                # it now; its threads end once it is collected and its queue is empty
                 self._executor = ThreadPoolExecutor(size, thread_name_prefix="muflow",
                                                     initializer=self._mark)
                 self._size = size
-                if old is not None:
-                    old.shutdown(wait=False)
             return self._executor
 
 
@@ -430,7 +429,8 @@ def run_on_threads(part, n_parts: int) -> None:
         for k in range(n_parts):
             part(k)
         return
-    futures = [_POOL.executor(n_parts - 1).submit(part, k) for k in range(1, n_parts)]
+    pool = _POOL.executor(n_parts - 1)
+    futures = [pool.submit(part, k) for k in range(1, n_parts)]
     error = None
     try:
         part(0)

@@ -158,6 +158,26 @@ def test_run_on_threads_reuses_its_pool_and_raises():
         th.run_on_threads(fail, 3)
 
 
+def test_pool_grows_under_callers_of_other_sizes():
+    """Callers in several threads asking for pools of different sizes (a Dask worker's
+    tasks) all finish, every part run once, while the pool grows under them."""
+    counts = np.zeros((8, 6), dtype=int)
+
+    def caller(i):
+        def part(k):
+            counts[i, k] += 1
+        for _ in range(20):
+            th.run_on_threads(part, 2 + i % 5)
+
+    callers = [threading.Thread(target=caller, args=(i,)) for i in range(8)]
+    for t in callers:
+        t.start()
+    for t in callers:
+        t.join(60)
+    expected = np.array([[20 if k < 2 + i % 5 else 0 for k in range(6)] for i in range(8)])
+    np.testing.assert_array_equal(counts, expected)
+
+
 def test_run_on_threads_nested_in_its_pool_does_not_wait_for_ever():
     """A part that runs parts itself runs them in its own thread."""
     out = np.zeros((2, 3))
