@@ -35,7 +35,8 @@ process, so that a small ``--n`` takes the path of the full size. The run's PREF
 kept between runs (``--prefect-home``), as a person's ``~/.prefect``: Prefect creates its
 database on the first run in a home (about 14 s on this 2-core machine), paid once here by
 an untimed warm-up run; ``--fresh-prefect`` times a first run instead. ``--jobs`` sets the
-sweep's ``n_jobs`` (the folds in forked processes; the configuration's default is 1).
+sweep's ``n_jobs`` (its thread budget; left out by default, as the configuration's default:
+every core).
 """
 
 from __future__ import annotations
@@ -70,11 +71,13 @@ def write_csv(path: Path, n: int) -> None:
     np.savetxt(path, np.column_stack([X, y]), delimiter=",", header=header, comments="", fmt="%.17g")
 
 
-def write_config(path: Path, csv: Path, jobs: int = 1, cache_mb: float = 2000.0) -> None:
+def write_config(path: Path, csv: Path, jobs: int | None = None, cache_mb: float = 2000.0) -> None:
+    """The run's configuration; ``jobs`` None leaves ``n_jobs`` out (the default budget)."""
+    n_jobs = "" if jobs is None else f"n_jobs = {jobs}\n"
     path.write_text(f'[data]\npath = "{csv}"\nlabel_column = "label"\ntest_size = {TEST_SIZE}\n'
                     f'seed = {SEED}\n\n[grid]\nC = [{C}]\n'
                     f'kernels = [{{ kernel = "rbf", gamma = [{GAMMA}] }}]\n\n'
-                    f'[sweep]\nfolds = {FOLDS}\nseed = {SEED}\nn_jobs = {jobs}\ncache_size = {cache_mb}\n')
+                    f'[sweep]\nfolds = {FOLDS}\nseed = {SEED}\n{n_jobs}cache_size = {cache_mb}\n')
 
 
 def directory_bytes(path: Path) -> int:
@@ -167,9 +170,9 @@ def main() -> int:
                         "sweep.cache_size (default: 2000)")
     p.add_argument("--force-rows", action="store_true",
                    help="muflow on rows on demand whatever --n (routing.SWEEP_ROWS_MIN_SAMPLES = 0)")
-    p.add_argument("--jobs", type=int, default=1,
-                   help="muflow's sweep.n_jobs, forked processes for the folds (default: 1, the "
-                        "configuration's default)")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="muflow's sweep.n_jobs, the sweep's thread budget (default: left out of "
+                        "the configuration, every core, as a person's run)")
     p.add_argument("--prefect-home", default=str(REPO / "benchmarks" / "out" / "prefect-home"),
                    help="PREFECT_HOME of the muflow run, kept between runs as a person's "
                         "~/.prefect (default: benchmarks/out/prefect-home)")
@@ -206,7 +209,7 @@ def main() -> int:
 
 def report(args, m: dict, g: dict) -> None:
     print(f"\nmuflow run [{m['kernel_path']}{', forced' if args.force_rows else ''}, n_jobs "
-          f"{args.jobs}, {'a new' if args.fresh_prefect else 'an existing'} PREFECT_HOME]: "
+          f"{'default' if args.jobs is None else args.jobs}, {'a new' if args.fresh_prefect else 'an existing'} PREFECT_HOME]: "
           f"{m['process_s']:.1f} s process, {sum(s for _, state, s in m['stages'] if state == 'computed'):.1f} s "
           "in its stages (the rest: imports, the temporary Prefect server, the flow)")
     for k in m["kernel_paths"]:

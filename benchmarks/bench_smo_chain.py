@@ -41,7 +41,7 @@ def main():
     from sklearn.model_selection import StratifiedKFold
 
     from muflow.backends import gram_operator
-    from muflow.inmemory import _blas_single_threaded
+    from muflow.threads import blas_single_threaded
     from muflow.kernels import kernel_from_setting
     from muflow.solvers import DualProblem
     from muflow.solvers.registry import choose_solver
@@ -69,7 +69,7 @@ def main():
     total_mu = total_lib = 0.0
     for k, C in enumerate(C_VALUES):
         problem = DualProblem(operator, y[:, None], np.where(train, C, 0.0)[:, None], equality=True)
-        with _blas_single_threaded():
+        with blas_single_threaded():
             t = time.perf_counter()
             sol = smo.solve(problem, init=init, tol=args.tol, max_iter=10_000)
             t_mu = time.perf_counter() - t

@@ -39,7 +39,7 @@ from muflow.operators import DenseGram, GramOperator
 def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram="auto",
                   gram_dtype="auto", cache_dir=None, out=None, store=None,
                   store_dtype="float32", tile=None, resident_fraction=None,
-                  device=None) -> GramOperator:
+                  device=None, n_threads: int | None = None) -> GramOperator:
     """The operator for ``K(X, X)`` that ``solver`` runs on, by the module's rule.
 
     Parameters
@@ -87,6 +87,9 @@ def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram=
         then computed on its device (:class:`muflow.device.rows.DeviceRows`, rows in
         ``gram_dtype``, K resident there when the solver reads only products and K fits,
         :func:`muflow.device.rows.resident_bytes`); ``gram`` and ``cache_dir`` are ignored.
+    n_threads : int, optional
+        In process: the threads that build K or compute its rows (the caller's thread
+        budget, :func:`muflow.threads.thread_budget`); default the process's budget.
 
     Returns
     -------
@@ -122,10 +125,11 @@ def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram=
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
             dtype=store_dtype, tile=tile, resident_fraction=resident_fraction))
     return _in_process_operator(X, kernel, gram=gram, gram_dtype=gram_dtype, cache_dir=cache_dir,
-                                out=out)
+                                out=out, n_threads=n_threads)
 
 
-def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out) -> GramOperator:
+def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out,
+                         n_threads=None) -> GramOperator:
     """Step 4 of the rule: K stored (built, into ``out`` when it fits, or read from the store
     cache in ``cache_dir``) or rows on demand, by ``gram``."""
     from muflow.inmemory import gram_dtype as storage, numpy_gram
@@ -144,7 +148,7 @@ def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out) -> Gram
     if choice == "rows":
         from muflow.kernel_rows import KernelRows
 
-        return KernelRows(X, kernel, dtype=dtype)
+        return KernelRows(X, kernel, dtype=dtype, n_threads=n_threads)
     if cache_dir is not None:
         from muflow.gram.build import ensure_gram
         from muflow.gram.store import StoreCorruptError
@@ -155,7 +159,7 @@ def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out) -> Gram
         except StoreCorruptError:  # a damaged tile, with X at hand: recompute it
             store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=True)
             return DenseGram(np.asarray(store.read(), dtype=np.float64))
-    return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out))
+    return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out, n_threads=n_threads))
 
 
 def _partitioned_operator(X, kernel, client, *, solver, gram_dtype, cache_mb):

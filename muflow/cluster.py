@@ -17,11 +17,11 @@ class SchedulerUnreachableError(MuflowInputError):
 
 
 def machine_resources() -> tuple[int, int]:
-    """(usable cores, total memory in bytes) of this machine."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
+    """(usable cores, total memory in bytes) of this machine: the cores this process may
+    run on (affinity and cgroup quota, :func:`muflow.threads.usable_cores`)."""
+    from muflow.threads import usable_cores
+
+    cores = usable_cores()
     try:
         import psutil
 
@@ -31,13 +31,19 @@ def machine_resources() -> tuple[int, int]:
     return max(1, cores), int(memory)
 
 
-def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
+def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | None = None,
                   memory_limit="auto", memory_fraction: float = 0.8, **kwargs):
-    """A ``LocalCluster`` of worker processes sized to the machine.
+    """A ``LocalCluster`` of worker processes sized to the machine's cores.
 
-    One single-threaded worker per core (BLAS inside a worker then uses one thread, so
-    workers do not oversubscribe the cores) and ``memory_fraction`` of the machine's memory
-    split evenly between them, unless ``memory_limit`` says otherwise.
+    The cores are this process's thread budget (:func:`muflow.threads.thread_budget`: the
+    cores it may use, within ``MUFLOW_NUM_THREADS`` and the caller's limits). Without
+    ``n_workers``, one single-threaded worker per core; with ``n_workers``, the cores split
+    among them (``threads_per_worker`` = cores // n_workers, at least 1), so that a
+    ``python -m muflow run`` of 2 workers on 16 cores runs 2 workers of 8 threads, each
+    task's solve on its worker's threads. BLAS inside a worker keeps one thread (the
+    nanny's ``OMP_NUM_THREADS=1``), so workers do not oversubscribe the cores;
+    ``memory_fraction`` of the machine's memory is split evenly between them, unless
+    ``memory_limit`` says otherwise.
     """
     import logging
 
@@ -46,9 +52,14 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int = 1,
     # a task that fails (a full disk, say) reaches the caller as one exception, which the
     # commands print in one line; the workers' own WARNING with its traceback would come first
     kwargs.setdefault("silence_logs", logging.ERROR)
-    cores, memory = machine_resources()
+    from muflow.threads import thread_budget
+
+    _, memory = machine_resources()
+    cores = thread_budget()
     if n_workers is None:
         n_workers = cores
+    if threads_per_worker is None:
+        threads_per_worker = max(1, cores // n_workers)
     if memory_limit == "auto":
         memory_limit = int(memory * memory_fraction / n_workers)
     from muflow.signals import sigint_ignored

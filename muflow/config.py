@@ -99,7 +99,7 @@ class SweepConfig:
     intercept: str = "exact"
     halving: int | None = None
     halving_min_iter: int = 10
-    n_jobs: int = 1
+    n_jobs: int | None = None  # the sweep's thread budget; None (left out): every core allowed
     time_limit: float | None = None  # seconds; None (left out): no limit
     #: megabytes of kernel rows the row-reading solvers cache (run_sweep's ``cache_size``);
     #: None (left out): run_sweep's default. On rows on demand (a large training set) the

@@ -52,7 +52,8 @@ import numpy as np
 
 from muflow.dask_partitions import DaskRowPartitions, RowPartition
 from muflow.dask_working_set import stack_rows
-from muflow.inmemory import _blas_single_threaded, gram_dtype, gram_rows_into
+from muflow.inmemory import gram_dtype, gram_rows_into
+from muflow.threads import blas_single_threaded
 from muflow.operators import SPLIT_ROWS, split_product
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
@@ -144,7 +145,7 @@ class PanelPartition(RowPartition):
         return await asyncio.get_running_loop().run_in_executor(None, self._product, V, mode)
 
     def _product(self, V, mode):
-        with _blas_single_threaded():
+        with blas_single_threaded():
             if mode == "parts":
                 return split_product(self.panel, V)
             if mode == "precise":

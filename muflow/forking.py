@@ -13,6 +13,9 @@ from __future__ import annotations
 import os
 import sys
 
+# the division of cores among children is the thread budget's (one rule, one place)
+from muflow.threads import makespan, pool_size  # noqa: F401
+
 _PR_SET_PDEATHSIG = 1
 
 #: What forked workers run: set just before the fork, so that it is inherited.
@@ -92,7 +95,7 @@ def _killed_child(exc: BaseException, children: dict):
 
 
 def _task_in_child(k):
-    from muflow.inmemory import _blas_single_threaded, cap_threads
+    from muflow.threads import blas_single_threaded, cap_threads
 
     global _IN_CHILD
     run, threads = _FORK_STATE
@@ -101,7 +104,7 @@ def _task_in_child(k):
         cap_threads(threads)
     # a task's products are BLAS calls whose idle threads would spin on the cores the
     # other tasks need: one BLAS thread per task
-    with _blas_single_threaded():
+    with blas_single_threaded():
         return run(k)
 
 
@@ -116,8 +119,9 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
         pickled back.
     n_tasks, processes : int
     threads : int, optional
-        The threads a child's own panels and gradient updates use
-        (:func:`muflow.inmemory.default_threads`); default the CPUs it may use.
+        The threads a child's own panels and gradient updates use: its share of this
+        process's budget (:func:`muflow.threads.divide_budget`), which caps the child's
+        :func:`muflow.threads.thread_budget`; default the CPUs it may use.
     """
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
@@ -143,29 +147,6 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
             pool.shutdown(wait=True, cancel_futures=True)
     finally:
         _FORK_STATE = None
-
-
-def makespan(tasks: int, processes: int, cores: int) -> float:
-    """Wall time of ``tasks`` equal tasks (1 each) on ``processes`` processes sharing
-    ``cores`` cores evenly: rounds of up to ``processes`` tasks, each round as long as its
-    tasks' total work over the cores it can use."""
-    full, last = divmod(tasks, processes)
-    rounds = [processes] * full + ([last] if last else [])
-    return sum(max(1.0, k / cores) for k in rounds)
-
-
-def pool_size(tasks: int, n_jobs: int) -> int:
-    """Processes for ``tasks`` equal tasks on ``n_jobs`` cores.
-
-    With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
-    last fold runs alone and a core idles. A few more processes than cores (the kernel
-    time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
-    whose makespan for equal tasks is the least.
-    """
-    if tasks <= n_jobs:
-        return max(1, tasks)
-    candidates = range(n_jobs, min(tasks, 2 * n_jobs) + 1)
-    return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
 
 
 __all__ = ["die_with_parent", "forked_map", "in_forked_child", "makespan", "pool_size"]

@@ -17,9 +17,6 @@ fresh memory is a sizeable part of the cost (a page fault per 4 KiB page), which
 
 from __future__ import annotations
 
-import os
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +24,8 @@ import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel, _row_sq_norms, rbf_center
+from muflow import threads as _threads
+from muflow.threads import blas_single_threaded, run_on_threads, thread_budget, thread_cap
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -238,89 +237,25 @@ class Columns:
                                  sq_B=self.sq, same_rows=same)
 
 
-class _OneBlasThread:
-    """Context that keeps BLAS on one thread while any caller is inside it.
-
-    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
-    sections overlapping in two threads (a threaded server, a Dask worker, prediction
-    blocks) would leave BLAS on one thread for good when the first to enter is not the
-    last to leave. Here the limit is taken by the first caller in and restored by the last
-    one out. A forked child starts afresh (the parent's count is not its own).
-    """
-
-    def __init__(self):
-        self._reset()
-
-    def _reset(self):
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self._inside = 0
-        self._limiter = None
-        self._blas = None
-
-    def __enter__(self):
-        if self._pid != os.getpid():
-            self._reset()
-        with self._lock:
-            if self._inside == 0:
-                if self._blas is None:
-                    # made once: threadpoolctl scans the loaded libraries on every
-                    # controller, which a row fetched alone would pay each time
-                    from threadpoolctl import ThreadpoolController
-
-                    self._blas = ThreadpoolController().select(user_api="blas")
-                self._limiter = self._blas.limit(limits=1)
-            self._inside += 1
-        return self
-
-    def __exit__(self, *exc):
-        with self._lock:
-            self._inside -= 1
-            if self._inside == 0:
-                self._limiter.restore_original_limits()
-                self._limiter = None
-
-
-_ONE_BLAS_THREAD = _OneBlasThread()
-
-
-def _blas_single_threaded() -> _OneBlasThread:
-    """BLAS held to one thread: our threads run panels side by side (each panel's product
-    next to another panel's element-wise pass), and a panel of a few rows is faster on one
-    BLAS thread than on several (OpenBLAS's threads on a product that small spend longer
-    waiting on each other than computing). The one process-wide
-    :class:`_OneBlasThread`, so that overlapping sections restore BLAS once all have left."""
-    return _ONE_BLAS_THREAD
-
-
-#: The most threads this process's panels and gradient updates use (None: every CPU it
-#: may use); set in a forked child that shares the cores with its siblings (:func:`cap_threads`).
-_THREAD_CAP = None
-
-
-def cap_threads(n: int | None) -> None:
-    """Hold :func:`default_threads` to at most ``n`` in this process (None lifts the cap):
-    a process forked to solve beside others (:func:`muflow.forking.forked_map`) takes its
-    share of the cores, not all of them."""
-    global _THREAD_CAP
-    _THREAD_CAP = None if n is None else max(1, int(n))
-
-
-def default_threads() -> int:
-    """The CPUs this process may use, at most its cap (:func:`cap_threads`)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cpus if _THREAD_CAP is None else min(cpus, _THREAD_CAP)
+# Thread and BLAS control live in muflow.threads; these names stay for the modules that
+# import them from here.
+_OneBlasThread = _threads._OneBlasThread
+_blas_single_threaded = blas_single_threaded
+default_threads = thread_budget
 
 
 def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None) -> None:
     """Call ``work(p0, p1, worker)`` for consecutive panels ``[p0, p1)`` covering
-    ``n_items`` rows on ``n_threads`` threads, BLAS on one thread each.
+    ``n_items`` rows on ``n_threads`` threads (default the process's budget,
+    :func:`muflow.threads.thread_budget`), BLAS on one thread each.
 
     Panels have at most ``block_rows`` rows, fewer when that spreads a small batch over
     every thread; they are dealt round-robin and ``worker`` names the thread's scratch
-    buffers. A single panel runs in the calling thread.
+    buffers. The calling thread takes one share and the process's persistent pool the
+    others (:func:`muflow.threads.run_on_threads`); a single panel runs in the calling thread.
     """
-    n_threads = max(1, n_threads or default_threads())
+    # a forked child's share holds whatever count its caller carries from the parent
+    n_threads = min(n_threads, thread_cap() or n_threads) if n_threads else thread_budget()
     block = max(1, min(int(block_rows), -(-n_items // n_threads)))
     starts = list(range(0, n_items, block))
     n_threads = min(n_threads, len(starts))
@@ -329,12 +264,8 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
         for p0 in starts[worker::n_threads]:
             work(p0, min(p0 + block, n_items), worker)
 
-    with _blas_single_threaded():
-        if n_threads <= 1:
-            panels(0)
-        else:
-            with ThreadPoolExecutor(n_threads) as pool:
-                list(pool.map(panels, range(n_threads)))
+    with blas_single_threaded():
+        run_on_threads(panels, n_threads)
 
 
 def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
@@ -398,7 +329,7 @@ def numpy_gram(X, kernel: Kernel, dtype="float32", block_rows: int = 256, out=No
         Written in place (and returned): a sweep reuses one buffer for every kernel
         setting, which spares the operating system from mapping fresh pages each time.
     n_threads : int, optional
-        Default: the CPUs this process may use.
+        Default: the process's budget (:func:`muflow.threads.thread_budget`).
 
     Notes
     -----

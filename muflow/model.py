@@ -36,9 +36,13 @@ from muflow.routing import fits_as_one_task, gram_mode, solver_for
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_by_rule
+from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
 from muflow.validation import check_per_sample
+
+#: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
+_ON_ONE_WORKER = object()
 
 #: alpha below this fraction of the largest coefficient of its problem is not a support
 #: vector (multiplicative iterates approach zero without reaching it).
@@ -166,8 +170,8 @@ default="rbf"
         Seconds the fit may take (from the start of ``fit``, the kernel included): the
         solver then stops cleanly with its best iterate so far, ``fit_status_`` is 1 and a
         ``ConvergenceWarning`` names the limit and the KKT violation reached
-        (:mod:`muflow.time_limit`). None: no limit. Probability calibration
-        (``probability=True``) is not bounded by it.
+        (:mod:`muflow.time_limit`). None: no limit. Probability calibration's folds
+        (``probability=True``) are bounded by it too.
     device : {"cpu", "cuda", "auto"}, default="cpu"
         Where kernel values are computed and the working-set loop's state lives: "cuda"
         an NVIDIA GPU through CuPy (the ``gpu`` extra; a one-line error naming it when
@@ -176,6 +180,16 @@ default="rbf"
         (:mod:`muflow.device`), products ``K @ V`` and prediction run there; CuPy arrays
         are accepted as X. The linear, poly, rbf and sigmoid kernels; not with
         ``client``.
+    n_jobs : int, default=None
+        Threads the fit uses (scikit-learn's convention): None or -1 every core this
+        process may use, a positive integer that many, -k all but k - 1. Whatever is asked,
+        the fit stays within what its caller allows (:func:`muflow.threads.thread_budget`):
+        ``MUFLOW_NUM_THREADS``, ``OMP_NUM_THREADS`` (joblib's workers under
+        ``GridSearchCV(n_jobs=...)`` get their share there), threadpoolctl limits and, in a
+        Dask worker's task, the worker's threads. One-vs-one pairs solved in forked
+        processes share the budget (P = min(pairs, budget) processes of budget // P
+        threads, :func:`muflow.threads.divide_budget`). With ``client``, the fit on the
+        workers is bounded by each worker's threads.
 
     Attributes
     ----------
@@ -221,6 +235,9 @@ default="rbf"
         The solver's seconds and counts (its ``DualSolution.timings``).
     solver_ : str
     fit_time_ : float
+    n_threads_ : int
+        The thread budget the fit ran on (``n_jobs`` within the caller's limits; on one
+        worker, the worker's).
     """
 
     def __init__(
@@ -249,6 +266,7 @@ default="rbf"
         gram="auto",
         time_limit=None,
         device="cpu",
+        n_jobs=None,
     ):
         self.kernel = kernel
         self.C = C
@@ -273,6 +291,7 @@ default="rbf"
         self.gram = gram
         self.time_limit = time_limit
         self.device = device
+        self.n_jobs = n_jobs
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -312,13 +331,28 @@ default="rbf"
         self._check_params()
         xp = fit_device(self.device, self.client)
         X, y = to_host(X), to_host(y)
-        deadline = start_deadline(self.time_limit)
-        probability = _wants_probability(self.probability)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
+        threads = thread_budget(self.n_jobs)
+        with budget_scope(threads):
+            deadline = self._fit(t0, threads, xp, X, y, sample_weight, offset, checkpoint_dir,
+                                 checkpoint_every)
+        # warned from here, the caller's frame two levels up (stacklevel=3)
+        if deadline is _ON_ONE_WORKER or not finish_fit(
+                self, deadline, calibrated=_wants_probability(self.probability)):
+            self._warn_from_fit_status()
+        return self
+
+    def _fit(self, t0, threads, xp, X, y, sample_weight, offset, checkpoint_dir,
+             checkpoint_every):
+        """:meth:`fit` on ``threads`` threads (its budget, in force in this thread); returns
+        the fit's deadline (None without a time limit), or :data:`_ON_ONE_WORKER`."""
+        deadline = start_deadline(self.time_limit)
+        probability = _wants_probability(self.probability)
         if checkpoint_dir is None and self.client is not None and fits_as_one_task(
                 self.client, _num_samples(X), dask_input=_is_dask_collection(X)):
-            return self._fit_as_one_task(X, y, sample_weight, offset)
+            self._fit_as_one_task(X, y, sample_weight, offset)
+            return _ON_ONE_WORKER
         X, y, X_fit = self._validate_fit_input(X, y)
         check_classification_targets(y)
         self.classes_, y_encoded = np.unique(y, return_inverse=True)
@@ -342,7 +376,7 @@ default="rbf"
         operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
                                  cache_mb=float(self.cache_size),
                                  gram=gram_mode(self.gram, n, self.solver),
-                                 gram_dtype=self.gram_dtype, device=xp)
+                                 gram_dtype=self.gram_dtype, device=xp, n_threads=threads)
         try:
             info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
                                  intercept=self.intercept,
@@ -369,9 +403,11 @@ default="rbf"
                                progress=progress, libsvm_iterations=True)
         try:
             # a spent budget (max_iter reached by the checkpoint) certifies the start only
+            # the budget asked when the solve starts: a forked child's share there
             def solve(p, init=None, callback=None):
                 return info.solve(p, init=init, tol=float(self.tol), max_iter=max(max_iter, 0),
-                                  callback=callback, **options)
+                                  callback=callback, **options,
+                                  **info.options(n_threads=thread_budget(threads)))
 
             solution = solve_by_rule(problem, member, solve, info.name, init=init, callback=callback)
             if checkpointer is not None:
@@ -386,11 +422,10 @@ default="rbf"
                 X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
+            self.n_threads_ = int(threads)
         finally:
             operator.close()
-        if not finish_fit(self, deadline, calibrated=probability):
-            self._warn_from_fit_status()
-        return self
+        return deadline
 
     def _fit_probability(self, operator, Y, U, info, options, drift, deadline=None):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
@@ -407,7 +442,8 @@ default="rbf"
 
         def solve(problem, init=None, callback=None):
             return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
-                              callback=chain(callback, deadline), **options)
+                              callback=chain(callback, deadline), **options,
+                              **info.options(n_threads=thread_budget(self.n_jobs)))
 
         self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
                                              equality=self.intercept == "exact", rng=rng,
@@ -434,7 +470,6 @@ default="rbf"
             if name not in params:
                 setattr(self, name, value)
         self.timings_ = dict(self.timings_, one_task=seconds)
-        self._warn_from_fit_status()
         return self
 
     def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):

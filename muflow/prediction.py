@@ -21,11 +21,12 @@ and one float64 product with W. For rbf in float32 the finish and the product ar
 compiled pass over each row while it is in cache (:func:`muflow._kernel_compiled.rbf_decisions`,
 the rounding of :func:`~muflow._kernel_compiled.finish_rbf`); otherwise the block is
 :meth:`muflow.kernels.Kernel.block_into`'s, the code path of every block of K in muflow.
-The blocks of a large X are shared among threads, one per CPU, each with one BLAS thread,
-so that the finish runs on every core too (BLAS threads alone leave it on one). Sparse X
-is densified a block at a time for sgemm, which at a8a's density (11 % non-zeros) beats
-SciPy's single-threaded sparse-dense product; support vectors whose dense form would
-exceed :data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
+The blocks of a large X are shared among the process's threads (its budget,
+:func:`muflow.threads.thread_budget`), each with one BLAS thread, so that the finish runs
+on every core too (BLAS threads alone leave it on one). Sparse X is densified a block at a
+time for sgemm, which at a8a's density (11 % non-zeros) beats SciPy's single-threaded
+sparse-dense product; support vectors whose dense form would exceed
+:data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
 
 Precision rule
 --------------
@@ -50,14 +51,12 @@ has loaded numba already).
 from __future__ import annotations
 
 import contextlib
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.inmemory import _blas_single_threaded
+from muflow.threads import blas_single_threaded, run_on_threads, thread_budget
 from muflow.kernels import Kernel, rbf_center
 
 #: Kernel values per block of rows, in the block's dtype: a few hundred rows, which stay in
@@ -232,17 +231,20 @@ class Predictor:
         starts = range(0, n, step)
         scores = np.empty((n, self.weights.shape[1]))
         small = n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT
-        threads = 1 if small else min(len(starts), _cpu_count())
+        threads = 1 if small else min(len(starts), thread_budget())
         if threads < 2:
-            with _blas_single_threaded() if small else contextlib.nullcontext():
+            with blas_single_threaded() if small else contextlib.nullcontext():
                 for start in starts:
                     self._decision_block(X, start, step, scores)
             return scores
         # one block per thread, each on one BLAS thread: the GEMM, the finish and the product
         # with W all run side by side (BLAS threads alone leave the finish on one core)
-        with _blas_single_threaded(), ThreadPoolExecutor(threads) as pool:
-            for done in [pool.submit(self._decision_block, X, start, step, scores) for start in starts]:
-                done.result()
+        def blocks(k):
+            for start in starts[k::threads]:
+                self._decision_block(X, start, step, scores)
+
+        with blas_single_threaded():
+            run_on_threads(blocks, threads)
         return scores
 
     def _decision_block(self, X, start, step, scores) -> None:
@@ -294,14 +296,6 @@ class Predictor:
         self.kernel.block_into(A, self.support_sparse, K, sq_A=_sq_rows_sparse(A),
                                sq_B=self.sq_support[np.dtype(np.float64)])
         return K @ self.weights
-
-
-def _cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def blocked_decision(X, block, W, n_columns) -> np.ndarray:

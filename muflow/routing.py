@@ -119,7 +119,7 @@ def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = Fal
     """Processes that solve a fit's sub-problems of ``sizes`` samples (one-vs-one pairs on
     rows over their own samples, :func:`muflow.subproblems.solve_on_own_samples`) side by
     side: 1 (one after the other in this process) or more, each in a forked process on
-    one thread.
+    its share of the ``cores`` (:func:`muflow.threads.divide_budget`).
 
     A sub-problem's working-set solve keeps about one core busy of two: its row batches
     and gradient updates are split over the threads, its selection and q-variable SMO are
@@ -129,11 +129,11 @@ def subproblem_processes(sizes, *, cores: int, callback=None, nested: bool = Fal
     solve in this process: a deadline, progress, a checkpoint) and not ``nested`` (in a
     forked child already, or off the main thread: a Dask worker's task) and where the
     platform forks (not Windows); then as many as end equal sub-problems soonest on
-    ``cores`` (:func:`muflow.forking.pool_size`).
+    ``cores`` (:func:`muflow.threads.pool_size`).
     """
     import multiprocessing
 
-    from muflow.forking import pool_size
+    from muflow.threads import pool_size
 
     sizes = np.asarray(sizes)
     if (callback is not None or nested or cores < 2 or sizes.size < 2

@@ -56,7 +56,9 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     by their upper bounds) are solved together, as one batch on one restricted operator:
     a row computed for one serves the others from the shared row cache. The groups are
     independent: where :func:`muflow.routing.subproblem_processes` says so they are solved
-    side by side in forked processes, one thread each (:func:`muflow.forking.forked_map`),
+    side by side in forked processes, each on its share of this process's thread budget
+    (:func:`muflow.threads.divide_budget`: P processes of budget // P threads,
+    :func:`muflow.forking.forked_map`),
     else one after the other in this process; the largest first either way, and the row
     caches of the groups that one process solves in turn share their storage
     (:func:`muflow.solvers.rowcache.reused_storage`).
@@ -101,8 +103,8 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     to ``processes`` caches at once when the groups are solved side by side.
     """
     from muflow.forking import forked_map, in_forked_child
-    from muflow.inmemory import default_threads
     from muflow.routing import subproblem_processes
+    from muflow.threads import divide_budget, scoped_budget, thread_budget
     from muflow.solvers.rowcache import hold_storage, reused_storage
 
     t0 = time.perf_counter()
@@ -138,8 +140,9 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                 operator.close()
 
     sizes = np.array([idx.size for idx in samples])
+    budget = thread_budget(scoped_budget())  # the fit's own, n_jobs above the cores too
     processes = 1 if kept is not None else subproblem_processes(
-        sizes, cores=default_threads(), callback=callback,
+        sizes, cores=budget, callback=callback,
         nested=in_forked_child() or threading.current_thread() is not threading.main_thread()
         or not getattr(problem.operator, "forkable", True))  # a GPU's context does not fork
     # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
@@ -155,7 +158,8 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             # the solver's compiled loops loaded here once (a few samples of one column),
             # not in every child (each fresh process would load them again)
             solve_group(order[0], idx=samples[order[0]][:8], cols=groups[order[0]][:1])
-            solved = iter(forked_map(in_child, len(order), processes, threads=1))
+            share = divide_budget(len(order), budget)
+            solved = iter(forked_map(in_child, len(order), processes, threads=share.threads))
         else:
             told_to_stop = []  # the callback said stop: the groups still to come stay at their start
 

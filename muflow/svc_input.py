@@ -9,6 +9,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import (_num_samples, check_consistent_length, column_or_1d,
                                       validate_data)
 
+from muflow.threads import check_n_jobs
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
@@ -86,6 +87,7 @@ class FitInput:
                 f"{self.class_weight!r}")
         check_random_state(self.random_state)
         check_time_limit(self.time_limit)
+        check_n_jobs(self.n_jobs)
 
     def _kernel_for(self, X) -> Kernel:
         if callable(self.kernel):

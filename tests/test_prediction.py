@@ -200,7 +200,7 @@ def test_overlapping_one_blas_thread_sections_restore_the_threads_once_all_have_
     one thread until the last one leaves, then returns to where it was."""
     from threadpoolctl import ThreadpoolController
 
-    from muflow.inmemory import _blas_single_threaded as _one_blas_thread
+    from muflow.threads import blas_single_threaded as _one_blas_thread
 
     blas = ThreadpoolController().select(user_api="blas")
     if not blas.lib_controllers:

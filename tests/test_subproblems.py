@@ -131,14 +131,14 @@ def test_pairs_side_by_side_in_forked_processes_solve_as_one_after_the_other(mon
     """The same solution, each pair solved in a forked child on one thread (its solve
     reports the threads it may use)."""
     import muflow.routing
-    from muflow.inmemory import default_threads
+    from muflow.threads import thread_budget
 
     X, y = _four_classes(600)
     problem, member = _pair_batch(KernelRows(X, Kernel("rbf", gamma=0.05), dtype="float64"), y)
 
     def solve(p, **kw):
         sol = solve_working_set(p, tol=1e-6, **kw)
-        sol.timings["threads"] = default_threads()
+        sol.timings["threads"] = thread_budget()
         return sol
 
     alone = solve_on_own_samples(problem, member, solve)
@@ -222,16 +222,13 @@ def test_svc_pairs_side_by_side_fit_as_one_after_the_other(monkeypatch):
     """SVC.fit on rows with its pairs in forked children: the model of the fit in process
     on one thread, as each child runs (more threads cut the row batches into other panels,
     whose products round apart in the last bits, and the solver's path drifts within tol)."""
-    import muflow.inmemory
     import muflow.routing
 
     X, y = _four_classes(800, seed=7)
     params = dict(gamma=0.05, gram="rows", tol=1e-5)
-    with monkeypatch.context() as patched:
-        patched.setattr(muflow.inmemory, "_THREAD_CAP", 1)
-        alone = muflow.SVC(**params).fit(X, y)
+    alone = muflow.SVC(**params, n_jobs=1).fit(X, y)  # a budget of one thread: no fork
     monkeypatch.setattr(muflow.routing, "FORK_MIN_SAMPLES", 1)
-    forked = muflow.SVC(**params).fit(X, y)
+    forked = muflow.SVC(**params, n_jobs=2).fit(X, y)  # two children of one thread each
     assert (alone.timings_["processes"], forked.timings_["processes"]) == (1, 2)
     np.testing.assert_array_equal(forked.support_, alone.support_)
     np.testing.assert_allclose(forked.dual_coef_, alone.dual_coef_, atol=1e-9)

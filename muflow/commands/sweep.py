@@ -47,8 +47,8 @@ def add_parser(subparsers):
     p.add_argument("--halving", type=int, metavar="ETA",
                    help="successive halving with factor ETA >= 2 (batched path; off by default)")
     p.add_argument("--n-jobs", dest="n_jobs", type=int,
-                   help="continuation path: solve the folds in this many forked processes sharing K "
-                        "(default: 1)")
+                   help="threads the sweep uses, forked fold chains included (default: every "
+                        "core this process may use, at most MUFLOW_NUM_THREADS; -1: the same)")
     p.add_argument("--cache-size", dest="cache_size", type=float, metavar="MB",
                    help="megabytes of kernel rows each solve caches where rows are computed on "
                         "demand (above the sweep's stored-K size: every fold's solve and the "

@@ -35,7 +35,11 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
     On rows computed on demand, where each fold is solved on its own samples, a chain is
     one fold's path in this process as in a forked one: its operator over the fold's
     samples and that operator's row cache serve every C of it (:meth:`ChainState.run`),
-    one cache of ``cache_mb`` alive per process at a time."""
+    one cache of ``cache_mb`` alive per process at a time.
+
+    ``n_jobs`` is the sweep's thread budget (:func:`muflow.threads.thread_budget`): 1 solves
+    the chains here in turn, more shares them out to forked processes
+    (:func:`muflow.selection.fork_pool.forked_chains`)."""
     F = per_c // P
     # one process on a stored K: every fold's columns in one solve call per C (their warm
     # starts' gradients in one product, one pass over K); else a chain per fold

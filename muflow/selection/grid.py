@@ -176,10 +176,17 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
         return f"{prefix}{key}"
 
     out = dict(options)
-    integers = {"folds": 2, "seed": 0, "max_iter": 1, "halving_min_iter": 1, "n_jobs": 1}
+    integers = {"folds": 2, "seed": 0, "max_iter": 1, "halving_min_iter": 1}
     for key, low in integers.items():
         if key in out:
             out[key] = check_number(out[key], name(key), integer=True, low=low, where=where)
+    if out.get("n_jobs") is not None:
+        from muflow.threads import check_n_jobs
+
+        try:
+            out["n_jobs"] = check_n_jobs(out["n_jobs"], name("n_jobs"))
+        except MuflowInputError as exc:
+            raise MuflowInputError(f"{where}{exc}") from None
     if out.get("halving") is not None:
         out["halving"] = check_number(out["halving"], name("halving"), integer=True, low=2,
                                       where=where, hint="eta, the successive-halving factor")

@@ -29,6 +29,7 @@ from muflow.selection.plots import Progress, write_plots
 from muflow.selection.records import KernelRecord, Refit
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
+from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import bounded
 from muflow.time_limit import start as start_deadline
 
@@ -78,7 +79,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
               intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
-              halving: int | None = None, halving_min_iter: int = 10, n_jobs: int = 1,
+              halving: int | None = None, halving_min_iter: int = 10, n_jobs: int | None = None,
               cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
               time_limit: float | None = None, device: str = "cpu") -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
@@ -140,10 +141,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         :mod:`muflow.selection.halving`.
     halving_min_iter : int, default=10
         Iterations of the first halving rung.
-    n_jobs : int, default=1
-        Subset solvers with K in memory: solve the folds' columns in this many forked
-        processes (they share K copy-on-write). Multiplicative solvers ignore it (their
-        batch is one product per iteration).
+    n_jobs : int, default=None
+        The sweep's thread budget (:func:`muflow.threads.thread_budget`: None or -1 every
+        core this process may use, within what the caller allows; a positive integer that
+        many). Subset solvers on the chains path share it out to forked processes, each
+        fold's chain on its share (they share an in-memory K copy-on-write; P =
+        min(chains, budget) processes of budget // P threads); 1 solves the chains here in
+        turn, and so does a sweep with a ``time_limit``. Every solve, row computation and
+        the refit in this process use at most the budget.
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
@@ -184,6 +189,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
                        tol=tol, max_iter=max_iter, halving=halving,
                        halving_min_iter=halving_min_iter, n_jobs=n_jobs))
+    budget = thread_budget(n_jobs)
+    # forked chains while a deadline runs: a chain cut in a child is not seen cut here
+    # (the deadline's state is this process's), so under a time limit the chains are
+    # solved here, on the budget's threads, as SVC keeps its pairs in process under one
+    forks = 1 if deadline is not None else budget
     X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
     check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
@@ -229,6 +239,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     chosen_path = None
     bar = Progress(progress, total=len(settings) * len(Cs))
     buffer = None
+    scope = budget_scope(budget)
+    scope.__enter__()
     try:
         for i, setting in enumerate(settings):
             kdir = rundir.kernel_dir(out_dir, i, setting)
@@ -252,7 +264,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                                 client=client, cache_dir=cache_dir)
             operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
                                      gram=plan.gram, cache_dir=cache_dir if plan.store else None,
-                                     out=buffer, device=xp)
+                                     out=buffer, device=xp, n_threads=budget)
             if client is None:  # "auto" on rows computed on demand: the working set, as SVC
                 info, kpath = sweep_solver(solver, path, intercept=intercept,
                                            kernel_nonnegative=kernel.is_nonnegative(X),
@@ -269,7 +281,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 
             def solve(p, halving_eta):
                 return solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol, max_iter,
-                                    halving_eta, halving_min_iter, bar.iteration_callback(), n_jobs,
+                                    halving_eta, halving_min_iter, bar.iteration_callback(), forks,
                                     member, y_enc, options)
 
             if kpath == "compare":
@@ -312,6 +324,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
             if on_kernel_done is not None:
                 on_kernel_done(setting, rows)
     finally:
+        scope.__exit__(None, None, None)
         bar.close()
     for rec in records:
         path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "reason": rec.reason,

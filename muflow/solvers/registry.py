@@ -64,13 +64,16 @@ class SolverInfo:
             raise ValueError(f"SolverInfo.needs must be one of {NEEDS}, got {self.needs!r}")
 
     def options(self, *, cache_mb=None, shrinking=None, progress=None,
-                libsvm_iterations=False) -> dict:
+                libsvm_iterations=False, n_threads=None) -> dict:
         """The keywords beyond the common signature that this solver's ``solve`` takes, of
         those given: the row cache in MB (solvers that read rows), libsvm's shrinking,
-        progress reporting (:attr:`reports_progress`) and libsvm's iteration unit (smo).
+        progress reporting (:attr:`reports_progress`), libsvm's iteration unit (smo) and
+        the threads of the solve (:func:`muflow.threads.thread_budget`).
         A keyword left at None (False) or that ``solve`` does not take is left out."""
         accepted = inspect.signature(self.solve).parameters
         options = {}
+        if n_threads is not None and "n_threads" in accepted:
+            options["n_threads"] = int(n_threads)
         if cache_mb is not None and self.needs == "rows" and "cache_mb" in accepted:
             options["cache_mb"] = float(cache_mb)
         if shrinking is not None and "shrinking" in accepted:

@@ -23,9 +23,11 @@ from muflow.selection import SweepGrid, run_sweep
 
 @pytest.fixture(autouse=True)
 def one_blas_thread():
-    from threadpoolctl import threadpool_limits
+    """BLAS on one thread, held as muflow holds it: a threadpoolctl limit of the test's
+    own would be a caller's limit, and cap the sweeps' thread budget to 1."""
+    from muflow.threads import blas_single_threaded
 
-    with threadpool_limits(1):
+    with blas_single_threaded():
         yield
 
 
@@ -214,17 +216,31 @@ def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
 
 
 @pytest.mark.parametrize("path", ["continuation", "batched"])
-def test_forked_columns_equal_one_process(breast_cancer_200, tmp_path, path):
-    """n_jobs=2 splits the folds' columns (continuation chains, or cold solves) over two
-    forked processes; the columns are independent, so the results are those of one process."""
+def test_forked_columns_equal_one_process(breast_cancer_200, tmp_path, path, monkeypatch):
+    """n_jobs=2 splits the folds' columns (continuation chains, or cold solves) over
+    forked processes sharing the budget of 2 threads (3 chains: 3 processes of one thread,
+    time-shared, muflow.threads.divide_budget); the columns are independent, so the results
+    are those of one process."""
+    import muflow.selection.fork_pool as fork_pool
+
+    forks = []
+    real = fork_pool.forked_map
+
+    def spy(run, n_tasks, processes, *, threads=None):
+        forks.append((n_tasks, processes, threads))
+        return real(run, n_tasks, processes, threads=threads)
+
+    monkeypatch.setattr(fork_pool, "forked_map", spy)
     X, y = breast_cancer_200
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0, 10.0])
     one = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "one", solver="smo", path=path,
-                    progress=False)
+                    progress=False, n_jobs=1)
     two = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "two", solver="smo", path=path,
                     progress=False, n_jobs=2)
     assert _without_times(one.table) == _without_times(two.table)
     np.testing.assert_array_equal(one.best_model.dual_coef_, two.best_model.dual_coef_)
+    assert forks and all(processes * threads <= max(2, n_tasks) and threads == 1
+                         for n_tasks, processes, threads in forks), forks
 
 
 def test_compare_path_times_both_and_keeps_the_faster(breast_cancer_200, tmp_path):
@@ -271,11 +287,12 @@ def test_resume_skips_the_finished_kernel(breast_cancer_200, tmp_path, monkeypat
     run = tmp_path / "run"
     with pytest.raises(_Interrupted):
         run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False,
-                  on_kernel_done=fail_after_first)
+                  on_kernel_done=fail_after_first, n_jobs=1)  # solves counted here, not forked
     assert grams == [0.5] and len(solves) == 3  # one solve per C (continuation), one refit
     assert not (run / "results.csv").exists()
     grams.clear(), solves.clear()
-    resumed = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False, resume=True)
+    resumed = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False, resume=True,
+                        n_jobs=1)
     # a refit only where the setting beats the finished one (the best model's setting)
     assert grams == [2.0] and len(solves) == (3 if resumed.best["gamma"] == 2.0 else 2)
     assert resumed.counts == {"grams_built": 1, "kernels_solved": 1, "kernels_resumed": 1}

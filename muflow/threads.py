@@ -1,0 +1,450 @@
+"""One thread budget per process: how many threads muflow's work may use, and the control
+of BLAS and of the threads that carry it out.
+
+A process knows how many cores it may use and divides them once: among the threads of one
+solve (row panels, gradient updates), or among forked children (one-vs-one pairs, sweep
+chains, probability folds), never more busy threads than cores. :func:`thread_budget` is
+the rule, :func:`divide_budget` the division among children, :func:`cap_threads` the cap a
+child takes, :func:`run_on_threads` the one persistent pool, and
+:func:`blas_single_threaded` keeps BLAS's own threads off the cores our threads use.
+
+The budget respects what the caller allows, so that nested use does not oversubscribe the
+cores: joblib's loky workers (``GridSearchCV(muflow.SVC(), n_jobs=2)``) start with
+``OMP_NUM_THREADS`` set to their share, ``threadpoolctl.threadpool_limits`` lowers the
+BLAS and OpenMP pools in force, a Dask worker runs ``nthreads`` tasks at once, and a forked
+child takes its share of its parent's budget. scikit-learn-intelex (oneDAL on TBB) takes
+every core the process may use by default, and so does muflow.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from muflow.exceptions import MuflowInputError
+
+#: The environment variable that caps muflow's threads in a process (a positive integer).
+ENV_VAR = "MUFLOW_NUM_THREADS"
+
+#: Threading layers whose BLAS runs on one thread whatever it is asked: its thread count is
+#: no caller's limit.
+_SERIAL_LAYERS = ("disabled", "sequential")
+
+
+# -- cores --------------------------------------------------------------------------------
+def _cgroup_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """The CPUs a cgroup's quota grants (ceil(quota / period)), or None without a quota:
+    a container limited to 2 CPUs on a 64-core host sees 64 in its affinity mask."""
+    candidates = ((os.path.join(root, "cpu.max"), None),  # cgroup v2: "quota period" or "max period"
+                  (os.path.join(root, "cpu", "cpu.cfs_quota_us"), os.path.join(root, "cpu", "cpu.cfs_period_us")),
+                  (os.path.join(root, "cpu,cpuacct", "cpu.cfs_quota_us"),
+                   os.path.join(root, "cpu,cpuacct", "cpu.cfs_period_us")))
+    for quota_file, period_file in candidates:
+        try:
+            with open(quota_file) as f:
+                fields = f.read().split()
+            if period_file is not None:
+                with open(period_file) as f:
+                    fields = fields[:1] + f.read().split()[:1]
+        except OSError:
+            continue
+        if len(fields) < 2 or fields[0] in ("max", "-1"):
+            return None
+        try:
+            quota, period = int(fields[0]), int(fields[1])
+        except ValueError:
+            return None
+        return max(1, math.ceil(quota / period)) if quota > 0 and period > 0 else None
+    return None
+
+
+_QUOTA = {}  # pid -> the cgroup's quota (read once per process)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask (``taskset``, a batch
+    scheduler's cpuset), at most its cgroup's CPU quota (a container's ``--cpus``)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    pid = os.getpid()
+    if pid not in _QUOTA:
+        _QUOTA.clear()
+        _QUOTA[pid] = _cgroup_quota()
+    quota = _QUOTA[pid]
+    return max(1, cores if quota is None else min(cores, quota))
+
+
+# -- what the caller allows --------------------------------------------------------------------
+def _positive_env(name: str, *, strict: bool) -> int | None:
+    """A positive thread count from the environment variable ``name``; its first entry for
+    OpenMP's nested list form ("4,2"). A bad value is an error for muflow's own variable
+    (``strict``) and ignored for another library's."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw.split(",")[0])
+    except ValueError:
+        value = 0
+    if value >= 1:
+        return value
+    if strict:
+        raise MuflowInputError(
+            f"{name}={raw!r}: it caps the threads muflow uses and must be a positive integer "
+            f"(for example {name}=4); unset it to use every core")
+    return None
+
+
+_CONTROLLER = {}  # (pid, modules loaded) -> threadpoolctl controller
+
+
+def _controller():
+    """threadpoolctl's controller of the libraries loaded in this process, made again only
+    when modules were imported since (it scans the loaded libraries, milliseconds)."""
+    key = (os.getpid(), len(sys.modules))
+    controller = _CONTROLLER.get(key)
+    if controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        controller = ThreadpoolController()
+        _CONTROLLER.clear()
+        _CONTROLLER[key] = controller
+    return controller
+
+
+def _pool_limit(cores: int) -> int | None:
+    """The fewest threads a BLAS or OpenMP pool in force allows (``threadpool_limits``,
+    ``OPENBLAS_NUM_THREADS`` and the like) when fewer than ``cores``, or None. A pool's
+    own default is every core, which limits nothing; serial builds do not count, and
+    neither does muflow's own hold of BLAS to one thread (:func:`blas_single_threaded`):
+    the count found when it was taken stands for the BLAS libraries meanwhile."""
+    counts = []
+    held = _ONE_BLAS_THREAD.held_from()
+    for lib in _controller().lib_controllers:
+        if getattr(lib, "threading_layer", None) in _SERIAL_LAYERS:
+            continue
+        if lib.user_api == "blas" and held is not None:
+            counts.append(held)
+            continue
+        try:
+            count = lib.num_threads
+        except Exception:  # noqa: BLE001 (a library that cannot say sets no limit)
+            count = None
+        if count:
+            counts.append(int(count))
+    return min(counts) if counts and min(counts) < cores else None
+
+
+def dask_worker_threads() -> int | None:
+    """``nthreads`` of the Dask worker running the calling task, or None outside a worker's
+    task (distributed is not imported for this)."""
+    if "distributed" not in sys.modules:
+        return None
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        return None
+    nthreads = getattr(worker, "nthreads", None) or getattr(getattr(worker, "state", None), "nthreads", None)
+    return int(nthreads) if nthreads else None
+
+
+#: The share of a forked child (:func:`cap_threads`); inherited by a process forked from it.
+_CAP = None
+
+
+def cap_threads(n: int | None) -> None:
+    """Hold this process's budget (:func:`thread_budget`) to at most ``n`` threads (None
+    lifts the cap): a process forked to solve beside others (:func:`muflow.forking.forked_map`)
+    takes its share of the cores (:func:`divide_budget`), not all of them."""
+    global _CAP
+    _CAP = None if n is None else max(1, int(n))
+
+
+def thread_cap() -> int | None:
+    """This process's cap (:func:`cap_threads`), or None."""
+    return _CAP
+
+
+#: The budget of the call in progress in this thread (:func:`budget_scope`).
+_SCOPE: contextvars.ContextVar = contextvars.ContextVar("muflow_thread_budget", default=None)
+
+
+@contextlib.contextmanager
+def budget_scope(n: int):
+    """Within the block, :func:`thread_budget` in this thread (and in processes forked
+    from it) is at most ``n``: a fit or a sweep decides its budget once, and every solver
+    and row computation it reaches without an explicit count takes it."""
+    token = _SCOPE.set(max(1, int(n)))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def scoped_budget() -> int | None:
+    """The budget of the fit or sweep in progress in this thread (:func:`budget_scope`),
+    or None: what a part of it that divides the budget asks :func:`thread_budget` for."""
+    return _SCOPE.get()
+
+
+# -- the rule -------------------------------------------------------------------------------
+def check_n_jobs(n_jobs, name: str = "n_jobs"):
+    """``n_jobs`` validated: None, -1 (every core allowed), a positive integer, or joblib's
+    -k (all allowed but k - 1); anything else raises :class:`MuflowInputError`."""
+    import numbers
+
+    if n_jobs is None:
+        return None
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or int(n_jobs) == 0:
+        raise MuflowInputError(
+            f"{name} must be a positive integer (that many threads), -1 or None (every core "
+            f"this process may use), got {n_jobs!r}")
+    return int(n_jobs)
+
+
+def thread_budget(n_jobs=None) -> int:
+    """The threads this process's work may use: ``n_jobs`` capped by what the caller allows.
+
+    Parameters
+    ----------
+    n_jobs : int or None, default=None
+        scikit-learn's convention: None or -1 every core this process may use
+        (:func:`usable_cores`: its affinity mask and cgroup quota); a positive integer that
+        many threads (more than the cores is allowed: they time-share); -k every core
+        but k - 1, at least one.
+
+    Returns
+    -------
+    int
+        At least 1. The smallest of ``n_jobs`` and what the caller allows:
+
+        - in a forked child of muflow's, its share (:func:`cap_threads`), which its
+          parent computed from its own budget, every limit below included;
+        - in a Dask worker's task, the worker's ``nthreads`` (the nanny sets
+          ``OMP_NUM_THREADS=1`` and the BLAS variables in every worker, so those say
+          nothing of the threads a task may use there);
+        - elsewhere ``OMP_NUM_THREADS`` (joblib's loky workers start with their share in
+          it) and the BLAS and OpenMP pools' thread counts in force (threadpoolctl's
+          ``threadpool_limits``), where they are below the cores;
+        - always ``MUFLOW_NUM_THREADS`` and the budget of the fit or sweep in progress
+          in this thread (:func:`budget_scope`).
+
+    Raises
+    ------
+    MuflowInputError
+        A bad ``n_jobs`` or ``MUFLOW_NUM_THREADS``.
+    """
+    n_jobs = check_n_jobs(n_jobs)
+    cores = usable_cores()
+    caps = [_positive_env(ENV_VAR, strict=True), _SCOPE.get()]
+    allowed = thread_cap()
+    if allowed is None:
+        allowed = dask_worker_threads()
+        if allowed is None:
+            caps += [_positive_env("OMP_NUM_THREADS", strict=False), _pool_limit(cores)]
+    every = cores if allowed is None else min(cores, allowed)
+    if n_jobs is None or n_jobs == -1:
+        want = every
+    elif n_jobs < 0:
+        want = max(1, every + 1 + n_jobs)
+    else:
+        want = n_jobs if allowed is None else min(n_jobs, allowed)
+    return max(1, min([want] + [c for c in caps if c is not None]))
+
+
+def makespan(tasks: int, processes: int, cores: int) -> float:
+    """Wall time of ``tasks`` equal tasks (1 each) on ``processes`` processes sharing
+    ``cores`` cores evenly: rounds of up to ``processes`` tasks, each round as long as its
+    tasks' total work over the cores it can use."""
+    full, last = divmod(tasks, processes)
+    rounds = [processes] * full + ([last] if last else [])
+    return sum(max(1.0, k / cores) for k in rounds)
+
+
+def pool_size(tasks: int, n_jobs: int) -> int:
+    """Processes for ``tasks`` equal tasks on ``n_jobs`` cores.
+
+    With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
+    last fold runs alone and a core idles. A few more processes than cores (the kernel
+    time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
+    whose makespan for equal tasks is the least. On full a8a this took the 5-fold
+    chains of gamma = 0.05 from 59.6 s (2 processes) to 53.0 s (3).
+    """
+    if tasks <= n_jobs:
+        return max(1, tasks)
+    candidates = range(n_jobs, min(tasks, 2 * n_jobs) + 1)
+    return min(candidates, key=lambda p: (makespan(tasks, p, n_jobs), p))
+
+
+@dataclass(frozen=True)
+class Share:
+    """A budget divided among forked children: ``processes`` of ``threads`` each."""
+
+    processes: int
+    threads: int
+
+
+def divide_budget(tasks: int, budget: int) -> Share:
+    """``budget`` threads divided among forked children for ``tasks`` equal tasks:
+    P = min(tasks, budget) processes of budget // P threads, never more threads than the
+    budget in all.
+
+    Where there are more tasks than threads, the processes are as many as end equal tasks
+    soonest when the kernel time-shares the cores (:func:`pool_size`: 5
+    folds on 2 cores take 3 processes, not 2 and a last round alone), each on one thread:
+    the extra processes then share cores, never threads of their own.
+    """
+    tasks, budget = max(1, int(tasks)), max(1, int(budget))
+    processes = min(tasks, budget) if tasks <= budget else pool_size(tasks, budget)
+    return Share(processes, max(1, budget // processes))
+
+
+# -- BLAS ----------------------------------------------------------------------------------
+class _OneBlasThread:
+    """Context that keeps BLAS on one thread while any caller is inside it.
+
+    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
+    sections overlapping in two threads (a threaded server, a Dask worker, prediction
+    blocks) would leave BLAS on one thread for good when the first to enter is not the
+    last to leave. Here the limit is taken by the first caller in and restored by the last
+    one out. A forked child starts afresh (the parent's count is not its own).
+    """
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self):
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._limiter = None
+        self._blas = None
+        self._held_from = None
+
+    def __enter__(self):
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            if self._inside == 0:
+                if self._blas is None:
+                    # made once: threadpoolctl scans the loaded libraries on every
+                    # controller, which a row fetched alone would pay each time
+                    from threadpoolctl import ThreadpoolController
+
+                    self._blas = ThreadpoolController().select(user_api="blas")
+                counts = [lib.num_threads for lib in self._blas.lib_controllers
+                          if getattr(lib, "threading_layer", None) not in _SERIAL_LAYERS]
+                self._held_from = min((c for c in counts if c), default=None)
+                self._limiter = self._blas.limit(limits=1)
+            self._inside += 1
+        return self
+
+    def __exit__(self, *exc):
+        with self._lock:
+            self._inside -= 1
+            if self._inside == 0:
+                self._limiter.restore_original_limits()
+                self._limiter = None
+                self._held_from = None
+
+    def held_from(self) -> int | None:
+        """While BLAS is held to one thread in this process, the fewest threads its
+        libraries had before; None when it is not held."""
+        if self._pid != os.getpid() or self._inside == 0:
+            return None
+        return self._held_from
+
+
+_ONE_BLAS_THREAD = _OneBlasThread()
+
+
+def blas_single_threaded() -> _OneBlasThread:
+    """BLAS held to one thread: our threads run panels side by side (each panel's product
+    next to another panel's element-wise pass), and a panel of a few rows is faster on one
+    BLAS thread than on several, whose threads wait on each other. The one process-wide
+    :class:`_OneBlasThread`, so that overlapping sections restore BLAS once all have left."""
+    return _ONE_BLAS_THREAD
+
+
+# -- the persistent pool ----------------------------------------------------------------------
+class _Pool:
+    """One thread pool per process, made on first use and grown when a caller asks for
+    more threads; a forked child makes its own (the parent's threads do not exist there).
+
+    A call from one of the pool's own threads runs its parts in that thread: a part that
+    waited on parts queued behind it in the same pool could wait for ever."""
+
+    def __init__(self):
+        self._local = threading.local()
+        self.forget()
+
+    def forget(self):
+        """No pool (a forked child: the parent's threads do not exist here, and its lock
+        may have been held by one of them at the fork)."""
+        self._lock = threading.Lock()
+        self._executor = None
+        self._size = 0
+
+    def _mark(self):
+        self._local.in_pool = True
+
+    def in_pool(self) -> bool:
+        return getattr(self._local, "in_pool", False)
+
+    def executor(self, size: int) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._executor is None or self._size < size:
+                # the smaller pool is dropped, not shut down: a caller may be submitting to
+                # it now; its threads end once it is collected and its queue is empty
+                self._executor = ThreadPoolExecutor(size, thread_name_prefix="muflow",
+                                                    initializer=self._mark)
+                self._size = size
+            return self._executor
+
+
+_POOL = _Pool()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_POOL.forget)
+
+
+def run_on_threads(part, n_parts: int) -> None:
+    """``part(0), ..., part(n_parts - 1)`` side by side, on the calling thread and
+    ``n_parts - 1`` threads of the process's persistent pool; returns when all have
+    finished and raises the first part's exception, if any.
+
+    Called from a thread of the pool itself, the parts run one after the other in it.
+    """
+    n_parts = int(n_parts)
+    if n_parts <= 1 or _POOL.in_pool():
+        for k in range(n_parts):
+            part(k)
+        return
+    pool = _POOL.executor(n_parts - 1)
+    futures = [pool.submit(part, k) for k in range(1, n_parts)]
+    error = None
+    try:
+        part(0)
+    except BaseException as exc:  # noqa: BLE001 (re-raised once the others are done)
+        error = exc
+    for future in futures:
+        try:
+            future.result()
+        except BaseException as exc:  # noqa: BLE001
+            error = error or exc
+    if error is not None:
+        raise error
+
+
+__all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",
+           "dask_worker_threads", "divide_budget", "makespan", "pool_size", "run_on_threads",
+           "scoped_budget", "thread_budget", "thread_cap", "usable_cores"]
