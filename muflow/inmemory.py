@@ -278,20 +278,12 @@ def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
 
 
 def run_ranges(edges, work) -> None:
-    """Call ``work(lo, hi, worker)`` for each range ``[edges[w], edges[w + 1])``, one thread
-    each (the last in the calling thread), BLAS on one thread each."""
+    """Call ``work(lo, hi, worker)`` for each range ``[edges[w], edges[w + 1])`` side by
+    side, the calling thread taking the first and the process's persistent pool the others
+    (:func:`muflow.threads.run_on_threads`), BLAS on one thread each."""
     edges = [int(e) for e in edges]
-    parts = len(edges) - 1
-    with _blas_single_threaded():
-        if parts <= 1:
-            if parts == 1:
-                work(edges[0], edges[1], 0)
-            return
-        with ThreadPoolExecutor(parts - 1) as pool:
-            futures = [pool.submit(work, edges[w], edges[w + 1], w) for w in range(parts - 1)]
-            work(edges[-2], edges[-1], parts - 1)
-            for f in futures:
-                f.result()
+    with blas_single_threaded():
+        run_on_threads(lambda w: work(edges[w], edges[w + 1], w), len(edges) - 1)
 
 
 def contiguous_run(index: np.ndarray) -> int | None:

@@ -17,12 +17,10 @@ or float64; all C-contiguous.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 from numba import njit
 
-from muflow.inmemory import default_threads
+from muflow.threads import run_on_threads, thread_budget
 
 #: Targets per block: the block's partial sums stay in the L1/L2 cache while every row
 #: streams through it.
@@ -80,30 +78,25 @@ _SPLIT_MIN_WORK = 1 << 18
 
 
 class Threads:
-    """A small pool that splits one compiled update over the CPUs this process may use.
+    """Splits one compiled range pass over ``n_threads`` threads of the process's persistent
+    pool (:func:`muflow.threads.run_on_threads`).
 
-    The compiled functions release the GIL, so the halves of an update run side by side;
-    a pool (not numba's ``parallel``) keeps them safe to call from several threads at once
-    (a Dask worker runs tasks on threads).
+    The compiled functions release the GIL, so the parts of a pass run side by side; each
+    part is a range ``[lo, hi)`` that the function reads and writes alone, so the result does
+    not depend on how many parts there are.
     """
 
     def __init__(self, n_threads: int | None = None):
-        self.n_threads = max(1, n_threads or default_threads())
-        self._pool = ThreadPoolExecutor(self.n_threads) if self.n_threads > 1 else None
+        self.n_threads = max(1, n_threads or thread_budget())
 
     def split(self, fn, total: int, work_per_item: int, *args) -> None:
         """``fn(*args, lo, hi)`` over [0, total), in one piece per thread when worth it."""
-        parts = self.n_threads if self._pool is not None else 1
+        parts = self.n_threads
         if parts == 1 or total * max(work_per_item, 1) < _SPLIT_MIN_WORK:
             fn(*args, 0, total)
             return
         edges = np.linspace(0, total, parts + 1).astype(np.int64)
-        futures = [self._pool.submit(fn, *args, int(edges[k]), int(edges[k + 1]))
-                   for k in range(parts) if edges[k + 1] > edges[k]]
-        for f in futures:
-            f.result()
+        run_on_threads(lambda k: fn(*args, int(edges[k]), int(edges[k + 1])), parts)
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        """Nothing to release: the pool is the process's."""
