@@ -364,7 +364,7 @@ class DaskRowPartitions(GramOperator):
         return PartitionedHome(self)
 
     def _blocks(self, X):
-        from muflow.distributed import is_dask_array
+        from muflow.dask_predict import is_dask_array
 
         client = self.client
         if hasattr(X, "to_dask_array"):  # a dask.dataframe
