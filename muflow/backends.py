@@ -1,86 +1,65 @@
 """Where K lives: the one factory of Gram operators, :func:`gram_operator`.
 
-Given X, the kernel, a client or none, the solver and the row cache's size, it returns the
-operator by one rule, in this order:
+It carries out a :class:`muflow.routing.KernelPlan` (the path decided by the rule of
+:mod:`muflow.routing`) and never decides again:
 
-1. a precomputed kernel (K given, or a callable kernel's K): K held in this process
-   (:class:`~muflow.operators.DenseGram`), client or not;
-2. with a client, when the solver runs on the workers (:func:`muflow.routing.runs_on_workers`):
-   X partitioned by rows over the workers, the working-set solver on the rows
-   (:class:`~muflow.dask_partitions.DaskRowPartitions`), a multiplicative solver on kernel
-   panels computed there (:class:`~muflow.dask_panels.DaskRowPanels`) when they fit in the
-   workers' memory (:func:`muflow.dask_panels.panels_fit`); each worker caches ``cache_mb``
-   of kernel rows;
-3. with a client otherwise: the Gram store of K built (or reused) on the cluster in a zarr
-   store, its row panels held by the workers (:class:`~muflow.distributed.DaskGram`,
-   :func:`operator_for`); X must be in this process;
-4. in this process, by ``gram``: K stored (:class:`~muflow.operators.DenseGram` over a
-   NumPy array built on threads, :func:`muflow.inmemory.numpy_gram`, or read from the Gram
-   store cache in ``cache_dir``), or rows computed from X on demand
-   (:class:`~muflow.kernel_rows.KernelRows`, never an n x n array), "auto" storing K while
-   it fits in half the available memory (:func:`muflow.memory.choose_gram`). The row cache
-   of an in-process operator is the solver's (``cache_mb`` handed to the solve call,
-   :meth:`muflow.solvers.registry.SolverInfo.options`).
+- "stored": K held in this process (:class:`~muflow.operators.DenseGram`): a precomputed
+  kernel's K as given, K read from the Gram store cache in ``cache_dir`` (float64; built
+  there first when it holds none), or built on threads (:func:`muflow.inmemory.numpy_gram`),
+  into ``out`` when it fits;
+- "rows": rows computed from X on demand (:class:`~muflow.kernel_rows.KernelRows`, never an
+  n x n array); the row cache is the solver's (``plan.cache_mb`` handed to the solve call,
+  :meth:`muflow.solvers.registry.SolverInfo.options`);
+- "partitioned": X partitioned by rows over the workers, the working-set solver on the rows
+  (:class:`~muflow.dask_partitions.DaskRowPartitions`), a multiplicative solver on kernel
+  panels computed there (:class:`~muflow.dask_panels.DaskRowPanels`, ``plan.panels``); each
+  worker caches ``plan.cache_mb`` of kernel rows;
+- "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
+  row panels held by the workers (:class:`~muflow.distributed.DaskGram`,
+  :func:`operator_for`); X must be in this process.
 
-The estimator (:class:`muflow.SVC`) and the model selection call it, and nothing else: which
-path a fit takes is decided by the rules of :mod:`muflow.routing` and this function, and
-neither caller knows which backend answered. Dask, distributed and zarr are imported only on
-the cluster paths.
+The estimator (:class:`muflow.SVC`) and the model selection call it with their plan, and
+neither knows which backend answered. Dask, distributed and zarr are imported only on the
+cluster paths.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from muflow.exceptions import MuflowInputError
 from muflow.operators import DenseGram, GramOperator
 
 
-def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram="auto",
-                  gram_dtype="auto", cache_dir=None, out=None, store=None,
-                  store_dtype="float32", tile=None, resident_fraction=None,
-                  device=None, n_threads: int | None = None) -> GramOperator:
-    """The operator for ``K(X, X)`` that ``solver`` runs on, by the module's rule.
+def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache_dir=None, out=None,
+                  store=None, tile=None, resident_fraction=None, device=None,
+                  n_threads: int | None = None, **facts) -> GramOperator:
+    """The operator for ``K(X, X)`` on the path of ``plan``.
 
     Parameters
     ----------
     X : ndarray, sparse matrix, dask.array or dask.dataframe of shape (n_samples, n_features)
         Validated float64 samples, or the (n_samples, n_samples) Gram matrix itself when
-        ``kernel.name == "precomputed"`` (always held in process). A dask collection needs a
-        client and a solver that runs on the workers.
+        ``kernel.name == "precomputed"`` (always held in process). A dask collection needs
+        the "partitioned" path.
     kernel : muflow.kernels.Kernel
+    plan : muflow.routing.KernelPlan, optional
+        The path to carry out. None: the plan of one solve over X asked here of
+        :func:`muflow.routing.plan_kernel` with ``client``, ``kernel.name`` and ``facts``
+        (``solver``, ``gram``, ``gram_dtype``, ``cache_mb``, ...), for a caller that holds
+        no plan of its own.
     client : distributed.Client or str, optional
-        A Dask client, or a scheduler address (``"tcp://host:8786"``): the operator then
-        opens the client itself and closes it in :meth:`~GramOperator.close`. None (default)
-        keeps K in this process.
-    solver : str, default="auto"
-        The solver asked for (a registered name or "auto"): with a client it decides
-        between X on the workers and the Gram store (:func:`muflow.routing.runs_on_workers`).
-    cache_mb : float, optional
-        With X on the workers: megabytes of kernel rows each worker caches (libsvm's
-        ``cache_size``; default :data:`muflow.solvers.rowcache.DEFAULT_CACHE_MB`). In
-        process the row cache is the solver's: give it the same ``cache_mb``.
-    gram : {"auto", "stored", "rows"}, default="auto"
-        In process: "stored" holds K (built, or read from ``cache_dir`` in float64) (refused
-        with :class:`~muflow.exceptions.MuflowInputError`, before anything is allocated, when
-        it cannot fit in the available memory: :func:`muflow.memory.check_gram_fits`);
-        "rows" computes rows of K from X when a solver asks
-        (:class:`~muflow.kernel_rows.KernelRows`; a product ``K @ V`` costs a pass over K);
-        "auto" stores K when it takes at most half the available memory and computes rows
-        otherwise (:func:`muflow.routing.gram_mode` says when a single fit asks for rows
-        sooner). Ignored for a precomputed kernel (K is given) and on a cluster.
-    gram_dtype : {"auto", "float64", "float32"}, default="auto"
-        Storage of K in process, and of the workers' kernel panels
-        (:func:`muflow.inmemory.gram_dtype`: "auto" is float64 up to 4096 samples, float32
-        above).
+        The client of a cluster path, or a scheduler address (``"tcp://host:8786"``): the
+        operator then opens the client itself and closes it in :meth:`~GramOperator.close`.
+    owns_client : bool, default=False
+        The operator closes ``client`` (a Client) when it is closed, or when it fails to start.
     cache_dir : str, optional
-        In process: read K (float64) from the Gram store cache in this directory, building
-        the store there first when it holds none. On a cluster: the cache the workers use
-        for the Gram store (default :func:`muflow.gram.store.default_cache_dir`).
+        "stored": read K (float64) from the Gram store cache in this directory, building the
+        store there first when it holds none. "cluster-store": the cache the workers use for
+        the Gram store (default :func:`muflow.gram.store.default_cache_dir`).
     out : ndarray of shape (n_samples, n_samples), optional
-        In process: an array to build K into when its shape and dtype fit (a sweep reuses
-        one buffer for every kernel setting); ignored otherwise.
-    store, store_dtype, tile, resident_fraction
+        "stored": an array to build K into when its shape and dtype fit (a sweep reuses one
+        buffer for every kernel setting); ignored otherwise.
+    store, tile, resident_fraction
         The Gram store on a cluster; see :func:`operator_for`.
     device : module, optional
         An array module (:func:`muflow.device.arrays.array_module`): without a client, K is
@@ -96,59 +75,61 @@ def gram_operator(X, kernel, *, client=None, solver="auto", cache_mb=None, gram=
     GramOperator
         Close it (or use it as a context manager) to release what it holds.
 
+    Raises
+    ------
+    MuflowInputError
+        "stored" K that cannot fit in the available memory, refused before anything is
+        allocated (:func:`muflow.memory.check_gram_fits`), unless ``out`` holds it already.
+
     Notes
     -----
     Memory: in process, ``n**2 * itemsize`` bytes for a stored K, X twice for rows on
     demand; on a cluster, X or K spread over the workers.
     """
-    from muflow.memory import GRAM_CHOICES
-    from muflow.routing import runs_on_workers
+    if plan is None:
+        from muflow.routing import plan_kernel
 
-    if gram not in GRAM_CHOICES:
-        raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
-    if kernel.name == "precomputed":
+        plan = plan_kernel(X.shape[0], kernel_name=kernel.name, client=client, **facts)
+    elif facts:
+        raise TypeError(f"gram_operator takes a plan or the facts to plan by, not both: {sorted(facts)}")
+    if plan.path == "stored" and kernel.name == "precomputed":
         return DenseGram(kernel.block(X))
     if device is not None and client is None:
         from muflow.device.rows import DeviceRows, resident_bytes
-        from muflow.inmemory import gram_dtype as storage
+        from muflow.inmemory import gram_dtype
 
-        return DeviceRows(X, kernel, device, dtype=storage(X.shape[0], gram_dtype),
-                          resident_bytes=resident_bytes(device, solver))
-    if client is not None and runs_on_workers(client, kernel.name, solver):
-        operator = _partitioned_operator(X, kernel, client, solver=solver, gram_dtype=gram_dtype,
-                                         cache_mb=cache_mb)
-        if operator is not None:
-            return operator
-        _require_in_process(X, solver)
-    if client is not None:
-        return _connected(client, lambda c, owns: operator_for(
-            X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
-            dtype=store_dtype, tile=tile, resident_fraction=resident_fraction))
-    return _in_process_operator(X, kernel, gram=gram, gram_dtype=gram_dtype, cache_dir=cache_dir,
-                                out=out, n_threads=n_threads)
-
-
-def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out,
-                         n_threads=None) -> GramOperator:
-    """Step 4 of the rule: K stored (built, into ``out`` when it fits, or read from the store
-    cache in ``cache_dir``) or rows on demand, by ``gram``."""
-    from muflow.inmemory import gram_dtype as storage, numpy_gram
-    from muflow.memory import choose_gram
-
-    n = X.shape[0]
-    dtype = storage(n, gram_dtype)
-    if out is not None and (cache_dir is not None or out.shape != (n, n) or out.dtype != dtype):
-        out = None
-    if gram == "rows":
-        choice = "rows"
-    elif out is not None:
-        choice = "stored"  # the buffer is there already: nothing to allocate
-    else:
-        choice = choose_gram(n, np.float64 if cache_dir is not None else dtype, gram)
-    if choice == "rows":
+        return DeviceRows(X, kernel, device, dtype=gram_dtype(X.shape[0], plan.gram_dtype),
+                          resident_bytes=resident_bytes(device, plan.solver))
+    if plan.path == "stored":
+        return _stored(X, kernel, plan, cache_dir, out, n_threads)
+    if plan.path == "rows":
+        from muflow.inmemory import gram_dtype
         from muflow.kernel_rows import KernelRows
 
-        return KernelRows(X, kernel, dtype=dtype, n_threads=n_threads)
+        return KernelRows(X, kernel, dtype=gram_dtype(X.shape[0], plan.gram_dtype),
+                          n_threads=n_threads)
+    if plan.path == "partitioned":
+        return _connected(client, owns_client, lambda c, owns: _partitioned(X, kernel, c, owns, plan))
+    if plan.path == "cluster-store":
+        return _connected(client, owns_client, lambda c, owns: operator_for(
+            X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
+            tile=tile, resident_fraction=resident_fraction))
+    raise ValueError(f"a {plan.path!r} plan is not carried out by an operator "
+                     "(the one-task path is muflow.dask_fitting's)")
+
+
+def _stored(X, kernel, plan, cache_dir, out, n_threads=None) -> GramOperator:
+    """The "stored" path: K read from the store cache in ``cache_dir``, or built (into
+    ``out`` when it fits), each checked against the memory before it is allocated."""
+    from muflow.inmemory import gram_dtype, numpy_gram
+    from muflow.memory import check_gram_fits
+
+    n = X.shape[0]
+    dtype = gram_dtype(n, plan.gram_dtype)
+    if out is not None and (cache_dir is not None or out.shape != (n, n) or out.dtype != dtype):
+        out = None
+    if out is None:  # a buffer given is there already: nothing to allocate
+        check_gram_fits(n, np.float64 if cache_dir is not None else dtype)
     if cache_dir is not None:
         from muflow.gram.build import ensure_gram
         from muflow.gram.store import StoreCorruptError
@@ -162,59 +143,34 @@ def _in_process_operator(X, kernel, *, gram, gram_dtype, cache_dir, out,
     return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out, n_threads=n_threads))
 
 
-def _partitioned_operator(X, kernel, client, *, solver, gram_dtype, cache_mb):
-    """Step 2 of the rule: X partitioned over the workers of ``client`` (a Client or a
-    scheduler address, then connected here and owned by the operator) for ``solver``: the
-    rows only for "auto" and "working_set", the rows with their kernel panels for a
-    multiplicative solver, or None when those panels do not fit in the workers' memory."""
-    from muflow.dask_panels import DaskRowPanels, panels_fit
+def _partitioned(X, kernel, client, owns_client, plan):
+    """The "partitioned" path: X partitioned over the workers of ``client``, with the
+    kernel panels where the plan's solver reads products (``plan.panels``)."""
+    from muflow.dask_panels import DaskRowPanels
     from muflow.dask_partitions import DaskRowPartitions
-    from muflow.inmemory import gram_dtype as storage
-    from muflow.routing import runs_on_panels
     from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
-    cache_mb = DEFAULT_CACHE_MB if cache_mb is None else float(cache_mb)
-
-    def make(c, owns):
-        if not runs_on_panels(solver):
-            return DaskRowPartitions(X, kernel, c, owns_client=owns, cache_mb=cache_mb)
-        if not panels_fit(X.shape[0], c, storage(X.shape[0], gram_dtype)):
-            return None
-        return DaskRowPanels(X, kernel, c, gram_dtype=gram_dtype, owns_client=owns, cache_mb=cache_mb)
-
-    return _connected(client, make)
+    cache_mb = DEFAULT_CACHE_MB if plan.cache_mb is None else float(plan.cache_mb)
+    if plan.panels:
+        return DaskRowPanels(X, kernel, client, gram_dtype=plan.gram_dtype, owns_client=owns_client,
+                             cache_mb=cache_mb)
+    return DaskRowPartitions(X, kernel, client, owns_client=owns_client, cache_mb=cache_mb)
 
 
-def _require_in_process(X, solver):
-    """The Gram store is built from X in this process: refuse a dask collection, saying
-    what runs on it instead."""
-    from muflow.dask_predict import is_dask_collection
-
-    if is_dask_collection(X):
-        raise MuflowInputError(
-            f"the kernel panels of {X.shape[0]} samples do not fit in the workers' memory "
-            f"(muflow.dask_panels.panels_fit), and solver {solver!r} would need the Gram store "
-            "built from X in this process: use solver='working_set', give the workers more "
-            "memory, or pass a NumPy array")
-
-
-def _connected(client, make):
+def _connected(client, owns_client, make):
     """``make(client, owns_client)``, connecting first when ``client`` is a scheduler
-    address: the operator then owns the client it opened; a failed start (or no operator)
-    closes it."""
-    if not isinstance(client, str):
-        return make(client, False)
-    from muflow.cluster import connect
+    address: the operator then owns the client it opened; a failed start closes a client
+    the operator would have owned."""
+    if isinstance(client, str):
+        from muflow.cluster import connect
 
-    opened = connect(client)
+        client, owns_client = connect(client), True
     try:
-        operator = make(opened, True)
+        return make(client, owns_client)
     except BaseException:
-        opened.close()
+        if owns_client:
+            client.close()
         raise
-    if operator is None:
-        opened.close()
-    return operator
 
 
 def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from muflow.atomic import atomic_path
+from muflow.dask_predict import is_dask_collection
 from muflow.exceptions import MuflowInputError
 
 FILENAME = "checkpoint.npz"
@@ -72,7 +73,7 @@ def _hash_rows(h, X):
     """Feed X (dense, CSR or a dask collection) into ``h``: every byte up to
     :data:`FINGERPRINT_FULL_BYTES`, evenly strided rows above."""
     h.update(repr((type(X).__name__, tuple(X.shape), str(getattr(X, "dtype", "")))).encode())
-    if type(X).__module__.startswith("dask"):
+    if is_dask_collection(X):
         from dask.base import tokenize  # a dask collection's name hashes its content
 
         h.update(tokenize(X).encode())

@@ -86,15 +86,6 @@ def panels_fit(n: int, client, dtype) -> bool:
     return not limited or need <= PANEL_FRACTION * min(limited)
 
 
-def runs_on_panels(solver: str) -> bool:
-    """Whether ``solver`` asks only for products ``K @ V`` (the multiplicative family),
-    which the panels answer."""
-    from muflow.solvers.registry import SOLVERS
-
-    info = SOLVERS.get(solver)
-    return info is not None and info.needs == "products"
-
-
 #: Panels of at most this many bytes are multiplied on the worker's event loop (a product
 #: of a few columns over them is short next to a thread hand-off), larger ones in a thread.
 INLINE_BYTES = 16 << 20

@@ -22,23 +22,19 @@ docs/scaling.md gives the cost of an iteration as a function of n, d, q and the 
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.dask_working_set import PartitionedHome, stack_rows
+from muflow.dask_working_set import PartitionColumn, PartitionedHome, stack_rows
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import gram_dtype
 from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
-from muflow.solvers._subset_compiled import shrink_mask
-from muflow.solvers._working_set_compiled import Threads, add_rows
+from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
-from muflow.solvers._selection_compiled import side_pass
-from muflow.solvers.working_set_loop import projected_gradient, smallest
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
@@ -47,8 +43,9 @@ BLOCK_BYTES = 64 << 20
 MAX_RECOVERIES = 3
 
 
-class RowPartition:
-    """Actor on one worker: rows ``[lo, lo + len(X))`` of X and one column's state on them.
+class RowPartition(PartitionColumn):
+    """Actor on one worker: rows ``[lo, lo + len(X))`` of X, their row cache, and one
+    column's working-set state on them (:class:`muflow.dask_working_set.PartitionColumn`).
 
     Parameters
     ----------
@@ -119,80 +116,6 @@ class RowPartition:
         """``K(X_p, X_S) coef`` (the certificate's and a warm start's product)."""
         coef = np.asarray(coef, dtype=np.float64)
         return self._times(XS, coef) if len(coef) else np.zeros((self.n,) + coef.shape[1:])
-
-    # -- one column's state ----------------------------------------------------------------
-    def begin(self, y, U, p, alpha, equality, XS, coef):
-        """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
-        of the start (empty from alpha = 0)."""
-        self.y = np.asarray(y, dtype=np.float64)
-        self.U = np.asarray(U, dtype=np.float64)
-        self.p = np.asarray(p, dtype=np.float64)
-        self.alpha = np.array(alpha, dtype=np.float64)
-        self.equality = bool(equality)
-        self.G = self.y * self.matmul(XS, coef) + self.p
-        self.act = np.flatnonzero(self.U > 0)
-        return self.n
-
-    def iterate(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate, k):
-        """Apply the last subproblem's step (rows ``moved`` of X_B, ``coef`` = y delta
-        there), shrink or reactivate when asked, and answer the best ``k`` candidates of
-        each side (see the module notes)."""
-        t0 = time.perf_counter()
-        B = np.asarray(B, dtype=np.int64)
-        if len(coef):
-            moved = np.asarray(moved, dtype=np.int64)
-            self.offered.offer(XB, moved)
-            slots, _ = self.cache.slots_for(moved)
-            t1 = time.perf_counter()
-            self.seconds["rows"] += t1 - t0
-            self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache.data,
-                               slots, np.ascontiguousarray(coef, dtype=np.float64))
-            self.seconds["gradient"] += time.perf_counter() - t1
-        mine = (B >= self.lo) & (B < self.lo + self.n)
-        self.alpha[B[mine] - self.lo] = np.asarray(alpha_B)[mine]
-        if reactivate:
-            self.act = np.flatnonzero(self.U > 0)
-        elif shrink_with is not None:
-            self._shrink(*shrink_with)
-        t2 = time.perf_counter()
-        answer = self._candidates(int(k), B[mine] - self.lo)
-        self.seconds["candidates"] += time.perf_counter() - t2
-        self.seconds["iterate"] += time.perf_counter() - t0
-        return answer
-
-    def _shrink(self, gmax, gmax2):
-        """libsvm's shrinking of this slice's active set with the global extremes (the one
-        rule, :func:`muflow.solvers._subset_compiled.leaves_active_set`)."""
-        drop = shrink_mask(self.y, self.alpha, self.U, self.G, self.act, gmax, gmax2,
-                           self.equality)
-        self.act = self.act[~drop]
-
-    def _candidates(self, k, previous):
-        """The k most violating variables of each side (first order) and the active
-        members of the previous working set ``previous`` (local indices), which the client
-        may keep (as ThunderSVM keeps half of its previous set)."""
-        act = self.act
-        at = np.minimum(np.searchsorted(act, previous), max(act.size - 1, 0))
-        kept = at[act[at] == previous] if act.size else at[:0]
-        if self.equality:
-            v_up, v_low, a, U = (np.empty(act.size) for _ in range(4))
-            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G,
-                               np.ascontiguousarray(act, dtype=np.int64), v_up, v_low, a, U)
-            pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
-            scores = (v_up[pick], v_low[pick])
-        else:
-            a, U, G = self.alpha[act], self.U[act], self.G[act]
-            score = np.abs(projected_gradient(a, U, G))
-            pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k), kept)
-            scores = (score[pick],)
-        local = act[pick]
-        return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],
-                "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
-                "n_act": int(act.size)}
-
-    def state(self):
-        """(alpha, G) of the slice: the certificate's pull."""
-        return self.alpha, self.G
 
     def rows(self, local):
         return self.X[np.asarray(local, dtype=np.int64)]
@@ -441,7 +364,7 @@ class DaskRowPartitions(GramOperator):
         return PartitionedHome(self)
 
     def _blocks(self, X):
-        from muflow.distributed import is_dask_array
+        from muflow.dask_predict import is_dask_array
 
         client = self.client
         if hasattr(X, "to_dask_array"):  # a dask.dataframe

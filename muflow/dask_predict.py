@@ -1,4 +1,7 @@
-"""Prediction on Dask collections: lazy, one block of rows per task, on the workers.
+"""Prediction on Dask collections: lazy, one block of rows per task, on the workers; the
+tests for a Dask collection that the rest of muflow asks without importing Dask
+(:func:`is_dask_collection`, :func:`is_dask_array`); :func:`map_rows`, a row-wise function
+over a Dask array's blocks.
 
 :class:`muflow.SVC`'s ``predict``, ``decision_function`` and ``predict_proba`` given a
 ``dask.array.Array`` or a ``dask.dataframe.DataFrame`` return a lazy ``dask.array.Array``
@@ -53,6 +56,43 @@ def is_dask_collection(X) -> bool:
     da, dd = sys.modules.get("dask.array"), sys.modules.get("dask.dataframe")
     return ((da is not None and isinstance(X, da.Array))
             or (dd is not None and isinstance(X, (dd.DataFrame, dd.Series))))
+
+
+def is_dask_array(X) -> bool:
+    """True for a ``dask.array.Array`` (without importing dask when it is not loaded)."""
+    da = sys.modules.get("dask.array")
+    return da is not None and isinstance(X, da.Array)
+
+
+def map_rows(fn, X, *, n_outputs=None, dtype=np.float64):
+    """Apply a row-wise function to every row block of a Dask array, lazily.
+
+    For ``predict`` / ``decision_function`` of a fitted model: ``fn`` (a bound method of
+    the model, so only the model with its support vectors travels with the graph) sees one
+    NumPy block of rows at a time. Column chunks are merged first (a kernel needs whole
+    rows).
+
+    Parameters
+    ----------
+    fn : callable
+        ``fn(block) -> ndarray`` of shape (len(block),) or (len(block), n_outputs).
+    X : dask.array.Array of shape (n_samples, n_features)
+    n_outputs : int, optional
+        Columns of ``fn``'s result; None for a 1-D result.
+    dtype : dtype of the result
+
+    Returns
+    -------
+    dask.array.Array of shape (n_samples,) or (n_samples, n_outputs)
+    """
+    if X.ndim != 2:
+        raise MuflowInputError(f"X must be 2-D (n_samples, n_features), got {X.ndim} dimensions")
+    if X.numblocks[1] != 1:
+        X = X.rechunk({1: -1})
+    if n_outputs is None:
+        return X.map_blocks(fn, drop_axis=1, dtype=dtype, meta=np.empty((0,), dtype=dtype))
+    return X.map_blocks(fn, chunks=(X.chunks[0], (int(n_outputs),)), dtype=dtype,
+                        meta=np.empty((0, 0), dtype=dtype))
 
 
 def predict_block(block, state, method):

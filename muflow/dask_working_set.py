@@ -8,7 +8,7 @@ alpha, G and the active set and a row cache over its columns; the client keeps a
 (O(n), the answer and what a lost slice is rebuilt from) and the q x q subproblem.
 
 One outer iteration is one round trip, one call per partition
-(:meth:`muflow.dask_partitions.RowPartition.iterate`):
+(:meth:`PartitionColumn.iterate`, on the partition's actor):
 
 - the client sends X_B (the rows of the variables that moved in the last subproblem),
   y_B delta_B and, when due, the extremes to shrink with: O(q d);
@@ -40,10 +40,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
+from muflow.solvers._selection_compiled import side_pass
+from muflow.solvers._subset_compiled import shrink_mask
+from muflow.solvers._working_set_compiled import add_rows
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             select_working_set)
+                                             projected_gradient, select_working_set, smallest)
 
 
 def stack_rows(rows):
@@ -73,6 +76,87 @@ class _Pool:
     def positions(self, idx) -> np.ndarray:
         """Positions of the global indices ``idx`` (all in the pool) in the pool."""
         return np.searchsorted(self.idx, idx)
+
+
+class PartitionColumn:
+    """The working-set loop's state of one column on a partition's rows, kept by the
+    partition's actor (:class:`muflow.dask_partitions.RowPartition`, which derives from this
+    class and holds the rows X_p, their row cache and threads): the slices of y, U, p,
+    alpha and the gradient G, the active set, the step applied, the shrinking and the
+    candidates each side offers to the client's :class:`PartitionedState`."""
+
+    def begin(self, y, U, p, alpha, equality, XS, coef):
+        """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
+        of the start (empty from alpha = 0)."""
+        self.y = np.asarray(y, dtype=np.float64)
+        self.U = np.asarray(U, dtype=np.float64)
+        self.p = np.asarray(p, dtype=np.float64)
+        self.alpha = np.array(alpha, dtype=np.float64)
+        self.equality = bool(equality)
+        self.G = self.y * self.matmul(XS, coef) + self.p
+        self.act = np.flatnonzero(self.U > 0)
+        return self.n
+
+    def iterate(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate, k):
+        """Apply the last subproblem's step (rows ``moved`` of X_B, ``coef`` = y delta
+        there), shrink or reactivate when asked, and answer the best ``k`` candidates of
+        each side (see the module notes)."""
+        t0 = time.perf_counter()
+        B = np.asarray(B, dtype=np.int64)
+        if len(coef):
+            moved = np.asarray(moved, dtype=np.int64)
+            self.offered.offer(XB, moved)
+            slots, _ = self.cache.slots_for(moved)
+            t1 = time.perf_counter()
+            self.seconds["rows"] += t1 - t0
+            self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache.data,
+                               slots, np.ascontiguousarray(coef, dtype=np.float64))
+            self.seconds["gradient"] += time.perf_counter() - t1
+        mine = (B >= self.lo) & (B < self.lo + self.n)
+        self.alpha[B[mine] - self.lo] = np.asarray(alpha_B)[mine]
+        if reactivate:
+            self.act = np.flatnonzero(self.U > 0)
+        elif shrink_with is not None:
+            self._shrink(*shrink_with)
+        t2 = time.perf_counter()
+        answer = self._candidates(int(k), B[mine] - self.lo)
+        self.seconds["candidates"] += time.perf_counter() - t2
+        self.seconds["iterate"] += time.perf_counter() - t0
+        return answer
+
+    def _shrink(self, gmax, gmax2):
+        """libsvm's shrinking of this slice's active set with the global extremes (the one
+        rule, :func:`muflow.solvers._subset_compiled.leaves_active_set`)."""
+        drop = shrink_mask(self.y, self.alpha, self.U, self.G, self.act, gmax, gmax2,
+                           self.equality)
+        self.act = self.act[~drop]
+
+    def _candidates(self, k, previous):
+        """The k most violating variables of each side (first order) and the active
+        members of the previous working set ``previous`` (local indices), which the client
+        may keep (as ThunderSVM keeps half of its previous set)."""
+        act = self.act
+        at = np.minimum(np.searchsorted(act, previous), max(act.size - 1, 0))
+        kept = at[act[at] == previous] if act.size else at[:0]
+        if self.equality:
+            v_up, v_low, a, U = (np.empty(act.size) for _ in range(4))
+            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G,
+                               np.ascontiguousarray(act, dtype=np.int64), v_up, v_low, a, U)
+            pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
+            scores = (v_up[pick], v_low[pick])
+        else:
+            a, U, G = self.alpha[act], self.U[act], self.G[act]
+            score = np.abs(projected_gradient(a, U, G))
+            pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k), kept)
+            scores = (score[pick],)
+        local = act[pick]
+        return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],
+                "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
+                "n_act": int(act.size)}
+
+    def state(self):
+        """(alpha, G) of the slice: the certificate's pull."""
+        return self.alpha, self.G
 
 
 class PartitionedState(ColumnState):

@@ -18,21 +18,20 @@ import time
 import warnings
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import _num_samples
 
 from muflow.device.arrays import fit_device, to_host
 from muflow.exceptions import MuflowInputError
-from muflow.multiclass import binary_problems, libsvm_dual_coef
+from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
-from muflow.svc_input import FitInput, _is_dask_collection, _wants_probability
-from muflow.svc_prediction import FittedSVC
-from muflow.routing import fits_as_one_task, gram_mode, solver_for
+from muflow.dask_predict import is_dask_collection
+from muflow.svc_input import FitInput, _wants_probability
+from muflow.svc_prediction import SUPPORT_THRESHOLD, FittedSVC  # noqa: F401 (muflow.model.SUPPORT_THRESHOLD)
+from muflow.routing import plan_fit
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_by_rule
@@ -43,10 +42,6 @@ from muflow.validation import check_per_sample
 
 #: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
 _ON_ONE_WORKER = object()
-
-#: alpha below this fraction of the largest coefficient of its problem is not a support
-#: vector (multiplicative iterates approach zero without reaching it).
-SUPPORT_THRESHOLD = 1e-8
 
 #: max_iter=-1 (scikit-learn's "no limit") hands the solver this many iterations.
 NO_LIMIT = np.iinfo(np.int32).max
@@ -349,11 +344,7 @@ default="rbf"
         the fit's deadline (None without a time limit), or :data:`_ON_ONE_WORKER`."""
         deadline = start_deadline(self.time_limit)
         probability = _wants_probability(self.probability)
-        if checkpoint_dir is None and self.client is not None and fits_as_one_task(
-                self.client, _num_samples(X), dask_input=_is_dask_collection(X)):
-            self._fit_as_one_task(X, y, sample_weight, offset)
-            return _ON_ONE_WORKER
-        X, y, X_fit = self._validate_fit_input(X, y)
+        X, y, X_fit = self._validate_fit_input(X_given := X, y_given := y)
         check_classification_targets(y)
         self.classes_, y_encoded = np.unique(y, return_inverse=True)
         if len(self.classes_) < 2:
@@ -369,17 +360,18 @@ default="rbf"
         n = X.shape[0]
         upper = self._upper_bounds(y_encoded, n, sample_weight)
         drift = check_per_sample(offset, n, "offset", default=0.0)
+        kernel = self._kernel_for(X)
+        client, plan = self._plan(X, checkpoint=checkpoint_dir is not None)
+        if plan.path == "one-task":
+            self._fit_as_one_task(X_given, y_given, sample_weight, offset)
+            return _ON_ONE_WORKER
 
         from muflow.backends import gram_operator
 
-        kernel = self._kernel_for(X)
-        operator = gram_operator(X, kernel, client=self.client, solver=self.solver,
-                                 cache_mb=float(self.cache_size),
-                                 gram=gram_mode(self.gram, n, self.solver),
-                                 gram_dtype=self.gram_dtype, device=xp, n_threads=threads)
+        operator = gram_operator(X, kernel, plan, client=client, owns_client=client is not self.client,
+                                 device=xp, n_threads=threads)
         try:
-            info = choose_solver(solver_for(self.solver, client=self.client, operator=operator),
-                                 intercept=self.intercept,
+            info = choose_solver(plan.solver, intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
         except BaseException:
             operator.close()
@@ -416,7 +408,7 @@ default="rbf"
                 self._fit_probability(operator, Y, U, info, options, drift, deadline)
             else:
                 self._probA = self._probB = np.empty(0)
-            if _is_dask_collection(X_fit):  # the support vectors' rows, from the workers
+            if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
                 from muflow.dask_fitting import RowsOnWorkers
 
                 X_fit = RowsOnWorkers(operator, X_fit.shape)
@@ -426,6 +418,27 @@ default="rbf"
         finally:
             operator.close()
         return deadline
+
+    def _plan(self, X, *, checkpoint: bool):
+        """``(client, plan)``: the fit's one plan (:func:`muflow.routing.plan_fit`), asked of
+        the cluster itself where ``client`` is a scheduler address (connected here, and then
+        owned by the operator; closed at once on the one-task path, which connects on its
+        own)."""
+        from muflow.cluster import connect
+
+        client = connect(self.client) if isinstance(self.client, str) else self.client
+        try:
+            plan = plan_fit(X.shape[0], client=client, dask_input=is_dask_collection(X),
+                            checkpoint=checkpoint, solver=self.solver, intercept=self.intercept,
+                            kernel_name=self.kernel, gram=self.gram, gram_dtype=self.gram_dtype,
+                            cache_mb=float(self.cache_size))
+        except BaseException:
+            if client is not self.client:
+                client.close()
+            raise
+        if plan.path == "one-task" and client is not self.client:
+            client.close()
+        return client, plan
 
     def _fit_probability(self, operator, Y, U, info, options, drift, deadline=None):
         """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
@@ -532,51 +545,3 @@ default="rbf"
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,
                                  budget=budget)
-
-    def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
-        """The fitted attributes from a solution; the one place both fit paths set them."""
-        k = len(self.classes_)
-        Y, _ = binary_problems(y_encoded, k, self.multiclass)
-        alpha = solution.alpha
-        largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
-        candidates = np.flatnonzero((alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1))
-        # libsvm's order: grouped by class, ascending within a class
-        support = candidates[np.argsort(y_encoded[candidates], kind="stable")]
-        self.support_ = support.astype(np.int32)
-        self.n_support_ = np.bincount(y_encoded[support], minlength=k).astype(np.int32)
-        coef = (Y * alpha)[support]
-        if k > 2 and self.multiclass == "ovo":
-            dual = libsvm_dual_coef(coef, y_encoded[support], k)
-        else:
-            dual = coef.T.copy()
-        if kernel.offset:
-            # f(x) = sum a y (k + r) = sum a y k + r sum a y: the bias of the augmented kernel
-            self.intercept_ = kernel.offset * (Y * alpha).sum(axis=0) + solution.bias
-        else:
-            self.intercept_ = np.asarray(solution.bias, dtype=np.float64).copy()
-        self._sparse = sp.issparse(X) and not callable(self.kernel)
-        if callable(self.kernel):
-            self._X_fit = X
-            self.support_vectors_ = np.empty((0, 0))
-        elif self.kernel == "precomputed":
-            self.support_vectors_ = np.empty((0, 0))
-        else:
-            self.support_vectors_ = X[self.support_]
-        self.dual_coef_ = sp.csr_matrix(dual) if self._sparse else dual
-        if not (np.all(np.isfinite(dual)) and np.all(np.isfinite(self.intercept_))):
-            raise ValueError(
-                "The dual coefficients or intercepts are not finite. The input data may "
-                "contain large values and need to be preprocessed (e.g. StandardScaler)")
-        self.kernel_ = kernel.with_offset(0.0)
-        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int32)
-        self.objective_ = np.asarray(solution.objective, dtype=np.float64)
-        self.objective_curve_ = np.asarray(solution.objective_curve)
-        self.kkt_violation_ = np.asarray(solution.kkt_violation)
-        self.converged_ = np.asarray(solution.converged)
-        self.fit_status_ = int(not self.converged_.all() and solution.n_iter >= budget)
-        self.timings_ = dict(solution.timings)
-        self.rows_computed_ = int(solution.timings.get("rows_fetched", 0))
-        self.shape_fit_ = X.shape if hasattr(X, "shape") else (_num_samples(X),)
-        self.solver_ = solver
-        self.fit_time_ = float(fit_time)
-        return self

@@ -294,8 +294,8 @@ def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
         # the sweep's own constructor: the stores built here carry the keys it looks up
         kernel = kernel_from_setting(setting, X_train, intercept=cfg.sweep.intercept)
         plans.append((setting, kernel, plan_setting(X_train, kernel, solver=cfg.sweep.solver,
-                                                    solves=solves, client=sweep_client,
-                                                    cache_dir=gram_dir(cfg, run_dir))))
+                                                    intercept=cfg.sweep.intercept, solves=solves,
+                                                    client=sweep_client, cache_dir=gram_dir(cfg, run_dir))))
     return plans
 
 

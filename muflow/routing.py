@@ -1,25 +1,26 @@
-"""Which path a fit takes: the rules that :class:`muflow.SVC` and the sweep
-(:func:`muflow.selection.run_sweep`) both follow.
+"""Which path a fit takes: the one rule that :class:`muflow.SVC`, the sweep
+(:func:`muflow.selection.run_sweep`), the pipeline and the Dask side all follow.
 
-A fit has three choices to make, each made here once:
+The rule returns a :class:`KernelPlan` (:func:`plan_fit` for one fit, :func:`plan_kernel`
+for a kernel setting that several solves share): where K comes from and why, which solver
+runs on it, the row cache. The one operator factory (:func:`muflow.backends.gram_operator`)
+carries the plan out and never decides again; the callers ask once and pass the plan on.
+What is decided here, each once:
 
 - where the kernel values come from in process: the whole K stored, or rows computed on
-  demand (:func:`gram_mode`), and whether a batch's columns that hold only some samples
-  (one-vs-one pairs) are solved on rows over their own samples (:func:`solves_on_own_samples`);
+  demand (:func:`gram_mode`, then the memory), and whether a batch's columns that hold only
+  some samples (one-vs-one pairs) are solved on rows over their own samples
+  (:func:`solves_on_own_samples`);
 - with a Dask client, where the work runs: the whole fit on one worker as one task
   (:func:`fits_as_one_task`), or every solver iteration against X partitioned over the
   workers (:func:`runs_on_workers`), or against a Gram store built on the cluster;
-- which solver runs when the caller asks for "auto" (:func:`solver_for`), and for a
-  sweep, which solver and which path along C (:func:`sweep_solver`);
-- for a kernel setting of a sweep or the pipeline, store or stream (:func:`plan_kernel`):
-  a Gram store (zarr, in process or on the cluster) or rows on demand (in process, or X
-  partitioned on the workers), weighing the solver, the size, the reuse, the memory and
-  the disk, with the reason in words for the run's report.
+- which solver runs when the caller asks for "auto" (the working set where no K is in this
+  process's memory, :data:`muflow.solvers.registry.AUTO` by intercept otherwise), and for a
+  sweep, which path along C (:func:`sweep_path`).
 
 The rules weigh the solver: a product ``K @ V`` reads all of K every pass, a working set
-reads only the rows it touches. Which operator then serves K is the one factory's job
-(:func:`muflow.backends.gram_operator`), given what these rules decided. Plain functions over
-plain facts (names, counts, flags): importing this module imports no Dask.
+reads only the rows it touches. Plain functions over plain facts (names, counts, flags):
+importing this module imports no Dask.
 """
 
 from __future__ import annotations
@@ -71,7 +72,7 @@ def gram_mode(gram: str, n_samples: int, solver: str = "auto", *, sweep: bool = 
     "auto" by the same rule above :data:`SWEEP_ROWS_MIN_SAMPLES` instead: its many solves
     on one kernel setting share one stored K. :class:`muflow.SVC` and the pipeline call
     this for one fit, :func:`muflow.selection.run_sweep` with ``sweep=True``; on rows,
-    "auto" is then the working-set solver for both (:func:`solver_for`).
+    "auto" is then the working-set solver for both (:func:`plan_kernel`).
     """
     threshold = SWEEP_ROWS_MIN_SAMPLES if sweep else ROWS_MIN_SAMPLES
     if gram == "auto" and n_samples > threshold and not reads_products(solver):
@@ -170,13 +171,6 @@ def fits_as_one_task(client, n_samples: int, *, dask_input: bool) -> bool:
     return client is not None and not dask_input and n_samples <= ONE_TASK_MAX_SAMPLES
 
 
-def runs_on_panels(solver: str) -> bool:
-    """Whether ``solver`` asks only for products ``K @ V`` (the multiplicative family,
-    :func:`reads_products`), which kernel panels held by the workers answer
-    (:mod:`muflow.dask_panels`)."""
-    return reads_products(solver)
-
-
 def runs_on_workers(client, kernel_name, solver: str) -> bool:
     """Whether the solver iterates against X partitioned by rows over the client's workers.
 
@@ -189,93 +183,41 @@ def runs_on_workers(client, kernel_name, solver: str) -> bool:
     """
     if client is None or not isinstance(kernel_name, str) or kernel_name == "precomputed":
         return False
-    return solver in ("auto", ROWS_SOLVER) or runs_on_panels(solver)
-
-
-def solver_for(solver: str, *, client, operator=None) -> str:
-    """The solver to run: the one asked for, except that "auto" is the working-set
-    solver (:data:`ROWS_SOLVER`, which fetches rows q at a time in one product) where no
-    K is in this process's memory:
-
-    - with a client, when X is partitioned over the workers (``operator.partitioned``), or
-      before the operator exists (a sweep picks its solver first; with a client its X
-      goes to the workers);
-    - without a client, when the operator computes rows on demand (``operator.dense`` is
-      None).
-
-    Otherwise "auto" is left for :func:`muflow.solvers.registry.choose_solver` to resolve by
-    intercept (SMO for the exact one).
-    """
-    if solver != "auto":
-        return solver
-    if client is not None:
-        partitioned = operator is None or getattr(operator, "partitioned", False)
-        return ROWS_SOLVER if partitioned else solver
-    if operator is not None and operator.dense is None:
-        return ROWS_SOLVER
-    return solver
+    return solver in ("auto", ROWS_SOLVER) or reads_products(solver)
 
 
 def reads_rows(solver: str) -> bool:
     """Whether ``solver`` (a registered name) asks the operator for rows of K, not only for
     products: the subset solvers and the working-set solver. Their warm starts pay, so a
-    sweep chains their solves along C (:func:`sweep_solver`)."""
+    sweep chains their solves along C (:func:`sweep_path`)."""
     from muflow.solvers.registry import SOLVERS
 
     info = SOLVERS.get(solver)
     return info is not None and info.needs == "rows"
 
 
-def sweep_solver(solver: str, path: str, *, intercept: str, kernel_nonnegative: bool, client,
-                 operator=None):
-    """The solver and the path of a sweep's kernel setting, refusing impossible combinations.
+# ------------------------------------------------------------- the plan
 
-    The solver is :func:`solver_for` (given the setting's ``operator`` once it exists: "auto"
-    on rows computed on demand is the working-set solver, as for :class:`muflow.SVC`),
-    resolved by :func:`muflow.solvers.registry.choose_solver`. With a client, a solver that reads rows
-    other than the working-set solver is refused: the Dask operators serve products, and
-    rows only to the working-set solver on X partitioned over the workers. ``path="auto"``
-    is "continuation" (C ascending, each C warm-started from the previous) for solvers that
-    read rows, "batched" (one solve of every column) for the multiplicative ones.
-
-    Returns
-    -------
-    (SolverInfo, str)
-    """
-    from muflow.exceptions import MuflowInputError
-    from muflow.solvers.registry import choose_solver
-
-    info = choose_solver(solver_for(solver, client=client, operator=operator), intercept=intercept,
-                         kernel_nonnegative=kernel_nonnegative, operator=operator)
-    if client is not None and reads_rows(info.name) and info.name != ROWS_SOLVER:
-        raise MuflowInputError(
-            f"solver {info.name!r} reads rows of K, which the Dask operator does not serve; "
-            "with a client/scheduler use solver='working_set' (X on the workers) or a "
-            "multiplicative solver ('m3', 'munk') on a Gram store")
-    if path == "auto":
-        path = "continuation" if reads_rows(info.name) else "batched"
-    return info, path
-
-
-# ------------------------------------------------------------- store or stream, per setting
-
-#: The paths a kernel setting's solves can take (:func:`plan_kernel`), with the words the
-#: report uses for them.
+#: The paths a fit's or a kernel setting's solves can take (:func:`plan_kernel`,
+#: :func:`plan_fit`), with the words the report uses for them.
 PATH_LABELS = {
     "stored": "stored Gram",                      # K in this process (built, or read from a zarr store)
     "rows": "rows on demand",                     # KernelRows in this process, no n x n array
     "partitioned": "X partitioned on the workers",  # working set (rows) or kernel panels
     "cluster-store": "Gram store on the cluster",   # zarr store served by the Dask operator
+    "one-task": "the whole fit on one worker",      # muflow.dask_fitting, one round trip
 }
 
 
 @dataclass(frozen=True)
 class KernelPlan:
-    """Where one kernel setting's K comes from, and why (:func:`plan_kernel`).
+    """Where the K of a fit or of one kernel setting comes from, which solver reads it, and
+    why (:func:`plan_kernel`, :func:`plan_fit`). Made once by the rule and carried out by
+    :func:`muflow.backends.gram_operator`, which never decides again.
 
     Attributes
     ----------
-    path : {"stored", "rows", "partitioned", "cluster-store"}
+    path : {"stored", "rows", "partitioned", "cluster-store", "one-task"}
         See :data:`PATH_LABELS`.
     reason : str
         One sentence for a person: the facts that decided.
@@ -286,6 +228,15 @@ class KernelPlan:
         False: no n x n store is written.
     gram_bytes : int
         Bytes of K in the dtype it would be kept in.
+    solver : str
+        The registered solver that runs ("auto" resolved); "auto" is left to the worker on
+        the "one-task" path, which plans its own fit.
+    cache_mb : float or None
+        Megabytes of kernel rows cached (the solver's in process, each worker's with X
+        partitioned); None: :data:`muflow.solvers.rowcache.DEFAULT_CACHE_MB`.
+    gram_dtype : {"auto", "float64", "float32"}
+        Storage of K in process and of the workers' kernel panels
+        (:func:`muflow.inmemory.gram_dtype`).
     """
 
     path: str
@@ -293,15 +244,24 @@ class KernelPlan:
     solves: int
     store: bool
     gram_bytes: int
+    solver: str = "auto"
+    cache_mb: float | None = None
+    gram_dtype: str = "auto"
 
     @property
     def gram(self) -> str:
-        """The in-process ``gram`` of :func:`muflow.backends.gram_operator` for this plan."""
+        """The in-process ``gram`` of this plan: "rows" or "stored"."""
         return "rows" if self.path == "rows" else "stored"
+
+    @property
+    def panels(self) -> bool:
+        """Whether the workers hold kernel panels ``K(X_p, X)`` besides their rows of X: X
+        partitioned for a solver that reads only products (:func:`reads_products`)."""
+        return self.path == "partitioned" and reads_products(self.solver)
 
     def to_dict(self) -> dict:
         return {"path": self.path, "reason": self.reason, "solves": self.solves,
-                "store": self.store, "gram_bytes": self.gram_bytes}
+                "store": self.store, "gram_bytes": self.gram_bytes, "solver": self.solver}
 
 
 def _size(nbytes: float) -> str:
@@ -312,22 +272,62 @@ def _solves(k: int) -> str:
     return f"{k} solve" + ("" if k == 1 else "s")
 
 
-def plan_kernel(n_samples: int, *, solver: str = "auto", kernel_name="rbf", solves: int = 1,
-                client=None, gram: str = "auto", store_dir=None, store_built: bool = False,
-                available: int | None = None, free_disk: int | None = None) -> KernelPlan:
-    """The store-or-stream rule of one kernel setting: the path its solves take and why.
+def _resolved(solver: str, path: str, intercept: str) -> str:
+    """The solver that runs on ``path``: the one asked for, except that "auto" is the
+    working-set solver (:data:`ROWS_SOLVER`, which fetches rows q at a time in one product)
+    where no K is in this process's memory (rows on demand, X partitioned over the
+    workers), and :data:`muflow.solvers.registry.AUTO` by intercept otherwise (SMO for the
+    exact one)."""
+    if solver != "auto":
+        return solver
+    if path in ("rows", "partitioned"):
+        return ROWS_SOLVER
+    from muflow.solvers.registry import AUTO
 
-    The one rule the sweep (:func:`muflow.selection.run_sweep`, per kernel setting) and the
-    pipeline's Gram stage (:func:`muflow.pipeline.build_gram_stores`, which builds a store
-    only where the plan reads one) follow; its in-process thresholds are :func:`gram_mode`'s,
-    which :class:`muflow.SVC` follows for its one solve. It weighs, in this order:
+    return AUTO.get(intercept, solver)
+
+
+def sweep_path(path: str, solver: str) -> str:
+    """The path of a sweep's solves along C for the resolved ``solver``: ``path="auto"`` is
+    "continuation" (C ascending, each C warm-started from the previous) for solvers that
+    read rows, "batched" (one solve of every column) for the multiplicative ones; any other
+    ``path`` is taken as asked."""
+    if path != "auto":
+        return path
+    return "continuation" if reads_rows(solver) else "batched"
+
+
+def plan_fit(n_samples: int, *, client=None, dask_input: bool = False, checkpoint: bool = False,
+             solver: str = "auto", **facts) -> KernelPlan:
+    """The plan of one fit of :class:`muflow.SVC`: the whole fit on one worker as one task
+    (:func:`fits_as_one_task`, not with a checkpoint, which this process writes), else
+    :func:`plan_kernel` for one solve. ``facts`` are :func:`plan_kernel`'s."""
+    if not checkpoint and fits_as_one_task(client, n_samples, dask_input=dask_input):
+        return KernelPlan("one-task", f"{n_samples:,} samples <= {ONE_TASK_MAX_SAMPLES:,} held in "
+                          "this process: the whole fit runs on one worker, one round trip",
+                          1, False, 0, solver)
+    return plan_kernel(n_samples, client=client, dask_input=dask_input, solver=solver, solves=1,
+                       **facts)
+
+
+def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact", kernel_name="rbf",
+                solves: int = 1, client=None, gram: str = "auto", gram_dtype: str = "auto",
+                cache_mb: float | None = None, dask_input: bool = False, store_dir=None,
+                store_built: bool = False, available: int | None = None,
+                free_disk: int | None = None) -> KernelPlan:
+    """The store-or-stream rule: the path the solves over one K take, the solver, and why.
+
+    The one rule :class:`muflow.SVC` (through :func:`plan_fit`), the sweep
+    (:func:`muflow.selection.run_sweep`, per kernel setting) and the pipeline's Gram stage
+    (:func:`muflow.pipeline.build_gram_stores`, which builds a store only where the plan
+    reads one) follow. It weighs, in this order:
 
     1. where the solves run: a kernel whose K is given (``"precomputed"``, a callable) is
        held in process; with a ``client`` the working-set solver runs on X partitioned over
        the workers (``"partitioned"``: each computes the rows its working sets touch), a
        multiplicative solver on kernel panels there while they fit in the workers' memory
        (:func:`muflow.dask_panels.panels_fit`), and otherwise on the Gram store built on
-       the cluster (``"cluster-store"``, float32);
+       the cluster (``"cluster-store"``, float32), which serves products only;
     2. in process, the solver, the size and the reuse (:func:`gram_mode`, ``sweep`` when
        ``solves > 1``): a solver reading rows takes rows on demand above
        :data:`ROWS_MIN_SAMPLES` samples for one solve, :data:`SWEEP_ROWS_MIN_SAMPLES` when
@@ -339,18 +339,29 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", kernel_name="rbf", solv
        then built in memory without a store; on the cluster, where the workers read the
        store, it is refused.
 
+    Then "auto" is resolved for the path: the working-set solver on rows and on X
+    partitioned, :data:`muflow.solvers.registry.AUTO` by ``intercept`` on a stored K.
+
     Parameters
     ----------
     n_samples : int
     solver : str, default="auto"
         The solver asked for (a registered name or "auto").
+    intercept : {"exact", "regularized", "none"}, default="exact"
     kernel_name : str or callable, default="rbf"
     solves : int, default=1
         Solves that read this K.
-    client : distributed.Client, optional
+    client : distributed.Client or str, optional
         The client the solves run on (None: in process).
     gram : {"auto", "stored", "rows"}, default="auto"
         In process: "stored" and "rows" are taken as asked ("stored" still weighs the disk).
+    gram_dtype : {"auto", "float64", "float32"}, default="auto"
+        Storage of K in process and of the workers' kernel panels.
+    cache_mb : float, optional
+        Megabytes of kernel rows cached, carried in the plan.
+    dask_input : bool, default=False
+        X is a dask collection held by the workers: refused on a path that needs X here
+        (without a client, a kernel not computed from X, a solver that does not run there).
     store_dir : str, optional
         Where the store would go; None: no store (K built in memory on the stored path).
     store_built : bool, default=False
@@ -366,72 +377,107 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", kernel_name="rbf", solv
     Raises
     ------
     MuflowInputError
-        On a cluster, when the solver needs the Gram store and it does not fit on the disk.
+        On a cluster, when the solver needs the Gram store and it does not fit on the disk,
+        or X is a dask collection; ``SolverCombinationError`` when the solver reads rows of K,
+        which the Gram store on the cluster does not serve.
     """
+    from muflow.memory import GRAM_CHOICES
+
+    if gram not in GRAM_CHOICES:
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
+    n = int(n_samples)
+    if dask_input and not runs_on_workers(client, kernel_name, solver):
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(
+            "X is a dask collection: fit it on the cluster with client=... (a Client or a "
+            "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
+            "solver: 'm3', 'munk', ...), or pass a NumPy array")
+    if not isinstance(kernel_name, str) or kernel_name == "precomputed":
+        from muflow.memory import gram_bytes
+
+        path, reason, store, nbytes = ("stored", "K is given (a precomputed or callable kernel): "
+                                       "held in this process", False, gram_bytes(n, np.float64))
+    elif client is not None:
+        path, reason, store, nbytes = _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype,
+                                                       dask_input, store_dir, store_built, free_disk)
+    else:
+        path, reason, store, nbytes = _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir,
+                                                       store_built, available, free_disk)
+    return KernelPlan(path, reason, solves, store, nbytes, _resolved(solver, path, intercept),
+                      None if cache_mb is None else float(cache_mb), gram_dtype)
+
+
+def _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir, store_built, available, free_disk):
+    """Steps 2 to 4 of :func:`plan_kernel` in this process: (path, reason, store, bytes)."""
+    from muflow.inmemory import gram_dtype as storage
     from muflow.memory import choose_gram, gram_bytes
 
-    n = int(n_samples)
-    if not isinstance(kernel_name, str) or kernel_name == "precomputed":
-        return KernelPlan("stored", "K is given (a precomputed or callable kernel): held in this process",
-                          solves, False, gram_bytes(n, np.float64))
-    if client is not None:
-        return _plan_on_cluster(n, solver, kernel_name, solves, client, store_dir, store_built, free_disk)
-    from muflow.inmemory import gram_dtype
-
-    dtype = np.dtype(np.float64) if store_dir is not None else gram_dtype(n)
+    dtype = np.dtype(np.float64) if store_dir is not None else storage(n, gram_dtype)
     nbytes = gram_bytes(n, dtype)
     what = f"K of {n:,} samples ({_size(nbytes)} {dtype.name})"
     mode = gram_mode(gram, n, solver, sweep=solves > 1)
     if mode == "rows":
         if gram == "rows":
-            return KernelPlan("rows", f"rows on demand as asked (gram='rows'); {what} is never stored",
-                              solves, False, nbytes)
+            return "rows", f"rows on demand as asked (gram='rows'); {what} is never stored", False, nbytes
         threshold = SWEEP_ROWS_MIN_SAMPLES if solves > 1 else ROWS_MIN_SAMPLES
-        return KernelPlan("rows", f"{n:,} samples > {threshold:,}: {what} would be read by "
-                          f"{_solves(solves)}, but rows on demand compute only the rows the "
-                          "working sets touch", solves, False, nbytes)
+        return "rows", (f"{n:,} samples > {threshold:,}: {what} would be read by {_solves(solves)}, "
+                        "but rows on demand compute only the rows the working sets touch"), False, nbytes
     if mode == "auto" and choose_gram(n, dtype, "auto", available=available) == "rows":
         cost = (f"; {solver} reads products, so each pass computes K again" if reads_products(solver)
                 else "")
-        return KernelPlan("rows", f"{what} does not fit in half the available memory: rows on "
-                          f"demand{cost}", solves, False, nbytes)
+        return "rows", f"{what} does not fit in half the available memory: rows on demand{cost}", False, nbytes
     products = f"{solver} reads all of K every pass; " if reads_products(solver) else ""
     reason = f"{products}{what} fits in memory and is reused by {_solves(solves)}"
     if store_dir is None:
-        return KernelPlan("stored", reason, solves, False, nbytes)
+        return "stored", reason, False, nbytes
     if store_built or free_disk is None or nbytes <= free_disk:
         there = " (its store is there already)" if store_built else ""
-        return KernelPlan("stored", reason + there, solves, True, nbytes)
-    return KernelPlan("stored", f"{reason}; its store would not fit in the {_size(free_disk)} free "
-                      f"at {store_dir}: K is built in memory, no store written", solves, False, nbytes)
+        return "stored", reason + there, True, nbytes
+    return "stored", (f"{reason}; its store would not fit in the {_size(free_disk)} free at "
+                      f"{store_dir}: K is built in memory, no store written"), False, nbytes
 
 
-def _plan_on_cluster(n, solver, kernel_name, solves, client, store_dir, store_built, free_disk):
+def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_input, store_dir,
+                     store_built, free_disk):
     """Step 1 of :func:`plan_kernel` with a client: X partitioned on the workers, or the Gram
-    store on the cluster (refused when it does not fit on the disk)."""
+    store on the cluster (refused when it does not fit on the disk, when the solver reads
+    rows, or when X is on the workers already): (path, reason, store, bytes)."""
+    from muflow.exceptions import MuflowInputError, SolverCombinationError
     from muflow.memory import gram_bytes
 
     nbytes = gram_bytes(n, np.float32)
     what = f"K of {n:,} samples ({_size(nbytes)} float32)"
     if runs_on_workers(client, kernel_name, solver):
-        if not runs_on_panels(solver):
-            return KernelPlan("partitioned", f"the working-set solver runs on X partitioned over the "
-                              f"workers, each computing the rows its working sets touch; {what} "
-                              f"is never stored, for {_solves(solves)}", solves, False, nbytes)
+        if not reads_products(solver):
+            return "partitioned", (f"the working-set solver runs on X partitioned over the workers, "
+                                   f"each computing the rows its working sets touch; {what} is never "
+                                   f"stored, for {_solves(solves)}"), False, nbytes
         from muflow.dask_panels import panels_fit
+        from muflow.inmemory import gram_dtype as storage
 
-        if panels_fit(n, client, np.float32):
-            return KernelPlan("partitioned", f"{solver} reads all of K every pass; {what} fits as "
-                              f"kernel panels in the workers' memory, reused by {_solves(solves)}",
-                              solves, False, nbytes)
+        if panels_fit(n, client, storage(n, gram_dtype)):
+            return "partitioned", (f"{solver} reads all of K every pass; {what} fits as kernel panels "
+                                   f"in the workers' memory, reused by {_solves(solves)}"), False, nbytes
+        if dask_input:
+            raise MuflowInputError(
+                f"the kernel panels of {n} samples do not fit in the workers' memory "
+                f"(muflow.dask_panels.panels_fit), and solver {solver!r} would need the Gram store "
+                "built from X in this process: use solver='working_set', give the workers more "
+                "memory, or pass a NumPy array")
+    elif reads_rows(solver):
+        raise SolverCombinationError(
+            f"solver {solver!r} reads rows of K, which the Dask operator does not serve; "
+            "with a client/scheduler use solver='working_set' (X on the workers) or a "
+            "multiplicative solver ('m3', 'munk') on a Gram store")
     if not store_built and free_disk is not None and nbytes > free_disk:
-        from muflow.exceptions import MuflowInputError
-
         raise MuflowInputError(
             f"solver {solver!r} on the cluster needs the Gram store of {what} in {store_dir}, "
             f"and {_size(free_disk)} is free there; free disk space, set gram.cache_dir "
             "(cache_dir) to a larger disk, or use solver='working_set' (X on the workers, no store)")
     why = (f"{solver} reads all of K every pass and its kernel panels do not fit in the workers' "
            "memory" if reads_products(solver) else f"{solver} does not run on X partitioned")
-    return KernelPlan("cluster-store", f"{why}: the Gram store of {what} is built on the cluster "
-                      f"and served by the workers, reused by {_solves(solves)}", solves, True, nbytes)
+    return "cluster-store", (f"{why}: the Gram store of {what} is built on the cluster and served "
+                             f"by the workers, reused by {_solves(solves)}"), True, nbytes

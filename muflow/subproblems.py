@@ -112,13 +112,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     member = np.asarray(member, dtype=bool)
     alpha0, bias0 = problem.check_init(init)
     G0 = start_gradient(init, n, m)
-    alpha = np.zeros((n, m))
-    bias = np.zeros(m)
-    gradient = np.full((n, m), np.nan)
-    kept_gradient = True  # every group's solve kept its gradient
-    curves, final = [None] * m, np.full(m, np.nan)
-    violations, converged, iters, solver = np.zeros(m), np.zeros(m, dtype=bool), 0, ""
-    timings: dict = {"restricted_samples": 0}
+    batch = _Gathered(n, m)
     groups = _same_samples(member)
     samples = [np.flatnonzero(member[:, cols[0]]) for cols in groups]
 
@@ -168,34 +162,54 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                     left = _left_at_start(problem, samples[k], groups[k], alpha0, bias0, G0)
                     if left is not None:
                         return left
-                return solve_group(k, _scattered(callback, alpha, final, samples[k], groups[k],
-                                                 told_to_stop))
+                return solve_group(k, _scattered(callback, batch.alpha, batch.final, samples[k],
+                                                 groups[k], told_to_stop))
 
             solved = (in_turn(k) for k in order)
         # in process, each group is solved as the loop asks: its callback sees those before
         for k, sol in zip(order, solved):
-            idx, cols = samples[k], groups[k]
-            alpha[np.ix_(idx, cols)] = sol.alpha
-            bias[cols] = sol.bias
-            kept_gradient = kept_gradient and sol.gradient is not None
-            if kept_gradient:
-                gradient[np.ix_(idx, cols)] = sol.gradient
-            for c, j in enumerate(cols):
-                curves[j] = sol.objective_curve[:, c]
-                final[j] = curves[j][-1]
-            violations[cols] = sol.kkt_violation
-            converged[cols] = sol.converged
-            iters = max(iters, int(sol.n_iter))
-            solver = sol.solver or solver  # a group left at its start names none
-            timings["restricted_samples"] += idx.size
-            for key, value in sol.timings.items():
-                if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
-                    timings[key] = (max if key in _MOST else sum)((timings.get(key, 0), value))
-    timings["processes"] = processes
-    timings["total"] = time.perf_counter() - t0
-    return DualSolution(alpha=alpha, bias=bias, n_iter=iters, objective_curve=pad_curves(curves),
-                        kkt_violation=violations, converged=converged, timings=timings,
-                        solver=solver, gradient=gradient if kept_gradient else None)
+            batch.add(samples[k], groups[k], sol)
+    return batch.solution(processes, time.perf_counter() - t0)
+
+
+class _Gathered:
+    """The batch's solution gathered from its groups' (:func:`solve_on_own_samples`): each
+    group's columns scattered back onto their samples, timings summed (the sizes in
+    :data:`_MOST` the largest)."""
+
+    def __init__(self, n, m):
+        self.alpha, self.bias = np.zeros((n, m)), np.zeros(m)
+        self.gradient = np.full((n, m), np.nan)
+        self.kept_gradient = True  # every group's solve kept its gradient
+        self.curves, self.final = [None] * m, np.full(m, np.nan)
+        self.violations, self.converged = np.zeros(m), np.zeros(m, dtype=bool)
+        self.iters, self.solver = 0, ""
+        self.timings: dict = {"restricted_samples": 0}
+
+    def add(self, idx, cols, sol):
+        self.alpha[np.ix_(idx, cols)] = sol.alpha
+        self.bias[cols] = sol.bias
+        self.kept_gradient = self.kept_gradient and sol.gradient is not None
+        if self.kept_gradient:
+            self.gradient[np.ix_(idx, cols)] = sol.gradient
+        for c, j in enumerate(cols):
+            self.curves[j] = sol.objective_curve[:, c]
+            self.final[j] = self.curves[j][-1]
+        self.violations[cols] = sol.kkt_violation
+        self.converged[cols] = sol.converged
+        self.iters = max(self.iters, int(sol.n_iter))
+        self.solver = sol.solver or self.solver  # a group left at its start names none
+        self.timings["restricted_samples"] += idx.size
+        for key, value in sol.timings.items():
+            if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+                self.timings[key] = (max if key in _MOST else sum)((self.timings.get(key, 0), value))
+
+    def solution(self, processes, seconds) -> DualSolution:
+        timings = dict(self.timings, processes=processes, total=seconds)
+        return DualSolution(alpha=self.alpha, bias=self.bias, n_iter=self.iters,
+                            objective_curve=pad_curves(self.curves), kkt_violation=self.violations,
+                            converged=self.converged, timings=timings, solver=self.solver,
+                            gradient=self.gradient if self.kept_gradient else None)
 
 
 def _restricted(operator, idx, kept, key):

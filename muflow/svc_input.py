@@ -10,26 +10,16 @@ from sklearn.utils.validation import (_num_samples, check_consistent_length, col
                                       validate_data)
 
 from muflow.threads import check_n_jobs
+from muflow.dask_predict import is_dask_collection
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
 from muflow.kernels import KERNELS, Kernel, kernel_from_setting
 from muflow.memory import GRAM_CHOICES
 from muflow.multiclass import MULTICLASS
-from muflow.routing import runs_on_workers
 from muflow.solvers.registry import INTERCEPTS, SOLVERS
 from muflow.time_limit import check_time_limit
 from muflow.validation import check_bool, check_choice, check_number, check_per_sample
-
-def _is_dask_collection(X) -> bool:
-    """Whether X is a Dask array or DataFrame, importing nothing (no Dask, no zarr) for any
-    other input: predicting from a saved model needs NumPy and SciPy only."""
-    if not type(X).__module__.startswith("dask"):
-        return False
-    from muflow.dask_predict import is_dask_collection
-
-    return is_dask_collection(X)
-
 
 def _dense_kernel(K) -> np.ndarray:
     """A callable kernel's values as a float64 array (a sparse result is densified)."""
@@ -98,12 +88,9 @@ class FitInput:
     def _validate_dask_input(self, X, y):
         """A dask.array or dask.dataframe X stays on the workers (its partitions become
         the solver's, :class:`muflow.dask_partitions.DaskRowPartitions`); y (O(n)) comes
-        to the client. Non-finite values are refused by the worker that holds them."""
-        if not runs_on_workers(self.client, self.kernel, self.solver):
-            raise MuflowInputError(
-                "X is a dask collection: fit it on the cluster with client=... (a Client or a "
-                "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
-                "solver: 'm3', 'munk', ...), or pass a NumPy array")
+        to the client. Non-finite values are refused by the worker that holds them; a fit
+        whose path does not run there is refused by its plan
+        (:func:`muflow.routing.plan_kernel`)."""
         if hasattr(X, "to_dask_array"):
             X = X.to_dask_array(lengths=True)
         if X.ndim != 2:
@@ -111,7 +98,7 @@ class FitInput:
         from muflow.dask_partitions import check_finite_blocks
 
         check_finite_blocks(X)
-        if _is_dask_collection(y):
+        if is_dask_collection(y):
             y = y.compute()
         y = column_or_1d(np.asarray(y), warn=True)
         if y.shape[0] != X.shape[0]:
@@ -123,7 +110,7 @@ class FitInput:
     def _validate_fit_input(self, X, y):
         """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
         checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
-        if _is_dask_collection(X):
+        if is_dask_collection(X):
             return self._validate_dask_input(X, y)
         if sp.issparse(X) and self.kernel == "precomputed":
             raise TypeError("Sparse precomputed kernels are not supported.")

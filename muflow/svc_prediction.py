@@ -19,10 +19,12 @@ from sklearn.utils.validation import _num_samples, check_is_fitted, validate_dat
 
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
-from muflow.multiclass import ovo_coef, ovr_scores, pair_coefficients, predict_index
+from muflow.multiclass import (binary_problems, libsvm_dual_coef, ovo_coef, ovr_scores,
+                               pair_coefficients, predict_index)
 from muflow.device.arrays import to_host
 from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
-from muflow.svc_input import _dense_kernel, _is_dask_collection, _wants_probability
+from muflow.dask_predict import is_dask_collection
+from muflow.svc_input import _dense_kernel, _wants_probability
 
 #: scikit-learn 1.9's deprecation of the Platt attributes, word for word.
 _PROB_ATTRIBUTE_DEPRECATION = (
@@ -37,8 +39,62 @@ DEVICE_KERNELS = ("linear", "poly", "rbf", "sigmoid")
 _PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+#: alpha below this fraction of the largest coefficient of its problem is not a support
+#: vector (multiplicative iterates approach zero without reaching it).
+SUPPORT_THRESHOLD = 1e-8
+
+
 class FittedSVC:
     """The fitted side of :class:`muflow.SVC`: attributes derived from the fit, prediction."""
+
+    def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
+        """The fitted attributes from a solution; the one place both fit paths set them."""
+        k = len(self.classes_)
+        Y, _ = binary_problems(y_encoded, k, self.multiclass)
+        alpha = solution.alpha
+        largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
+        candidates = np.flatnonzero((alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1))
+        # libsvm's order: grouped by class, ascending within a class
+        support = candidates[np.argsort(y_encoded[candidates], kind="stable")]
+        self.support_ = support.astype(np.int32)
+        self.n_support_ = np.bincount(y_encoded[support], minlength=k).astype(np.int32)
+        coef = (Y * alpha)[support]
+        if k > 2 and self.multiclass == "ovo":
+            dual = libsvm_dual_coef(coef, y_encoded[support], k)
+        else:
+            dual = coef.T.copy()
+        if kernel.offset:
+            # f(x) = sum a y (k + r) = sum a y k + r sum a y: the bias of the augmented kernel
+            self.intercept_ = kernel.offset * (Y * alpha).sum(axis=0) + solution.bias
+        else:
+            self.intercept_ = np.asarray(solution.bias, dtype=np.float64).copy()
+        self._sparse = sp.issparse(X) and not callable(self.kernel)
+        if callable(self.kernel):
+            self._X_fit = X
+            self.support_vectors_ = np.empty((0, 0))
+        elif self.kernel == "precomputed":
+            self.support_vectors_ = np.empty((0, 0))
+        else:
+            self.support_vectors_ = X[self.support_]
+        self.dual_coef_ = sp.csr_matrix(dual) if self._sparse else dual
+        if not (np.all(np.isfinite(dual)) and np.all(np.isfinite(self.intercept_))):
+            raise ValueError(
+                "The dual coefficients or intercepts are not finite. The input data may "
+                "contain large values and need to be preprocessed (e.g. StandardScaler)")
+        self.kernel_ = kernel.with_offset(0.0)
+        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int32)
+        self.objective_ = np.asarray(solution.objective, dtype=np.float64)
+        self.objective_curve_ = np.asarray(solution.objective_curve)
+        self.kkt_violation_ = np.asarray(solution.kkt_violation)
+        self.converged_ = np.asarray(solution.converged)
+        self.fit_status_ = int(not self.converged_.all() and solution.n_iter >= budget)
+        self.timings_ = dict(solution.timings)
+        self.rows_computed_ = int(solution.timings.get("rows_fetched", 0))
+        self.shape_fit_ = X.shape if hasattr(X, "shape") else (_num_samples(X),)
+        self.solver_ = solver
+        self.fit_time_ = float(fit_time)
+        return self
+
 
     # -- fitted attributes as scikit-learn's -------------------------------------------
     @property
@@ -174,7 +230,7 @@ class FittedSVC:
         positive for the pair's first class, libsvm's order).
         """
         self._check_fitted()
-        if _is_dask_collection(X):
+        if is_dask_collection(X):
             from muflow.dask_predict import predict_lazy
 
             return predict_lazy(self, "decision_function", X)
@@ -193,7 +249,7 @@ class FittedSVC:
         self._check_fitted()
         if self.break_ties and self.decision_function_shape == "ovo":
             raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
-        if _is_dask_collection(X):
+        if is_dask_collection(X):
             from muflow.dask_predict import predict_lazy
 
             return predict_lazy(self, "predict", X)
@@ -225,7 +281,7 @@ class FittedSVC:
         check_is_fitted(self)
         if np.size(getattr(self, "_probA", ())) == 0:
             raise NotFittedError("predict_proba is not available when fitted with probability=False")
-        if _is_dask_collection(X):
+        if is_dask_collection(X):
             from muflow.dask_predict import predict_lazy
 
             return predict_lazy(self, "predict_proba", X)

@@ -225,7 +225,7 @@ def test_incomplete_store_is_refused(client, bc_data, tmp_path):
 def test_map_rows_computes_blockwise_on_the_cluster(client):
     import dask.array as da
 
-    from muflow.distributed import is_dask_array, map_rows
+    from muflow.dask_predict import is_dask_array, map_rows
 
     X = np.random.default_rng(2).normal(size=(500, 6))
     Xd = da.from_array(X, chunks=(128, 3))

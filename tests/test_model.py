@@ -308,13 +308,13 @@ def test_a_product_solver_stores_K_above_the_threshold_unless_it_does_not_fit(bl
 
     X, y = blobs
     made = []
-    original = backends._in_process_operator
+    original = backends.gram_operator
 
     def spy(*args, **kwargs):
         made.append(original(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(backends, "_in_process_operator", spy)
+    monkeypatch.setattr(backends, "gram_operator", spy)
     monkeypatch.setattr(muflow.routing, "ROWS_MIN_SAMPLES", len(y) - 1)
     stored = muflow.SVC(gamma=0.5, solver="m3", max_iter=50).fit(X, y)
     assert isinstance(made[-1], DenseGram)

@@ -51,8 +51,8 @@ def store_built(X, kernel, cache_dir, dtype: str) -> bool:
     return store_exists(lookup_cache(str(cache_dir), fingerprint(X), kernel, dtype))
 
 
-def plan_setting(X, kernel, *, solver: str = "auto", solves: int = 1, client=None,
-                 cache_dir=None) -> KernelPlan:
+def plan_setting(X, kernel, *, solver: str = "auto", intercept: str = "exact", solves: int = 1,
+                 client=None, cache_dir=None, cache_mb=None) -> KernelPlan:
     """The plan of one kernel setting over X: :func:`muflow.routing.plan_kernel` given the
     memory available now, the free disk at the store directory and whether the store is
     there. With a client the store directory is ``cache_dir`` or the default cache
@@ -63,6 +63,6 @@ def plan_setting(X, kernel, *, solver: str = "auto", solves: int = 1, client=Non
         cache_dir = default_cache_dir()
     built = cache_dir is not None and kernel.name != "precomputed" and store_built(
         X, kernel, cache_dir, store_dtype(client is not None))
-    return plan_kernel(X.shape[0], solver=solver, kernel_name=kernel.name, solves=solves,
-                       client=client, store_dir=cache_dir, store_built=built,
-                       free_disk=free_disk_bytes(cache_dir))
+    return plan_kernel(X.shape[0], solver=solver, intercept=intercept, kernel_name=kernel.name,
+                       solves=solves, client=client, store_dir=cache_dir, store_built=built,
+                       free_disk=free_disk_bytes(cache_dir), cache_mb=cache_mb)

@@ -21,7 +21,7 @@ Two paths solve the batch (:func:`solve_kernel`):
   ``n_jobs`` forked processes share (:mod:`muflow.selection.fork_pool`).
 
 ``path="auto"`` takes continuation for the solvers that read rows and the batched path for
-multiplicative ones (:func:`muflow.routing.sweep_solver`); ``path="compare"`` solves the
+multiplicative ones (:func:`muflow.routing.sweep_path`); ``path="compare"`` solves the
 first kernel setting both ways and keeps the faster path for the rest.
 
 Notes

@@ -20,7 +20,7 @@ import numpy as np
 from muflow.backends import gram_operator
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
-from muflow.routing import sweep_solver
+from muflow.routing import sweep_path
 from muflow.selection import rundir, timeout
 from muflow.selection.kernel_plan import plan_setting, sweep_solves
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
@@ -28,6 +28,7 @@ from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
 from muflow.selection.records import KernelRecord, Refit
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
+from muflow.solvers.registry import choose_solver
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import bounded
@@ -105,7 +106,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         fit in half the available memory: the store-or-stream rule of each kernel
         setting, :func:`muflow.routing.plan_kernel`, which the pipeline follows too) kernel
         rows are computed on demand and "auto" is the working-set solver, by the rule
-        :class:`muflow.SVC` follows (:func:`muflow.routing.solver_for`): each fold's problem
+        :class:`muflow.SVC` follows (:func:`muflow.routing.plan_kernel`): each fold's problem
         on rows over its own training samples (:func:`muflow.routing.solves_on_own_samples`),
         warm-started along C, and the refit on all samples by the engine of ``SVC.fit``.
         With a Dask client the working-set solver on X partitioned over the workers
@@ -147,8 +148,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         many). Subset solvers on the chains path share it out to forked processes, each
         fold's chain on its share (they share an in-memory K copy-on-write; P =
         min(chains, budget) processes of budget // P threads); 1 solves the chains here in
-        turn, and so does a sweep with a ``time_limit``. Every solve, row computation and
-        the refit in this process use at most the budget.
+        turn. Every solve, row computation and the refit in this process use at most the
+        budget.
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
         :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
@@ -176,24 +177,63 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     """
     t_start = time.perf_counter()
     deadline = start_deadline(time_limit)
+    grid.validate()
+    check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
+                       tol=tol, max_iter=max_iter, halving=halving,
+                       halving_min_iter=halving_min_iter, n_jobs=n_jobs))
     from muflow.device.arrays import fit_device
 
     xp = fit_device(device, client)
+    budget = thread_budget(n_jobs)
+    data = _check_data(X, y, X_test, y_test, folds, seed)
+    settings, Cs = grid.kernel_settings(), grid.sorted_C()
+    plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
+                           intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"format_version": rundir.FORMAT_VERSION, "data": rundir.data_digest(data.X, y),
+            "grid": grid.to_dict(), "folds": int(folds), "seed": int(seed), "solver": solver,
+            "path": path, "intercept": intercept, "tol": float(tol), "max_iter": int(max_iter),
+            "halving": halving, "halving_min_iter": int(halving_min_iter)}
+    rundir.check_or_write_meta(out_dir, meta, resume)
+    run = _SweepRun(data=data, Cs=Cs, out_dir=out_dir, meta=meta, intercept=intercept, tol=tol,
+                    max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
+                    budget=budget, device=xp, client=client, cache_dir=cache_dir,
+                    cache_size=cache_size, deadline=deadline, on_kernel_done=on_kernel_done,
+                    bar=Progress(progress, total=len(settings) * len(Cs)))
+    try:
+        with budget_scope(budget):
+            for i, (setting, planned) in enumerate(zip(settings, plans)):
+                run.setting(i, setting, *planned, resume=resume)
+    finally:
+        run.bar.close()
+    return run.result(t_start)
+
+
+@dataclass
+class _SweepData:
+    """The checked inputs of a sweep: X and the encoded labels, the folds as masks of
+    training samples, the binary problems and the test set."""
+
+    X: object
+    y_enc: np.ndarray
+    classes: np.ndarray
+    splits: list
+    masks: np.ndarray
+    Y: np.ndarray
+    member: np.ndarray
+    X_test: object = None
+    y_test: object = None
+
+
+def _check_data(X, y, X_test, y_test, folds: int, seed: int) -> _SweepData:
+    """Validate X, y and the test set once, and pose the folds and the binary problems."""
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
 
     from muflow.data import check_finite
     from muflow.multiclass import binary_problems
 
-    grid.validate()
-    check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
-                       tol=tol, max_iter=max_iter, halving=halving,
-                       halving_min_iter=halving_min_iter, n_jobs=n_jobs))
-    budget = thread_budget(n_jobs)
-    # forked chains while a deadline runs: a chain cut in a child is not seen cut here
-    # (the deadline's state is this process's), so under a time limit the chains are
-    # solved here, on the budget's threads, as SVC keeps its pairs in process under one
-    forks = 1 if deadline is not None else budget
     X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
     check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
@@ -209,157 +249,176 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         X_test, y_test = check_X_y(X_test, y_test, accept_sparse="csr", dtype=np.float64)
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
-    settings = grid.kernel_settings()
-    Cs = grid.sorted_C()
-    kernels = [kernel_from_setting(s, X, intercept=intercept) for s in settings]
-    solvers = [sweep_solver(solver, path, intercept=intercept, kernel_nonnegative=k.is_nonnegative(X),
-                            client=client) for k in kernels]
-
     n = X.shape[0]
     splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(n), y_enc))
     masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(splits):
         masks[train, f] = True
     Y, member = binary_problems(y_enc, len(classes))
+    return _SweepData(X, y_enc, classes, splits, masks, Y, member, X_test, y_test)
 
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"format_version": rundir.FORMAT_VERSION, "data": rundir.data_digest(X, y),
-            "grid": grid.to_dict(), "folds": int(folds), "seed": int(seed), "solver": solver,
-            "path": path, "intercept": intercept, "tol": float(tol), "max_iter": int(max_iter),
-            "halving": halving, "halving_min_iter": int(halving_min_iter)}
-    rundir.check_or_write_meta(out_dir, meta, resume)
 
-    timings = {"gram": 0.0, "solve": 0.0, "refit": 0.0}
-    timings.update({solve_key(c): 0.0 for c in Cs})
-    counts_out = {"grams_built": 0, "kernels_solved": 0, "kernels_resumed": 0}
-    path_report = {"settings": []}
-    records = []
-    not_started = []  # rows of the settings the time limit left unstarted
-    chosen_path = None
-    bar = Progress(progress, total=len(settings) * len(Cs))
-    buffer = None
-    scope = budget_scope(budget)
-    scope.__enter__()
-    try:
-        for i, setting in enumerate(settings):
-            kdir = rundir.kernel_dir(out_dir, i, setting)
-            done = rundir.load_kernel(kdir, setting, meta) if resume else None
-            if done is not None:
-                counts_out["kernels_resumed"] += 1
-                records.append(done)
-                bar.advance_configs(len(Cs))
-                continue
-            if deadline is not None and deadline.expired:
-                not_started.extend(timeout.not_started_rows(setting, Cs, folds, *solvers[i]))
-                bar.advance_configs(len(Cs))
-                continue
-            info, kpath = solvers[i]
-            info = bounded(info, deadline)  # every solve and refit stops at the time limit
-            if chosen_path is not None:
-                kpath = chosen_path
-            t = time.perf_counter()
-            kernel = kernels[i]
-            plan = plan_setting(X, kernel, solver=solver, solves=sweep_solves(folds, len(Cs)),
-                                client=client, cache_dir=cache_dir)
-            operator = gram_operator(X, kernel, client=client, solver=info.name, cache_mb=cache_size,
-                                     gram=plan.gram, cache_dir=cache_dir if plan.store else None,
-                                     out=buffer, device=xp, n_threads=budget)
-            if client is None:  # "auto" on rows computed on demand: the working set, as SVC
-                info, kpath = sweep_solver(solver, path, intercept=intercept,
-                                           kernel_nonnegative=kernel.is_nonnegative(X),
-                                           client=None, operator=operator)
-                info = bounded(info, deadline)
-                if chosen_path is not None:
-                    kpath = chosen_path
-            gram, reason = _path_taken(plan, operator, client)
-            options = info.options(cache_mb=cache_size)
-            buffer = operator.dense  # the next setting builds its K into this array
-            timings["gram"] += time.perf_counter() - t
-            counts_out["grams_built"] += 1
-            bar.describe(setting_label(setting))
+def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
+                   cache_mb) -> list:
+    """``[(kernel, plan, info, path along C), ...]``, one per kernel setting, asked once
+    before any solve (:func:`muflow.selection.kernel_plan.plan_setting`, the rule the
+    pipeline follows too): impossible combinations are refused before anything runs."""
+    planned = []
+    for setting in settings:
+        kernel = kernel_from_setting(setting, X, intercept=intercept)
+        plan = plan_setting(X, kernel, solver=solver, intercept=intercept,
+                            solves=sweep_solves(folds, n_C), client=client, cache_dir=cache_dir,
+                            cache_mb=cache_mb)
+        info = choose_solver(plan.solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X))
+        planned.append((kernel, plan, info, sweep_path(path, info.name)))
+    return planned
 
-            def solve(p, halving_eta):
-                return solve_kernel(operator, Y, masks, Cs, info, p, intercept, tol, max_iter,
-                                    halving_eta, halving_min_iter, bar.iteration_callback(), forks,
-                                    member, y_enc, options)
 
-            if kpath == "compare":
-                res_b, res_c = solve("batched", None), solve("continuation", None)
-                tb, tc = res_b.solve_seconds, res_c.solve_seconds
-                chosen_path = "batched" if tb <= tc else "continuation"
-                path_report["compare"] = {"setting": setting, "solver": info.name,
-                                          "batched_seconds": tb, "continuation_seconds": tc,
-                                          "faster": chosen_path}
-                res = res_b if chosen_path == "batched" else res_c
-                timings["solve"] += tb + tc
-            else:
-                res = solve(kpath, halving)
-                timings["solve"] += res.solve_seconds
-            for c, seconds in zip(Cs, res.seconds):
-                timings[solve_key(c)] += float(seconds)
-            rows = configuration_rows(setting, Cs, res, splits, y_enc)
-            cut = deadline is not None and deadline.stopped
+@dataclass
+class _SweepRun:
+    """The state of a sweep across its kernel settings: the records so far, the timings and
+    counts, the progress bar and the Gram buffer the next setting builds its K into."""
+
+    data: _SweepData
+    Cs: np.ndarray
+    out_dir: Path
+    meta: dict
+    intercept: str
+    tol: float
+    max_iter: int
+    halving: int | None
+    halving_min_iter: int
+    budget: int  # the sweep's threads (muflow.threads.thread_budget), shared by forked chains
+    device: object  # the array module of device= (None: the CPU)
+    client: object
+    cache_dir: object
+    cache_size: float
+    deadline: object
+    on_kernel_done: object
+    bar: Progress
+    records: list = field(default_factory=list)
+    not_started: list = field(default_factory=list)  # rows of the settings the time limit left
+    chosen_path: str | None = None  # the faster path of path="compare"
+    compare: dict | None = None
+    buffer: object = None
+    timings: dict = field(default_factory=lambda: {"gram": 0.0, "solve": 0.0, "refit": 0.0})
+    counts: dict = field(default_factory=lambda: {"grams_built": 0, "kernels_solved": 0,
+                                                  "kernels_resumed": 0})
+
+    def __post_init__(self):
+        self.timings.update({solve_key(c): 0.0 for c in self.Cs})
+
+    def setting(self, i, setting, kernel, plan, info, kpath, *, resume):
+        """One kernel setting: its saved results (``resume``), its rows left unstarted by
+        the time limit, or its solves on the operator of its plan."""
+        kdir = rundir.kernel_dir(self.out_dir, i, setting)
+        done = rundir.load_kernel(kdir, setting, self.meta) if resume else None
+        if done is not None:
+            self.counts["kernels_resumed"] += 1
+            self.records.append(done)
+        elif self.deadline is not None and self.deadline.expired:
+            self.not_started.extend(timeout.not_started_rows(setting, self.Cs, len(self.data.splits),
+                                                             info, kpath))
+        else:
+            self._solve(kdir, setting, kernel, plan, info, self.chosen_path or kpath)
+        self.bar.advance_configs(len(self.Cs))
+
+    def _solve(self, kdir, setting, kernel, plan, info, kpath):
+        """Build the setting's operator by its plan, solve every (C, fold, class) column,
+        refit the best C when it beats every earlier setting, save the record."""
+        info = bounded(info, self.deadline)  # every solve and refit stops at the time limit
+        t = time.perf_counter()
+        operator = gram_operator(self.data.X, kernel, plan, client=self.client, out=self.buffer,
+                                 cache_dir=self.cache_dir if plan.store else None,
+                                 device=self.device, n_threads=self.budget)
+        self.buffer = operator.dense  # the next setting builds its K into this array
+        self.timings["gram"] += time.perf_counter() - t
+        self.counts["grams_built"] += 1
+        self.bar.describe(setting_label(setting))
+        try:
+            res = self._solve_columns(operator, setting, info, kpath)
+            rows = configuration_rows(setting, self.Cs, res, self.data.splits, self.data.y_enc)
+            cut = self.deadline is not None and self.deadline.stopped
             if cut:
                 rows = timeout.mark_unfinished(rows)
-            c_best = best_index([rows])[1]
-            # a setting cut at the time limit is refitted only when nothing else finished
-            if (not records) if cut else beats(rows[c_best], records):
-                refit = refit_setting(operator, Y, Cs[c_best], res, c_best, info, intercept,
-                                      tol, max_iter, member, options)
-                timings["refit"] += refit.seconds
-            else:  # an earlier setting is better: this one's model would never be used
-                refit = Refit()
+            refit = self._refit(operator, rows, res, info, cut)
+        finally:
             operator.close()  # a cluster's partitions or panels are released here
-            del operator
-            res.decision = res.products = None
-            counts_out["kernels_solved"] += 1
-            record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
-                                  path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
-                                  refit=refit, curves=res.curves, gram=gram, reason=reason)
-            if not cut:  # a cut setting is not done: a resumed sweep solves it again
-                rundir.save_kernel(kdir, record, meta)
-            records.append(record)
-            bar.advance_configs(len(Cs))
-            if on_kernel_done is not None:
-                on_kernel_done(setting, rows)
-    finally:
-        scope.__exit__(None, None, None)
-        bar.close()
-    for rec in records:
-        path_report["settings"].append({"setting": rec.setting, "gram": rec.gram, "reason": rec.reason,
-                                        "solver": rec.solver, "path": rec.path,
-                                        "solve_seconds": rec.solve_seconds})
+        res.decision = res.products = None
+        self.counts["kernels_solved"] += 1
+        record = KernelRecord(setting=setting, rows=rows, kernel=kernel, solver=info.name,
+                              path=res.path, solve_seconds=res.solve_seconds + refit.seconds,
+                              refit=refit, curves=res.curves, gram=plan.path, reason=plan.reason)
+        if not cut:  # a cut setting is not done: a resumed sweep solves it again
+            rundir.save_kernel(kdir, record, self.meta)
+        self.records.append(record)
+        if self.on_kernel_done is not None:
+            self.on_kernel_done(setting, rows)
 
-    table = [row for rec in records for row in rec.rows] + not_started
-    k_best, c_best = best_index(timeout.rows_to_choose_from(records))
-    best = best_summary(records[k_best].rows[c_best])
-    model = _best_model(X, y_enc, classes, records[k_best], intercept, tol, max_iter)
-    test_metrics = None
-    if X_test is not None:
-        test_metrics = {"accuracy": float(model.score(X_test, y_test)), "n_samples": int(X_test.shape[0]),
-                        "configuration": best}
-    paths = rundir.write_outputs(out_dir, table, folds, best, model, test_metrics)
-    paths.update(write_plots(out_dir, records, Cs))
-    timings["total"] = time.perf_counter() - t_start
-    if deadline is not None:
-        timeout.warn_unfinished(table, deadline, out_dir)
-    timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
-    return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
-                       test_metrics=test_metrics, path_report=path_report, counts=counts_out)
+    def _solve_columns(self, operator, setting, info, kpath):
+        """Every (C, fold, class) column on ``kpath``; "compare" solves both paths, keeps
+        the faster for the settings after and reports both times."""
+        d = self.data
+        options = info.options(cache_mb=self.cache_size)
 
+        def solve(p, halving_eta):
+            return solve_kernel(operator, d.Y, d.masks, self.Cs, info, p, self.intercept, self.tol,
+                                self.max_iter, halving_eta, self.halving_min_iter,
+                                self.bar.iteration_callback(), self.budget, d.member, d.y_enc, options)
 
-def _path_taken(plan, operator, client) -> tuple[str, str]:
-    """The path the operator took (:data:`muflow.routing.PATH_LABELS`) and its reason: the
-    plan's, or, where the operator answered otherwise (memory or the workers changed
-    between plan and build), what it did instead."""
-    if client is not None:
-        taken = "partitioned" if getattr(operator, "partitioned", False) else "cluster-store"
-    else:
-        taken = "stored" if operator.dense is not None else "rows"
-    if taken == plan.path:
-        return taken, plan.reason
-    return taken, f"planned {plan.path} ({plan.reason}), but the operator took {taken}"
+        if kpath == "compare":
+            res_b, res_c = solve("batched", None), solve("continuation", None)
+            tb, tc = res_b.solve_seconds, res_c.solve_seconds
+            self.chosen_path = "batched" if tb <= tc else "continuation"
+            self.compare = {"setting": setting, "solver": info.name, "batched_seconds": tb,
+                            "continuation_seconds": tc, "faster": self.chosen_path}
+            res = res_b if self.chosen_path == "batched" else res_c
+            self.timings["solve"] += tb + tc
+        else:
+            res = solve(kpath, self.halving)
+            self.timings["solve"] += res.solve_seconds
+        for c, seconds in zip(self.Cs, res.seconds):
+            self.timings[solve_key(c)] += float(seconds)
+        return res
+
+    def _refit(self, operator, rows, res, info, cut) -> Refit:
+        """The best C refitted on all samples while K is at hand, when it beats every earlier
+        setting (a setting cut at the time limit only when nothing else finished)."""
+        c_best = best_index([rows])[1]
+        if not ((not self.records) if cut else beats(rows[c_best], self.records)):
+            return Refit()  # an earlier setting is better: this one's model would never be used
+        d = self.data
+        refit = refit_setting(operator, d.Y, self.Cs[c_best], res, c_best, info, self.intercept,
+                              self.tol, self.max_iter, d.member, info.options(cache_mb=self.cache_size))
+        self.timings["refit"] += refit.seconds
+        return refit
+
+    def result(self, t_start) -> SweepResult:
+        """The table, the best configuration and its model, the outputs written."""
+        d, records = self.data, self.records
+        table = [row for rec in records for row in rec.rows] + self.not_started
+        k_best, c_best = best_index(timeout.rows_to_choose_from(records))
+        best = best_summary(records[k_best].rows[c_best])
+        model = _best_model(d.X, d.y_enc, d.classes, records[k_best], self.intercept, self.tol,
+                            self.max_iter)
+        test_metrics = None
+        if d.X_test is not None:
+            test_metrics = {"accuracy": float(model.score(d.X_test, d.y_test)),
+                            "n_samples": int(d.X_test.shape[0]), "configuration": best}
+        paths = rundir.write_outputs(self.out_dir, table, len(d.splits), best, model, test_metrics)
+        paths.update(write_plots(self.out_dir, records, self.Cs))
+        timings = self.timings
+        timings["total"] = time.perf_counter() - t_start
+        if self.deadline is not None:
+            timeout.warn_unfinished(table, self.deadline, self.out_dir)
+        timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
+        path_report = {"settings": [{"setting": r.setting, "gram": r.gram, "reason": r.reason,
+                                     "solver": r.solver, "path": r.path,
+                                     "solve_seconds": r.solve_seconds} for r in records]}
+        if self.compare is not None:
+            path_report["compare"] = self.compare
+        return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
+                           test_metrics=test_metrics, path_report=path_report, counts=self.counts)
 
 
 def solve_key(C) -> str:

@@ -323,7 +323,7 @@ def solve_multiplicative(
         raise ValueError(f"box must be 'clip' or 'flip', got {box!r}")
     t_start = time.perf_counter()
     timings = {"products": 0.0, "updates": 0.0, "kkt": 0.0, "safeguard_passes": 0}
-    y, U = problem.y, problem.upper
+    U = problem.upper
     m = problem.m
     alpha, bias0 = problem.check_init(init)
     if alpha is None:
@@ -388,12 +388,8 @@ def solve_multiplicative(
         new_alpha = _step(rule, prod, problem, lam, floor, constants)
         scratch.give(prod.P, prod.N)  # read by the step only
         prod.P = prod.N = None
-        # flip signs for the next pass: the sign of the current Lagrangian gradient (eq. (20))
         if flipping:
-            grad = prod.q_alpha + problem.linear
-            lagr = grad + (lam[None, :] * y if problem.equality else 0.0)
-            flip = can_flip & (lagr < 0)
-            s = np.where(flip, -1.0, 1.0) if flip.any() else None
+            s = _flip_signs(problem, prod, lam, can_flip)
         timings["updates"] += time.perf_counter() - t
         if prev is not None:  # its products served the last line search; none refer to them
             scratch.give(prev[1].q_alpha)
@@ -402,21 +398,30 @@ def solve_multiplicative(
         prod = products(alpha)
         objective, satisfied, col_max = summarize(alpha, prod)
         n_iter += 1
+    return _certified(problem, alpha, prod, lam, tol, n_iter, curve, timings, t_start,
+                      solver_name or (rule if box == "clip" else f"{rule}_flipped"))
+
+
+def _flip_signs(problem, prod, lam, can_flip):
+    """The signs of the next pass where the box flips: the sign of the current Lagrangian
+    gradient (eq. (20)); None when no sample flips."""
+    grad = prod.q_alpha + problem.linear
+    lagr = grad + (lam[None, :] * problem.y if problem.equality else 0.0)
+    flip = can_flip & (lagr < 0)
+    return np.where(flip, -1.0, 1.0) if flip.any() else None
+
+
+def _certified(problem, alpha, prod, lam, tol, n_iter, curve, timings, t_start, solver):
+    """The :class:`DualSolution` of the last iterate, its KKT violation and bias certified
+    from the gradient its products give."""
     t = time.perf_counter()
     violation, bias = kkt_violation(problem, alpha, prod.q_alpha + problem.linear,
                                     bias_hint=lam if problem.equality else None)
     timings["kkt"] += time.perf_counter() - t
     timings["total"] = time.perf_counter() - t_start
-    return DualSolution(
-        alpha=alpha,
-        bias=bias,
-        n_iter=n_iter,
-        objective_curve=np.asarray(curve),
-        kkt_violation=violation,
-        converged=violation <= tol,
-        timings=timings,
-        solver=solver_name or (rule if box == "clip" else f"{rule}_flipped"),
-    )
+    return DualSolution(alpha=alpha, bias=bias, n_iter=n_iter, objective_curve=np.asarray(curve),
+                        kkt_violation=violation, converged=violation <= tol, timings=timings,
+                        solver=solver)
 
 
 def _line_search(problem, prev, alpha, prod, worse, products):
