@@ -103,6 +103,27 @@ def _positive_env(name: str, *, strict: bool) -> int | None:
     return None
 
 
+def _caller_omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as the caller set it. A Dask Nanny started in this process (a
+    ``LocalCluster`` of worker processes: ``python -m muflow run``, a user's notebook)
+    writes its workers' settings, ``OMP_NUM_THREADS=1`` among them, into this process's
+    environment before it spawns them, and leaves them there: that value says nothing of
+    this process's threads and is not taken as a cap."""
+    value = _positive_env("OMP_NUM_THREADS", strict=False)
+    if value is None or "distributed.nanny" not in sys.modules:
+        return value
+    try:
+        import dask
+
+        spawned = (dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}).get(
+            "OMP_NUM_THREADS")
+    except Exception:  # noqa: BLE001  a config that cannot be read changes nothing
+        return value
+    if spawned is not None and str(spawned).strip() == os.environ.get("OMP_NUM_THREADS", "").strip():
+        return None
+    return value
+
+
 _CONTROLLER = {}  # (pid, modules loaded) -> threadpoolctl controller
 
 
@@ -251,7 +272,7 @@ def thread_budget(n_jobs=None) -> int:
     if allowed is None:
         allowed = dask_worker_threads()
         if allowed is None:
-            caps += [_positive_env("OMP_NUM_THREADS", strict=False), _pool_limit(cores)]
+            caps += [_caller_omp_threads(), _pool_limit(cores)]
     every = cores if allowed is None else min(cores, allowed)
     if n_jobs is None or n_jobs == -1:
         want = every

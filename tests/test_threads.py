@@ -292,3 +292,16 @@ def test_dask_worker_with_one_thread_fits_on_one():
         assert client.submit(fit_here, X, y).result() == 1
         model = muflow.SVC(client=client).fit(X, y)
         assert "one_task" in model.timings_ and model.n_threads_ == 1
+
+
+def test_a_local_cluster_started_here_leaves_this_process_its_cores():
+    """A Nanny writes its workers' OMP_NUM_THREADS=1 into the environment of the process
+    that starts it (``python -m muflow run`` starts a LocalCluster beside its sweep); the
+    budget of that process stays every core."""
+    from tests.dask_cluster import local_client
+
+    before = th.thread_budget()
+    with local_client(n_workers=1):
+        assert os.environ.get("OMP_NUM_THREADS") == "1"  # what distributed does
+        assert th.thread_budget() == before
+    assert th.thread_budget(-1) == before
