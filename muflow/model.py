@@ -361,7 +361,7 @@ default="rbf"
         upper = self._upper_bounds(y_encoded, n, sample_weight)
         drift = check_per_sample(offset, n, "offset", default=0.0)
         kernel = self._kernel_for(X)
-        client, plan = self._plan(X, checkpoint=checkpoint_dir is not None)
+        client, plan = self._plan(X, checkpoint=checkpoint_dir is not None, device=xp is not None)
         if plan.path == "one-task":
             self._fit_as_one_task(X_given, y_given, sample_weight, offset)
             return _ON_ONE_WORKER
@@ -419,7 +419,7 @@ default="rbf"
             operator.close()
         return deadline
 
-    def _plan(self, X, *, checkpoint: bool):
+    def _plan(self, X, *, checkpoint: bool, device: bool = False):
         """``(client, plan)``: the fit's one plan (:func:`muflow.routing.plan_fit`), asked of
         the cluster itself where ``client`` is a scheduler address (connected here, and then
         owned by the operator; closed at once on the one-task path, which connects on its
@@ -431,7 +431,7 @@ default="rbf"
             plan = plan_fit(X.shape[0], client=client, dask_input=is_dask_collection(X),
                             checkpoint=checkpoint, solver=self.solver, intercept=self.intercept,
                             kernel_name=self.kernel, gram=self.gram, gram_dtype=self.gram_dtype,
-                            cache_mb=float(self.cache_size))
+                            cache_mb=float(self.cache_size), device=device)
         except BaseException:
             if client is not self.client:
                 client.close()

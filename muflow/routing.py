@@ -314,7 +314,7 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
                 solves: int = 1, client=None, gram: str = "auto", gram_dtype: str = "auto",
                 cache_mb: float | None = None, dask_input: bool = False, store_dir=None,
                 store_built: bool = False, available: int | None = None,
-                free_disk: int | None = None) -> KernelPlan:
+                free_disk: int | None = None, device: bool = False) -> KernelPlan:
     """The store-or-stream rule: the path the solves over one K take, the solver, and why.
 
     The one rule :class:`muflow.SVC` (through :func:`plan_fit`), the sweep
@@ -369,6 +369,10 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
     available, free_disk : int, optional
         Bytes of memory available (default :func:`muflow.memory.available_memory_bytes`) and
         of free disk at ``store_dir`` (None: not checked).
+    device : bool, default=False
+        In process, on a GPU (``device="cuda"``): X is held there and K's rows are computed
+        there ("rows", :class:`muflow.device.rows.DeviceRows`, which also keeps K whole on
+        the device for a product solver when it fits); no store.
 
     Returns
     -------
@@ -403,6 +407,10 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
     elif client is not None:
         path, reason, store, nbytes = _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype,
                                                        dask_input, store_dir, store_built, free_disk)
+    elif device:
+        path, reason, store, nbytes = ("rows", "on the GPU: X held there, K's rows computed there "
+                                       "(and K kept there whole for a product solver that fits)",
+                                       False, 0)
     else:
         path, reason, store, nbytes = _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir,
                                                        store_built, available, free_disk)

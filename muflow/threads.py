@@ -298,8 +298,7 @@ def pool_size(tasks: int, n_jobs: int) -> int:
     With 5 folds on 2 cores, 2 processes take 3 rounds while the work is 2.5 rounds: the
     last fold runs alone and a core idles. A few more processes than cores (the kernel
     time-shares them) end together instead: the smallest count, at most 2 * n_jobs,
-    whose makespan for equal tasks is the least. On full a8a this took the 5-fold
-    chains of gamma = 0.05 from 59.6 s (2 processes) to 53.0 s (3).
+    whose makespan for equal tasks is the least.
     """
     if tasks <= n_jobs:
         return max(1, tasks)

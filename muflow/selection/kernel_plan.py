@@ -52,7 +52,7 @@ def store_built(X, kernel, cache_dir, dtype: str) -> bool:
 
 
 def plan_setting(X, kernel, *, solver: str = "auto", intercept: str = "exact", solves: int = 1,
-                 client=None, cache_dir=None, cache_mb=None) -> KernelPlan:
+                 client=None, cache_dir=None, cache_mb=None, device: bool = False) -> KernelPlan:
     """The plan of one kernel setting over X: :func:`muflow.routing.plan_kernel` given the
     memory available now, the free disk at the store directory and whether the store is
     there. With a client the store directory is ``cache_dir`` or the default cache
@@ -65,4 +65,4 @@ def plan_setting(X, kernel, *, solver: str = "auto", intercept: str = "exact", s
         X, kernel, cache_dir, store_dtype(client is not None))
     return plan_kernel(X.shape[0], solver=solver, intercept=intercept, kernel_name=kernel.name,
                        solves=solves, client=client, store_dir=cache_dir, store_built=built,
-                       free_disk=free_disk_bytes(cache_dir), cache_mb=cache_mb)
+                       free_disk=free_disk_bytes(cache_dir), cache_mb=cache_mb, device=device)

@@ -188,7 +188,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     data = _check_data(X, y, X_test, y_test, folds, seed)
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
-                           intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size)
+                           intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
+                           device=xp is not None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"format_version": rundir.FORMAT_VERSION, "data": rundir.data_digest(data.X, y),
@@ -259,7 +260,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int) -> _SweepData:
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
-                   cache_mb) -> list:
+                   cache_mb, device=False) -> list:
     """``[(kernel, plan, info, path along C), ...]``, one per kernel setting, asked once
     before any solve (:func:`muflow.selection.kernel_plan.plan_setting`, the rule the
     pipeline follows too): impossible combinations are refused before anything runs."""
@@ -268,7 +269,7 @@ def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, cli
         kernel = kernel_from_setting(setting, X, intercept=intercept)
         plan = plan_setting(X, kernel, solver=solver, intercept=intercept,
                             solves=sweep_solves(folds, n_C), client=client, cache_dir=cache_dir,
-                            cache_mb=cache_mb)
+                            cache_mb=cache_mb, device=device)
         info = choose_solver(plan.solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X))
         planned.append((kernel, plan, info, sweep_path(path, info.name)))
     return planned

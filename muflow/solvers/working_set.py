@@ -80,6 +80,11 @@ def check_q(q) -> None:
         raise MuflowInputError(f"q (the working-set size) must be an even integer >= 2, got {q!r}")
 
 
+#: Rows of K_BB a block (:meth:`InProcessState._rows_while_solving`): fixed, so that each
+#: entry is computed by the same product whatever the number of threads.
+ENTRY_BLOCK = 64
+
+
 class InProcessState(ColumnState):
     """One column's state in this process: alpha, G and the active set as arrays here, rows
     of K from the :class:`~muflow.solvers.rowcache.RowCache` that every column of the batch
@@ -121,6 +126,7 @@ class InProcessState(ColumnState):
         self._pool = None
         self._block = np.empty(0)
         self._pending = None
+        self._entries = np.empty(0)
         self.background = background
 
     def extremes(self) -> float:
@@ -187,41 +193,48 @@ class InProcessState(ColumnState):
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
 
     def _rows_while_solving(self, B, K_BB) -> bool:
-        """K_BB before B's missing rows: their entries at B's columns computed alone
-        (``operator.entries_into``, the same values as the rows'), the cached rows'
-        gathered, and the missing rows computed whole on the home's threads while this
-        thread solves the subproblem (:meth:`_settle` waits for them). False where the
-        operator cannot (rows copied from a stored K, K read in place) or nothing is missing.
-        Taken whatever the number of threads (with one, the rows are computed at once), so
-        that K_BB, hence the iterates, do not depend on it."""
+        """K_BB computed from X (``operator.entries_into``, blocks of :data:`ENTRY_BLOCK`
+        rows of B on the home's threads), not gathered from the cached rows, so that it
+        does not depend on what the cache holds (a row cache kept along a C path, a fresh
+        one) nor on the threads; B's missing rows are computed whole on the home's threads
+        while this thread solves the subproblem (:meth:`_settle` waits for them). False
+        where the operator cannot (rows copied from a stored K, K read in place)."""
         cache = self.cache
         entries_into = getattr(cache.operator, "entries_into", None)
         if entries_into is None or cache.in_place or cache.operator.dtype != cache.dtype:
             return False
         cached = cache.slot_of[B] >= 0
-        if cached.all():
-            return False
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
-        cache.clock[0] += 1  # the cached rows of B are touched first: the batch evicts none
-        cache.stamp[cache.slot_of[B[cached]]] = cache.clock[0]
-        rows, slots = cache.reserve(B[~cached])
+        if not cached.all():
+            cache.clock[0] += 1  # the cached rows of B are touched first: the batch evicts none
+            cache.stamp[cache.slot_of[B[cached]]] = cache.clock[0]
+            rows, slots = cache.reserve(B[~cached])
+
+            def write():
+                try:
+                    cache.write(rows, slots)
+                except BaseException:
+                    cache.forget(rows)
+                    raise
+
+            if self.background is None:
+                write()
+            else:
+                self._pending = self.background.submit(write)
         self._slots = np.ascontiguousarray(cache.slot_of[B])
-        self.threads.split(gather_block, B.size, B.size, cache.data, self._slots, B, K_BB)
-        entries = np.empty((rows.size, B.size), dtype=cache.dtype)
-        K_BB[~cached] = entries_into(rows, B, entries)
+        if self._entries.size < B.size * B.size:
+            self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
+        entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
+        blocks = -(-B.size // ENTRY_BLOCK)
 
-        def write():
-            try:
-                cache.write(rows, slots)
-            except BaseException:
-                cache.forget(rows)
-                raise
+        def block(lo, hi):
+            for k in range(lo, hi):
+                r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
+                entries_into(B[r0:r1], B, entries[r0:r1])
 
-        if self.background is None:
-            write()
-        else:
-            self._pending = self.background.submit(write)
+        self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
+        K_BB[...] = entries
         return True
 
     def _settle(self) -> None:

@@ -59,7 +59,8 @@ def test_a_sweep_above_the_stored_size_runs_the_working_set_on_rows_and_scores_a
                                random_state=7)
     Cs, gamma = [0.1, 1.0, 10.0], 0.02
     grid = SweepGrid([{"kernel": "rbf", "gamma": [gamma]}], C=Cs)
-    options = dict(folds=3, seed=0, tol=1e-3, progress=False)
+    # n_jobs=1: the folds' chains in this process, where the restrictions are counted
+    options = dict(folds=3, seed=0, tol=1e-3, progress=False, n_jobs=1)
     stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
     assert [stored.path_report["settings"][0][k] for k in ("gram", "solver")] == ["stored", "smo"]
 
@@ -104,7 +105,8 @@ def test_one_vs_one_pairs_of_a_sweep_on_rows_are_solved_on_their_folds_samples(t
     X, y = make_classification(n_samples=1500, n_features=12, n_informative=6, n_classes=3,
                                n_clusters_per_class=1, flip_y=0.03, random_state=3)
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.5, 5.0])
-    options = dict(folds=3, seed=1, tol=1e-3, progress=False)
+    # n_jobs=1: the folds' chains in this process, where the restrictions are counted
+    options = dict(folds=3, seed=1, tol=1e-3, progress=False, n_jobs=1)
     stored = run_sweep(X, y, grid, out_dir=tmp_path / "stored", **options)
 
     monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
@@ -150,7 +152,7 @@ def test_the_sweep_command_hands_its_cache_size_to_the_solves_on_rows(tmp_path, 
 
     monkeypatch.setattr(working_set, "row_cache", recorded)
     argv = ["sweep", "--data", str(tmp_path / "train.npz"), "--C", "1,10", "--gamma", "0.1",
-            "--folds", "3", "--no-progress"]
+            "--folds", "3", "--no-progress", "--n-jobs", "1"]  # the solves here, where counted
     assert main(argv + ["--out", str(tmp_path / "out"), "--cache-size", "3"]) == 0
     assert len(sizes) == 2 * 3 + 1 and set(sizes) == {3.0}  # every fold at every C, the refit
     assert main(argv + ["--out", str(tmp_path / "bad"), "--cache-size", "0"]) == 2
@@ -170,7 +172,8 @@ def test_a_fold_keeps_its_rows_and_its_gradient_along_its_C_path(tmp_path, monke
     X, y = make_classification(n_samples=1800, n_features=10, n_informative=6, flip_y=0.05,
                                random_state=2)
     grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.1, 1.0, 10.0])
-    options = dict(folds=3, seed=0, tol=1e-3, progress=False)
+    # n_jobs=1: the folds' chains in this process, where the solves are recorded
+    options = dict(folds=3, seed=0, tol=1e-3, progress=False, n_jobs=1)
     monkeypatch.setattr(routing, "SWEEP_ROWS_MIN_SAMPLES", 1000)
     solves = []
     solve = continuation.ChainState.solve
