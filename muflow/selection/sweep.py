@@ -170,6 +170,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
 
+    from muflow.dask_predict import is_dask_collection
     from muflow.data import check_finite
     from muflow.multiclass import binary_problems
 
@@ -177,8 +178,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
                        tol=tol, max_iter=max_iter, halving=halving,
                        halving_min_iter=halving_min_iter, n_jobs=n_jobs))
-    X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
-    check_finite(X)
+    if is_dask_collection(X):  # read by the workers (muflow.data.workers): it stays there
+        X, y = _dask_input(X, y, client)
+    else:
+        X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
     if len(classes) < 2:
         raise MuflowInputError(f"the data hold only one class ({str(classes[0])!r}); a sweep needs at least 2")
@@ -314,7 +318,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     table = [row for rec in records for row in rec.rows] + not_started
     k_best, c_best = best_index(timeout.rows_to_choose_from(records))
     best = best_summary(records[k_best].rows[c_best])
-    model = _best_model(X, y_enc, classes, records[k_best], intercept, tol, max_iter)
+    model = _best_model(_RowsOf(X) if is_dask_collection(X) else X, y_enc, classes,
+                        records[k_best], intercept, tol, max_iter)
     test_metrics = None
     if X_test is not None:
         test_metrics = {"accuracy": float(model.score(X_test, y_test)), "n_samples": int(X_test.shape[0]),
@@ -327,6 +332,33 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
     return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                        test_metrics=test_metrics, path_report=path_report, counts=counts_out)
+
+
+def _dask_input(X, y, client):
+    """A dask X (its finite values checked where it was read, and again by each partition
+    it becomes) and y brought here, of the same length."""
+    if client is None:
+        raise MuflowInputError("X is a dask collection: give client=... (the cluster that holds "
+                               "it), or pass a NumPy array")
+    if hasattr(X, "to_dask_array"):
+        X = X.to_dask_array(lengths=True)
+    if X.ndim != 2:
+        raise MuflowInputError(f"X must be 2-d, got a dask array of shape {X.shape}")
+    y = np.asarray(y.compute() if hasattr(y, "compute") else y)
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise MuflowInputError(f"X has {X.shape[0]} rows and y has shape {y.shape}; give one label a row")
+    return X, y
+
+
+class _RowsOf:
+    """Rows of a dask X as :meth:`muflow.SVC._set_fitted` reads them: ``X[support]``
+    computed on the workers, only those rows brought here."""
+
+    def __init__(self, X):
+        self.X, self.shape = X, tuple(X.shape)
+
+    def __getitem__(self, idx):
+        return np.asarray(self.X[np.asarray(idx)].compute(), dtype=np.float64)
 
 
 def _path_taken(plan, operator, client) -> tuple[str, str]:

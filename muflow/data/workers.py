@@ -1,0 +1,145 @@
+"""A source read by the Dask workers, each reading its own partitions: X never passes
+through this process.
+
+:func:`read_on_workers` builds the read (``dask.dataframe.read_parquet`` or ``read_csv``
+over the files :func:`muflow.data.tabular.inspect` listed, ``dask.array.from_zarr``, or one
+worker loading an npz or svmlight file), persists it once on the workers, checks there
+that every partition has rows and finite values, and brings back the labels only (a few
+bytes a row: 10^8 int8 labels are 100 MB). :func:`split_on_workers` splits X by the
+indices of the seeded stratified split (:func:`split_indices`, computed here from y alone):
+each side keeps the rows in source order, selected block by block where they live, and is
+persisted; the read itself is then released. This follows the convention of
+``xgboost.dask`` and Dask's own readers: a URL, columns and ``storage_options``, read where
+the data will be used.
+
+Notes
+-----
+Memory: the workers hold X once as read and, while it is split, once more as the two
+sides; the client holds y, the split's indices and the task graph (a few hundred bytes a
+partition).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from muflow.data.files import _labels
+from muflow.data.local import check_labels
+from muflow.data.source import DataSource
+from muflow.data.tabular import Layout, inspect
+from muflow.exceptions import DataFileError
+
+
+def read_on_workers(source: DataSource, client):
+    """``(X, y, layout)``: X a float64 dask array persisted on the workers of ``client``
+    (one row block per partition), y a NumPy array here."""
+    import dask.array as da
+
+    layout = inspect(source, whole_files=False)
+    where = f"data path {source.label!r}"
+    options = source.options()
+    try:
+        if layout.format == "zarr":
+            root = source.paths()[0]
+            kw = {"storage_options": options} if "://" in root and options else {}
+            X = da.from_zarr(root, component="X", **kw).astype(np.float64)
+            (X,) = client.persist([X])
+            y = da.from_zarr(root, component="y", **kw).compute()
+        elif layout.label is None:  # npz or svmlight: one file, loaded by one worker
+            X, y = _whole_file_on_a_worker(source, layout, client)
+        else:
+            X, y = _frame_on_workers(source, layout, options, client, where)
+        _check_finite(X, where)
+    except DataFileError:
+        raise
+    except Exception as exc:  # a reader failing on a worker: one line, its own words
+        raise DataFileError(f"{where}: the workers could not read it ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:300]})") from None
+    y = _labels(np.asarray(y))
+    check_labels(y, where)
+    return X, y, layout
+
+
+def _frame_on_workers(source, layout: Layout, options, client, where):
+    import dask.dataframe as dd
+
+    columns = [*layout.features, layout.label]
+    if layout.format == "parquet":
+        frame = dd.read_parquet(list(layout.urls), columns=columns, storage_options=options,
+                                ignore_metadata_file=True, split_row_groups=False)
+    else:
+        frame = dd.read_csv(list(layout.urls), header=0 if layout.header else None,
+                            storage_options=options, skipinitialspace=True)
+        frame.columns = [str(c) for c in frame.columns]
+        frame = frame[columns]
+    frame = client.persist(frame)  # read once; X and y both come from this copy
+    for name in layout.features:
+        if frame[name].dtype.kind not in "biuf":
+            raise DataFileError(f"{where}: feature column {name!r} is not numeric "
+                                f"({frame[name].dtype}); fix its values or leave it out of "
+                                "feature_columns")
+    lengths = [int(n) for n in frame.map_partitions(len).compute()]
+    empty = [i for i, n in enumerate(lengths) if n == 0]
+    if empty:
+        raise DataFileError(f"{where}: partition {empty[0]} holds no rows (an empty partition"
+                            f"{'' if len(empty) == 1 else f', and {len(empty) - 1} more'}); remove "
+                            "empty files")
+    X = frame[list(layout.features)].to_dask_array(lengths=lengths).astype(np.float64)
+    (X,) = client.persist([X])
+    y = frame[layout.label].to_dask_array(lengths=lengths).compute()
+    del frame  # X holds its own copy now
+    return X, y
+
+
+def _whole_file_on_a_worker(source, layout, client):
+    import dask.array as da
+
+    loaded = client.submit(_load_dense, source, pure=False)
+    shape, y = client.submit(_shape_and_labels, loaded).result()
+    X = da.from_delayed(client.submit(_first, loaded), shape=tuple(shape), dtype=np.float64)
+    (X,) = client.persist([X])
+    return X, y
+
+
+def _load_dense(source):
+    """On a worker: the file's (X, y), X dense float64 (a kernel row is dense anyway)."""
+    from muflow.data.local import load_source
+
+    X, y, _ = load_source(source)
+    X = X.toarray() if hasattr(X, "toarray") else X
+    return np.ascontiguousarray(X, dtype=np.float64), y
+
+
+def _shape_and_labels(loaded):
+    return loaded[0].shape, loaded[1]
+
+
+def _first(loaded):
+    return loaded[0]
+
+
+def _check_finite(X, where: str) -> None:
+    from muflow.dask_partitions import check_finite_blocks
+
+    try:
+        check_finite_blocks(X)
+    except ValueError as exc:
+        raise DataFileError(f"{where}: {exc}") from None
+
+
+def split_indices(y, test_size: float, seed: int):
+    """``(train, test)``: the stratified, seeded split of ``train_test_split`` over the row
+    indices, each sorted (rows in source order)."""
+    from sklearn.model_selection import train_test_split
+
+    train, test = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed,
+                                   stratify=y)
+    return np.sort(train), np.sort(test)
+
+
+def split_on_workers(X, y, test_size: float, seed: int, client):
+    """``(X_train, X_test, y_train, y_test)``: the two sides of X selected block by block on
+    the workers and persisted, the labels here."""
+    train, test = split_indices(y, test_size, seed)
+    X_train, X_test = client.persist([X[train], X[test]])
+    return X_train, X_test, y[train], y[test]
