@@ -369,8 +369,12 @@ def resolve(config) -> RunConfig:
 
 
 def check_data_exists(cfg: RunConfig):
-    """Refuse a data source that names no file (or whose endpoint does not answer within
-    ``data.timeout``) before anything is started or written: its listing only, no data."""
+    """Refuse a data source that names no file, whose endpoint does not answer within
+    ``data.timeout``, or whose layout is wrong (no label column, a non-numeric feature
+    column, files of different schemas, an empty file: :func:`muflow.data.tabular.inspect`)
+    before anything is started or written: listings and metadata only, no data."""
+    from muflow.data.tabular import inspect
+
     if cfg.data.bundled is not None:
         return
     for test in (False, True) if cfg.data.test_path is not None else (False,):
@@ -381,5 +385,4 @@ def check_data_exists(cfg: RunConfig):
                     f"data.{'test_path' if test else 'path'} = {source.path!r}: no such file or "
                     f"directory; give an existing data file, directory, glob or URL, or one of "
                     f"{', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")
-            continue
-        source.files()
+        inspect(source, whole_files=not cfg.sweep.on_cluster)

@@ -6,7 +6,7 @@ over the files :func:`muflow.data.tabular.inspect` listed, ``dask.array.from_zar
 worker loading an npz or svmlight file), persists it once on the workers, checks there
 that every partition has rows and finite values, and brings back the labels only (a few
 bytes a row: 10^8 int8 labels are 100 MB). :func:`split_on_workers` splits X by the
-indices of the seeded stratified split (:func:`split_indices`, computed here from y alone):
+seeded stratified split (:func:`split_mask`, computed here from y alone, a byte a row):
 each side keeps the rows in source order, selected block by block where they live, and is
 persisted; the read itself is then released. This follows the convention of
 ``xgboost.dask`` and Dask's own readers: a URL, columns and ``storage_options``, read where
@@ -55,7 +55,9 @@ def read_on_workers(source: DataSource, client):
     except Exception as exc:  # a reader failing on a worker: one line, its own words
         raise DataFileError(f"{where}: the workers could not read it ({type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:300]})") from None
-    y = _labels(np.asarray(y))
+    y = np.asarray(y)
+    if y.dtype.kind not in "iub":  # integer labels are kept as stored (int8: a byte a row)
+        y = _labels(y)
     check_labels(y, where)
     return X, y, layout
 
@@ -127,14 +129,45 @@ def _check_finite(X, where: str) -> None:
         raise DataFileError(f"{where}: {exc}") from None
 
 
-def split_indices(y, test_size: float, seed: int):
-    """``(train, test)``: the stratified, seeded split of ``train_test_split`` over the row
-    indices, each sorted (rows in source order)."""
-    from sklearn.model_selection import train_test_split
+#: Rows of y each stratified draw of the split covers (its own seed: ``[seed, block]``).
+SPLIT_ROWS = 1 << 20
 
-    train, test = train_test_split(np.arange(len(y)), test_size=test_size, random_state=seed,
-                                   stratify=y)
-    return np.sort(train), np.sort(test)
+
+def split_mask(y, test_size: float, seed: int) -> np.ndarray:
+    """The seeded, stratified split as a boolean mask (True: a test row).
+
+    y is taken in consecutive blocks of :data:`SPLIT_ROWS` rows; in each block, every class
+    sends ``rint(test_size * count)`` of its rows, drawn by ``default_rng([seed, block])``,
+    to the test side. A split of fewer rows is one stratified draw over all of them; a larger
+    one is stratified within each block, and needs a few bytes a row beyond y (scikit-learn's
+    ``train_test_split`` of 10^7 indices allocates about 0.8 GB).
+    """
+    y = np.asarray(y)
+    mask = np.zeros(len(y), dtype=bool)
+    for b, lo in enumerate(range(0, len(y), SPLIT_ROWS)):
+        block = y[lo:lo + SPLIT_ROWS]
+        rng = np.random.default_rng([int(seed), b])
+        for c in np.unique(block):
+            members = np.flatnonzero(block == c)
+            k = int(np.rint(test_size * members.size))
+            if k:
+                mask[lo + rng.choice(members, k, replace=False)] = True
+    return mask
+
+
+def _rows(block, keep):
+    return block[keep[:, 0]]
+
+
+def select_rows(X, keep: np.ndarray):
+    """The rows of X where ``keep`` is True, in order, selected block by block where X's
+    blocks are (no shuffle: each task gets its slice of the mask)."""
+    import dask.array as da
+
+    mask = da.from_array(keep[:, None], chunks=(X.chunks[0], (1,)))
+    counts = tuple(int(keep[lo:lo + n].sum()) for lo, n in zip(np.cumsum((0,) + X.chunks[0][:-1]),
+                                                              X.chunks[0]))
+    return X.map_blocks(_rows, mask, chunks=(counts, X.chunks[1]), dtype=X.dtype)
 
 
 #: Largest row block of a split side (bytes): a worker's partition of the solver holds one.
@@ -152,8 +185,10 @@ def even_blocks(X, client):
 
 
 def split_on_workers(X, y, test_size: float, seed: int, client):
-    """``(X_train, X_test, y_train, y_test)``: the two sides of X selected block by block on
-    the workers, in even blocks (:func:`even_blocks`) and persisted; the labels here."""
-    train, test = split_indices(y, test_size, seed)
-    X_train, X_test = client.persist([even_blocks(X[train], client), even_blocks(X[test], client)])
-    return X_train, X_test, y[train], y[test]
+    """``(X_train, X_test, y_train, y_test)``: X in even blocks (:func:`even_blocks`), its
+    two sides selected block by block on the workers by :func:`split_mask` and persisted;
+    the labels here."""
+    test = split_mask(y, test_size, seed)
+    X = even_blocks(X, client)
+    X_train, X_test = client.persist([select_rows(X, ~test), select_rows(X, test)])
+    return X_train, X_test, y[~test], y[test]
