@@ -39,14 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from muflow.atomic import atomic_path, write_json, write_text
+from muflow.atomic import write_json, write_text
 from muflow.config import RunConfig
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.run_data import (check_classes, check_source_unchanged, check_test, data_home,  # noqa: F401
                              load_split, publish, read_split_on_workers, reads_on_workers,
-                             release_data, source_fingerprint, split_on_cluster, test_split,
-                             training_split)
+                             release_data, source_fingerprint, split_in_process, split_on_cluster,
+                             test_split, training_split)
 
 STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
 _SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
@@ -239,53 +239,7 @@ def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
                 "features": list(layout.features), "label": layout.label,
                 "classes": [c.item() if hasattr(c, "item") else c for c in classes],
                 "fingerprint": fingerprint}
-    return _split_in_process(cfg, run_dir, fingerprint)
-
-
-def _split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
-    """The data read here, split, and written to ``data.npz``."""
-    import scipy.sparse as sp
-    from sklearn.model_selection import train_test_split
-
-    layout = None
-    if cfg.data.bundled:
-        import muflow.datasets as ds
-
-        X, y = getattr(ds, f"load_{cfg.data.bundled}")()
-        source = f"bundled {cfg.data.bundled.replace('_', ' ')}"
-    else:
-        from muflow.data.local import load_source
-
-        X, y, layout = load_source(cfg.data.source())
-        source = cfg.data.source().label
-    classes = check_classes(cfg, y)
-    if cfg.data.test_path is not None:
-        from muflow.data.local import load_source
-
-        X_test, y_test, _ = load_source(cfg.data.source(test=True))
-        check_test(X, X_test)
-        X_train, y_train = X, y
-    else:
-        X_train, X_test, y_train, y_test = train_test_split(
-            X, y, test_size=cfg.data.test_size, random_state=cfg.data.seed, stratify=y)
-    arrays = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
-    for name, part in (("X_train", X_train), ("X_test", X_test)):
-        if sp.issparse(part):
-            part = sp.csr_matrix(part)
-            arrays.update({f"{name}_data": part.data, f"{name}_indices": part.indices,
-                           f"{name}_indptr": part.indptr, f"{name}_shape": np.asarray(part.shape)})
-        else:
-            arrays[name] = np.asarray(part)
-    with atomic_path(run_dir / "data.npz", suffix=".npz") as tmp:
-        np.savez(tmp, **arrays)
-    info = {"source": source, "home": "process",
-            "n_samples": int(X_train.shape[0] + X_test.shape[0]), "n_features": int(X.shape[1]),
-            "n_train": int(X_train.shape[0]), "n_test": int(X_test.shape[0]),
-            "classes": [c.item() if hasattr(c, "item") else c for c in classes],
-            "fingerprint": fingerprint}
-    if layout is not None:
-        info.update({"format": layout.format, "features": list(layout.features), "label": layout.label})
-    return info
+    return split_in_process(cfg, run_dir, fingerprint)
 
 
 def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
