@@ -213,3 +213,26 @@ def test_config_keys_of_the_data_table():
         from_dict({"data": {"path": "a", "format": "excel"}})
     with pytest.raises(MuflowInputError, match="data.feature_columns must be a list"):
         from_dict({"data": {"path": "a", "feature_columns": "x"}})
+
+
+def test_fit_and_sweep_take_a_parquet_directory(data, tmp_path):
+    """``fit`` and ``sweep`` read the same sources (``--data``, ``--label-column``); a bad
+    one is one line, exit code 2, nothing written."""
+    import subprocess
+    import sys
+
+    root, _ = data
+
+    def muflow(*args):
+        return subprocess.run([sys.executable, "-m", "muflow", *args], capture_output=True, text=True,
+                              timeout=120)
+
+    res = muflow("fit", "--data", str(root / "pq"), "--label-column", "label", "--out",
+                 str(tmp_path / "model"))
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "model").is_dir()
+    res = muflow("sweep", "--data", str(root / "pq"), "--label-column", "target", "--out",
+                 str(tmp_path / "sweep"))
+    assert res.returncode == 2
+    assert res.stderr.strip().count("\n") == 0 and "no label column 'target'" in res.stderr
+    assert not (tmp_path / "sweep").exists()
