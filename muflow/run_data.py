@@ -116,13 +116,14 @@ def check_test(X_train, X_test):
 def read_split_on_workers(cfg: RunConfig, client):
     """``(X_train, X_test, y_train, y_test, layout)``: X read by the workers
     (:func:`muflow.data.workers.read_on_workers`) and split there, persisted."""
-    from muflow.data.workers import even_blocks, read_on_workers, split_on_workers
+    from muflow.data.workers import even_blocks, persisted, read_on_workers, split_on_workers
 
     X, y, layout = read_on_workers(cfg.data.source(), client)
     if cfg.data.test_path is not None:
         X_test, y_test, _ = read_on_workers(cfg.data.source(test=True), client)
         check_test(X, X_test)
-        X, X_test = client.persist([even_blocks(X, client), even_blocks(X_test, client)])
+        with client.as_current():
+            X, X_test = persisted(client, even_blocks(X, client), even_blocks(X_test, client))
         return X, X_test, y, y_test, layout
     check_classes(cfg, y)
     return (*split_on_workers(X, y, cfg.data.test_size, cfg.data.seed, client), layout)

@@ -233,3 +233,23 @@ def test_an_empty_csv_file_is_an_empty_partition(sources, client, tmp_path):
     with pytest.raises(DataFileError) as exc:
         read_on_workers(DataSource(path=str(folder), label_column="label"), client)
     assert "b.csv holds no rows (an empty partition)" in str(exc.value)
+
+
+def test_sweep_with_a_scheduler_reads_on_the_workers(sources, client, tmp_path):
+    """``sweep --data DIR --scheduler ADDR``: the workers read the Parquet directory; the
+    sweep of the same rows from one CSV file gives the same best configuration and score."""
+    import os
+    import subprocess
+    import sys
+
+    best = []
+    for data in (sources / "pq", sources / "one.csv"):
+        out = tmp_path / data.stem
+        res = subprocess.run(
+            [sys.executable, "-m", "muflow", "sweep", "--data", str(data), "--label-column", "label",
+             "--scheduler", client.scheduler.address, "--gamma", "0.2", "--C", "1", "--folds", "2",
+             "--out", str(out), "--no-progress"],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ))
+        assert res.returncode == 0, res.stderr[-2000:]
+        best.append(json.loads((out / "best.json").read_text()))
+    assert best[0] == best[1]

@@ -49,15 +49,20 @@ def data_overrides(args) -> dict:
     return out
 
 
+def source_from_args(args, *, path=None):
+    """The :class:`muflow.data.DataSource` of ``--data`` (or ``path``) and its options."""
+    from muflow.data.source import DataSource, parse_storage_options
+
+    return DataSource(path=path or args.data, format=args.data_format,
+                      label_column=args.label_column, n_features=getattr(args, "n_features", None),
+                      storage_options=parse_storage_options(getattr(args, "storage_options", None)))
+
+
 def load_from_args(args, *, path=None):
     """``(X, y)`` of ``--data`` (or ``path``) read whole into this process."""
     from muflow.data.local import load_source
-    from muflow.data.source import DataSource, parse_storage_options
 
-    source = DataSource(path=path or args.data, format=args.data_format,
-                        label_column=args.label_column, n_features=args.n_features,
-                        storage_options=parse_storage_options(getattr(args, "storage_options", None)))
-    X, y, _ = load_source(source)
+    X, y, _ = load_source(source_from_args(args, path=path))
     return X, y
 
 

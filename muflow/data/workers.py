@@ -30,20 +30,25 @@ from muflow.data.tabular import Layout, inspect
 from muflow.exceptions import DataFileError
 
 
-def read_on_workers(source: DataSource, client):
+def read_on_workers(source: DataSource, client, *, even: bool = False):
     """``(X, y, layout)``: X a float64 dask array persisted on the workers of ``client``
-    (one row block per partition), y a NumPy array here."""
+    (one row block per partition, or ``even`` ones: :func:`even_blocks`), y a NumPy array
+    here."""
+    layout = inspect(source, whole_files=False)
+    with client.as_current():  # every compute below runs on this client's workers
+        return _read(source, layout, client, even)
+
+
+def _read(source, layout, client, even):
     import dask.array as da
 
-    layout = inspect(source, whole_files=False)
     where = f"data path {source.label!r}"
     options = source.options()
     try:
         if layout.format == "zarr":
             root = source.paths()[0]
             kw = {"storage_options": options} if "://" in root and options else {}
-            X = da.from_zarr(root, component="X", **kw).astype(np.float64)
-            (X,) = client.persist([X])
+            X = persisted(client, da.from_zarr(root, component="X", **kw).astype(np.float64))
             y = da.from_zarr(root, component="y", **kw).compute()
         elif layout.label is None:  # npz or svmlight: one file, loaded by one worker
             X, y = _whole_file_on_a_worker(source, layout, client)
@@ -55,6 +60,8 @@ def read_on_workers(source: DataSource, client):
     except Exception as exc:  # a reader failing on a worker: one line, its own words
         raise DataFileError(f"{where}: the workers could not read it ({type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:300]})") from None
+    if even:
+        X = persisted(client, even_blocks(X, client))
     y = np.asarray(y)
     if y.dtype.kind not in "iub":  # integer labels are kept as stored (int8: a byte a row)
         y = _labels(y)
@@ -74,7 +81,7 @@ def _frame_on_workers(source, layout: Layout, options, client, where):
                             storage_options=options, skipinitialspace=True)
         frame.columns = [str(c) for c in frame.columns]
         frame = frame[columns]
-    frame = client.persist(frame)  # read once; X and y both come from this copy
+    frame = persisted(client, frame)  # read once; X and y both come from this copy
     for name in layout.features:
         if frame[name].dtype.kind not in "biuf":
             raise DataFileError(f"{where}: feature column {name!r} is not numeric "
@@ -87,7 +94,7 @@ def _frame_on_workers(source, layout: Layout, options, client, where):
                             f"{'' if len(empty) == 1 else f', and {len(empty) - 1} more'}); remove "
                             "empty files")
     X = frame[list(layout.features)].to_dask_array(lengths=lengths).astype(np.float64)
-    (X,) = client.persist([X])
+    X = persisted(client, X)
     y = frame[layout.label].to_dask_array(lengths=lengths).compute()
     del frame  # X holds its own copy now
     return X, y
@@ -98,9 +105,20 @@ def _whole_file_on_a_worker(source, layout, client):
 
     loaded = client.submit(_load_dense, source, pure=False)
     shape, y = client.submit(_shape_and_labels, loaded).result()
-    X = da.from_delayed(client.submit(_first, loaded), shape=tuple(shape), dtype=np.float64)
-    (X,) = client.persist([X])
+    X = persisted(client, da.from_delayed(client.submit(_first, loaded), shape=tuple(shape),
+                                           dtype=np.float64))
     return X, y
+
+
+def persisted(client, *collections):
+    """The collections persisted on the workers and computed: only then may the caller
+    drop the collections they were computed from (their keys would be released under
+    tasks still waiting for them)."""
+    from distributed import wait
+
+    out = client.persist(list(collections))
+    wait(out)
+    return out[0] if len(out) == 1 else out
 
 
 def _load_dense(source):
@@ -190,5 +208,6 @@ def split_on_workers(X, y, test_size: float, seed: int, client):
     the labels here."""
     test = split_mask(y, test_size, seed)
     X = even_blocks(X, client)
-    X_train, X_test = client.persist([select_rows(X, ~test), select_rows(X, test)])
+    with client.as_current():
+        X_train, X_test = persisted(client, select_rows(X, ~test), select_rows(X, test))
     return X_train, X_test, y[~test], y[test]
