@@ -36,7 +36,11 @@ import threading
 import time
 from pathlib import Path
 
+import functools
+
 import numpy as np
+
+print = functools.partial(print, flush=True)  # progress shows in a log file as it comes
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -85,7 +85,9 @@ def _on_cluster(cfg, run_dir):
     run's log. No LocalCluster is started when the run has no work for one
     (:func:`muflow.pipeline.needs_cluster`: every kernel setting on rows on demand in this
     process, no Gram store to build, ``sweep.on_cluster`` off): it yields None and the
-    stages compute in this process.
+    stages compute in this process. With ``sweep.on_cluster`` the cluster comes first and
+    its workers read the data (:func:`muflow.pipeline.data_home`); the split they hold is
+    released when the block ends.
     """
     on_workers = cfg.sweep.on_cluster and not cfg.data.bundled  # the workers read the data
     if not cfg.cluster.scheduler and not on_workers:
