@@ -177,14 +177,18 @@ def _rows(block, keep):
     return block[keep[:, 0]]
 
 
-def select_rows(X, keep: np.ndarray):
+def select_rows(X, keep: np.ndarray, client):
     """The rows of X where ``keep`` is True, in order, selected block by block where X's
-    blocks are (no shuffle: each task gets its slice of the mask)."""
+    blocks are (no shuffle): each block's slice of the mask is scattered to the workers
+    once, not embedded in the task graph."""
     import dask.array as da
 
-    mask = da.from_array(keep[:, None], chunks=(X.chunks[0], (1,)))
-    counts = tuple(int(keep[lo:lo + n].sum()) for lo, n in zip(np.cumsum((0,) + X.chunks[0][:-1]),
-                                                              X.chunks[0]))
+    bounds = np.cumsum((0,) + tuple(X.chunks[0]))
+    pieces = [keep[lo:hi, None] for lo, hi in zip(bounds[:-1], bounds[1:])]
+    futures = client.scatter(pieces)
+    mask = da.concatenate([da.from_delayed(f, shape=p.shape, dtype=bool)
+                           for f, p in zip(futures, pieces)]).rechunk((X.chunks[0], (1,)))
+    counts = tuple(int(p.sum()) for p in pieces)
     return X.map_blocks(_rows, mask, chunks=(counts, X.chunks[1]), dtype=X.dtype)
 
 
@@ -209,5 +213,6 @@ def split_on_workers(X, y, test_size: float, seed: int, client):
     test = split_mask(y, test_size, seed)
     X = even_blocks(X, client)
     with client.as_current():
-        X_train, X_test = persisted(client, select_rows(X, ~test), select_rows(X, test))
+        X_train, X_test = persisted(client, select_rows(X, ~test, client),
+                                    select_rows(X, test, client))
     return X_train, X_test, y[~test], y[test]
