@@ -37,8 +37,12 @@ BUNDLED = ("breast_cancer", "sonar")
 
 DEFAULT_TOML = """\
 [data]
-path = "bundled:breast_cancer"   # or a CSV / svmlight / .npz file
-# label_column = "class"         # CSV only: the label column (name or 0-based index)
+path = "bundled:breast_cancer"   # or a file, directory, glob, list or URL (s3://, gs://, ...)
+# format = "parquet"             # parquet, zarr, csv, svmlight, npz (default: from the suffix)
+# label_column = "class"         # the label column (name or 0-based index; default: the last)
+# feature_columns = ["a", "b"]   # default: every numeric column but the label
+# storage_options = { endpoint_url = "${S3_ENDPOINT}" }  # "${NAME}": an environment variable
+# test_path = "test/"            # a test set instead of the seeded split
 test_size = 0.2                  # held-out fraction for the final evaluation
 seed = 0                         # seed of the stratified train/test split
 
@@ -70,17 +74,37 @@ cache_dir = ""      # Gram stores (zarr, float32); "" = <run dir>/gram
 
 @dataclass(frozen=True)
 class DataConfig:
-    path: str = "bundled:breast_cancer"
+    """The ``[data]`` table: where the data set lives (:class:`muflow.data.DataSource`:
+    ``path`` a file, directory, glob, list of those or fsspec URL; ``format``, the columns,
+    ``storage_options`` whose ``"${NAME}"`` values are environment variables, ``timeout``
+    of a listing) and the split (``test_size``, ``seed``), or a test set (``test_path``,
+    read like ``path``)."""
+
+    path: str | tuple = "bundled:breast_cancer"
     label_column: str | None = None
     format: str | None = None
     n_features: int | None = None
     test_size: float = 0.2
     seed: int = 0
+    feature_columns: tuple | None = None
+    storage_options: dict = field(default_factory=dict)
+    test_path: str | tuple | None = None
+    timeout: float = 10.0
 
     @property
     def bundled(self) -> str | None:
         """Name of the bundled set, or None for a file."""
-        return self.path[len(BUNDLED_PREFIX):] if self.path.startswith(BUNDLED_PREFIX) else None
+        path = self.path
+        return path[len(BUNDLED_PREFIX):] if isinstance(path, str) and path.startswith(BUNDLED_PREFIX) else None
+
+    def source(self, test: bool = False):
+        """The :class:`muflow.data.DataSource` of ``path`` (``test``: of ``test_path``)."""
+        from muflow.data.source import DataSource
+
+        return DataSource(path=self.test_path if test else self.path, format=self.format,
+                          label_column=self.label_column, feature_columns=self.feature_columns,
+                          storage_options=dict(self.storage_options), n_features=self.n_features,
+                          timeout=self.timeout)
 
 
 @dataclass(frozen=True)
@@ -177,6 +201,15 @@ def _check_keys(d, key: str, known, where: str) -> dict:
     return d
 
 
+def _paths(v, key, where):
+    """A path (string) or a non-empty list of them (kept as a tuple)."""
+    if isinstance(v, (list, tuple)) and v and all(isinstance(p, str) and p for p in v):
+        return v[0] if len(v) == 1 else tuple(v)
+    if isinstance(v, str) and v:
+        return v
+    raise MuflowInputError(f"{where}{key} must be a path, a URL or a list of them, got {v!r}")
+
+
 def _string(v, key, where):
     if not isinstance(v, str):
         raise MuflowInputError(f"{where}{key} must be a string, got {v!r}")
@@ -197,8 +230,8 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
         merged[name].update(table)
 
     data = merged["data"]
-    path = _string(data["path"], "data.path", where)
-    if path.startswith(BUNDLED_PREFIX):
+    path = _paths(data["path"], "data.path", where)
+    if isinstance(path, str) and path.startswith(BUNDLED_PREFIX):
         check_choice(path, "data.path", tuple(BUNDLED_PREFIX + b for b in BUNDLED), where=where,
                      hint="or a file path")
     label = data.get("label_column")
@@ -207,10 +240,27 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
                                f"index, got {label!r}")
     fmt = data.get("format")
     n_features = data.get("n_features")
+    from muflow.data.source import FORMATS, check_storage_options
+
+    features = data.get("feature_columns")
+    if features is not None and (not isinstance(features, (list, tuple)) or not features
+                                 or not all(isinstance(c, str) for c in features)):
+        raise MuflowInputError(f"{where}data.feature_columns must be a list of column names, "
+                               f"got {features!r}")
+    options = data.get("storage_options", {})
+    try:
+        check_storage_options(options, "data.storage_options")
+    except MuflowInputError as exc:
+        raise MuflowInputError(f"{where}{exc}") from None
+    test_path = data.get("test_path")
     data_cfg = DataConfig(
         path=path, label_column=label,
-        format=None if fmt is None else check_choice(fmt, "data.format", ("csv", "svmlight", "npz"),
-                                                     where=where),
+        feature_columns=None if features is None else tuple(features),
+        storage_options=dict(options),
+        test_path=None if test_path is None else _paths(test_path, "data.test_path", where),
+        timeout=check_number(data.get("timeout", 10.0), "data.timeout", low=0, closed="neither",
+                             where=where),
+        format=None if fmt is None else check_choice(fmt, "data.format", FORMATS, where=where),
         n_features=None if n_features is None else check_number(n_features, "data.n_features",
                                                                 integer=True, low=1, where=where),
         test_size=check_number(data["test_size"], "data.test_size", low=0, high=1,
@@ -289,10 +339,19 @@ def load_config(path) -> RunConfig:
     """
     path = Path(path)
     cfg = from_dict(read_toml(path), source=str(path))
-    data_path = cfg.data.path
-    if cfg.data.bundled is None and not Path(data_path).is_absolute():
-        cfg = cfg.with_overrides(data={"path": str((path.parent / data_path).resolve())})
+    if cfg.data.bundled is None:
+        moved = {key: _beside(path.parent, getattr(cfg.data, key)) for key in ("path", "test_path")
+                 if getattr(cfg.data, key) is not None}
+        cfg = cfg.with_overrides(data=moved)
     return cfg
+
+
+def _beside(folder: Path, paths):
+    """A relative local path taken relative to ``folder``; a URL or absolute path as is."""
+    def one(p):
+        return p if "://" in p or Path(p).is_absolute() else str((folder / p).resolve())
+
+    return one(paths) if isinstance(paths, str) else [one(p) for p in paths]
 
 
 def resolve(config) -> RunConfig:
@@ -310,8 +369,20 @@ def resolve(config) -> RunConfig:
 
 
 def check_data_exists(cfg: RunConfig):
-    """Refuse a data file that does not exist before anything is started or written."""
-    if cfg.data.bundled is None and not Path(cfg.data.path).exists():
-        raise MuflowInputError(
-            f"data.path = {cfg.data.path!r}: no such file; give an existing CSV, "
-            f"svmlight or .npz file, or one of {', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")
+    """Refuse a data source that names no file, whose endpoint does not answer within
+    ``data.timeout``, or whose layout is wrong (no label column, a non-numeric feature
+    column, files of different schemas, an empty file: :func:`muflow.data.tabular.inspect`)
+    before anything is started or written: listings and metadata only, no data."""
+    from muflow.data.tabular import inspect
+
+    if cfg.data.bundled is not None:
+        return
+    for test in (False, True) if cfg.data.test_path is not None else (False,):
+        source = cfg.data.source(test)
+        if not source.is_url and len(source.paths()) == 1 and not any(c in source.path for c in "*?["):
+            if not Path(source.path).exists():
+                raise MuflowInputError(
+                    f"data.{'test_path' if test else 'path'} = {source.path!r}: no such file or "
+                    f"directory; give an existing data file, directory, glob or URL, or one of "
+                    f"{', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")
+        inspect(source, whole_files=not cfg.sweep.on_cluster)

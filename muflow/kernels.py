@@ -116,6 +116,8 @@ def _dense(A):
 def _is_nonnegative_data(X) -> bool:
     if sp.issparse(X):
         return X.nnz == 0 or X.data.min() >= 0
+    if hasattr(X, "compute"):  # a dask array: reduced where its blocks are
+        return bool((X.min() >= 0).compute())
     return bool(np.all(np.asarray(X) >= 0))
 
 

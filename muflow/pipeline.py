@@ -14,7 +14,10 @@ Every call appends one line to ``stages.log`` in the run directory (``<stage> co
 Run directory::
 
     config.json            the validated run configuration
-    data.npz, data.json    the stratified train/test split and its description
+    data.json              the source's fingerprint (files, sizes, modification times or
+                           ETags), the split's seed, and the data's description
+    data.npz               in process only: the train/test split (a source read by the
+                           workers is not copied: they read it again on a new cluster)
     gram.json              each kernel setting's plan (store or stream, and why) and the Gram
                            stores of those that read one (in gram/ by default)
     sweep/                 results.csv, best.json, plots (PNG), ... from muflow.selection
@@ -36,10 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-from muflow.atomic import atomic_path, write_json, write_text
+from muflow.atomic import write_json, write_text
 from muflow.config import RunConfig
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
+from muflow.run_data import (check_classes, check_source_unchanged, check_test, data_home,  # noqa: F401
+                             load_split, publish, read_split_on_workers, reads_on_workers,
+                             release_data, source_fingerprint, split_in_process, split_on_cluster,
+                             test_split, training_split)
 
 STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
 _SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
@@ -204,25 +211,6 @@ def client_of(address: str | None, timeout: float = 10.0):
         client.close()
 
 
-def load_split(run_dir):
-    """``(X_train, X_test, y_train, y_test)`` written by :func:`prepare_data`."""
-    import scipy.sparse as sp
-
-    run_dir = Path(run_dir)
-    with np.load(run_dir / "data.npz", allow_pickle=False) as d:
-        out = {k: d[k] for k in d.files}
-    for part in ("X_train", "X_test"):
-        if f"{part}_data" in out:  # CSR
-            out[part] = sp.csr_matrix((out[f"{part}_data"], out[f"{part}_indices"], out[f"{part}_indptr"]),
-                                      shape=tuple(out[f"{part}_shape"]))
-        values = out[part].data if sp.issparse(out[part]) else out[part]
-        if not np.all(np.isfinite(values)):  # the data stage refused non-finite input
-            raise MuflowInputError(
-                f"{run_dir / 'data.npz'} is damaged ({part} holds NaN or inf); delete it and "
-                f"data.json, then resume: the data stage runs again")
-    return out["X_train"], out["X_test"], out["y_train"], out["y_test"]
-
-
 def gram_dtype(cfg: RunConfig) -> str:
     """The dtype of the stores the sweep reads: float32 for the Dask operator
     (:func:`muflow.gram.operator_for`), float64 when K is solved in this process."""
@@ -233,49 +221,35 @@ def gram_dtype(cfg: RunConfig) -> str:
 
 # ----------------------------------------------------------------------------- stages
 
-@_stage("data", "data.json")
-def prepare_data(cfg: RunConfig, run_dir) -> dict:
-    """Stage ``data``: load and validate the data set, split it 80/20 (stratified).
+def prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
+    """Stage ``data``: read and validate the data set and split it (stratified, seeded), or
+    read the test set of ``data.test_path``; a resumed run first checks that the source
+    has not changed (:func:`check_source_unchanged`).
 
-    Output: ``data.npz`` (X_train, X_test, y_train, y_test) and ``data.json``.
+    Where it is read is :func:`data_home`'s: in this process (output ``data.npz``, the split,
+    and ``data.json``), or by the workers of ``client`` (output ``data.json`` only: the
+    split stays on the workers, published for the later stages, :func:`split_on_cluster`).
     """
-    import scipy.sparse as sp
-    from sklearn.model_selection import train_test_split
+    check_source_unchanged(cfg, run_dir)
+    return _prepare_data(cfg, run_dir, client)
 
-    if cfg.data.bundled:
-        import muflow.datasets as ds
 
-        X, y = getattr(ds, f"load_{cfg.data.bundled}")()
-        source = f"bundled {cfg.data.bundled.replace('_', ' ')}"
-    else:
-        from muflow.data import load_data
-
-        X, y = load_data(cfg.data.path, label_column=cfg.data.label_column, fmt=cfg.data.format,
-                         n_features=cfg.data.n_features)
-        source = cfg.data.path
-    classes, counts = np.unique(y, return_counts=True)
-    if len(classes) < 2:
-        raise MuflowInputError(f"data.path = {cfg.data.path!r}: needs at least two classes, found {len(classes)}")
-    if counts.min() < max(2, cfg.sweep.folds):
-        raise MuflowInputError(
-            f"data.path = {cfg.data.path!r}: class {classes[counts.argmin()]!r} has {counts.min()} samples; "
-            f"stratified {cfg.sweep.folds}-fold cross-validation needs at least {cfg.sweep.folds}")
-    X_train, X_test, y_train, y_test = train_test_split(
-        X, y, test_size=cfg.data.test_size, random_state=cfg.data.seed, stratify=y)
-    arrays = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
-    for name, part in (("X_train", X_train), ("X_test", X_test)):
-        if sp.issparse(part):
-            part = sp.csr_matrix(part)
-            arrays.update({f"{name}_data": part.data, f"{name}_indices": part.indices,
-                           f"{name}_indptr": part.indptr, f"{name}_shape": np.asarray(part.shape)})
-        else:
-            arrays[name] = np.asarray(part)
-    with atomic_path(run_dir / "data.npz", suffix=".npz") as tmp:
-        np.savez(tmp, **arrays)
-    info = {"source": source, "n_samples": int(X.shape[0]), "n_features": int(X.shape[1]),
-            "n_train": int(X_train.shape[0]), "n_test": int(X_test.shape[0]),
-            "classes": [c.item() if hasattr(c, "item") else c for c in classes]}
-    return info
+@_stage("data", "data.json")
+def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
+    """The data stage's work (see :func:`prepare_data`)."""
+    fingerprint = source_fingerprint(cfg)
+    if data_home(cfg, client) == "workers":
+        X_train, X_test, y_train, y_test, layout = read_split_on_workers(cfg, client)
+        classes = check_classes(cfg, y_train)
+        publish(client, run_dir, X_train, X_test, y_train, y_test)
+        return {"source": cfg.data.source().label, "home": "workers",
+                "n_samples": int(X_train.shape[0] + X_test.shape[0]),
+                "n_features": int(X_train.shape[1]), "n_train": int(X_train.shape[0]),
+                "n_test": int(X_test.shape[0]), "format": layout.format,
+                "features": list(layout.features), "label": layout.label,
+                "classes": [c.item() if hasattr(c, "item") else c for c in classes],
+                "fingerprint": fingerprint}
+    return split_in_process(cfg, run_dir, fingerprint)
 
 
 def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
@@ -286,7 +260,7 @@ def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
     from muflow.selection.kernel_plan import plan_setting, sweep_solves
 
     if X_train is None:
-        X_train = _train_input(run_dir)
+        X_train = _train_input(cfg, run_dir, client)
     sweep_client = client if cfg.sweep.on_cluster else None
     solves = sweep_solves(cfg.sweep.folds, len(cfg.grid.sorted_C()))
     plans = []
@@ -299,9 +273,11 @@ def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
     return plans
 
 
-def _train_input(run_dir):
-    X_train, _, _, _ = load_split(run_dir)
-    return np.asarray(X_train, dtype=np.float64) if not hasattr(X_train, "indptr") else X_train
+def _train_input(cfg, run_dir, client=None):
+    X_train, _ = training_split(cfg, run_dir, client)
+    if hasattr(X_train, "dask") or hasattr(X_train, "indptr"):
+        return X_train
+    return np.asarray(X_train, dtype=np.float64)
 
 
 def needs_cluster(cfg: RunConfig, run_dir) -> bool:
@@ -327,7 +303,7 @@ def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
     path, reason, whether it has a store)."""
     from muflow.gram import ensure_gram
 
-    X_train = _train_input(run_dir)
+    X_train = _train_input(cfg, run_dir, client)
     stores, settings = [], []
     for setting, kernel, plan in kernel_plans(cfg, run_dir, client, X_train):
         entry = {"kernel": setting, **plan.to_dict(), "store_url": None}
@@ -362,7 +338,7 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     from muflow import selection
 
     t0 = time.perf_counter()
-    X_train, _, y_train, _ = load_split(run_dir)
+    X_train, y_train = training_split(cfg, run_dir, client if cfg.sweep.on_cluster else None)
     result = selection.run_sweep(
         X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
@@ -410,7 +386,7 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
         model = muflow.load(sw["paths"]["best_model"])
         source = "the sweep's all-samples solve"
     else:
-        X_train, _, y_train, _ = load_split(run_dir)
+        X_train, y_train = training_split(cfg, run_dir)
         model = muflow.SVC(**params, solver=cfg.sweep.solver, intercept=cfg.sweep.intercept,
                            tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
         source = "fitted by the train stage"
@@ -431,15 +407,18 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
 
 
 @_stage("evaluate", "metrics.json")
-def evaluate(cfg: RunConfig, run_dir) -> dict:
-    """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``.
-    Output: ``metrics.json``."""
+def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
+    """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``, predicted
+    where the test split is (on the workers of ``client`` for a source they read: only the
+    predicted labels come here). Output: ``metrics.json``."""
     import muflow
     from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-    _, X_test, _, y_test = load_split(run_dir)
+    X_test, y_test = test_split(cfg, run_dir, client)
     model = muflow.load(run_dir / "model")
     pred = model.predict(X_test)
+    if hasattr(pred, "compute"):
+        pred = pred.compute()
     metrics = {"n_test": int(len(y_test)), "accuracy": float(np.mean(pred == y_test)),
                "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
                "classes": [c.item() if hasattr(c, "item") else c for c in model.classes_],

@@ -46,7 +46,7 @@ def test_parse_errors_name_the_line(tmp_path):
 def test_numeric_csv_fast_path_reads_what_the_row_reader_reads(tmp_path, monkeypatch, text):
     """The all-numeric fast path (np.loadtxt) returns the row-by-row reader's X and y, dtypes
     included."""
-    from muflow import data
+    from muflow.data import files as data  # the file loaders
 
     path = tmp_path / "d.csv"
     path.write_text(text)

@@ -72,3 +72,15 @@ def test_docker_compose_file_validates():
     res = subprocess.run(["docker", "compose", "-f", str(DEPLOY / "docker-compose.yml"), "config", "--quiet"],
                          capture_output=True, text=True, cwd=DEPLOY, timeout=60)
     assert res.returncode == 0, res.stderr
+
+
+def test_the_parquet_on_s3_example_is_one_configuration_with_no_credential():
+    """deploy/parquet-s3.toml and the parquet-s3-retrain deployment hold the same run
+    configuration; its storage options name environment variables only."""
+    from muflow.config import from_dict, load_config
+
+    cfg = load_config(DEPLOY / "parquet-s3.toml")
+    deployed = next(d for d in _deployments() if d["name"] == "parquet-s3-retrain")
+    assert from_dict(deployed["parameters"]["config"]) == cfg
+    assert cfg.data.path == "s3://my-bucket/churn/train/" and cfg.sweep.on_cluster
+    assert cfg.data.storage_options == {"endpoint_url": "${MUFLOW_S3_ENDPOINT}"}

@@ -5,25 +5,65 @@ from __future__ import annotations
 from muflow.exceptions import MuflowInputError
 
 
-def add_data_options(parser, *, required=True):
+def add_data_options(parser, *, required=True, run=False):
+    """``--data URL --format --label-column --storage-options JSON`` (and ``--n-features``):
+    the source of :class:`muflow.data.DataSource`, as ``run``'s ``[data]`` table takes it."""
+    from muflow.data.source import FORMATS
+
     parser.add_argument(
-        "--data", required=required, metavar="PATH",
-        help="data file: CSV (label in the last column unless --label-column), LIBSVM/svmlight "
-             "text (.svm, .svmlight, .libsvm or --format svmlight) or .npz with arrays X and y",
+        "--data", required=required, metavar="URL",
+        help="data: a file, directory, glob or fsspec URL (s3://, gs://, abfs://, file://) of "
+             "Parquet, zarr (a group with arrays X and y), CSV (label in the last column unless "
+             "--label-column), LIBSVM/svmlight (.svm, .svmlight, .libsvm) or .npz (arrays X and y)"
+             + ("; overrides data.path" if run else ""),
     )
     parser.add_argument("--label-column", metavar="NAME",
-                        help="CSV only: the column holding the labels (header name or 0-based index)")
-    parser.add_argument("--format", dest="data_format", choices=("csv", "svmlight", "npz"),
-                        help="data format when the file suffix does not tell")
-    parser.add_argument("--n-features", type=int, metavar="N",
-                        help="svmlight only: number of features (e.g. 123 for a8a)")
+                        help="the column holding the labels (name or 0-based index; default: the last)")
+    parser.add_argument("--format", dest="data_format", choices=FORMATS,
+                        help="data format when the suffix does not tell")
+    parser.add_argument("--storage-options", dest="storage_options", metavar="JSON",
+                        help="options of the file system as a JSON object, e.g. "
+                             "'{\"client_kwargs\": {\"endpoint_url\": \"http://host:9000\"}}'; "
+                             "a value \"${NAME}\" is the environment variable NAME (credentials: "
+                             "leave them in the environment)")
+    if not run:
+        parser.add_argument("--n-features", type=int, metavar="N",
+                            help="svmlight only: number of features (e.g. 123 for a8a)")
+
+
+def data_overrides(args) -> dict:
+    """The ``[data]`` keys the command line sets (``run``): a local path made absolute."""
+    from pathlib import Path
+
+    from muflow.data.source import parse_storage_options
+
+    out = {}
+    if getattr(args, "data", None):
+        out["path"] = args.data if "://" in args.data else str(Path(args.data).absolute())
+    if getattr(args, "data_format", None):
+        out["format"] = args.data_format
+    if getattr(args, "label_column", None) is not None:
+        out["label_column"] = args.label_column
+    if getattr(args, "storage_options", None):
+        out["storage_options"] = parse_storage_options(args.storage_options)
+    return out
+
+
+def source_from_args(args, *, path=None):
+    """The :class:`muflow.data.DataSource` of ``--data`` (or ``path``) and its options."""
+    from muflow.data.source import DataSource, parse_storage_options
+
+    return DataSource(path=path or args.data, format=args.data_format,
+                      label_column=args.label_column, n_features=getattr(args, "n_features", None),
+                      storage_options=parse_storage_options(getattr(args, "storage_options", None)))
 
 
 def load_from_args(args, *, path=None):
-    from muflow.data import load_data
+    """``(X, y)`` of ``--data`` (or ``path``) read whole into this process."""
+    from muflow.data.local import load_source
 
-    return load_data(path or args.data, label_column=args.label_column, fmt=args.data_format,
-                     n_features=args.n_features)
+    X, y, _ = load_source(source_from_args(args, path=path))
+    return X, y
 
 
 def add_kernel_options(parser):

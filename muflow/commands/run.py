@@ -31,6 +31,7 @@ from pathlib import Path
 
 from muflow.cli import one_line, set_hint
 from muflow.commands._cluster import add_cluster_options, continue_hint, log_to_file
+from muflow.commands._common import add_data_options, data_overrides
 from muflow.exceptions import MuflowInputError
 
 EXIT_FAILURE = 1
@@ -51,7 +52,8 @@ def add_parser(subparsers):
             "unreachable scheduler or Prefect API)."),
         epilog=(
             "CONFIG.toml tables and keys (all optional; see muflow/config.py): "
-            "[data] path, label_column, format, n_features, test_size, seed; "
+            "[data] path (file, directory, glob, list or URL), format, label_column, "
+            "feature_columns, storage_options, test_path, n_features, test_size, seed, timeout; "
             "[grid] C, kernels; [sweep] folds, solver, tol, max_iter, seed, n_jobs, cache_size, on_cluster; "
             "[cluster] scheduler, workers, timeout; [gram] cache_dir. Prefect: set "
             "PREFECT_API_URL to run against a server, otherwise a temporary local one is used."),
@@ -59,6 +61,7 @@ def add_parser(subparsers):
     p.add_argument("config", nargs="?", metavar="CONFIG.toml",
                    help="run configuration (TOML); default: the embedded default")
     add_cluster_options(p, scheduler_note="overrides cluster.scheduler")
+    add_data_options(p, required=False, run=True)
     p.add_argument("--out", metavar="DIR",
                    help="run directory (default: a new folder under ./muflow-runs/); must be new "
                         "or empty unless --resume")
@@ -98,6 +101,9 @@ def _check_run_dir(args, out: Path, cfg):
             raise MuflowInputError(
                 f"--out {str(out)!r} holds a run of another configuration (its config.json); "
                 "resume it with the configuration it was started with, or choose a new --out")
+        from muflow.pipeline import check_source_unchanged
+
+        check_source_unchanged(cfg, out)  # never resumed on changed data
         return
     if (out / "config.json").is_file():
         from muflow.pipeline import config_matches
@@ -142,6 +148,8 @@ def _run(args, launched) -> int:
     cfg = load_config(args.config) if args.config else default_config()
     if args.scheduler:
         cfg = cfg.with_overrides(cluster={"scheduler": args.scheduler})
+    if data_overrides(args):
+        cfg = cfg.with_overrides(data=data_overrides(args))
     check_data_exists(cfg)
     out = _out_path(args)
     if not args.out:  # the command that continues the run names the folder chosen here

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from muflow.commands._common import add_data_options, load_from_args, parse_C, parse_gamma
+from muflow.commands._common import (add_data_options, load_from_args, parse_C, parse_gamma,
+                                     source_from_args)
 from muflow.exceptions import MuflowInputError
 
 
@@ -65,12 +66,11 @@ def add_parser(subparsers):
                    help="continue an interrupted sweep in DIR: finished kernel settings are not redone")
     p.add_argument("--cache-dir", metavar="DIR", help="Gram store cache (see `gram --help`)")
     p.add_argument("--scheduler", metavar="ADDR",
-                   help="address of a running Dask scheduler (tcp://host:8786): X is split over "
-                        "its workers and the working-set solver runs there (with --solver m3, "
-                        "munk or another multiplicative solver, on kernel panels computed there, "
-                        "or on a Gram store built there when those do not fit in the workers' "
-                        "memory); its dashboard link is printed; default: everything in this "
-                        "process")
+                   help="address of a running Dask scheduler (tcp://host:8786): its workers read "
+                        "--data (X never enters this process) and the working-set solver runs "
+                        "there (with --solver m3, munk or another multiplicative solver, on "
+                        "kernel panels computed there); its dashboard link is printed; default: "
+                        "everything in this process")
     p.add_argument("--timeout", type=float, default=10.0,
                    help="seconds to wait for --scheduler to answer (default: 10)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -154,7 +154,12 @@ def _run(args) -> int:
     from muflow.selection import run_sweep
 
     grid, options = grid_from_args(args)
-    X, y = load_from_args(args)
+    if args.scheduler:  # the workers read --data; its layout is checked here first
+        from muflow.data.tabular import inspect
+
+        inspect(source_from_args(args), whole_files=False)
+    else:
+        X, y = load_from_args(args)
     test = {}
     if args.test_data:
         X_test, y_test = load_from_args(args, path=args.test_data)
@@ -169,7 +174,10 @@ def _run(args) -> int:
         client = connect(args.scheduler, timeout=args.timeout)
         print_dashboard(client)
         try:
-            with one_line_if_scheduler_lost(
+            from muflow.data.workers import read_on_workers
+
+            X, y, _ = read_on_workers(source_from_args(args), client, even=True)  # X stays there
+            with client.as_current(), one_line_if_scheduler_lost(
                     client, args, work="the sweep", log_file=log_file,
                     kept=lambda: f"its finished kernel settings are kept in {args.out}"):
                 result = run_sweep(X, y, grid, out_dir=args.out, client=client,

@@ -67,11 +67,12 @@ def _setup(config, out_dir, scheduler):
     return cfg, str(out_dir)
 
 
-def _start(cfg, run_dir):
+def _start(cfg, run_dir, address=None):
     """Create (or reopen) the run directory with its configuration, then load, validate and
-    split the data (the ``data`` stage)."""
+    split the data (the ``data`` stage; by the workers of ``address`` when the sweep runs
+    there)."""
     stages.start_run(cfg, run_dir)
-    tasks.prepare_data(cfg, run_dir)
+    tasks.prepare_data(cfg, run_dir, address)
 
 
 @contextmanager
@@ -84,9 +85,12 @@ def _on_cluster(cfg, run_dir):
     run's log. No LocalCluster is started when the run has no work for one
     (:func:`muflow.pipeline.needs_cluster`: every kernel setting on rows on demand in this
     process, no Gram store to build, ``sweep.on_cluster`` off): it yields None and the
-    stages compute in this process.
+    stages compute in this process. With ``sweep.on_cluster`` the cluster comes first and
+    its workers read the data (:func:`muflow.pipeline.data_home`); the split they hold is
+    released when the block ends.
     """
-    if not cfg.cluster.scheduler:
+    on_workers = cfg.sweep.on_cluster and not cfg.data.bundled  # the workers read the data
+    if not cfg.cluster.scheduler and not on_workers:
         _start(cfg, run_dir)
         if not stages.needs_cluster(cfg, run_dir):
             get_run_logger().info("no Dask cluster: no Gram store to build and the sweep runs in "
@@ -98,9 +102,13 @@ def _on_cluster(cfg, run_dir):
         logger.info("Dask scheduler: %s", address)
         if dashboard:
             logger.info("Dask dashboard: %s", dashboard)
-        if cfg.cluster.scheduler:
-            _start(cfg, run_dir)
-        yield address
+        if cfg.cluster.scheduler or on_workers:
+            _start(cfg, run_dir, address)
+        try:
+            yield address
+        finally:
+            if on_workers:
+                tasks.release_data(run_dir, address)
 
 
 @flow(name="pipeline", log_prints=True)
@@ -117,8 +125,13 @@ def pipeline(config: dict | str | None = None, out_dir: str | None = None,
     with _on_cluster(cfg, run_dir) as address:
         tasks.build_gram(cfg, run_dir, address)
         tasks.fit_grid(cfg, run_dir, address)
-    tasks.refit_best(cfg, run_dir)
-    tasks.evaluate(cfg, run_dir)
+        on_workers = stages.reads_on_workers(run_dir)
+        if on_workers:  # the test split is on the workers: evaluated there
+            tasks.refit_best(cfg, run_dir)
+            tasks.evaluate(cfg, run_dir, address)
+    if not on_workers:
+        tasks.refit_best(cfg, run_dir)
+        tasks.evaluate(cfg, run_dir)
     report = tasks.write_report(cfg, run_dir)
     tasks.publish_artifacts(run_dir)
     get_run_logger().info("report: %s", report)

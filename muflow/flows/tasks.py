@@ -33,9 +33,11 @@ _COMPUTE = dict(cache_policy=NO_CACHE, persist_result=False)
 
 
 @task(name="prepare-data", **_STORAGE)
-def prepare_data(cfg: RunConfig, run_dir: str) -> dict:
-    """Load and validate the data set; write the stratified train/test split."""
-    return stages.prepare_data(cfg, run_dir)
+def prepare_data(cfg: RunConfig, run_dir: str, scheduler: str | None = None) -> dict:
+    """Read and validate the data set and split it: in this process, or by the workers of
+    ``scheduler`` when the sweep runs there (:func:`muflow.pipeline.data_home`)."""
+    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+        return stages.prepare_data(cfg, run_dir, client)
 
 
 @task(name="build-gram", **_STORAGE)
@@ -60,9 +62,25 @@ def refit_best(cfg: RunConfig, run_dir: str, params: dict | None = None) -> dict
 
 
 @task(name="evaluate", **_COMPUTE)
-def evaluate(cfg: RunConfig, run_dir: str) -> dict:
-    """Test-set metrics of the refitted model."""
-    return stages.evaluate(cfg, run_dir)
+def evaluate(cfg: RunConfig, run_dir: str, scheduler: str | None = None) -> dict:
+    """Test-set metrics of the refitted model (predicted on the workers when they hold
+    the test split)."""
+    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+        return stages.evaluate(cfg, run_dir, client)
+
+
+@task(name="release-data", **_COMPUTE)
+def release_data(run_dir: str, scheduler: str) -> None:
+    """Free the split the workers hold for this run. Best effort: it runs on every way out
+    of the cluster block, and a scheduler that is gone has freed it already (its error,
+    not this one, is the run's)."""
+    try:
+        with stages.client_of(scheduler, timeout=5.0) as client:
+            stages.release_data(run_dir, client)
+    except Exception as exc:  # noqa: BLE001
+        from prefect import get_run_logger
+
+        get_run_logger().warning("the split on the workers was not released (%s)", exc)
 
 
 @task(name="write-report", **_STORAGE)

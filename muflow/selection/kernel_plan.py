@@ -45,8 +45,12 @@ def store_dtype(on_cluster: bool) -> str:
 
 
 def store_built(X, kernel, cache_dir, dtype: str) -> bool:
-    """Whether ``cache_dir`` holds the Gram store of K(X, X) in ``dtype`` already."""
+    """Whether ``cache_dir`` holds the Gram store of K(X, X) in ``dtype`` already (never
+    for a dask X: a store is built from X in this process, which a dask X never enters)."""
     from muflow.gram.store import fingerprint, lookup_cache, store_exists
+
+    if hasattr(X, "dask"):
+        return False
 
     return store_exists(lookup_cache(str(cache_dir), fingerprint(X), kernel, dtype))
 

@@ -39,13 +39,23 @@ def data_digest(X, y) -> str:
     """A short hash of the data (shape, values, labels): a resumed sweep must see the same."""
     h = hashlib.sha256()
     h.update(repr(X.shape).encode())
-    if hasattr(X, "indptr"):
+    if hasattr(X, "to_delayed"):  # a dask array: each block hashed where it lives
+        import dask
+
+        blocks = X.to_delayed().ravel()
+        for digest in dask.compute(*[dask.delayed(_block_digest)(b) for b in blocks]):
+            h.update(digest)
+    elif hasattr(X, "indptr"):
         for a in (X.data, X.indices, X.indptr):
             h.update(np.ascontiguousarray(a).tobytes())
     else:
         h.update(np.ascontiguousarray(X).tobytes())
     h.update(np.asarray(y).astype(str).tobytes())
     return h.hexdigest()[:32]
+
+
+def _block_digest(block) -> bytes:
+    return hashlib.sha256(np.ascontiguousarray(block).tobytes()).digest()
 
 
 def _plain(obj):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from muflow.backends import gram_operator
+from muflow.dask_predict import is_dask_collection
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.routing import sweep_path
@@ -185,7 +186,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 
     xp = fit_device(device, client)
     budget = thread_budget(n_jobs)
-    data = _check_data(X, y, X_test, y_test, folds, seed)
+    data = _check_data(X, y, X_test, y_test, folds, seed, client)
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
@@ -227,7 +228,7 @@ class _SweepData:
     y_test: object = None
 
 
-def _check_data(X, y, X_test, y_test, folds: int, seed: int) -> _SweepData:
+def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _SweepData:
     """Validate X, y and the test set once, and pose the folds and the binary problems."""
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import check_X_y
@@ -235,8 +236,11 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int) -> _SweepData:
     from muflow.data import check_finite
     from muflow.multiclass import binary_problems
 
-    X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
-    check_finite(X)
+    if is_dask_collection(X):  # read by the workers (muflow.data.workers): it stays there
+        X, y = _dask_input(X, y, client)
+    else:
+        X, y = check_X_y(X, y, accept_sparse="csr", dtype=np.float64, ensure_all_finite=False)
+        check_finite(X)
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
     if len(classes) < 2:
         raise MuflowInputError(f"the data hold only one class ({str(classes[0])!r}); a sweep needs at least 2")
@@ -400,8 +404,8 @@ class _SweepRun:
         table = [row for rec in records for row in rec.rows] + self.not_started
         k_best, c_best = best_index(timeout.rows_to_choose_from(records))
         best = best_summary(records[k_best].rows[c_best])
-        model = _best_model(d.X, d.y_enc, d.classes, records[k_best], self.intercept, self.tol,
-                            self.max_iter)
+        model = _best_model(_RowsOf(d.X) if is_dask_collection(d.X) else d.X, d.y_enc, d.classes,
+                            records[k_best], self.intercept, self.tol, self.max_iter)
         test_metrics = None
         if d.X_test is not None:
             test_metrics = {"accuracy": float(model.score(d.X_test, d.y_test)),
@@ -420,6 +424,35 @@ class _SweepRun:
             path_report["compare"] = self.compare
         return SweepResult(table=table, best=best, best_model=model, paths=paths, timings=timings,
                            test_metrics=test_metrics, path_report=path_report, counts=self.counts)
+
+
+def _dask_input(X, y, client):
+    """A dask X (its finite values checked where it was read, and again by each partition
+    it becomes) and y brought here, of the same length."""
+    if client is None:
+        raise MuflowInputError("X is a dask collection: give client=... (the cluster that holds "
+                               "it), or pass a NumPy array")
+    if hasattr(X, "to_dask_array"):
+        X = X.to_dask_array(lengths=True)
+    if X.ndim != 2:
+        raise MuflowInputError(f"X must be 2-d, got a dask array of shape {X.shape}")
+    y = np.asarray(y.compute() if hasattr(y, "compute") else y)
+    if y.ndim != 1 or y.shape[0] != X.shape[0]:
+        raise MuflowInputError(f"X has {X.shape[0]} rows and y has shape {y.shape}; give one label a row")
+    return X, y
+
+
+class _RowsOf:
+    """Rows of a dask X as :meth:`muflow.SVC._set_fitted` reads them: ``X[support]``
+    computed on the workers, only those rows brought here."""
+
+    def __init__(self, X):
+        self.X, self.shape = X, tuple(X.shape)
+
+    def __getitem__(self, idx):
+        return np.asarray(self.X[np.asarray(idx)].compute(), dtype=np.float64)
+
+
 
 
 def solve_key(C) -> str:

@@ -1,0 +1,200 @@
+"""Data read where it lives: ``python -m muflow run`` on a Parquet directory against the same
+run from one CSV file, and the data stage alone on a large Parquet directory.
+
+1. ``run``: ``--rows`` x ``--features`` (default 200,000 x 20, make_classification with
+   n_informative=10, flip_y=0.02, seed 0) written as ``--files`` Parquet files (default 8)
+   and as one CSV file; each run with ``sweep.on_cluster = true`` on a LocalCluster of
+   ``--workers`` processes (default 2) and a short grid (rbf, gamma 0.05, C 1, 2 folds),
+   started as ``python -m muflow run CONFIG --out DIR`` in a subprocess. Reported per
+   source: wall time, the run process's peak RSS (VmHWM: the client, the Prefect flow and
+   its imports; the Dask workers are other processes), the run directory's size, test
+   accuracy; and X's size.
+2. The data stage alone (read, split, persist on the workers: ``muflow.pipeline.prepare_data``
+   with a client) on ``--stage-rows`` x ``--features`` (default 10,000,000 x 20), whose
+   Parquet files the workers themselves generate (so this process never holds X). Reported:
+   the stage's seconds and this process's peak RSS (absolute, and above its start).
+
+Usage::
+
+    python benchmarks/bench_data_sources.py                       # the issue's sizes
+    python benchmarks/bench_data_sources.py --rows 50000 --stage-rows 2000000
+
+The figures and the machine they were measured on go in the commit message and the
+closing note, with this command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import functools
+
+import numpy as np
+
+print = functools.partial(print, flush=True)  # progress shows in a log file as it comes
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+GRID = """
+[grid]
+C = [1.0]
+kernels = [{ kernel = "rbf", gamma = [0.05] }]
+[sweep]
+folds = 2
+on_cluster = true
+[cluster]
+workers = %d
+"""
+
+
+def vm_hwm_mb(pid: int) -> float:
+    """Peak resident set of a process (VmHWM), MB; NaN once it is gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def run_command(config: Path, out: Path) -> dict:
+    """``python -m muflow run CONFIG --out OUT``: seconds, peak RSS of its process."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "muflow", "run", str(config), "--out", str(out)],
+                            cwd=config.parent, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    peak = [0.0]
+
+    def watch():
+        while proc.poll() is None:
+            value = vm_hwm_mb(proc.pid)
+            if value == value:
+                peak[0] = max(peak[0], value)
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    stdout, stderr = proc.communicate()
+    seconds = time.perf_counter() - t0
+    watcher.join()
+    if proc.returncode:
+        raise SystemExit(f"run failed ({proc.returncode}):\n{stderr[-3000:]}")
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    metrics = json.loads((out / "metrics.json").read_text())
+    return {"seconds": seconds, "peak_rss_mb": peak[0], "run_dir_mb": size / 2**20,
+            "accuracy": metrics["accuracy"]}
+
+
+def bench_run(args, root: Path) -> None:
+    import pandas as pd
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(args.rows, args.features, n_informative=10, flip_y=0.02,
+                               random_state=0)
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(args.features)])
+    df["label"] = y.astype(np.int8)
+    (root / "pq").mkdir()
+    for i, part in enumerate(np.array_split(np.arange(args.rows), args.files)):
+        df.iloc[part].to_parquet(root / "pq" / f"part-{i:02d}.parquet", index=False)
+    df.to_csv(root / "one.csv", index=False, float_format="%.17g")
+    x_mb = X.nbytes / 2**20
+    del X, df
+    print(f"run: {args.rows} x {args.features} (X {x_mb:.1f} MB), {args.workers} workers, "
+          f"sweep on the cluster, grid rbf gamma 0.05 x C 1, 2 folds")
+    warm = root / "warm.toml"  # numba compiles (float32 rows above 4096 samples): not timed
+    pd.read_csv(root / "one.csv", nrows=8192).to_csv(root / "warm.csv", index=False)
+    warm.write_text('[data]\npath = "warm.csv"\nlabel_column = "label"\n' + GRID % args.workers)
+    run_command(warm, root / "run-warm")
+    results = {}
+    for name, path in (("parquet", "pq"), ("csv", "one.csv")):
+        config = root / f"{name}.toml"
+        config.write_text(f'[data]\npath = "{path}"\nlabel_column = "label"\n' + GRID % args.workers)
+        results[name] = r = run_command(config, root / f"run-{name}")
+        print(f"  {name:8s} {r['seconds']:7.1f} s  peak RSS {r['peak_rss_mb']:7.1f} MB  run dir "
+              f"{r['run_dir_mb']:6.2f} MB  test accuracy {r['accuracy']:.4f}")
+    print(f"  parquet / csv time: {results['parquet']['seconds'] / results['csv']['seconds']:.2f}")
+
+
+def _write_part(path, rows, features, seed):
+    """On a worker: one Parquet file of generated rows."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(rows, features))
+    df = pd.DataFrame(X, columns=[f"f{j}" for j in range(features)])
+    df["label"] = (X[:, 0] + 0.5 * rng.normal(size=rows) > 0).astype(np.int8)
+    df.to_parquet(path, index=False)
+    return rows
+
+
+def bench_stage(args, root: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    from _memory import PeakMemory
+    from muflow import pipeline as stages
+    from muflow.config import from_dict
+
+    n, d = args.stage_rows, args.features
+    files = max(args.files, -(-n * d * 8 // (64 << 20)))
+    folder = root / "big"
+    folder.mkdir()
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                      memory_limit=args.memory_limit, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        bounds = np.linspace(0, n, files + 1).astype(int)
+        client.gather(client.map(_write_part, [str(folder / f"part-{i:03d}.parquet") for i in range(files)],
+                                 list(np.diff(bounds)), [d] * files, list(range(files))))
+        cfg = from_dict({"data": {"path": str(folder), "label_column": "label"},
+                         "sweep": {"on_cluster": True}})
+        run = root / "stage-run"
+        stages.start_run(cfg, run)
+        start_rss = vm_hwm_mb(os.getpid())
+        t0 = time.perf_counter()
+        with PeakMemory() as pm:
+            info = stages.prepare_data(cfg, run, client)
+        seconds = time.perf_counter() - t0
+        peak = vm_hwm_mb(os.getpid())
+        stages.release_data(run, client)
+    print(f"data stage: {n} x {d} (X {n * d * 8 / 2**20:.0f} MB) in {files} Parquet files, "
+          f"{args.workers} workers: {seconds:.1f} s; this process's peak RSS {peak:.0f} MB "
+          f"(VmHWM, {start_rss:.0f} MB before the stage; {pm.peak_mb:.0f} MB above its start); "
+          f"{info['n_train']} train / {info['n_test']} test rows")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", type=int, default=200_000)
+    p.add_argument("--features", type=int, default=20)
+    p.add_argument("--files", type=int, default=8)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--stage-rows", type=int, default=10_000_000)
+    p.add_argument("--memory-limit", default="6GiB", help="per worker, data stage")
+    p.add_argument("--skip-run", action="store_true")
+    p.add_argument("--skip-stage", action="store_true")
+    args = p.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="muflow-bench-data-"))
+    try:
+        if not args.skip_run:
+            bench_run(args, root)
+        if not args.skip_stage:
+            bench_stage(args, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+"""The layout of a source's files, checked from their metadata before any data are read:
+which columns are the label and the features, whether every file has the same schema,
+whether a file is empty.
+
+Parquet files are checked from their footers (schema and row counts), CSV files from their
+first line, a zarr store from its arrays' metadata. Every problem is a one-line
+:class:`~muflow.exceptions.DataFileError` naming the file or the column and the fix.
+The :class:`Layout` it returns is what both homes read by (:mod:`muflow.data.local` in this
+process, :mod:`muflow.data.workers` on a cluster), so they read the same rows in the same
+order: the files sorted by name, their rows as stored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from muflow.data.source import DataSource, _within
+from muflow.exceptions import DataFileError
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A checked source: its format, files (full URLs, sorted), label and feature columns
+    (names; CSV without a header: ``"0"``, ``"1"``, ...), CSV header, rows per file (None
+    where the metadata do not say) and the fingerprint's file list."""
+
+    format: str
+    urls: tuple
+    label: str | None
+    features: tuple
+    header: bool
+    rows: tuple
+    entries: tuple
+
+    @property
+    def n_rows(self) -> int | None:
+        return None if any(r is None for r in self.rows) else int(sum(self.rows))
+
+
+def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
+    """List the source's files and check their layout (metadata only); bounded by the
+    source's timeout. ``whole_files``: a single local CSV file is left to the file loader
+    (read whole in this process); False reads it by columns, as the workers do."""
+    entries = source.files()
+    urls = tuple(e["path"] for e in entries)
+    kind = source.kind(list(urls))
+    if kind in ("npz", "svmlight") or (whole_files and kind == "csv" and len(urls) == 1
+                                       and not source.is_url and _looks_plain(source)):
+        if len(urls) != 1:
+            raise DataFileError(f"data path {source.label!r}: {len(urls)} files; a {kind} source is "
+                                "one file (Parquet, CSV or zarr can be several)")
+        return Layout(kind, urls, None, (), False, (None,), tuple(entries))
+    if kind == "zarr":
+        return _within(source.timeout, lambda: _zarr_layout(source, urls, entries),
+                       f"data path {source.label!r}")
+    read = _parquet_schemas if kind == "parquet" else _csv_schemas
+    schemas, rows, header = _within(source.timeout, lambda: read(source, urls),
+                                    f"data path {source.label!r}")
+    first = schemas[0]
+    for url, schema in zip(urls[1:], schemas[1:]):
+        if [s[:2] for s in schema] != [s[:2] for s in first]:
+            raise DataFileError(
+                f"data path {source.label!r}: the files' schemas differ: {_name(urls[0])} has "
+                f"{_schema_text(first)}, {_name(url)} has {_schema_text(schema)}; write every "
+                "file with the same columns and types")
+    for url, n in zip(urls, rows):
+        if n == 0:
+            raise DataFileError(f"data path {source.label!r}: {_name(url)} holds no rows (an empty "
+                                "partition); remove it or write it with rows")
+    # a column is numeric when it is in every file (CSV: by its first row)
+    first = [(n, t, all(s[j][2] for s in schemas)) for j, (n, t, _) in enumerate(first)]
+    label, features = choose_columns(first, source.label_column, source.feature_columns,
+                                     f"data path {source.label!r}")
+    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries))
+
+
+def _looks_plain(source) -> bool:
+    """A single local CSV file named as such: read by the file loader (:mod:`muflow.data.files`),
+    which handles id columns, string labels and names the line of a bad row."""
+    return len(source.paths()) == 1 and not any(c in source.paths()[0] for c in "*?[")
+
+
+def choose_columns(schema, label_column, feature_columns, where: str):
+    """``(label, features)`` from ``schema`` (``[(name, type text, numeric)]``): the label
+    by name or 0-based index (default the last column), the features as given (each must
+    be there and numeric) or every numeric column but the label."""
+    names = [s[0] for s in schema]
+    if label_column is None:
+        label = names[-1]
+    elif isinstance(label_column, int) or str(label_column).lstrip("-").isdigit():
+        index = int(label_column)
+        if not -len(names) <= index < len(names):
+            raise DataFileError(f"{where}: label_column {index} is out of range; the data have "
+                                f"{len(names)} columns")
+        label = names[index]
+    elif label_column in names:
+        label = label_column
+    else:
+        raise DataFileError(f"{where}: no label column {label_column!r}; the columns are "
+                            f"{_list(names)}; set label_column")
+    numeric = {s[0]: s[2] for s in schema}
+    types = {s[0]: s[1] for s in schema}
+    if feature_columns is None:
+        features = tuple(n for n in names if n != label and numeric[n])
+    else:
+        features = tuple(str(c) for c in feature_columns)
+        for name in features:
+            if name not in numeric:
+                raise DataFileError(f"{where}: no feature column {name!r}; the columns are "
+                                    f"{_list(names)}")
+            if not numeric[name]:
+                raise DataFileError(f"{where}: feature column {name!r} is not numeric "
+                                    f"({types[name]}); drop it from feature_columns or encode it "
+                                    "as numbers")
+            if name == label:
+                raise DataFileError(f"{where}: {name!r} is the label column and a feature column; "
+                                    "drop it from feature_columns")
+    if not features:
+        raise DataFileError(f"{where}: no numeric feature column besides the label {label!r}; the "
+                            f"columns are {_list(names)}")
+    return label, features
+
+
+def _parquet_schemas(source, urls):
+    import pyarrow.parquet as pq
+
+    fs, roots = DataSource(path=tuple(urls), format="parquet",
+                           storage_options=source.storage_options).filesystem()
+    schemas, rows = [], []
+    for url, root in zip(urls, roots):
+        try:
+            with fs.open(root, "rb") as fh:
+                pf = pq.ParquetFile(fh)
+                schema, n = pf.schema_arrow, pf.metadata.num_rows
+        except Exception as exc:
+            raise DataFileError(f"{url}: not a readable Parquet file ({type(exc).__name__}: "
+                                f"{' '.join(str(exc).split())[:200]})") from None
+        schemas.append([(f.name, str(f.type), _arrow_numeric(f.type)) for f in schema])
+        rows.append(int(n))
+    return schemas, rows, True
+
+
+def _arrow_numeric(t) -> bool:
+    import pyarrow.types as pt
+
+    return bool(pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) or pt.is_decimal(t))
+
+
+def _csv_schemas(source, urls):
+    """Each CSV file's columns from its first two lines: a header when the first line holds
+    a non-number (else the columns are named by position), numeric when the second line's
+    cell is a number."""
+    from muflow.data.files import _is_number
+
+    fs, roots = DataSource(path=tuple(urls), format="csv",
+                           storage_options=source.storage_options).filesystem()
+    schemas, headers = [], []
+    for url, root in zip(urls, roots):
+        with fs.open(root, "rt") as fh:
+            lines = [fh.readline().strip() for _ in range(2)]
+        if not lines[0]:
+            raise DataFileError(f"data path {source.label!r}: {_name(url)} holds no rows (an empty "
+                                "partition); remove it or write it with rows")
+        first = [c.strip() for c in lines[0].split(",")]
+        header = not all(_is_number(c) for c in first) or (
+            isinstance(source.label_column, str) and source.label_column in first
+            and not source.label_column.lstrip("-").isdigit())
+        data = [c.strip() for c in (lines[1] if header else lines[0]).split(",")]
+        if header and not lines[1]:
+            raise DataFileError(f"data path {source.label!r}: {_name(url)} has a header but no rows "
+                                "(an empty partition); remove it or write it with rows")
+        names = first if header else [str(j) for j in range(len(first))]
+        schemas.append([(n, "", j < len(data) and _is_number(data[j])) for j, n in enumerate(names)])
+        headers.append(header)
+    if len(set(headers)) > 1:
+        raise DataFileError(f"data path {source.label!r}: some CSV files have a header row and "
+                            "some do not; write them alike")
+    return schemas, [None] * len(urls), headers[0]
+
+
+def _zarr_layout(source, urls, entries):
+    import numpy as np
+    import zarr
+
+    root = source.paths()[0]
+    try:
+        group = zarr.open_group(root, mode="r", storage_options=source.options() or None) \
+            if "://" in root else zarr.open_group(root, mode="r")
+        X, y = group["X"], group["y"]
+    except KeyError as exc:
+        raise DataFileError(f"data path {source.label!r}: a zarr data set is a group with arrays "
+                            f"'X' (n_samples x n_features) and 'y'; missing {exc}") from None
+    except Exception as exc:
+        raise DataFileError(f"data path {source.label!r}: not a readable zarr group "
+                            f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    if len(X.shape) != 2 or len(y.shape) != 1 or X.shape[0] != y.shape[0]:
+        raise DataFileError(f"data path {source.label!r}: X has shape {X.shape} and y {y.shape}; "
+                            "X must be 2-d with one row per label")
+    if not np.issubdtype(X.dtype, np.number) and X.dtype != bool:
+        raise DataFileError(f"data path {source.label!r}: X is not numeric ({X.dtype})")
+    if X.shape[0] == 0:
+        raise DataFileError(f"data path {source.label!r}: X holds no rows")
+    return Layout("zarr", tuple(urls), None, tuple(str(j) for j in range(X.shape[1])), False,
+                  (int(X.shape[0]),), tuple(entries))
+
+
+def _name(url: str) -> str:
+    return PurePosixPath(url).name
+
+
+def _list(names) -> str:
+    names = list(names)
+    shown = ", ".join(str(n) for n in names[:12])
+    return shown + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
+
+
+def _schema_text(schema) -> str:
+    return "(" + _list(f"{n}: {t}" if t else n for n, t, _ in schema) + ")"

@@ -1,0 +1,103 @@
+"""``python -m muflow run`` on data sources, in a subprocess.
+
+- ``run --resume`` after the data file changed is refused in one line, exit code 2, and
+  reuses nothing (it used to reuse every stage of the old data and exit 0).
+- Bad sources are one line and exit code 2 with nothing written: a missing URL, no label
+  column, files of different schemas (checked from metadata before the run starts), NaN
+  values (found when the data stage reads them).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from test_run_command import muflow
+
+SMALL_RUN = """
+[grid]
+C = [1.0]
+kernels = [{ kernel = "rbf", gamma = [0.5] }]
+[sweep]
+folds = 2
+"""
+
+
+def write_frame(path, seed=0, n=80, **kwargs):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    df = pd.DataFrame(X, columns=["a", "b", "c"])
+    df["label"] = np.where(X[:, 0] > 0, 1, 0)
+    for key, value in kwargs.items():
+        df[key] = value
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    else:
+        df.to_parquet(path, index=False)
+    return df
+
+
+def _stderr_line(res) -> str:
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, res.stderr
+    return lines[0]
+
+
+@pytest.mark.slow
+def test_resume_on_changed_data_is_refused(tmp_path):
+    write_frame(tmp_path / "train.csv")
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[data]\npath = "train.csv"\nlabel_column = "label"\n' + SMALL_RUN)
+    out = tmp_path / "run"
+    first = muflow("run", str(cfg), "--out", str(out), cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    log = (out / "stages.log").read_text()
+    time.sleep(0.01)
+    write_frame(tmp_path / "train.csv", seed=1)  # same name, new rows
+    res = muflow("run", str(cfg), "--out", str(out), "--resume", cwd=tmp_path)
+    assert res.returncode == 2, res.stdout[-2000:]
+    line = _stderr_line(res)
+    assert "the data changed" in line and "train.csv was modified" in line
+    assert (out / "stages.log").read_text() == log  # nothing reused, nothing recomputed
+
+
+def test_a_missing_url_exits_2_with_nothing_written(tmp_path):
+    res = muflow("run", "--data", (tmp_path / "gone").as_uri() + "/", "--out", str(tmp_path / "run"),
+                 cwd=tmp_path, timeout=120)
+    assert res.returncode == 2
+    assert "does not exist" in _stderr_line(res)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("case", ["no-label", "schemas"])
+def test_a_bad_layout_exits_2_before_the_run_starts(tmp_path, case):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    write_frame(folder / "part-0.parquet")
+    if case == "schemas":
+        write_frame(folder / "part-1.parquet", seed=1, extra=1.0)
+    args = ["--label-column", "target"] if case == "no-label" else []
+    res = muflow("run", "--data", str(folder), *args, "--out", str(tmp_path / "run"), cwd=tmp_path,
+                 timeout=120)
+    assert res.returncode == 2
+    expected = {"no-label": "no label column 'target'", "schemas": "schemas differ"}[case]
+    assert expected in _stderr_line(res)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_nan_values_exit_2_with_nothing_written(tmp_path):
+    folder = tmp_path / "pq"
+    folder.mkdir()
+    df = write_frame(folder / "part-0.parquet")
+    df.loc[3, "b"] = np.nan
+    df.to_parquet(folder / "part-1.parquet", index=False)
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[data]\npath = "pq"\n' + SMALL_RUN)
+    res = muflow("run", str(cfg), "--out", str(tmp_path / "run"), cwd=tmp_path)
+    assert res.returncode == 2, res.stdout[-2000:]
+    assert "1 NaN or infinite value" in res.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "run").exists()
