@@ -6,7 +6,7 @@ cluster has one single-threaded worker process per core):
 1. ``n`` in ``--sizes`` (default 20,000 and 50,000) samples of
    ``make_classification(n, 50 features, 20 informative, flip_y=0.05, random_state=0)``,
    RBF gamma=0.02, C=1: ``SVC(solver="working_set", gram="rows")`` in process against
-   ``SVC(client=...)`` (X scattered once, :mod:`muflow.dask_working_set`), each side warmed
+   ``SVC(client=...)`` (X scattered once, :mod:`muflow.dask.working_set`), each side warmed
    up once on 5,000 rows (the workers' imports and compiled loops loaded). Printed: both
    times and their ratio (target <= 1.5), the objectives, the transfer per outer
    iteration against q d 8 bytes (target O(q d)), and, in a second distributed fit under
@@ -17,7 +17,7 @@ cluster has one single-threaded worker process per core):
    same fit in process; median of 5 after a warm-up fit (target <= 3x).
 3. The same 537 rows with ``m3``, every pass a round trip to the workers (the one-task path
    switched off): on the row partitions with their kernel panels resident
-   (:mod:`muflow.dask_panels`) and on the Gram store (:class:`muflow.distributed.DaskGram`,
+   (:mod:`muflow.dask.panels`) and on the Gram store (:class:`muflow.dask.store_operator.DaskGram`,
    the panels switched off; a float32 store, where m3 stalls above tol, so it runs the
    in-process fit's passes), one fit each, side by side with the in-process fit; ratios
    to in process (target <= 3x) and per pass.
@@ -128,7 +128,7 @@ def small_per_pass(client, repeats=5):
     import tempfile
 
     import muflow
-    import muflow.dask_panels
+    import muflow.dask.panels
     import muflow.datasets
     import muflow.routing
     from sklearn.exceptions import ConvergenceWarning
@@ -149,7 +149,7 @@ def small_per_pass(client, repeats=5):
         t = time.perf_counter()
         fits["panels"] = muflow.SVC(client=client, **params).fit(X, y)
         times["panels"] = time.perf_counter() - t
-        with _setting(muflow.dask_panels, "PANEL_FRACTION", 0.0), warnings.catch_warnings():
+        with _setting(muflow.dask.panels, "PANEL_FRACTION", 0.0), warnings.catch_warnings():
             # the store is float32 (the in-process K and the panels are float64 up to 4096
             # samples): there m3 stalls above tol (KKT 0.014 after 200,000 passes in
             # process), so it runs the in-process fit's passes

@@ -9,7 +9,7 @@ Two measurements, in one run:
    Target: cluster / NumPy <= 1.3.
 2. Per-iteration time of the batched multiplicative update (``solve_multiplicative``,
    rule "munk", exact intercept) for m = 1 and m = 40 problems (one column per C value),
-   on :class:`muflow.distributed.DaskGram` (panels resident on the 2 workers) against
+   on :class:`muflow.dask.store_operator.DaskGram` (panels resident on the 2 workers) against
    :class:`muflow.operators.DenseGram` in this process. An iteration is the time between
    consecutive solver callbacks (one full pass: products, objective, KKT, update); the
    median after one warm-up pass is reported. Targets: distributed / in-process <= 2 for
@@ -69,8 +69,8 @@ def main():
     from distributed import Client
     from sklearn.datasets import load_svmlight_file
 
-    from muflow.cluster import local_cluster
-    from muflow.distributed import DaskGram
+    from muflow.dask.cluster import local_cluster
+    from muflow.dask.store_operator import DaskGram
     from muflow.gram import ensure_gram, numpy_gram
     from muflow.kernels import Kernel
     from muflow.operators import DenseGram

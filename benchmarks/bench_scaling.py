@@ -534,8 +534,8 @@ def iteration_run(n, workers):
     from distributed import Client, LocalCluster
     from sklearn.datasets import make_classification
 
-    from muflow.dask_partitions import DaskRowPartitions
-    from muflow.dask_working_set import solve_working_set_dask
+    from muflow.dask.partitions import DaskRowPartitions
+    from muflow.dask.working_set import solve_working_set_dask
     from muflow.kernels import Kernel
     from muflow.solvers import DualProblem
 

@@ -11,11 +11,11 @@ It carries out a :class:`muflow.routing.KernelPlan` (the path decided by the rul
   n x n array); the row cache is the solver's (``plan.cache_mb`` handed to the solve call,
   :meth:`muflow.solvers.registry.SolverInfo.options`);
 - "partitioned": X partitioned by rows over the workers, the working-set solver on the rows
-  (:class:`~muflow.dask_partitions.DaskRowPartitions`), a multiplicative solver on kernel
-  panels computed there (:class:`~muflow.dask_panels.DaskRowPanels`, ``plan.panels``); each
+  (:class:`~muflow.dask.partitions.DaskRowPartitions`), a multiplicative solver on kernel
+  panels computed there (:class:`~muflow.dask.panels.DaskRowPanels`, ``plan.panels``); each
   worker caches ``plan.cache_mb`` of kernel rows;
 - "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
-  row panels held by the workers (:class:`~muflow.distributed.DaskGram`,
+  row panels held by the workers (:class:`~muflow.dask.store_operator.DaskGram`,
   :func:`operator_for`); X must be in this process.
 
 The estimator (:class:`muflow.SVC`) and the model selection call it with their plan, and
@@ -115,7 +115,7 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
             tile=tile, resident_fraction=resident_fraction))
     raise ValueError(f"a {plan.path!r} plan is not carried out by an operator "
-                     "(the one-task path is muflow.dask_fitting's)")
+                     "(the one-task path is muflow.dask.fitting's)")
 
 
 def _stored(X, kernel, plan, cache_dir, out, n_threads=None) -> GramOperator:
@@ -146,8 +146,8 @@ def _stored(X, kernel, plan, cache_dir, out, n_threads=None) -> GramOperator:
 def _partitioned(X, kernel, client, owns_client, plan):
     """The "partitioned" path: X partitioned over the workers of ``client``, with the
     kernel panels where the plan's solver reads products (``plan.panels``)."""
-    from muflow.dask_panels import DaskRowPanels
-    from muflow.dask_partitions import DaskRowPartitions
+    from muflow.dask.panels import DaskRowPanels
+    from muflow.dask.partitions import DaskRowPartitions
     from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
     cache_mb = DEFAULT_CACHE_MB if plan.cache_mb is None else float(plan.cache_mb)
@@ -162,7 +162,7 @@ def _connected(client, owns_client, make):
     address: the operator then owns the client it opened; a failed start closes a client
     the operator would have owned."""
     if isinstance(client, str):
-        from muflow.cluster import connect
+        from muflow.dask.cluster import connect
 
         client, owns_client = connect(client), True
     try:
@@ -192,15 +192,15 @@ def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float3
         Tile size; chosen from n and the workers' memory when omitted.
     resident_fraction : float, optional
         Share of each worker's memory limit that resident panels may use
-        (:class:`muflow.distributed.DaskGram`); beyond it panels stream from the store.
+        (:class:`muflow.dask.store_operator.DaskGram`); beyond it panels stream from the store.
     owns_client : bool, default=False
         Close ``client`` when the operator is closed.
 
     Returns
     -------
-    muflow.distributed.DaskGram
+    muflow.dask.store_operator.DaskGram
     """
-    from muflow.distributed import DaskGram
+    from muflow.dask.store_operator import DaskGram
     from muflow.gram.build import ensure_gram
     from muflow.gram.store import StoreCorruptError, default_cache_dir
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from muflow.atomic import atomic_path
-from muflow.dask_predict import is_dask_collection
+from muflow.dask.predict import is_dask_collection
 from muflow.exceptions import MuflowInputError
 
 FILENAME = "checkpoint.npz"

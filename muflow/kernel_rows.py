@@ -209,7 +209,7 @@ class KernelRows(GramOperator):
 
     def foreign_rows_into(self, A, data: np.ndarray, slots, same_rows=None, scratch=None) -> None:
         """Write ``K(A[r], X)`` into ``data[slots[r]]`` for rows A that need not be rows of
-        X (the working set that :mod:`muflow.dask_working_set`'s client sends a worker
+        X (the working set that :mod:`muflow.dask.working_set`'s client sends a worker
         holding X), computed as :meth:`rows_into` computes rows: A prepared as X was
         (:meth:`muflow.inmemory.RowSource.prepare`), a column chunk at a time.
         ``same_rows[r] = c >= 0`` where A[r] is row c of X (its exact diagonal entry);

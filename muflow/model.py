@@ -28,7 +28,7 @@ from muflow.device.arrays import fit_device, to_host
 from muflow.exceptions import MuflowInputError
 from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
-from muflow.dask_predict import is_dask_collection
+from muflow.dask.predict import is_dask_collection
 from muflow.svc_input import FitInput, _wants_probability
 from muflow.svc_prediction import SUPPORT_THRESHOLD, FittedSVC  # noqa: F401 (muflow.model.SUPPORT_THRESHOLD)
 from muflow.routing import plan_fit
@@ -132,14 +132,14 @@ default="rbf"
         ``"working_set"``, X stays on the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
         the working-set solver runs one round trip per iteration sending O(q d)
-        (:mod:`muflow.dask_working_set`). A multiplicative solver ("m3", "munk", ...) runs
+        (:mod:`muflow.dask.working_set`). A multiplicative solver ("m3", "munk", ...) runs
         on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
-        one round trip per pass sending V once (:mod:`muflow.dask_panels`), when an even
+        one round trip per pass sending V once (:mod:`muflow.dask.panels`), when an even
         share of K fits in half the smallest worker's memory limit
-        (:func:`muflow.dask_panels.panels_fit`). Otherwise, and with the other solvers, the
+        (:func:`muflow.dask.panels.panels_fit`). Otherwise, and with the other solvers, the
         Gram store of K(X, X) is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a
         path the workers must reach; X in memory) and every solver iteration is served by
-        the workers (:class:`muflow.distributed.DaskGram`). A
+        the workers (:class:`muflow.dask.store_operator.DaskGram`). A
         scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
         survives scikit-learn's ``clone``. None (default) keeps everything in process.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
@@ -409,7 +409,7 @@ default="rbf"
             else:
                 self._probA = self._probB = np.empty(0)
             if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
-                from muflow.dask_fitting import RowsOnWorkers
+                from muflow.dask.fitting import RowsOnWorkers
 
                 X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
@@ -424,7 +424,7 @@ default="rbf"
         the cluster itself where ``client`` is a scheduler address (connected here, and then
         owned by the operator; closed at once on the one-task path, which connects on its
         own)."""
-        from muflow.cluster import connect
+        from muflow.dask.cluster import connect
 
         client = connect(self.client) if isinstance(self.client, str) else self.client
         try:
@@ -471,9 +471,9 @@ default="rbf"
 
     def _fit_as_one_task(self, X, y, sample_weight, offset):
         """The whole fit on one worker, next to its data, as one task
-        (:func:`muflow.dask_fitting.fit_on_one_worker`): a round trip per fit instead of one
+        (:func:`muflow.dask.fitting.fit_on_one_worker`): a round trip per fit instead of one
         per solver iteration. The fitted attributes come back."""
-        from muflow.dask_fitting import fit_on_one_worker
+        from muflow.dask.fitting import fit_on_one_worker
 
         params = self.get_params(deep=False)
         params.update(client=None, verbose=False)

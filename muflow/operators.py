@@ -13,7 +13,7 @@ Solvers never index K themselves. They ask a :class:`GramOperator` for
 - ``rows(idx)`` and ``diagonal()``: what subset and coordinate solvers read.
 
 :class:`DenseGram` holds K in process memory. The distributed operator
-(:class:`muflow.distributed.DaskGram`, Gram panels resident on Dask workers) subclasses the
+(:class:`muflow.dask.store_operator.DaskGram`, Gram panels resident on Dask workers) subclasses the
 same base, so every solver runs distributed unchanged. :mod:`muflow.backends` creates
 either one.
 """

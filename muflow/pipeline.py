@@ -149,7 +149,7 @@ def dask_scheduler(cfg: RunConfig):
     """The scheduler address the stages connect to: ``cluster.scheduler`` (checked to answer
     within ``cluster.timeout``) or a LocalCluster of ``cluster.workers`` processes started
     here and closed on exit. Yields ``(address, dashboard_link or None)``."""
-    from muflow.cluster import connect, local_cluster
+    from muflow.dask.cluster import connect, local_cluster
 
     if cfg.cluster.scheduler:
         client = connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout)
@@ -169,7 +169,7 @@ def dask_scheduler(cfg: RunConfig):
                 raise
             # SIGINT or SIGTERM (muflow.signals; Prefect's flow engine raises its own
             # TerminationSignal for SIGTERM): the work is abandoned, no graceful wait
-            from muflow.cluster import stop_workers_now
+            from muflow.dask.cluster import stop_workers_now
 
             stop_workers_now(cluster)
             raise
@@ -198,11 +198,11 @@ def client_of(address: str | None, timeout: float = 10.0):
     if not address:
         yield None
         return
-    from muflow.cluster import connect
+    from muflow.dask.cluster import connect
 
     client = connect(address, timeout=timeout)
     try:
-        # Current in this thread: the actors of muflow.distributed.DaskGram find their
+        # Current in this thread: the actors of muflow.dask.store_operator.DaskGram find their
         # client through distributed.get_client(), and connect() does not make the client
         # the process-wide default (a Prefect task runs in a worker thread).
         with client.as_current():

@@ -46,7 +46,7 @@ ROWS_MIN_SAMPLES = 8192
 SWEEP_ROWS_MIN_SAMPLES = 32768
 
 #: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
-#: whole on one worker as one task (:mod:`muflow.dask_fitting`): a pass of a solver on
+#: whole on one worker as one task (:mod:`muflow.dask.fitting`): a pass of a solver on
 #: such a K is shorter than a round trip to the workers, so one round trip per fit beats
 #: one per iteration.
 ONE_TASK_MAX_SAMPLES = 4096
@@ -176,10 +176,10 @@ def runs_on_workers(client, kernel_name, solver: str) -> bool:
 
     With a client and a kernel computed from X (not ``"precomputed"``, not a callable,
     whose K is given): the working-set solver (``solver="auto"`` or ``"working_set"``)
-    on the rows (:mod:`muflow.dask_working_set`), and the multiplicative solvers on kernel
-    panels computed there (:mod:`muflow.dask_panels`) when those fit in the workers'
+    on the rows (:mod:`muflow.dask.working_set`), and the multiplicative solvers on kernel
+    panels computed there (:mod:`muflow.dask.panels`) when those fit in the workers'
     memory. The other solvers, and the multiplicative ones whose panels do not fit, run on
-    a Gram store built on the cluster (:class:`muflow.distributed.DaskGram`).
+    a Gram store built on the cluster (:class:`muflow.dask.store_operator.DaskGram`).
     """
     if client is None or not isinstance(kernel_name, str) or kernel_name == "precomputed":
         return False
@@ -205,7 +205,7 @@ PATH_LABELS = {
     "rows": "rows on demand",                     # KernelRows in this process, no n x n array
     "partitioned": "X partitioned on the workers",  # working set (rows) or kernel panels
     "cluster-store": "Gram store on the cluster",   # zarr store served by the Dask operator
-    "one-task": "the whole fit on one worker",      # muflow.dask_fitting, one round trip
+    "one-task": "the whole fit on one worker",      # muflow.dask.fitting, one round trip
 }
 
 
@@ -326,7 +326,7 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
        held in process; with a ``client`` the working-set solver runs on X partitioned over
        the workers (``"partitioned"``: each computes the rows its working sets touch), a
        multiplicative solver on kernel panels there while they fit in the workers' memory
-       (:func:`muflow.dask_panels.panels_fit`), and otherwise on the Gram store built on
+       (:func:`muflow.dask.panels.panels_fit`), and otherwise on the Gram store built on
        the cluster (``"cluster-store"``, float32), which serves products only;
     2. in process, the solver, the size and the reuse (:func:`gram_mode`, ``sweep`` when
        ``solves > 1``): a solver reading rows takes rows on demand above
@@ -463,7 +463,7 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
             return "partitioned", (f"the working-set solver runs on X partitioned over the workers, "
                                    f"each computing the rows its working sets touch; {what} is never "
                                    f"stored, for {_solves(solves)}"), False, nbytes
-        from muflow.dask_panels import panels_fit
+        from muflow.dask.panels import panels_fit
         from muflow.inmemory import gram_dtype as storage
 
         if panels_fit(n, client, storage(n, gram_dtype)):
@@ -472,7 +472,7 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
         if dask_input:
             raise MuflowInputError(
                 f"the kernel panels of {n} samples do not fit in the workers' memory "
-                f"(muflow.dask_panels.panels_fit), and solver {solver!r} would need the Gram store "
+                f"(muflow.dask.panels.panels_fit), and solver {solver!r} would need the Gram store "
                 "built from X in this process: use solver='working_set', give the workers more "
                 "memory, or pass a NumPy array")
     elif reads_rows(solver):

@@ -10,7 +10,7 @@ from sklearn.utils.validation import (_num_samples, check_consistent_length, col
                                       validate_data)
 
 from muflow.threads import check_n_jobs
-from muflow.dask_predict import is_dask_collection
+from muflow.dask.predict import is_dask_collection
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
@@ -87,7 +87,7 @@ class FitInput:
 
     def _validate_dask_input(self, X, y):
         """A dask.array or dask.dataframe X stays on the workers (its partitions become
-        the solver's, :class:`muflow.dask_partitions.DaskRowPartitions`); y (O(n)) comes
+        the solver's, :class:`muflow.dask.partitions.DaskRowPartitions`); y (O(n)) comes
         to the client. Non-finite values are refused by the worker that holds them; a fit
         whose path does not run there is refused by its plan
         (:func:`muflow.routing.plan_kernel`)."""
@@ -95,7 +95,7 @@ class FitInput:
             X = X.to_dask_array(lengths=True)
         if X.ndim != 2:
             raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
-        from muflow.dask_partitions import check_finite_blocks
+        from muflow.dask.partitions import check_finite_blocks
 
         check_finite_blocks(X)
         if is_dask_collection(y):

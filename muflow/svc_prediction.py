@@ -23,7 +23,7 @@ from muflow.multiclass import (binary_problems, libsvm_dual_coef, ovo_coef, ovr_
                                pair_coefficients, predict_index)
 from muflow.device.arrays import to_host
 from muflow.prediction import PREDICTOR_KERNELS, Predictor, blocked_decision
-from muflow.dask_predict import is_dask_collection
+from muflow.dask.predict import is_dask_collection
 from muflow.svc_input import _dense_kernel, _wants_probability
 
 #: scikit-learn 1.9's deprecation of the Platt attributes, word for word.
@@ -155,7 +155,7 @@ class FittedSVC:
         """A copy of this fitted model holding only what prediction reads: the parameters
         (``client`` dropped), kernel, support vectors, coefficients, intercepts, classes and
         Platt's sigmoids; no fit diagnostics and no feature names (the input is checked
-        before). What :mod:`muflow.dask_predict` ships to the workers, once."""
+        before). What :mod:`muflow.dask.predict` ships to the workers, once."""
         params = self.get_params(deep=False)
         params["client"] = None
         state = type(self)(**params)
@@ -231,7 +231,7 @@ class FittedSVC:
         """
         self._check_fitted()
         if is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
+            from muflow.dask.predict import predict_lazy
 
             return predict_lazy(self, "decision_function", X)
         k = len(self.classes_)
@@ -250,7 +250,7 @@ class FittedSVC:
         if self.break_ties and self.decision_function_shape == "ovo":
             raise ValueError("break_ties must be False when decision_function_shape is 'ovo'")
         if is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
+            from muflow.dask.predict import predict_lazy
 
             return predict_lazy(self, "predict", X)
         scores = self._decision_problems(X)
@@ -282,7 +282,7 @@ class FittedSVC:
         if np.size(getattr(self, "_probA", ())) == 0:
             raise NotFittedError("predict_proba is not available when fitted with probability=False")
         if is_dask_collection(X):
-            from muflow.dask_predict import predict_lazy
+            from muflow.dask.predict import predict_lazy
 
             return predict_lazy(self, "predict_proba", X)
         scores = self._decision_problems(X)

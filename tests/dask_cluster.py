@@ -36,7 +36,7 @@ class KillAt:
 
 def kill_first_partition_at(client, parts, iteration):
     """:class:`KillAt` for the worker process of the first partition of ``parts``
-    (:class:`muflow.dask_partitions.DaskRowPartitions`)."""
+    (:class:`muflow.dask.partitions.DaskRowPartitions`)."""
     import os
 
     return KillAt(client.run(os.getpid)[parts.actors[0]._address], iteration)

@@ -56,7 +56,7 @@ def test_a_sweep_on_rows_computed_on_demand_caches_cache_size(tmp_path, monkeypa
 def test_the_workers_row_partitions_cache_cache_size(monkeypatch):
     from dask_cluster import local_client
 
-    from muflow.dask_partitions import DaskRowPartitions
+    from muflow.dask.partitions import DaskRowPartitions
 
     reached = []
     start = DaskRowPartitions.__init__

@@ -1,4 +1,4 @@
-"""The multiplicative solvers on the working-set solver's row partitions (muflow.dask_panels)
+"""The multiplicative solvers on the working-set solver's row partitions (muflow.dask.panels)
 on a real 2-worker LocalCluster: the in-process iterate, every column of a batch in one round
 trip a pass, a lost worker's panel rebuilt from its source."""
 
@@ -10,9 +10,9 @@ from sklearn.datasets import make_blobs, make_classification
 from sklearn.exceptions import ConvergenceWarning
 
 import muflow
-import muflow.dask_panels
+import muflow.dask.panels
 import muflow.routing
-from muflow.dask_panels import DaskRowPanels, panel_bytes, panels_fit
+from muflow.dask.panels import DaskRowPanels, panel_bytes, panels_fit
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 from muflow.multiclass import binary_problems
@@ -118,7 +118,7 @@ def test_panels_that_do_not_fit_take_the_gram_store(client, data, monkeypatch, t
     assert panel_bytes(600, 2, np.float64) == 300 * 600 * 8
     assert panels_fit(600, client, np.float64)
     assert not panels_fit(40_000, client, np.float32)  # 20,000 x 40,000 x 4 B = 3.0 GiB
-    monkeypatch.setattr(muflow.dask_panels, "PANEL_FRACTION", 0.0)
+    monkeypatch.setattr(muflow.dask.panels, "PANEL_FRACTION", 0.0)
     params = dict(kernel="rbf", gamma=0.1, C=1.0, solver="m3", max_iter=5)
     with pytest.warns(ConvergenceWarning):
         muflow.SVC(client=client, **params).fit(X, y)

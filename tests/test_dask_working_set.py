@@ -1,4 +1,4 @@
-"""The working-set solver across Dask workers (muflow.dask_working_set) on a real 2-worker
+"""The working-set solver across Dask workers (muflow.dask.working_set) on a real 2-worker
 LocalCluster: the same answer as in process, X kept on the workers, O(q d) per iteration."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from sklearn.datasets import make_blobs, make_classification
 
 import muflow
 import muflow.routing
-from muflow.dask_partitions import DaskRowPartitions
-from muflow.dask_working_set import solve_working_set_dask
+from muflow.dask.partitions import DaskRowPartitions
+from muflow.dask.working_set import solve_working_set_dask
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram
@@ -178,7 +178,7 @@ def test_a_partition_answers_the_same_on_one_and_on_two_threads(monkeypatch):
     """A partition on a worker of two threads (rows split by columns, the gradient update and
     the candidate scan by ranges) answers what it answers on one thread, to the bit; run in
     this process with the worker's thread count set (no cluster needed)."""
-    from muflow import dask_partitions
+    from muflow.dask import partitions as dask_partitions
     from muflow.solvers import _working_set_compiled
 
     monkeypatch.setattr(_working_set_compiled, "_SPLIT_MIN_WORK", 1)

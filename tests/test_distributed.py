@@ -1,6 +1,6 @@
 """The distributed Gram operator on a real 2-worker LocalCluster.
 
-The solvers run unchanged against :class:`muflow.distributed.DaskGram`; their fits must
+The solvers run unchanged against :class:`muflow.dask.store_operator.DaskGram`; their fits must
 equal the in-memory fits (:class:`muflow.operators.DenseGram` over the same float32 K):
 objective within 1e-6 relative and the same support set, also when a worker is killed in
 the middle of a fit.
@@ -12,7 +12,7 @@ import pytest
 
 from dask_cluster import KillAt, breast_cancer, local_client
 from muflow.backends import operator_for
-from muflow.distributed import DaskGram
+from muflow.dask.store_operator import DaskGram
 from muflow.gram import ensure_gram, numpy_gram
 from muflow.kernels import Kernel
 from muflow.operators import DenseGram
@@ -225,7 +225,7 @@ def test_incomplete_store_is_refused(client, bc_data, tmp_path):
 def test_map_rows_computes_blockwise_on_the_cluster(client):
     import dask.array as da
 
-    from muflow.dask_predict import is_dask_array, map_rows
+    from muflow.dask.predict import is_dask_array, map_rows
 
     X = np.random.default_rng(2).normal(size=(500, 6))
     Xd = da.from_array(X, chunks=(128, 3))

@@ -12,8 +12,8 @@ import pytest
 from dask_cluster import breast_cancer, local_client
 
 import muflow
-import muflow.dask_panels
-import muflow.dask_fitting
+import muflow.dask.panels
+import muflow.dask.fitting
 import muflow.routing
 
 
@@ -32,9 +32,9 @@ def cache_dir(tmp_path, monkeypatch):
 
 def test_svc_on_the_cluster_matches_the_in_process_fit(client, cache_dir, monkeypatch):
     # 300 samples would be fitted whole on one worker: this test serves every pass there,
-    # from the Gram store (kernel panels that do not fit, muflow.dask_panels.panels_fit)
+    # from the Gram store (kernel panels that do not fit, muflow.dask.panels.panels_fit)
     monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
-    monkeypatch.setattr(muflow.dask_panels, "PANEL_FRACTION", 0.0)
+    monkeypatch.setattr(muflow.dask.panels, "PANEL_FRACTION", 0.0)
     X, y = breast_cancer()
     X, y = X[:300], y[:300]
     params = dict(kernel="rbf", gamma=1.0, C=1.0, solver="m3", max_iter=80, tol=1e-12)
@@ -93,7 +93,7 @@ def test_one_task_errors_are_the_in_process_errors(client):
 
 
 def test_a_client_that_is_not_the_default_keeps_its_fitter(client):
-    """A client made with set_as_default=False (as muflow.cluster.connect makes them) beside
+    """A client made with set_as_default=False (as muflow.dask.cluster.connect makes them) beside
     the default one: its actor once went through the default client while nothing kept it,
     was freed on its worker, and the next call waited forever."""
     from distributed import Client
@@ -106,16 +106,16 @@ def test_a_client_that_is_not_the_default_keeps_its_fitter(client):
         for _ in range(3):  # the first fit leaves time for a freed actor to be gone
             remote = muflow.SVC(client=other, **params).fit(X, y)
             np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
-        assert muflow.dask_fitting._FITTERS[other].actor._client is other
-    muflow.dask_fitting._fitter_on(client)  # drops the closed client's
-    assert other not in muflow.dask_fitting._FITTERS
+        assert muflow.dask.fitting._FITTERS[other].actor._client is other
+    muflow.dask.fitting._fitter_on(client)  # drops the closed client's
+    assert other not in muflow.dask.fitting._FITTERS
 
 
 def test_a_lost_fitter_call_is_made_again_on_a_new_actor(client, monkeypatch):
     """A call that never reaches the worker (as when distributed's Actor drops the error of
     a call to a freed actor) is told from a fit at work and made again, not waited on."""
-    monkeypatch.setattr(muflow.dask_fitting, "FITTER_POLL_S", 0.2)
-    monkeypatch.setattr(muflow.dask_fitting, "FITTER_LOST_S", 1.0)
+    monkeypatch.setattr(muflow.dask.fitting, "FITTER_POLL_S", 0.2)
+    monkeypatch.setattr(muflow.dask.fitting, "FITTER_LOST_S", 1.0)
 
     class Mute:
         def __init__(self, actor):
@@ -134,12 +134,12 @@ def test_a_lost_fitter_call_is_made_again_on_a_new_actor(client, monkeypatch):
 
     X, y = breast_cancer()
     X, y = X[:200], y[:200]
-    lost = muflow.dask_fitting._fitter_on(client)
+    lost = muflow.dask.fitting._fitter_on(client)
     lost.actor = Mute(lost.actor)
     t0 = time.perf_counter()
     remote = muflow.SVC(client=client, solver="smo", max_iter=300).fit(X, y)
     assert time.perf_counter() - t0 < 10
-    assert muflow.dask_fitting._FITTERS[client] is not lost
+    assert muflow.dask.fitting._FITTERS[client] is not lost
     local = muflow.SVC(solver="smo", max_iter=300).fit(X, y)
     np.testing.assert_allclose(remote.objective_, local.objective_, rtol=1e-9)
 

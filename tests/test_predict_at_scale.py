@@ -3,7 +3,7 @@
 - In memory, ``decision_function`` evaluates K(X, support vectors) a block of rows at a
   time, each block within ``muflow.prediction.PREDICT_BLOCK_BYTES``; with a budget of a few rows
   the results equal one unblocked K(X, SV) @ coefficients + intercepts.
-- On Dask input (:mod:`muflow.dask_predict`) the methods return lazy Dask arrays whose
+- On Dask input (:mod:`muflow.dask.predict`) the methods return lazy Dask arrays whose
   blocks are the in-memory results of the same rows; the model enters the graph once; on a
   LocalCluster of worker processes a million rows generated on the workers are predicted
   without passing through the client; bad input is refused from the metadata, with the

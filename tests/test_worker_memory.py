@@ -12,7 +12,7 @@ import pytest
 from sklearn.datasets import make_classification
 
 import muflow
-from muflow.dask_partitions import (DaskRowPartitions, MIN_CACHE_ROWS, WORKER_FRACTION,
+from muflow.dask.partitions import (DaskRowPartitions, MIN_CACHE_ROWS, WORKER_FRACTION,
                                     cache_to_fit_workers, lost_workers_message)
 from muflow.exceptions import MuflowError
 from muflow.kernels import Kernel

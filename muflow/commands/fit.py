@@ -120,7 +120,7 @@ def _on_cluster(args, model, checkpoint_dir):
         yield
         return
     from muflow.checkpoint import FILENAME
-    from muflow.cluster import connect, print_dashboard
+    from muflow.dask.cluster import connect, print_dashboard
     from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
 
     log_file = checkpoint_dir / "distributed.log"

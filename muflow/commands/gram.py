@@ -49,7 +49,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from muflow.cluster import client_for
+    from muflow.dask.cluster import client_for
     from muflow.gram.build import ensure_gram
     from muflow.gram.store import check_dtype
     from muflow.kernels import kernel_from_setting

@@ -166,7 +166,7 @@ def _run(args) -> int:
         test = {"X_test": X_test, "y_test": y_test}
     options.setdefault("folds", 5)
     if args.scheduler:
-        from muflow.cluster import connect, print_dashboard
+        from muflow.dask.cluster import connect, print_dashboard
         from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
 
         log_file = Path(args.out) / "distributed.log"

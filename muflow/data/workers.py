@@ -139,7 +139,7 @@ def _first(loaded):
 
 
 def _check_finite(X, where: str) -> None:
-    from muflow.dask_partitions import check_finite_blocks
+    from muflow.dask.partitions import check_finite_blocks
 
     try:
         check_finite_blocks(X)
@@ -158,7 +158,7 @@ def split_mask(y, test_size: float, seed: int) -> np.ndarray:
     sends ``rint(test_size * count)`` of its rows, drawn by ``default_rng([seed, block])``,
     to the test side. A split of fewer rows is one stratified draw over all of them; a larger
     one is stratified within each block, and needs a few bytes a row beyond y (scikit-learn's
-    ``train_test_split`` of 10^7 indices allocates about 0.8 GB).
+    ``train_test_split`` permutes and copies every index, several times the labels' bytes).
     """
     y = np.asarray(y)
     mask = np.zeros(len(y), dtype=bool)

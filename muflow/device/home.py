@@ -3,7 +3,7 @@
 The loop is :mod:`muflow.solvers.working_set_loop`'s (Joachims' decomposition as
 ThunderSVM's ``CSMOSolver`` runs it, WSS 2 of Fan, Chen & Lin, JMLR 6, 2005, eq. (14)),
 the one that runs in process (:mod:`muflow.solvers.working_set`) and on Dask workers
-(:mod:`muflow.dask_working_set`). Here its O(n) state lives in an array module's memory
+(:mod:`muflow.dask.working_set`). Here its O(n) state lives in an array module's memory
 (a GPU with CuPy): alpha, the gradient G, y, the bounds, X and the row cache's storage
 (:class:`DeviceRowCache`). Per outer iteration:
 

@@ -7,7 +7,7 @@
   computed once and written with its transpose by the same task (one writer per chunk).
 
 The operator that serves a store to the solvers is a floor above
-(:class:`muflow.distributed.DaskGram`, created by :func:`muflow.backends.gram_operator`).
+(:class:`muflow.dask.store_operator.DaskGram`, created by :func:`muflow.backends.gram_operator`).
 """
 
 from muflow.gram.build import BuildReport, build_gram, ensure_gram, numpy_gram

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from muflow.backends import gram_operator
-from muflow.dask_predict import is_dask_collection
+from muflow.dask.predict import is_dask_collection
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.routing import sweep_path
@@ -111,9 +111,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         on rows over its own training samples (:func:`muflow.routing.solves_on_own_samples`),
         warm-started along C, and the refit on all samples by the engine of ``SVC.fit``.
         With a Dask client the working-set solver on X partitioned over the workers
-        (:mod:`muflow.dask_working_set`); "m3", "munk" and the other multiplicative solvers
+        (:mod:`muflow.dask.working_set`); "m3", "munk" and the other multiplicative solvers
         with a client run on the same partitions with their kernel panels (every column of
-        the batch in one round trip a pass, :mod:`muflow.dask_panels`) when those fit in
+        the batch in one round trip a pass, :mod:`muflow.dask.panels`) when those fit in
         the workers' memory, else on a Gram store built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
         See :mod:`muflow.selection.kernel_solve`; "compare" solves the first kernel setting both

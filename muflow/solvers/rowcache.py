@@ -47,7 +47,7 @@ class RowCache:
         How many distinct rows may be asked (default: ``operator.n``, rows of a square K).
         A Dask worker caches rows K(x_b, X_p) of any sample b over its own columns p: its
         rows are ``operator.n`` long and keyed by the global index b
-        (:class:`muflow.dask_partitions.RowPartition`).
+        (:class:`muflow.dask.partitions.RowPartition`).
     reuse_storage : bool, default=True
         Take the storage :func:`reused_storage` lends, when it lends one; False for a cache
         that outlives its solve (:func:`row_cache` over :func:`keep_row_cache`).

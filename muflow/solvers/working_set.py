@@ -46,7 +46,7 @@ solver contract's ``tol``.
 
 The iteration itself (selection, subproblem, outer loop) is
 :mod:`muflow.solvers.working_set_loop`'s, shared with the Dask home
-(:mod:`muflow.dask_working_set`); this module is where the state lives in this process.
+(:mod:`muflow.dask.working_set`); this module is where the state lives in this process.
 
 K is read only through ``operator.rows`` (via a :class:`~muflow.solvers.rowcache.RowCache`
 that the m columns of a batch share: rows are of K, not of Q) and ``operator.diagonal``;
@@ -372,7 +372,7 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         Any intercept mode, per-sample bounds and linear term; the operator must answer
         ``rows`` and ``diagonal`` (a stored Gram or rows computed on demand), or keep the
         state where X lives: an operator with a ``working_set_home(cache_mb)`` method (X
-        partitioned over Dask workers, :class:`muflow.dask_partitions.DaskRowPartitions`)
+        partitioned over Dask workers, :class:`muflow.dask.partitions.DaskRowPartitions`)
         gives the home the same loop runs on.
     init : ndarray of shape (n,) or (n, m), tuple (alpha, bias[, gradient]) or DualSolution, optional
         Warm start; clipped to the box and, with the sum constraint, balanced
@@ -414,7 +414,7 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
         of the cache), "cache_hits", "rows_fetched" (computed by the operator),
         "row_fetches" (its calls), "second_order_sides" (sides ranked by WSS 2),
         "max_shrunk" (with shrinking); always "subproblem_steps" (SMO pair steps) and "q".
-        On Dask workers: see :class:`muflow.dask_working_set.PartitionedHome`.
+        On Dask workers: see :class:`muflow.dask.working_set.PartitionedHome`.
 
     Notes
     -----

@@ -20,7 +20,7 @@ each backend function behind one header:
 
 - this process (:class:`muflow.solvers.working_set.InProcessHome`): rows of K from the
   operator through the one :class:`~muflow.solvers.rowcache.RowCache`;
-- X partitioned over Dask workers (:class:`muflow.dask_working_set.PartitionedHome`): each
+- X partitioned over Dask workers (:class:`muflow.dask.working_set.PartitionedHome`): each
   worker holds its slices of alpha, G and its cache of rows over its columns, and answers
   its best candidates; the client merges them and keeps the subproblem.
 

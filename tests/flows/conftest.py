@@ -25,7 +25,7 @@ def prefect_server():
 @pytest.fixture(scope="session")
 def scheduler_address():
     """Address of a one-worker LocalCluster (worker processes, as in production)."""
-    from muflow.cluster import local_cluster
+    from muflow.dask.cluster import local_cluster
 
     with local_cluster(n_workers=1) as cluster:
         yield cluster.scheduler_address

@@ -12,7 +12,7 @@ import pytest
 import zarr
 
 from muflow.cli import main as cli_main
-from muflow.cluster import SchedulerUnreachableError, connect
+from muflow.dask.cluster import SchedulerUnreachableError, connect
 from muflow.gram import ensure_gram, numpy_gram
 from muflow.gram.store import GramStore
 from muflow.kernels import Kernel

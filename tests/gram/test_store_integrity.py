@@ -98,7 +98,7 @@ def test_on_a_cluster_a_damaged_tile_is_named_without_the_data_and_recomputed_wi
     from dask_cluster import local_client
 
     from muflow.backends import operator_for
-    from muflow.distributed import DaskGram
+    from muflow.dask.store_operator import DaskGram
 
     url = str(tmp_path / "K.zarr")
     with local_client(2) as client:

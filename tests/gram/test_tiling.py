@@ -2,7 +2,7 @@
 
 import pytest
 
-from muflow.distributed import split_rows
+from muflow.dask.store_operator import split_rows
 from muflow.gram.tiling import choose_tile, n_tiles, pair_index, tile_bounds, tile_pairs
 
 

@@ -385,7 +385,7 @@ def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, m
 def test_sweep_on_a_dask_cluster_matches_the_in_memory_sweep(breast_cancer_200, tmp_path):
     """With a client, "auto" runs the working-set solver on X partitioned over the workers
     (continuation over C); "munk" runs on the same partitions with their kernel panels,
-    every column (C x folds) in one round trip a pass (muflow.dask_panels), no Gram store.
+    every column (C x folds) in one round trip a pass (muflow.dask.panels), no Gram store.
     Same CV accuracies as in memory."""
     from tests.dask_cluster import local_client
 

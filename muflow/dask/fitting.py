@@ -23,13 +23,13 @@ def fit_on_one_worker(estimator, client, X, y, sample_weight, offset):
     ``client`` is a Client or a scheduler address (connected here and closed after). A call
     whose actor or worker is lost (not the fit: its errors pass through as raised) is made
     once more on a new actor; a lost scheduler raises
-    :func:`muflow.distributed.lost_scheduler_error`.
+    :func:`muflow.dask.store_operator.lost_scheduler_error`.
     """
-    from muflow.distributed import lost_scheduler_error
+    from muflow.dask.store_operator import lost_scheduler_error
 
     owned = isinstance(client, str)
     if owned:
-        from muflow.cluster import connect
+        from muflow.dask.cluster import connect
 
         client = connect(client)
     t0 = time.perf_counter()
@@ -95,7 +95,7 @@ class _FitterOn:
     distributed's actors have two traps that hung a small fit forever (seen with a cold
     numba cache, which changes the timing). An actor binds its calls to the *current*
     client (``get_client()``), which for a client made with ``set_as_default=False``, as
-    :func:`muflow.cluster.connect` makes them, is another client or none; and an actor lives
+    :func:`muflow.dask.cluster.connect` makes them, is another client or none; and an actor lives
     only as long as a client holds its future, so dropping the future of ``submit`` frees it
     on its worker. A call that reaches the worker after that fails there with a KeyError,
     which ``Actor`` drops in a callback without setting its ``ActorFuture``: ``result()``

@@ -3,7 +3,7 @@
 The loop is :mod:`muflow.solvers.working_set_loop`'s (Joachims' decomposition as ThunderSVM
 runs it, WSS 2 of Fan, Chen & Lin, JMLR 6, 2005, eq. (14)), the same that runs in process;
 this module is the home of its state when X lives on the workers
-(:class:`muflow.dask_partitions.DaskRowPartitions`). Each partition holds its slices of
+(:class:`muflow.dask.partitions.DaskRowPartitions`). Each partition holds its slices of
 alpha, G and the active set and a row cache over its columns; the client keeps alpha whole
 (O(n), the answer and what a lost slice is rebuilt from) and the q x q subproblem.
 
@@ -80,7 +80,7 @@ class _Pool:
 
 class PartitionColumn:
     """The working-set loop's state of one column on a partition's rows, kept by the
-    partition's actor (:class:`muflow.dask_partitions.RowPartition`, which derives from this
+    partition's actor (:class:`muflow.dask.partitions.RowPartition`, which derives from this
     class and holds the rows X_p, their row cache and threads): the slices of y, U, p,
     alpha and the gradient G, the active set, the step applied, the shrinking and the
     candidates each side offers to the client's :class:`PartitionedState`."""
@@ -263,7 +263,7 @@ class PartitionedState(ColumnState):
     def _recovering(self, call, again=None):
         """``call()``; when partitions are lost with their workers, restart them from their
         source, give them the column at the current alpha and make ``again()`` (default:
-        the same call) (:meth:`muflow.dask_partitions.DaskRowPartitions.retrying`)."""
+        the same call) (:meth:`muflow.dask.partitions.DaskRowPartitions.retrying`)."""
         return self.parts.retrying(call, restart=self._begin, again=again)
 
     def _round_trip(self):
@@ -306,7 +306,7 @@ class PartitionedState(ColumnState):
 
 class PartitionedHome(ColumnHome):
     """Columns whose state lives on the partitions of a
-    :class:`~muflow.dask_partitions.DaskRowPartitions`.
+    :class:`~muflow.dask.partitions.DaskRowPartitions`.
 
     ``timings`` of the solution add "round_trips", "bytes_sent" and "bytes_received" (the
     payload of the iterations' calls, all workers together) and "calls" (seconds in them).
@@ -338,13 +338,13 @@ def solve_working_set_dask(problem: DualProblem, *, init=None, tol: float = 1e-3
                            callback=None, cache_mb=None) -> DualSolution:
     """The working-set solver on X partitioned over Dask workers: the loop of
     :func:`muflow.solvers.working_set.solve_working_set` (which comes here through the
-    operator's :meth:`~muflow.dask_partitions.DaskRowPartitions.working_set_home`) on
+    operator's :meth:`~muflow.dask.partitions.DaskRowPartitions.working_set_home`) on
     :class:`PartitionedHome`.
 
     Parameters
     ----------
     problem : DualProblem
-        Its operator a :class:`~muflow.dask_partitions.DaskRowPartitions`; any intercept
+        Its operator a :class:`~muflow.dask.partitions.DaskRowPartitions`; any intercept
         mode, per-sample bounds and linear term.
     init, tol, max_iter, q, shrinking, callback
         As :func:`~muflow.solvers.working_set.solve_working_set`.

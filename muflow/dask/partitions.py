@@ -7,7 +7,7 @@ columns and, for the column being solved, its slices of y, the bounds, the linea
 alpha and the gradient G, and its active set. :class:`DaskRowPartitions` is the operator
 (:class:`~muflow.operators.GramOperator`) over them: products and rows of K computed where
 the rows are, and the home of the working-set loop's state
-(:meth:`DaskRowPartitions.working_set_home`, :mod:`muflow.dask_working_set`).
+(:meth:`DaskRowPartitions.working_set_home`, :mod:`muflow.dask.working_set`).
 
 A worker lost mid-fit is replaced (:meth:`DaskRowPartitions.recover`): its partitions are
 started again from their source and given their state back by the caller, and the call is
@@ -27,7 +27,7 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.dask_working_set import PartitionColumn, PartitionedHome, stack_rows
+from muflow.dask.working_set import PartitionColumn, PartitionedHome, stack_rows
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import gram_dtype
 from muflow.kernel_rows import KernelRows
@@ -45,7 +45,7 @@ MAX_RECOVERIES = 3
 
 class RowPartition(PartitionColumn):
     """Actor on one worker: rows ``[lo, lo + len(X))`` of X, their row cache, and one
-    column's working-set state on them (:class:`muflow.dask_working_set.PartitionColumn`).
+    column's working-set state on them (:class:`muflow.dask.working_set.PartitionColumn`).
 
     Parameters
     ----------
@@ -344,7 +344,7 @@ class DaskRowPartitions(GramOperator):
             except (MuflowError, MuflowInputError, ValueError, TypeError):
                 raise
             except Exception:  # noqa: BLE001  whatever distributed raises for a lost actor
-                from muflow.distributed import lost_scheduler_error
+                from muflow.dask.store_operator import lost_scheduler_error
 
                 if getattr(self.client, "status", "running") != "running":
                     raise lost_scheduler_error(self.client) from None
@@ -364,7 +364,7 @@ class DaskRowPartitions(GramOperator):
         return PartitionedHome(self)
 
     def _blocks(self, X):
-        from muflow.dask_predict import is_dask_array
+        from muflow.dask.predict import is_dask_array
 
         client = self.client
         if hasattr(X, "to_dask_array"):  # a dask.dataframe
@@ -407,9 +407,9 @@ class DaskRowPartitions(GramOperator):
         ------
         LostPartitions
             When calls failed because their worker is gone (the others' answers are lost);
-            a closed scheduler raises :class:`muflow.distributed.SchedulerLostError`.
+            a closed scheduler raises :class:`muflow.dask.store_operator.SchedulerLostError`.
         """
-        from muflow.distributed import lost_scheduler_error
+        from muflow.dask.store_operator import lost_scheduler_error
 
         answers = self.client.sync(_answers, calls)
         lost = [i for i, a in enumerate(answers) if isinstance(a, BaseException)]

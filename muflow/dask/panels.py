@@ -5,7 +5,7 @@ The multiplicative rules (:mod:`muflow.solvers.multiplicative`: M3, MUNK, MUSIK,
 ask one thing of K per pass: the product ``K @ V``, V of shape (n, m) with one or two
 columns per problem (the class split of alpha, m3-multiplicative-updates-large-margin.txt
 eq. (5)), and every alpha of a multiplicative iterate is non-zero. On
-:class:`~muflow.dask_partitions.DaskRowPartitions` such a product sends the support's rows
+:class:`~muflow.dask.partitions.DaskRowPartitions` such a product sends the support's rows
 of X, all of X, every pass. Here each partition keeps its *kernel panel* ``K(X_p, X)`` (its
 rows of K against every column) resident in its worker's memory:
 
@@ -19,16 +19,16 @@ rows of K against every column) resident in its worker's memory:
   and each actor answers its rows of ``K @ V``.
 
 A worker lost mid-fit takes its partitions' panels with it: they are started again from
-their source (:meth:`~muflow.dask_partitions.DaskRowPartitions.recover`: NumPy rows
+their source (:meth:`~muflow.dask.partitions.DaskRowPartitions.recover`: NumPy rows
 scattered again, a dask block recomputed by the scheduler from its graph), which rebuilds
 their panels, and the product is asked again (a product is a pure function of V, so the
 fit goes on from the same iterate).
 
 Choosing the path (:func:`panels_fit`): the panels are used when an even share of K, ``ceil(n
 / workers)`` rows of n values in the panel's dtype, fits in :data:`PANEL_FRACTION` of the
-smallest worker's memory limit (the share :class:`muflow.distributed.DaskGram` lets its
+smallest worker's memory limit (the share :class:`muflow.dask.store_operator.DaskGram` lets its
 resident panels take). Otherwise the multiplicative solvers run on the Gram store
-(:class:`~muflow.distributed.DaskGram`, panels read from zarr or streamed), which needs X in
+(:class:`~muflow.dask.store_operator.DaskGram`, panels read from zarr or streamed), which needs X in
 the client's memory.
 
 Notes
@@ -50,15 +50,15 @@ import uuid
 
 import numpy as np
 
-from muflow.dask_partitions import DaskRowPartitions, RowPartition
-from muflow.dask_working_set import stack_rows
+from muflow.dask.partitions import DaskRowPartitions, RowPartition
+from muflow.dask.working_set import stack_rows
 from muflow.inmemory import gram_dtype, gram_rows_into
 from muflow.threads import blas_single_threaded
 from muflow.operators import SPLIT_ROWS, split_product
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
 #: Share of a worker's memory limit that its kernel panels may take (as
-#: :data:`muflow.distributed.RESIDENT_FRACTION` for the Gram store's resident panels).
+#: :data:`muflow.dask.store_operator.RESIDENT_FRACTION` for the Gram store's resident panels).
 PANEL_FRACTION = 0.5
 
 #: What :meth:`PanelPartition.product` answers: ``K_p @ V`` in the panel's dtype, summed in
@@ -76,7 +76,7 @@ def panels_fit(n: int, client, dtype) -> bool:
     """Whether the kernel panels of n samples fit on the workers of ``client``: an even
     share (:func:`panel_bytes`) within :data:`PANEL_FRACTION` of the smallest worker's
     memory limit (a worker without a limit counts as large enough)."""
-    from muflow.distributed import _worker_limits
+    from muflow.dask.store_operator import _worker_limits
 
     limits = _worker_limits(client)
     if not limits:
@@ -92,7 +92,7 @@ INLINE_BYTES = 16 << 20
 
 
 class PanelPartition(RowPartition):
-    """Actor on one worker: a :class:`~muflow.dask_partitions.RowPartition` that also
+    """Actor on one worker: a :class:`~muflow.dask.partitions.RowPartition` that also
     holds its kernel panel ``K(X_p, X)``.
 
     Parameters
@@ -152,13 +152,13 @@ class PanelPartition(RowPartition):
 
 
 class DaskRowPanels(DaskRowPartitions):
-    """:class:`~muflow.dask_partitions.DaskRowPartitions` whose partitions hold their kernel
+    """:class:`~muflow.dask.partitions.DaskRowPartitions` whose partitions hold their kernel
     panels: ``K @ V`` is one round trip that sends V once (module notes).
 
     Parameters
     ----------
     X : ndarray, CSR matrix, dask.array or dask.dataframe
-        As :class:`~muflow.dask_partitions.DaskRowPartitions`.
+        As :class:`~muflow.dask.partitions.DaskRowPartitions`.
     kernel : Kernel
     client : distributed.Client
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
