@@ -291,14 +291,17 @@ class _ModelDirectory:
         """Raise :class:`ModelBeingReplaced` when a save is replacing the directory: the one
         opened is no longer at ``path``, one that could not be opened is there now, or
         ``path`` is gone and the save's old copy is beside it (between its two renames)."""
-        moved = self.fd is None and self.path.is_dir()  # gone when opened, back now
         if self.fd is not None:
             try:
                 moved = os.fstat(self.fd).st_ino != os.stat(self.path).st_ino
             except OSError:
                 moved = True
-        siblings = not self.path.exists() and any(self.path.parent.glob(f".{self.path.name}.old-*"))
-        if moved or siblings:
+        else:
+            # gone when opened: back now, or the save's old copy beside it, or back after
+            # the look for that copy (a save can finish between two looks)
+            moved = (self.path.is_dir() or any(self.path.parent.glob(f".{self.path.name}.old-*"))
+                     or self.path.is_dir())
+        if moved:
             raise ModelBeingReplaced(
                 f"{str(self.path)!r} is being replaced by a save (muflow.save) while it is "
                 "read; retry the load once the save is done")

@@ -91,3 +91,25 @@ def reference_libsvm(K, y, C):
     alpha = np.zeros(len(y))
     alpha[ref.support_] = np.abs(ref.dual_coef_[0])
     return alpha, ref
+
+
+#: What a Dask Nanny writes into the environment of the process that starts it (its workers'
+#: settings, distributed's ``pre-spawn-environ``) and leaves there.
+_NANNY_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                    "MALLOC_TRIM_THRESHOLD_")
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_the_test_found_it():
+    """A LocalCluster started by a test leaves OMP_NUM_THREADS=1 in this process's
+    environment, which every later command a test starts would inherit as its caller's
+    thread limit: each test ends with the environment it began with."""
+    import os
+
+    saved = {name: os.environ.get(name) for name in _NANNY_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

@@ -65,8 +65,8 @@ def test_a_sweep_stops_at_its_time_limit_and_marks_what_it_did_not_finish(hard, 
         result = run_sweep(X, y, grid, folds=2, out_dir=tmp_path, solver="smo", tol=1e-6,
                            max_iter=10**9, progress=False, time_limit=LIMIT)
     elapsed_solving = result.timings["gram"] + result.timings["solve"] + result.timings["refit"]
-    assert elapsed_solving <= 1.1 * LIMIT
-    assert time.perf_counter() - t <= 1.1 * LIMIT + result.timings["overhead"]
+    assert elapsed_solving <= 1.25 * LIMIT  # forked chains stop at their next check and report back
+    assert time.perf_counter() - t <= 1.25 * LIMIT + result.timings["overhead"]
     with open(tmp_path / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["finished"] for r in rows] == ["False"] * 3
