@@ -134,7 +134,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
                 operator.close()
 
     sizes = np.array([idx.size for idx in samples])
-    budget = thread_budget(scoped_budget())  # the fit's own, n_jobs above the cores too
+    budget = thread_budget(scoped_budget())  # the fit's own budget
     processes = 1 if kept is not None else subproblem_processes(
         sizes, cores=budget, callback=callback,
         nested=in_forked_child() or threading.current_thread() is not threading.main_thread()

@@ -241,7 +241,7 @@ def thread_budget(n_jobs=None) -> int:
     n_jobs : int or None, default=None
         scikit-learn's convention: None or -1 every core this process may use
         (:func:`usable_cores`: its affinity mask and cgroup quota); a positive integer that
-        many threads (more than the cores is allowed: they time-share); -k every core
+        many threads, at most the cores (more would only time-share them); -k every core
         but k - 1, at least one.
 
     Returns
@@ -278,8 +278,8 @@ def thread_budget(n_jobs=None) -> int:
         want = every
     elif n_jobs < 0:
         want = max(1, every + 1 + n_jobs)
-    else:
-        want = n_jobs if allowed is None else min(n_jobs, allowed)
+    else:  # never more busy threads than cores: more would only time-share them
+        want = min(n_jobs, every)
     return max(1, min([want] + [c for c in caps if c is not None]))
 
 

@@ -28,11 +28,11 @@ def eight_cores(monkeypatch):
     return monkeypatch
 
 
-@pytest.mark.parametrize("n_jobs, expected", [(None, 8), (-1, 8), (1, 1), (3, 3), (16, 16), (-2, 7),
+@pytest.mark.parametrize("n_jobs, expected", [(None, 8), (-1, 8), (1, 1), (3, 3), (16, 8), (-2, 7),
                                               (-8, 1), (-20, 1)])
 def test_n_jobs_values(eight_cores, n_jobs, expected):
-    """scikit-learn's convention: None/-1 every core, a positive count as asked (more than
-    the cores time-share them), -k all but k - 1."""
+    """scikit-learn's convention: None/-1 every core, a positive count as asked but never
+    more than the cores (more would only time-share them), -k all but k - 1."""
     assert th.thread_budget(n_jobs) == expected
 
 
