@@ -206,6 +206,19 @@ class InProcessState(ColumnState):
         cached = cache.slot_of[B] >= 0
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
+        # K_BB first, on every thread; then the missing rows, while this thread solves
+        if self._entries.size < B.size * B.size:
+            self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
+        entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
+        blocks = -(-B.size // ENTRY_BLOCK)
+
+        def block(lo, hi):
+            for k in range(lo, hi):
+                r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
+                entries_into(B[r0:r1], B, entries[r0:r1])
+
+        self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
+        K_BB[...] = entries
         if not cached.all():
             cache.clock[0] += 1  # the cached rows of B are touched first: the batch evicts none
             cache.stamp[cache.slot_of[B[cached]]] = cache.clock[0]
@@ -223,18 +236,6 @@ class InProcessState(ColumnState):
             else:
                 self._pending = self.background.submit(write)
         self._slots = np.ascontiguousarray(cache.slot_of[B])
-        if self._entries.size < B.size * B.size:
-            self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
-        entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
-        blocks = -(-B.size // ENTRY_BLOCK)
-
-        def block(lo, hi):
-            for k in range(lo, hi):
-                r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
-                entries_into(B[r0:r1], B, entries[r0:r1])
-
-        self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
-        K_BB[...] = entries
         return True
 
     def _settle(self) -> None:
