@@ -41,8 +41,8 @@ from muflow.device.kernels import add_rows
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView,
-                                             projected_gradient, select_working_set,
-                                             side_violations)
+                                             previous_positions, projected_gradient,
+                                             select_working_set, side_violations)
 
 
 class DeviceRowCache(RowCache):
@@ -126,8 +126,7 @@ class DeviceState(ColumnState):
 
     def candidates(self, q: int) -> np.ndarray:
         view, act = self._view, self.act
-        pos = np.minimum(np.searchsorted(act, self.previous), act.size - 1)
-        pos = pos[act[pos] == self.previous]
+        pos = previous_positions(act, self.previous)
         if not self.equality:
             return np.sort(act[select_working_set(view, q, pos)])
         # second order on a side whose violator's row is cached, first order otherwise

@@ -68,8 +68,8 @@ from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 from muflow.solvers._selection_compiled import side_pass
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             projected_gradient, select_working_set,
-                                             solve_columns)
+                                             previous_positions, projected_gradient,
+                                             select_working_set, solve_columns)
 
 __all__ = ["InProcessState", "InProcessHome", "check_q", "default_q", "solve_working_set"]
 
@@ -155,9 +155,7 @@ class InProcessState(ColumnState):
 
     def candidates(self, q: int) -> np.ndarray:
         view, act = self._view, self.act
-        # the previous set's positions in the (sorted) active set; shrunk ones are gone
-        pos = np.minimum(np.searchsorted(act, self.previous), act.size - 1)
-        pos = pos[act[pos] == self.previous]
+        pos = previous_positions(act, self.previous)
         if not self.equality:
             return np.sort(act[select_working_set(view, q, pos)])
         # second order: each side by its pair with the other side's maximal violator,

@@ -73,6 +73,15 @@ def projected_gradient(a, U, G):
     return np.where(a <= 0.0, np.minimum(G, 0.0), np.where(a >= U, np.maximum(G, 0.0), G))
 
 
+def previous_positions(act: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """Positions in the (sorted) active set ``act`` of the previous working set's variables
+    that are still active (shrunk ones are gone)."""
+    if act.size == 0:
+        return act[:0]
+    pos = np.minimum(np.searchsorted(act, previous), act.size - 1)
+    return pos[act[pos] == previous]
+
+
 def ordered_unique(parts) -> np.ndarray:
     """The indices of ``parts`` in order of first appearance, each once."""
     idx = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
