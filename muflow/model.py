@@ -8,7 +8,9 @@ outside a pair pinned at alpha = 0 by their upper bound (:mod:`muflow.multiclass
 computed on demand each pair is solved on rows over its own samples
 (:func:`muflow.routing.solves_on_own_samples`).
 ``probability=True`` adds Platt's sigmoids fitted by internal cross-validation on the same
-Gram (:mod:`muflow.probability`).
+Gram (:mod:`muflow.probability`). The steps around the solve (the plan asked of
+:mod:`muflow.routing`, the one-task path, checkpoints, calibration) are
+:class:`muflow.svc_fit.FitSteps`'s.
 """
 
 from __future__ import annotations
@@ -19,8 +21,6 @@ import warnings
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils import check_random_state
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
@@ -30,8 +30,8 @@ from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
 from muflow.dask.predict import is_dask_collection
 from muflow.svc_input import FitInput, _wants_probability
+from muflow.svc_fit import NO_LIMIT, FitSteps, iteration_budget
 from muflow.svc_prediction import SUPPORT_THRESHOLD, FittedSVC  # noqa: F401 (muflow.model.SUPPORT_THRESHOLD)
-from muflow.routing import plan_fit
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
 from muflow.subproblems import solve_by_rule
@@ -43,18 +43,13 @@ from muflow.validation import check_per_sample
 #: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
 _ON_ONE_WORKER = object()
 
-#: max_iter=-1 (scikit-learn's "no limit") hands the solver this many iterations.
-NO_LIMIT = np.iinfo(np.int32).max
-
 #: scikit-learn 1.9's deprecation of ``probability`` (sklearn/svm/_base.py), word for word.
 PROBABILITY_DEPRECATION = (
     "The `probability` parameter was deprecated in 1.9 and will be removed in version 1.11. "
     "Use `CalibratedClassifierCV(SVC(), ensemble=False)` instead of `SVC(probability=True)`")
 
 
-
-
-class SVC(FitInput, FittedSVC, ClassifierMixin, BaseEstimator):
+class SVC(FitInput, FitSteps, FittedSVC, ClassifierMixin, BaseEstimator):
     """Kernel support vector classifier trained by muflow's solvers.
 
     Takes every parameter of ``sklearn.svm.SVC`` with its meaning (docs/sklearn.md lists
@@ -389,7 +384,7 @@ default="rbf"
             callback = chain(checkpointer, callback)
         callback = chain(callback, deadline)
         # a checkpoint counts iterations in the solver's own unit, as max_iter does
-        budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
+        budget = iteration_budget(self.max_iter)
         max_iter = budget - (checkpointer.start_iteration if checkpointer else 0)
         options = info.options(cache_mb=self.cache_size, shrinking=self.shrinking,
                                progress=progress, libsvm_iterations=True)
@@ -418,81 +413,6 @@ default="rbf"
         finally:
             operator.close()
         return deadline
-
-    def _plan(self, X, *, checkpoint: bool, device: bool = False):
-        """``(client, plan)``: the fit's one plan (:func:`muflow.routing.plan_fit`), asked of
-        the cluster itself where ``client`` is a scheduler address (connected here, and then
-        owned by the operator; closed at once on the one-task path, which connects on its
-        own)."""
-        from muflow.dask.cluster import connect
-
-        client = connect(self.client) if isinstance(self.client, str) else self.client
-        try:
-            plan = plan_fit(X.shape[0], client=client, dask_input=is_dask_collection(X),
-                            checkpoint=checkpoint, solver=self.solver, intercept=self.intercept,
-                            kernel_name=self.kernel, gram=self.gram, gram_dtype=self.gram_dtype,
-                            cache_mb=float(self.cache_size), device=device)
-        except BaseException:
-            if client is not self.client:
-                client.close()
-            raise
-        if plan.path == "one-task" and client is not self.client:
-            client.close()
-        return client, plan
-
-    def _fit_probability(self, operator, Y, U, info, options, drift, deadline=None):
-        """Platt's sigmoid per binary problem from 5-fold out-of-fold decisions, every fold
-        a column of one batch on this fit's operator, solved by the fit's path
-        (:func:`muflow.probability.fit_platt`: on rows, each fold on its own samples).
-        Two classes are fitted in libsvm's orientation (positive for ``classes_[0]``), so
-        that ``probA_`` and ``probB_`` read as scikit-learn's."""
-        from muflow.probability import fit_platt
-
-        sign = -1.0 if len(self.classes_) == 2 else 1.0
-        rng = check_random_state(self.random_state)
-        budget = NO_LIMIT if self.max_iter == -1 else int(self.max_iter)
-        options = {k: v for k, v in options.items() if k != "progress"}
-
-        def solve(problem, init=None, callback=None):
-            return info.solve(problem, init=init, tol=float(self.tol), max_iter=budget,
-                              callback=chain(callback, deadline), **options,
-                              **info.options(n_threads=thread_budget(self.n_jobs)))
-
-        self._probA, self._probB = fit_platt(operator, sign * Y, U, solve,
-                                             equality=self.intercept == "exact", rng=rng,
-                                             solver=info.name, drift=drift,
-                                             cache_mb=float(self.cache_size))
-
-    def _warn_from_fit_status(self):
-        if self.fit_status_ == 1:
-            warnings.warn(
-                f"Solver terminated early (max_iter={self.max_iter}).  Consider pre-processing "
-                "your data with StandardScaler or MinMaxScaler.", ConvergenceWarning, stacklevel=3)
-
-    def _fit_as_one_task(self, X, y, sample_weight, offset):
-        """The whole fit on one worker, next to its data, as one task
-        (:func:`muflow.dask.fitting.fit_on_one_worker`): a round trip per fit instead of one
-        per solver iteration. The fitted attributes come back."""
-        from muflow.dask.fitting import fit_on_one_worker
-
-        params = self.get_params(deep=False)
-        params.update(client=None, verbose=False)
-        fitted, seconds = fit_on_one_worker(type(self)(**params), self.client, X, y,
-                                            sample_weight, offset)
-        for name, value in vars(fitted).items():
-            if name not in params:
-                setattr(self, name, value)
-        self.timings_ = dict(self.timings_, one_task=seconds)
-        return self
-
-    def _checkpointing(self, checkpoint_dir, every, problem, solver, kernel, X):
-        from muflow.checkpoint import Checkpointer, load_checkpoint, problem_fingerprint
-
-        tag = {"solver": solver, "kernel": kernel.to_dict(), "C": float(self.C),
-               "intercept": self.intercept, "data": problem_fingerprint(X, problem)}
-        ckpt = load_checkpoint(checkpoint_dir, tag=tag, n=problem.n, m=problem.m)
-        checkpointer = Checkpointer(checkpoint_dir, every, problem=problem, tag=tag, resume=ckpt)
-        return (None if ckpt is None else ckpt.init), checkpointer
 
     @classmethod
     def from_solution(cls, solution, *, X, y_encoded, classes, kernel, fit_time=0.0, **params):
@@ -537,7 +457,7 @@ default="rbf"
         model.n_features_in_ = X.shape[1]
         model._probA = model._probB = np.empty(0)
         max_iter = params.get("max_iter", -1)
-        budget = NO_LIMIT if max_iter == -1 else int(max_iter)
+        budget = iteration_budget(max_iter)
         if solution.solver == "smo" and "pair_steps" in solution.timings:
             # the solver counted sweeps of n pair steps; SVC counts libsvm's pair steps
             budget = budget if budget == NO_LIMIT else budget * max(X.shape[0], 1)

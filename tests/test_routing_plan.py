@@ -102,17 +102,17 @@ def test_the_plan_names_the_solver_that_runs_on_its_path():
 def test_an_svc_fit_asks_for_one_plan_and_reports_its_solver(monkeypatch):
     from sklearn.datasets import make_classification
 
-    import muflow.model
+    import muflow.svc_fit
 
     X, y = make_classification(n_samples=120, n_features=5, random_state=0)
     plans = []
-    original = muflow.model.plan_fit
+    original = muflow.svc_fit.plan_fit
 
     def spy(*args, **kwargs):
         plans.append(original(*args, **kwargs))
         return plans[-1]
 
-    monkeypatch.setattr(muflow.model, "plan_fit", spy)
+    monkeypatch.setattr(muflow.svc_fit, "plan_fit", spy)
     model = muflow.SVC(gamma=0.5).fit(X, y)
     assert len(plans) == 1 and plans[0].path == "stored"
     assert model.solver_ == plans[0].solver == "smo"
