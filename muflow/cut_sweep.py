@@ -11,7 +11,7 @@ import json
 import shutil
 from pathlib import Path
 
-from muflow.pipeline import log_stage
+from muflow.run_directory import log_stage
 
 #: The outputs that follow from the sweep's, last stage first, then the sweep's summary.
 AFTER_CUT_SWEEP = ("summary.json", "report.md", "metrics.json", "objective.png", "model",

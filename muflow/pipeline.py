@@ -11,6 +11,13 @@ writes its own output there, atomically (a temporary name, then a rename), so
 Every call appends one line to ``stages.log`` in the run directory (``<stage> computed`` or
 ``<stage> reused``), which is how a person or a test sees what a rerun recomputed.
 
+The run directory's bookkeeping (a stage's record, the log, the configuration it holds) is
+:mod:`muflow.run_directory`'s, the report stage and the summaries are
+:mod:`muflow.run_report`'s, the data a stage reads :mod:`muflow.run_data`'s, and the cluster
+the stages use :mod:`muflow.run_cluster`'s; this module holds the computing stages and is
+the one place the flows and the ``run`` command call, so it names the report stage and the
+run directory's entry points too.
+
 Run directory::
 
     config.json            the validated run configuration
@@ -31,18 +38,17 @@ Run directory::
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
-from muflow.atomic import write_json, write_text
 from muflow.config import RunConfig
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
+from muflow.run_directory import gram_dir, read_record, stage, stage_log, start_run  # noqa: F401
+from muflow.run_report import (plot_paths, results_markdown, summary_rows,  # noqa: F401
+                               write_report)
 from muflow.run_data import (check_classes, check_source_unchanged, check_test, data_home,  # noqa: F401
                              load_split, publish, read_split_on_workers, reads_on_workers,
                              release_data, source_fingerprint, split_in_process, split_on_cluster,
@@ -50,165 +56,6 @@ from muflow.run_data import (check_classes, check_source_unchanged, check_test, 
 
 STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
 _SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
-
-
-# ---------------------------------------------------------------------------- helpers
-
-def _write_json(path: Path, obj) -> Path:
-    return write_json(path, obj, default=_json_default)
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
-
-
-def _read_json(path: Path):
-    return json.loads(Path(path).read_text())
-
-
-def _stage(name: str, output: str):
-    """Make ``compute(cfg, run_dir, ...) -> dict`` a stage: its output ``run_dir/output``
-    (JSON, written atomically) is returned as is when it exists (logged ``reused``), else
-    computed, written and logged ``computed`` with its seconds."""
-    def wrap(compute):
-        @functools.wraps(compute)
-        def stage(cfg, run_dir, *args, **kwargs):
-            run_dir = Path(run_dir)
-            done = run_dir / output
-            if done.exists():
-                log_stage(run_dir, name, "reused")
-                return _read_json(done)
-            t0 = time.perf_counter()
-            info = compute(cfg, run_dir, *args, **kwargs)
-            _write_json(done, info)
-            log_stage(run_dir, name, "computed", time.perf_counter() - t0)
-            return info
-        return stage
-    return wrap
-
-
-def log_stage(run_dir, stage: str, state: str, seconds: float = 0.0):
-    """Append ``<stage> <state> <seconds>`` to the run directory's ``stages.log``."""
-    with open(Path(run_dir) / "stages.log", "a") as fh:
-        fh.write(f"{stage} {state} {seconds:.2f}\n")
-
-
-def stage_log(run_dir) -> list[tuple[str, str]]:
-    """``[(stage, "computed" | "reused"), ...]`` in the order they ran."""
-    path = Path(run_dir) / "stages.log"
-    if not path.exists():
-        return []
-    return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
-
-
-def config_matches(run_dir, cfg: RunConfig) -> bool:
-    """Whether ``run_dir/config.json`` records ``cfg`` (a run directory holds one run)."""
-    path = Path(run_dir) / "config.json"
-    try:
-        recorded = _read_json(path)
-    except ValueError:
-        raise MuflowInputError(f"{path} is damaged (not JSON); delete the run directory "
-                               f"{run_dir} or choose another") from None
-    return recorded == json.loads(json.dumps(cfg.to_dict()))
-
-
-def start_run(cfg: RunConfig, run_dir) -> Path:
-    """Create the run directory (or reopen it) and record the configuration.
-
-    A run directory that holds another configuration is refused: resuming it would mix
-    the outputs of two runs.
-    """
-    run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "config.json"
-    if path.exists():
-        if not config_matches(run_dir, cfg):
-            raise MuflowInputError(
-                f"run directory {str(run_dir)!r} holds a run of another configuration; "
-                "resume it with its own configuration or choose a new directory")
-    else:
-        _write_json(path, cfg.to_dict())
-    return run_dir
-
-
-def gram_dir(cfg: RunConfig, run_dir) -> str:
-    """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``."""
-    return cfg.gram.cache_dir or str(Path(run_dir) / "gram")
-
-
-@contextlib.contextmanager
-def dask_scheduler(cfg: RunConfig):
-    """The scheduler address the stages connect to: ``cluster.scheduler`` (checked to answer
-    within ``cluster.timeout``) or a LocalCluster of ``cluster.workers`` processes started
-    here and closed on exit. Yields ``(address, dashboard_link or None)``."""
-    from muflow.dask.cluster import connect, local_cluster
-
-    if cfg.cluster.scheduler:
-        client = connect(cfg.cluster.scheduler, timeout=cfg.cluster.timeout)
-        try:
-            yield cfg.cluster.scheduler, _dashboard(client)
-        finally:
-            client.close()
-        return
-    kwargs = {"n_workers": cfg.cluster.workers} if cfg.cluster.workers else {}
-    if _has_bokeh():
-        kwargs["dashboard_address"] = ":0"  # a free port; printed by the flow
-    with local_cluster(**kwargs) as cluster:
-        try:
-            yield cluster.scheduler_address, _dashboard(cluster)
-        except BaseException as exc:
-            if isinstance(exc, Exception):
-                raise
-            # SIGINT or SIGTERM (muflow.signals; Prefect's flow engine raises its own
-            # TerminationSignal for SIGTERM): the work is abandoned, no graceful wait
-            from muflow.dask.cluster import stop_workers_now
-
-            stop_workers_now(cluster)
-            raise
-
-
-def _has_bokeh() -> bool:
-    try:
-        import bokeh  # noqa: F401  (distributed serves a dashboard only with bokeh)
-    except ImportError:
-        return False
-    return True
-
-
-def _dashboard(obj):
-    if not _has_bokeh():
-        return None
-    try:
-        return obj.dashboard_link
-    except Exception:
-        return None
-
-
-@contextlib.contextmanager
-def client_of(address: str | None, timeout: float = 10.0):
-    """A client connected to ``address`` (None: no client, the stages compute in process)."""
-    if not address:
-        yield None
-        return
-    from muflow.dask.cluster import connect
-
-    client = connect(address, timeout=timeout)
-    try:
-        # Current in this thread: the actors of muflow.dask.store_operator.DaskGram find their
-        # client through distributed.get_client(), and connect() does not make the client
-        # the process-wide default (a Prefect task runs in a worker thread).
-        with client.as_current():
-            yield client
-    finally:
-        client.close()
 
 
 def gram_dtype(cfg: RunConfig) -> str:
@@ -234,7 +81,7 @@ def prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
     return _prepare_data(cfg, run_dir, client)
 
 
-@_stage("data", "data.json")
+@stage("data", "data.json")
 def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
     """The data stage's work (see :func:`prepare_data`)."""
     fingerprint = source_fingerprint(cfg)
@@ -289,11 +136,11 @@ def needs_cluster(cfg: RunConfig, run_dir) -> bool:
         return True
     done = Path(run_dir) / "gram.json"
     if done.exists():  # a resumed run: the stage's record, not a new look at the disk
-        return any(s["store"] for s in _read_json(done).get("settings", [{"store": True}]))
+        return any(s["store"] for s in read_record(done).get("settings", [{"store": True}]))
     return any(plan.store for _, _, plan in kernel_plans(cfg, run_dir))
 
 
-@_stage("gram", "gram.json")
+@stage("gram", "gram.json")
 def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
     """Stage ``gram``: build or reuse, in :func:`gram_dir`, the Gram store of K(X_train,
     X_train) of every kernel setting whose plan reads one (:func:`kernel_plans`); a
@@ -318,7 +165,7 @@ def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
     return info
 
 
-@_stage("sweep", "sweep-summary.json")
+@stage("sweep", "sweep-summary.json")
 def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     """Stage ``sweep``: cross-validate every configuration of the grid with
     :func:`muflow.selection.run_sweep` into ``sweep/``. The solves run on the cluster behind
@@ -367,7 +214,7 @@ def best_params(sweep_info: dict) -> dict:
     return params
 
 
-@_stage("refit", "refit.json")
+@stage("refit", "refit.json")
 def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     """Stage ``refit``: the best configuration fitted on the whole training set.
 
@@ -381,7 +228,7 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
 
     t0 = time.perf_counter()
     if params is None:
-        sw = _read_json(run_dir / "sweep-summary.json")
+        sw = read_record(run_dir / "sweep-summary.json")
         params = best_params(sw)
         model = muflow.load(sw["paths"]["best_model"])
         source = "the sweep's all-samples solve"
@@ -406,7 +253,7 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     return info
 
 
-@_stage("evaluate", "metrics.json")
+@stage("evaluate", "metrics.json")
 def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
     """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``, predicted
     where the test split is (on the workers of ``client`` for a source they read: only the
@@ -424,143 +271,3 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
                "classes": [c.item() if hasattr(c, "item") else c for c in model.classes_],
                "confusion_matrix": confusion_matrix(y_test, pred, labels=model.classes_).tolist()}
     return metrics
-
-
-def results_markdown(run_dir, *, max_rows: int = 50) -> str:
-    """The sweep's results table (``results.csv``) as a Markdown table."""
-    import csv
-
-    info = _read_json(Path(run_dir) / "sweep-summary.json")
-    path = info["paths"].get("results")
-    if not path or not Path(path).exists():
-        return "_no results table_\n"
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
-    if not rows:
-        return "_empty results table_\n"
-    head, body = rows[0], rows[1:]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(_short(v) for v in r) + " |" for r in body[:max_rows]]
-    if len(body) > max_rows:
-        lines.append(f"\n_{len(body) - max_rows} more rows in results.csv_")
-    return "\n".join(lines) + "\n"
-
-
-def _short(v: str) -> str:
-    try:
-        f = float(v)
-    except ValueError:
-        return v
-    return v if f.is_integer() and "." not in v else f"{f:.4g}"
-
-
-def plot_paths(run_dir) -> list[Path]:
-    """The PNG plots of a run: the sweep's and the refit's objective curve."""
-    run_dir = Path(run_dir)
-    found = sorted((run_dir / "sweep").rglob("*.png")) if (run_dir / "sweep").exists() else []
-    if (run_dir / "objective.png").exists():
-        found.append(run_dir / "objective.png")
-    return found
-
-
-def kernel_path_summary(kernel_paths: list) -> str:
-    """``rows on demand (1 setting)``, ``stored Gram (2 settings), rows on demand (1
-    setting)``: how many kernel settings took each path (:data:`muflow.routing.PATH_LABELS`)."""
-    from collections import Counter
-
-    from muflow.routing import PATH_LABELS
-
-    counts = Counter(p["path"] for p in kernel_paths)
-    return ", ".join(f"{PATH_LABELS.get(path, path)} ({k} setting{'' if k == 1 else 's'})"
-                     for path, k in counts.items())
-
-
-def kernel_paths_markdown(kernel_paths: list) -> str:
-    """The report's table of kernel paths: one row per kernel setting, as the sweep recorded
-    it (``sweep-summary.json``; a resumed setting keeps the record of the run that solved it)."""
-    from muflow.routing import PATH_LABELS
-    from muflow.selection.grid import setting_label
-
-    lines = ["| setting | path | solver | reason | solve s |", "|---|---|---|---|---|"]
-    lines += [f"| {setting_label(p['setting'])} | {PATH_LABELS.get(p['path'], p['path'])} | "
-              f"{p['solver']} ({p['solve_path']}) | {p['reason'] or '_not recorded_'} | "
-              f"{float(p['solve_seconds']):.2f} |" for p in kernel_paths]
-    return "\n".join(lines) + "\n"
-
-
-def summary_rows(run_dir) -> list[tuple[str, str]]:
-    """``(item, value)`` rows of the run's summary (what the command line prints)."""
-    run_dir = Path(run_dir)
-    data = _read_json(run_dir / "data.json")
-    rows = [("data", f"{data['source']} ({data['n_samples']} x {data['n_features']}, "
-                     f"{data['n_train']} train / {data['n_test']} test)")]
-    if (run_dir / "sweep-summary.json").exists():
-        sw = _read_json(run_dir / "sweep-summary.json")
-        rows.append(("configurations", f"{sw['n_configurations']} ({sw['counts'].get('kernels_resumed', 0)} "
-                                       f"kernel settings resumed, {sw['counts'].get('kernels_solved', 0)} solved)"))
-        if sw.get("kernel_paths"):
-            rows.append(("kernel path", kernel_path_summary(sw["kernel_paths"])))
-        if sw.get("unfinished"):  # cut at sweep.time_limit: said wherever the sweep shows
-            rows.append(("unfinished configurations",
-                         f"{sw['unfinished']} of {sw['n_configurations']}: cut at sweep.time_limit "
-                         "(finished=False in sweep/results.csv)"))
-        cut = " (not finished: cut at sweep.time_limit)" if sw["best"].get("finished") is False else ""
-        rows.append(("best CV accuracy", f"{float(sw['best']['cv_accuracy']):.4f} "
-                                         f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}{cut}"))
-    if (run_dir / "refit.json").exists():
-        rf = _read_json(run_dir / "refit.json")
-        rows += [("best configuration", ", ".join(f"{k}={v}" for k, v in rf["params"].items())),
-                 ("solver", rf["solver"]),
-                 ("iterations", f"{rf['iterations']}" + (f" ({rf['iteration_unit']})"
-                                                           if rf.get("iteration_unit") else "")),
-                 ("support vectors", str(rf["support_vectors"]))]
-    if (run_dir / "metrics.json").exists():
-        m = _read_json(run_dir / "metrics.json")
-        rows += [("test accuracy", f"{m['accuracy']:.4f}"),
-                 ("test balanced accuracy", f"{m['balanced_accuracy']:.4f}")]
-    return rows
-
-
-def write_report(cfg: RunConfig, run_dir) -> Path:
-    """Stage ``report``: ``report.md`` linking the results table, the plots, the model
-    and the metrics (relative links, so the run directory can be moved), and
-    ``summary.json``."""
-    run_dir = Path(run_dir)
-    done = run_dir / "report.md"
-    if done.exists():
-        log_stage(run_dir, "report", "reused")
-        return done
-    rows = summary_rows(run_dir)
-    _write_json(run_dir / "summary.json", rows)
-    lines = ["# muflow run", "", "| item | value |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    lines += ["", "## Files", ""]
-
-    def rel(p):
-        p = Path(p)
-        try:
-            return p.resolve().relative_to(run_dir.resolve()).as_posix()
-        except ValueError:
-            return p.as_posix()
-
-    sw = _read_json(run_dir / "sweep-summary.json") if (run_dir / "sweep-summary.json").exists() else None
-    if sw:
-        for key, what in (("results", "sweep results (CSV)"), ("best", "best configuration"),
-                          ("best_model", "sweep's best model")):
-            if key in sw["paths"]:
-                lines.append(f"- {what}: [{rel(sw['paths'][key])}]({rel(sw['paths'][key])})")
-    lines += ["- refitted model: [model/](model/)", "- test metrics: [metrics.json](metrics.json)",
-              "- configuration: [config.json](config.json)", ""]
-    if sw and sw.get("kernel_paths"):
-        lines += ["## Kernel paths", "", "Where each kernel setting's K came from and why "
-                  "(stored Gram or rows on demand: muflow.routing.plan_kernel).", "",
-                  kernel_paths_markdown(sw["kernel_paths"]), ""]
-    if sw:
-        lines += ["## Sweep results", "", results_markdown(run_dir), ""]
-    m = _read_json(run_dir / "metrics.json")
-    lines += ["## Test set", "", f"classes {m['classes']}, confusion matrix (rows: true, "
-              f"columns: predicted): `{m['confusion_matrix']}`", "", "## Plots", ""]
-    lines += [f"![{p.stem}]({rel(p)})" for p in plot_paths(run_dir)]
-    write_text(done, "\n".join(lines) + "\n")
-    log_stage(run_dir, "report", "computed")
-    return done

@@ -95,18 +95,18 @@ def _check_run_dir(args, out: Path, cfg):
         config = out / "config.json"
         if not config.is_file():
             raise MuflowInputError(f"--out {str(out)!r} holds no muflow run to resume (no config.json)")
-        from muflow.pipeline import config_matches
+        from muflow.run_directory import config_matches
 
         if not config_matches(out, cfg):
             raise MuflowInputError(
                 f"--out {str(out)!r} holds a run of another configuration (its config.json); "
                 "resume it with the configuration it was started with, or choose a new --out")
-        from muflow.pipeline import check_source_unchanged
+        from muflow.run_data import check_source_unchanged
 
         check_source_unchanged(cfg, out)  # never resumed on changed data
         return
     if (out / "config.json").is_file():
-        from muflow.pipeline import config_matches
+        from muflow.run_directory import config_matches
 
         if not config_matches(out, cfg):  # --resume would be refused as well
             raise MuflowInputError(
@@ -120,7 +120,7 @@ def _check_run_dir(args, out: Path, cfg):
 
 
 def _has_finished_stage(out: Path) -> bool:
-    from muflow.pipeline import stage_log
+    from muflow.run_directory import stage_log
 
     return bool(stage_log(out))
 

@@ -31,6 +31,7 @@ from prefect import flow, get_run_logger
 from muflow import config as run_config
 from muflow import pipeline as stages
 from muflow.flows import tasks
+from muflow.run_cluster import dask_scheduler
 
 DEFAULT_RUNS_ROOT = "muflow-runs"
 
@@ -81,7 +82,7 @@ def _on_cluster(cfg, run_dir):
 
     The scheduler is ``cluster.scheduler`` (connected before anything is written) or a
     LocalCluster started for the block and closed after it
-    (:func:`muflow.pipeline.dask_scheduler`); its address and dashboard go to the flow
+    (:func:`muflow.run_cluster.dask_scheduler`); its address and dashboard go to the flow
     run's log. No LocalCluster is started when the run has no work for one
     (:func:`muflow.pipeline.needs_cluster`: every kernel setting on rows on demand in this
     process, no Gram store to build, ``sweep.on_cluster`` off): it yields None and the
@@ -97,7 +98,7 @@ def _on_cluster(cfg, run_dir):
                                   "this process (gram.json says why)")
             yield None
             return
-    with stages.dask_scheduler(cfg) as (address, dashboard):
+    with dask_scheduler(cfg) as (address, dashboard):
         logger = get_run_logger()
         logger.info("Dask scheduler: %s", address)
         if dashboard:

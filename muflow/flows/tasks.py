@@ -25,6 +25,7 @@ from prefect.cache_policies import NO_CACHE
 
 from muflow import pipeline as stages
 from muflow.config import RunConfig
+from muflow.run_cluster import client_of
 
 #: Work that touches storage is retried: a transient file-system or object-store error
 #: should not cost a run.
@@ -36,7 +37,7 @@ _COMPUTE = dict(cache_policy=NO_CACHE, persist_result=False)
 def prepare_data(cfg: RunConfig, run_dir: str, scheduler: str | None = None) -> dict:
     """Read and validate the data set and split it: in this process, or by the workers of
     ``scheduler`` when the sweep runs there (:func:`muflow.pipeline.data_home`)."""
-    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+    with client_of(scheduler, cfg.cluster.timeout) as client:
         return stages.prepare_data(cfg, run_dir, client)
 
 
@@ -44,14 +45,14 @@ def prepare_data(cfg: RunConfig, run_dir: str, scheduler: str | None = None) -> 
 def build_gram(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
     """Build (or reuse) on the cluster the Gram store of every kernel setting whose plan
     reads one (none for rows on demand); ``scheduler`` None: in this process."""
-    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+    with client_of(scheduler, cfg.cluster.timeout) as client:
         return stages.build_gram_stores(cfg, run_dir, client)
 
 
 @task(name="fit-grid", retries=1, retry_delay_seconds=2, **_COMPUTE)
 def fit_grid(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
     """Cross-validate the grid (resuming finished kernel settings) on the cluster."""
-    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+    with client_of(scheduler, cfg.cluster.timeout) as client:
         return stages.sweep(cfg, run_dir, client)
 
 
@@ -65,7 +66,7 @@ def refit_best(cfg: RunConfig, run_dir: str, params: dict | None = None) -> dict
 def evaluate(cfg: RunConfig, run_dir: str, scheduler: str | None = None) -> dict:
     """Test-set metrics of the refitted model (predicted on the workers when they hold
     the test split)."""
-    with stages.client_of(scheduler, cfg.cluster.timeout) as client:
+    with client_of(scheduler, cfg.cluster.timeout) as client:
         return stages.evaluate(cfg, run_dir, client)
 
 
@@ -75,7 +76,7 @@ def release_data(run_dir: str, scheduler: str) -> None:
     of the cluster block, and a scheduler that is gone has freed it already (its error,
     not this one, is the run's)."""
     try:
-        with stages.client_of(scheduler, timeout=5.0) as client:
+        with client_of(scheduler, timeout=5.0) as client:
             stages.release_data(run_dir, client)
     except Exception as exc:  # noqa: BLE001
         from prefect import get_run_logger

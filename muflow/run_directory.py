@@ -1,0 +1,114 @@
+"""The run directory of the main job: its configuration, its records and its stage log.
+
+A stage of :mod:`muflow.pipeline` is a function ``compute(cfg, run_dir, ...) -> dict``
+made a stage by :func:`stage`: its output is one JSON record in the run directory, written
+atomically (:func:`write_record`), so a stage whose record exists is finished and is not
+computed again, and every call appends ``<stage> computed`` or ``<stage> reused`` to
+``stages.log`` (:func:`log_stage`, read back by :func:`stage_log`). :func:`start_run`
+opens the directory for one configuration only (:func:`config_matches`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from muflow.atomic import write_json
+from muflow.config import RunConfig
+from muflow.exceptions import MuflowInputError
+
+
+def write_record(path: Path, obj) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (NumPy scalars and arrays, paths as JSON)."""
+    return write_json(path, obj, default=_json_default)
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def read_record(path: Path):
+    """The JSON record at ``path``."""
+    return json.loads(Path(path).read_text())
+
+
+def stage(name: str, output: str):
+    """Make ``compute(cfg, run_dir, ...) -> dict`` a stage: its output ``run_dir/output``
+    (JSON, written atomically) is returned as is when it exists (logged ``reused``), else
+    computed, written and logged ``computed`` with its seconds."""
+    def wrap(compute):
+        @functools.wraps(compute)
+        def run(cfg, run_dir, *args, **kwargs):
+            run_dir = Path(run_dir)
+            done = run_dir / output
+            if done.exists():
+                log_stage(run_dir, name, "reused")
+                return read_record(done)
+            t0 = time.perf_counter()
+            info = compute(cfg, run_dir, *args, **kwargs)
+            write_record(done, info)
+            log_stage(run_dir, name, "computed", time.perf_counter() - t0)
+            return info
+        return run
+    return wrap
+
+
+def log_stage(run_dir, stage: str, state: str, seconds: float = 0.0):
+    """Append ``<stage> <state> <seconds>`` to the run directory's ``stages.log``."""
+    with open(Path(run_dir) / "stages.log", "a") as fh:
+        fh.write(f"{stage} {state} {seconds:.2f}\n")
+
+
+def stage_log(run_dir) -> list[tuple[str, str]]:
+    """``[(stage, "computed" | "reused"), ...]`` in the order they ran."""
+    path = Path(run_dir) / "stages.log"
+    if not path.exists():
+        return []
+    return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
+
+
+def config_matches(run_dir, cfg: RunConfig) -> bool:
+    """Whether ``run_dir/config.json`` records ``cfg`` (a run directory holds one run)."""
+    path = Path(run_dir) / "config.json"
+    try:
+        recorded = read_record(path)
+    except ValueError:
+        raise MuflowInputError(f"{path} is damaged (not JSON); delete the run directory "
+                               f"{run_dir} or choose another") from None
+    return recorded == json.loads(json.dumps(cfg.to_dict()))
+
+
+def start_run(cfg: RunConfig, run_dir) -> Path:
+    """Create the run directory (or reopen it) and record the configuration.
+
+    A run directory that holds another configuration is refused: resuming it would mix
+    the outputs of two runs.
+    """
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "config.json"
+    if path.exists():
+        if not config_matches(run_dir, cfg):
+            raise MuflowInputError(
+                f"run directory {str(run_dir)!r} holds a run of another configuration; "
+                "resume it with its own configuration or choose a new directory")
+    else:
+        write_record(path, cfg.to_dict())
+    return run_dir
+
+
+def gram_dir(cfg: RunConfig, run_dir) -> str:
+    """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``."""
+    return cfg.gram.cache_dir or str(Path(run_dir) / "gram")
