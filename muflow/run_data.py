@@ -179,28 +179,27 @@ def reads_on_workers(run_dir) -> bool:
     return done.exists() and _read_json(done).get("home") == "workers"
 
 
-def training_split(cfg: RunConfig, run_dir, client=None):
-    """``(X_train, y_train)`` where the data stage left them: ``data.npz`` in this
-    process, or the workers' (a dask array; needs ``client``)."""
+def _split(cfg: RunConfig, run_dir, client=None):
+    """``(X_train, X_test, y_train, y_test)`` where the data stage left them: ``data.npz``
+    in this process, or the workers' (dask arrays; needs ``client``)."""
     if reads_on_workers(run_dir):
         if client is None:
             raise MuflowInputError(f"{run_dir}: the data were read by the workers of a cluster; "
                                    "this stage needs one (sweep.on_cluster with a cluster)")
-        X_train, _, y_train, _ = split_on_cluster(cfg, run_dir, client)
-        return X_train, y_train
-    X_train, _, y_train, _ = load_split(run_dir)
+        return split_on_cluster(cfg, run_dir, client)
+    return load_split(run_dir)
+
+
+def training_split(cfg: RunConfig, run_dir, client=None):
+    """``(X_train, y_train)`` where the data stage left them: ``data.npz`` in this
+    process, or the workers' (a dask array; needs ``client``)."""
+    X_train, _, y_train, _ = _split(cfg, run_dir, client)
     return X_train, y_train
 
 
 def test_split(cfg: RunConfig, run_dir, client=None):
     """``(X_test, y_test)``, as :func:`training_split`."""
-    if reads_on_workers(run_dir):
-        if client is None:
-            raise MuflowInputError(f"{run_dir}: the data were read by the workers of a cluster; "
-                                   "this stage needs one (sweep.on_cluster with a cluster)")
-        _, X_test, _, y_test = split_on_cluster(cfg, run_dir, client)
-        return X_test, y_test
-    _, X_test, _, y_test = load_split(run_dir)
+    _, X_test, _, y_test = _split(cfg, run_dir, client)
     return X_test, y_test
 
 
