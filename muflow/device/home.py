@@ -38,9 +38,9 @@ import numpy as np
 
 from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
-from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
-from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView,
+from muflow.solvers.working_set import HostActiveSet
+from muflow.solvers.working_set_loop import (ColumnHome, PairView,
                                              previous_positions, projected_gradient,
                                              select_working_set, side_violations)
 
@@ -66,7 +66,7 @@ class DeviceRowCache(RowCache):
         self.data = self.xp.empty((0, self.n), dtype=self.dtype)
 
 
-class DeviceState(ColumnState):
+class DeviceState(HostActiveSet):
     """One column's state on the device (module notes).
 
     Parameters
@@ -167,23 +167,8 @@ class DeviceState(ColumnState):
         self.timings["gradient"] += time.perf_counter() - t
         self.previous = np.sort(B)
 
-    def shrink(self) -> None:
-        t = time.perf_counter()
-        gmax1, gmax2 = self._view.extremes
-        drop = shrink_mask(self.y, self.alpha, self.U, to_host(self.G_d), self.act, gmax1,
-                           gmax2, self.equality)
-        self._set_active(self.act[~drop])
-        self._view = None
-        self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
-        self.timings["shrink"] += time.perf_counter() - t
-
-    @property
-    def shrunk(self) -> int:
-        return int(self.valid.sum()) - self.act.size
-
-    def reactivate(self) -> None:
-        self._set_active(np.flatnonzero(self.valid).astype(np.int64))
-        self._view = None
+    def _host_gradient(self) -> np.ndarray:
+        return to_host(self.G_d)
 
     def certify(self) -> float:
         t = time.perf_counter()

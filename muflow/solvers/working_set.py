@@ -85,7 +85,42 @@ def check_q(q) -> None:
 ENTRY_BLOCK = 64
 
 
-class InProcessState(ColumnState):
+class HostActiveSet(ColumnState):
+    """libsvm's shrinking of an active set whose indices, alpha, y and U this process holds
+    (Chang & Lin 2011, section 5.1): the in-process home's and the device's
+    (:class:`muflow.device.home.DeviceState`), which differ only in where the gradient
+    lives (:meth:`_host_gradient`) and in what a new active set updates
+    (:meth:`_set_active`). Needs ``y``, ``alpha``, ``U``, ``valid``, ``act``, ``equality``,
+    ``timings`` and the view of the last :meth:`extremes`."""
+
+    def _host_gradient(self) -> np.ndarray:
+        """G = Q alpha + p of the column, in this process."""
+        raise NotImplementedError
+
+    def _set_active(self, act) -> None:
+        self.act = act
+
+    def shrink(self) -> None:
+        t = time.perf_counter()
+        gmax1, gmax2 = self._view.extremes
+        drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
+                           gmax2, self.equality)
+        self._set_active(self.act[~drop])
+        self._view = None
+        self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
+        self.timings["shrink"] += time.perf_counter() - t
+
+    @property
+    def shrunk(self) -> int:
+        return int(self.valid.sum()) - self.act.size
+
+    def reactivate(self) -> None:
+        """Every variable active again (their gradient is exact: see the module's notes)."""
+        self._set_active(np.flatnonzero(self.valid).astype(np.int64))
+        self._view = None
+
+
+class InProcessState(HostActiveSet):
     """One column's state in this process: alpha, G and the active set as arrays here, rows
     of K from the :class:`~muflow.solvers.rowcache.RowCache` that every column of the batch
     shares.
@@ -266,24 +301,8 @@ class InProcessState(ColumnState):
                            np.ascontiguousarray(coef, dtype=np.float64))
         self.timings["gradient"] += time.perf_counter() - t
 
-    def shrink(self) -> None:
-        t = time.perf_counter()
-        gmax1, gmax2 = self._view.extremes
-        drop = shrink_mask(self.y, self.alpha, self.U, self.G, self.act, gmax1, gmax2,
-                           self.equality)
-        self.act = self.act[~drop]
-        self._view = None
-        self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
-        self.timings["shrink"] += time.perf_counter() - t
-
-    @property
-    def shrunk(self) -> int:
-        return int(self.valid.sum()) - self.act.size
-
-    def reactivate(self) -> None:
-        """Every variable active again (their gradient is exact: see the module's notes)."""
-        self.act = np.flatnonzero(self.valid).astype(np.int64)
-        self._view = None
+    def _host_gradient(self) -> np.ndarray:
+        return self.G
 
     def certify(self) -> float:
         t = time.perf_counter()
