@@ -31,25 +31,9 @@ from muflow.kernels import Kernel
 
 def finish_block_reference(G: np.ndarray, sq_A, sq_B, kernel: Kernel) -> np.ndarray:
     """NumPy reference of :func:`finish_block`, in place on ``G``: the float64 passes of
-    :meth:`muflow.kernels.Kernel._finish_float64` in the same order (so that a float64
-    block equals the CPU's bit for bit)."""
-    name = kernel.name
-    if name == "rbf":
-        G *= 2.0 * kernel.gamma
-        G -= (kernel.gamma * np.asarray(sq_A, dtype=np.float64))[:, None]
-        G -= (kernel.gamma * np.asarray(sq_B, dtype=np.float64))[None, :]
-        np.minimum(G, 0.0, out=G)
-        np.exp(G, out=G)
-    elif name == "poly":
-        G *= kernel.gamma
-        G += kernel.coef0
-        np.power(G, int(kernel.degree), out=G)
-    elif name == "sigmoid":
-        G *= kernel.gamma
-        G += kernel.coef0
-        np.tanh(G, out=G)
-    if kernel.offset:
-        G += kernel.offset
+    :meth:`muflow.kernels.Kernel._finish_float64` themselves (so that a float64 block equals
+    the CPU's bit for bit)."""
+    kernel._finish_float64(G, sq_A, sq_B)
     return G
 
 
