@@ -30,6 +30,7 @@ import time
 import numpy as np
 
 from muflow.operators import require_rows
+from muflow.solvers import _compact_rows_compiled as cr
 from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
@@ -76,7 +77,7 @@ def compact_rows(n: int, dtype) -> tuple:
     size = max(2 * n, min(COMPACT_ROWS_BYTES // dtype.itemsize, n * n))
     return (np.empty(size, dtype=dtype), np.full(n, -1, dtype=np.int64),
             np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64),
-            np.empty(n, dtype=np.int64), np.zeros(pc.CR_SIZE, dtype=np.int64))
+            np.empty(n, dtype=np.int64), np.zeros(cr.CR_SIZE, dtype=np.int64))
 
 
 def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from muflow.kernels import Kernel
+from muflow.solvers import _compact_rows_compiled as cr
 from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers.smo import compact_rows
@@ -105,13 +106,13 @@ def test_compact_rows_stay_exact_through_shrinking(a8a_problem):
     alpha, steps, compact, act, state, _ = run_pairs(K, y, 10.0, np.arange(n), shrinking=True,
                                                      shrink_every=20)
     cbuf, crow_of, cowner, cstamp, cidx, cstate = compact
-    layout = int(cstate[pc.CR_LAYOUT])
-    stride = int(cstate[pc.CR_STRIDE])
+    layout = int(cstate[cr.CR_LAYOUT])
+    stride = int(cstate[cr.CR_STRIDE])
     assert layout == state[sc.STATE_NACT] < n / 2  # shrunk, and repacked to a shorter stride
     assert stride < n
     np.testing.assert_array_equal(np.sort(cidx[:layout]), np.sort(act[:layout]))
     np.testing.assert_array_equal(np.sort(act), np.arange(n))  # act is still a permutation
-    used = int(cstate[pc.CR_USED])
+    used = int(cstate[cr.CR_USED])
     assert used > 10
     rows = cbuf[:used * stride].reshape(used, stride)
     for r in range(used):
