@@ -102,8 +102,7 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
     Memory: each group's row cache (the solver's ``cache_mb``) while it is solved, so up
     to ``processes`` caches at once when the groups are solved side by side.
     """
-    from muflow.forking import forked_map, in_forked_child
-    from muflow.routing import subproblem_processes
+    from muflow.forking import forked_map
     from muflow.threads import divide_budget, scoped_budget, thread_budget
     from muflow.solvers.rowcache import hold_storage, reused_storage
 
@@ -124,21 +123,14 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
             rows = np.ix_(idx, cols)
             sub = DualProblem(operator, problem.y[rows], upper=problem.upper[rows],
                               linear=problem.linear[rows], equality=problem.equality)
-            start = None
-            if alpha0 is not None:
-                start = (alpha0[rows], None if bias0 is None else bias0[cols],
-                         None if G0 is None else G0[rows])
-            return solve(sub, init=start, callback=hear)
+            return solve(sub, init=_group_start(alpha0, bias0, G0, rows, cols), callback=hear)
         finally:
             if kept is None:
                 operator.close()
 
     sizes = np.array([idx.size for idx in samples])
     budget = thread_budget(scoped_budget())  # the fit's own budget
-    processes = 1 if kept is not None else subproblem_processes(
-        sizes, cores=budget, callback=callback,
-        nested=in_forked_child() or threading.current_thread() is not threading.main_thread()
-        or not getattr(problem.operator, "forkable", True))  # a GPU's context does not fork
+    processes = _processes(problem, sizes, budget, callback, kept)
     # the largest first: it ends last otherwise, and a smaller one's row cache then fits in
     # the storage the one before used (reused_storage)
     order = list(np.argsort(-sizes, kind="stable"))
@@ -170,6 +162,32 @@ def solve_on_own_samples(problem: DualProblem, member: np.ndarray, solve, *, ini
         for k, sol in zip(order, solved):
             batch.add(samples[k], groups[k], sol)
     return batch.solution(processes, time.perf_counter() - t0)
+
+
+def _processes(problem: DualProblem, sizes, budget: int, callback, kept) -> int:
+    """How many processes solve the groups of :func:`solve_on_own_samples`: 1 where the
+    groups' operators are kept (they live in this process), else the rule's
+    (:func:`muflow.routing.subproblem_processes`), told whether this call is already nested
+    in a forked child or a thread, or runs on an operator that cannot fork (a GPU's context
+    does not)."""
+    if kept is not None:
+        return 1
+    from muflow.forking import in_forked_child
+    from muflow.routing import subproblem_processes
+
+    return subproblem_processes(
+        sizes, cores=budget, callback=callback,
+        nested=in_forked_child() or threading.current_thread() is not threading.main_thread()
+        or not getattr(problem.operator, "forkable", True))
+
+
+def _group_start(alpha0, bias0, G0, rows, cols):
+    """The warm start of one group, ``(alpha, bias, gradient)`` on its samples and columns
+    (``rows``: their ``np.ix_``), or None without a start."""
+    if alpha0 is None:
+        return None
+    return (alpha0[rows], None if bias0 is None else bias0[cols],
+            None if G0 is None else G0[rows])
 
 
 class _Gathered:
