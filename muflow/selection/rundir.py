@@ -63,6 +63,23 @@ def _plain(obj):
     return json.loads(json.dumps(obj))
 
 
+def open_run_dir(out_dir, X, y, grid: dict, options: dict, resume: bool):
+    """``(out_dir, meta)``: the sweep's run directory, created, and what it records of the
+    sweep (the data's digest, the grid and the options of
+    :func:`muflow.selection.run_sweep` that change its results), checked against the record
+    of the sweep it resumes (:func:`check_or_write_meta`)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    o = options
+    meta = {"format_version": FORMAT_VERSION, "data": data_digest(X, y), "grid": grid,
+            "folds": int(o["folds"]), "seed": int(o["seed"]), "solver": o["solver"],
+            "path": o["path"], "intercept": o["intercept"], "tol": float(o["tol"]),
+            "max_iter": int(o["max_iter"]), "halving": o["halving"],
+            "halving_min_iter": int(o["halving_min_iter"])}
+    check_or_write_meta(out_dir, meta, resume)
+    return out_dir, meta
+
+
 def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
     """Record the sweep's settings, or on resume refuse a directory of another sweep.
 

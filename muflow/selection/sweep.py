@@ -19,6 +19,7 @@ import numpy as np
 
 from muflow.backends import gram_operator
 from muflow.dask.predict import is_dask_collection
+from muflow.device.arrays import fit_device
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.routing import sweep_path
@@ -104,11 +105,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
         picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
         size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
-        fit in half the available memory: the store-or-stream rule of each kernel
-        setting, :func:`muflow.routing.plan_kernel`, which the pipeline follows too) kernel
-        rows are computed on demand and "auto" is the working-set solver, by the rule
-        :class:`muflow.SVC` follows (:func:`muflow.routing.plan_kernel`): each fold's problem
-        on rows over its own training samples (:func:`muflow.routing.solves_on_own_samples`),
+        fit in half the available memory: the store-or-stream rule of each kernel setting,
+        :func:`muflow.routing.plan_kernel`, which :class:`muflow.SVC` and the pipeline
+        follow too) kernel rows are computed on demand and "auto" is the working-set
+        solver: each fold's problem on rows over its own training samples
+        (:func:`muflow.routing.solves_on_own_samples`),
         warm-started along C, and the refit on all samples by the engine of ``SVC.fit``.
         With a Dask client the working-set solver on X partitioned over the workers
         (:mod:`muflow.dask.working_set`); "m3", "munk" and the other multiplicative solvers
@@ -179,11 +180,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     t_start = time.perf_counter()
     deadline = start_deadline(time_limit)
     grid.validate()
-    check_options(dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept,
-                       tol=tol, max_iter=max_iter, halving=halving,
-                       halving_min_iter=halving_min_iter, n_jobs=n_jobs))
-    from muflow.device.arrays import fit_device
-
+    options = dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept, tol=tol,
+                   max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter)
+    check_options(dict(options, n_jobs=n_jobs))
     xp = fit_device(device, client)
     budget = thread_budget(n_jobs)
     data = _check_data(X, y, X_test, y_test, folds, seed, client)
@@ -191,24 +190,13 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
                            device=xp is not None)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    meta = {"format_version": rundir.FORMAT_VERSION, "data": rundir.data_digest(data.X, y),
-            "grid": grid.to_dict(), "folds": int(folds), "seed": int(seed), "solver": solver,
-            "path": path, "intercept": intercept, "tol": float(tol), "max_iter": int(max_iter),
-            "halving": halving, "halving_min_iter": int(halving_min_iter)}
-    rundir.check_or_write_meta(out_dir, meta, resume)
+    out_dir, meta = rundir.open_run_dir(out_dir, data.X, y, grid.to_dict(), options, resume)
     run = _SweepRun(data=data, Cs=Cs, out_dir=out_dir, meta=meta, intercept=intercept, tol=tol,
                     max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
                     budget=budget, device=xp, client=client, cache_dir=cache_dir,
                     cache_size=cache_size, deadline=deadline, on_kernel_done=on_kernel_done,
                     bar=Progress(progress, total=len(settings) * len(Cs)))
-    try:
-        with budget_scope(budget):
-            for i, (setting, planned) in enumerate(zip(settings, plans)):
-                run.setting(i, setting, *planned, resume=resume)
-    finally:
-        run.bar.close()
+    run.every_setting(settings, plans, resume=resume)
     return run.result(t_start)
 
 
@@ -312,6 +300,16 @@ class _SweepRun:
 
     def __post_init__(self):
         self.timings.update({solve_key(c): 0.0 for c in self.Cs})
+
+    def every_setting(self, settings, plans, *, resume):
+        """Every kernel setting in turn (:meth:`setting`) on the sweep's thread budget; the
+        progress bar closed after, whatever happens."""
+        try:
+            with budget_scope(self.budget):
+                for i, (setting, planned) in enumerate(zip(settings, plans)):
+                    self.setting(i, setting, *planned, resume=resume)
+        finally:
+            self.bar.close()
 
     def setting(self, i, setting, kernel, plan, info, kpath, *, resume):
         """One kernel setting: its saved results (``resume``), its rows left unstarted by
