@@ -40,8 +40,7 @@ from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.working_set import HostActiveSet
-from muflow.solvers.working_set_loop import (ColumnHome, PairView,
-                                             previous_positions, projected_gradient,
+from muflow.solvers.working_set_loop import (ColumnHome, PairView, projected_gradient,
                                              select_working_set, side_violations)
 
 
@@ -124,22 +123,15 @@ class DeviceState(HostActiveSet):
         self.timings["violations"] += time.perf_counter() - t
         return self._view.gap
 
-    def candidates(self, q: int) -> np.ndarray:
-        view, act = self._view, self.act
-        pos = previous_positions(act, self.previous)
-        if not self.equality:
-            return np.sort(act[select_working_set(view, q, pos)])
-        # second order on a side whose violator's row is cached, first order otherwise
-        # (the in-process home's rule, on the same cache contents)
-        slot_i, slot_j = self.cache.slot_of[act[view.ku]], self.cache.slot_of[act[view.kl]]
+    def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
+        # the in-process home's rule on the same cache contents: the cached violators' rows
+        # over the active set come to the host in one copy
         data, act_d = self.cache.data, self.act_d
-        self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
         rows = [int(s) for s in (slot_i, slot_j) if s >= 0]
         fetched = iter(to_host(data[self.xp.asarray(rows)][:, act_d]) if rows else ())
         row_i = next(fetched) if slot_i >= 0 else None
         row_j = next(fetched) if slot_j >= 0 else None
-        chosen = select_working_set(view, q, pos, QD=self.QD[act], row_i=row_i, row_j=row_j)
-        return np.sort(act[chosen])
+        return select_working_set(view, q, pos, QD=self.QD[self.act], row_i=row_i, row_j=row_j)
 
     def subproblem(self, B):
         xp = self.xp

@@ -86,12 +86,13 @@ ENTRY_BLOCK = 64
 
 
 class HostActiveSet(ColumnState):
-    """libsvm's shrinking of an active set whose indices, alpha, y and U this process holds
-    (Chang & Lin 2011, section 5.1): the in-process home's and the device's
-    (:class:`muflow.device.home.DeviceState`), which differ only in where the gradient
-    lives (:meth:`_host_gradient`) and in what a new active set updates
-    (:meth:`_set_active`). Needs ``y``, ``alpha``, ``U``, ``valid``, ``act``, ``equality``,
-    ``timings`` and the view of the last :meth:`extremes`."""
+    """Working-set selection and libsvm's shrinking (Chang & Lin 2011, section 5.1) over an
+    active set whose indices, alpha, y and U this process holds: the in-process home's and
+    the device's (:class:`muflow.device.home.DeviceState`), which differ only in where the
+    gradient and the cached rows live (:meth:`_host_gradient`, :meth:`_second_order`) and
+    in what a new active set updates (:meth:`_set_active`). Needs ``y``, ``alpha``, ``U``,
+    ``valid``, ``act``, ``previous``, ``equality``, ``cache``, ``timings`` and the view of
+    the last :meth:`extremes`."""
 
     def _host_gradient(self) -> np.ndarray:
         """G = Q alpha + p of the column, in this process."""
@@ -99,6 +100,26 @@ class HostActiveSet(ColumnState):
 
     def _set_active(self, act) -> None:
         self.act = act
+
+    def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
+        """The working set's positions in the active set by second-order selection
+        (:func:`muflow.solvers.working_set_loop.select_working_set`), given the cache slots
+        of the two maximal violators' rows (-1: not cached)."""
+        raise NotImplementedError
+
+    def candidates(self, q: int) -> np.ndarray:
+        view, act = self._view, self.act
+        pos = previous_positions(act, self.previous)
+        if not self.equality:
+            return np.sort(act[select_working_set(view, q, pos)])
+        # second order: each side by its pair with the other side's maximal violator,
+        # whose row the cache holds more often than not (it was in a recent B); when it
+        # does not, that side is ranked by its violation alone (first order) and the row
+        # comes with B's batch, not in a call of its own
+        slot_i, slot_j = self.cache.slot_of[act[view.ku]], self.cache.slot_of[act[view.kl]]
+        self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
+        # sorted: K_BB is then gathered from rows of K in address order
+        return np.sort(act[self._second_order(view, q, pos, slot_i, slot_j)])
 
     def shrink(self) -> None:
         t = time.perf_counter()
@@ -188,24 +209,12 @@ class InProcessState(HostActiveSet):
             self._pool = np.empty((4, self.alpha.size))
         return tuple(self._pool[k, :size] for k in range(4))
 
-    def candidates(self, q: int) -> np.ndarray:
-        view, act = self._view, self.act
-        pos = previous_positions(act, self.previous)
-        if not self.equality:
-            return np.sort(act[select_working_set(view, q, pos)])
-        # second order: each side by its pair with the other side's maximal violator,
-        # whose row the cache holds more often than not (it was in a recent B); when it
-        # does not, that side is ranked by its violation alone (first order) and the row
-        # comes with B's batch, not in a call of its own
-        slot_i, slot_j = self.cache.slot_of[act[view.ku]], self.cache.slot_of[act[view.kl]]
+    def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
         data = self.cache.data
-        self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
-        chosen = select_working_set(
-            view, q, pos, QD=self.QD, at=act,
+        return select_working_set(
+            view, q, pos, QD=self.QD, at=self.act,
             row_i=data[slot_i] if slot_i >= 0 else None,
             row_j=data[slot_j] if slot_j >= 0 else None, split=self.threads.split)
-        # sorted: K_BB is then gathered from rows of K in address order
-        return np.sort(act[chosen])
 
     def fetch_rows(self, idx: np.ndarray) -> np.ndarray:
         """The cache slots of rows ``idx`` (distinct, at most the cache's slots), fetching
