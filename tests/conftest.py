@@ -17,6 +17,16 @@ def shared_data(name: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def client():
+    """A client of a real LocalCluster of 2 worker processes, one per test module
+    (:func:`dask_cluster.local_client`)."""
+    from dask_cluster import local_client
+
+    with local_client(2) as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def breast_cancer_split():
     """Breast cancer, standardised to [0, 1] features, stratified 80/20 split (seed 0)."""

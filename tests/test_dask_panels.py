@@ -19,18 +19,12 @@ from muflow.multiclass import binary_problems
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import SOLVERS
-from tests.dask_cluster import kill_first_partition_at, local_client
+from tests.dask_cluster import kill_first_partition_at
 from tests.test_dask_working_set import as_form
 
 OBJECTIVE_RTOL = 1e-5
 #: Passes of each fit: a fixed budget, so that both sides stop at the same pass.
 PASSES = 120
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.fixture(autouse=True)

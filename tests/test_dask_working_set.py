@@ -17,18 +17,12 @@ from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.working_set import solve_working_set
-from tests.dask_cluster import breast_cancer, kill_first_partition_at, local_client
+from tests.dask_cluster import breast_cancer, kill_first_partition_at
 
 OBJECTIVE_RTOL = 1e-5
 #: Both solves run the one loop (muflow.solvers.working_set_loop); at a tight tol their
 #: objectives agree to this (issue 29)
 SAME_LOOP_RTOL = 1e-7
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.fixture(autouse=True)

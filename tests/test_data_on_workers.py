@@ -22,7 +22,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dask_cluster import local_client
 
 import muflow
 from muflow import pipeline as stages
@@ -32,12 +31,6 @@ from muflow.data.workers import read_on_workers
 from muflow.exceptions import DataFileError, MuflowInputError
 
 N, D = 300, 5
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -25,12 +25,6 @@ ITERATIONS = 100
 
 
 @pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def bc_data():
     X, y = breast_cancer()
     return X[:400], y[:400]

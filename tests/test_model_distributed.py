@@ -9,18 +9,12 @@ import time
 import numpy as np
 import pytest
 
-from dask_cluster import breast_cancer, local_client
+from dask_cluster import breast_cancer
 
 import muflow
 import muflow.dask.panels
 import muflow.dask.fitting
 import muflow.routing
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.fixture

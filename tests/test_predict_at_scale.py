@@ -20,7 +20,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from dask_cluster import local_client
 
 import muflow
 import muflow.model
@@ -40,12 +39,6 @@ def labelled_blobs(n, n_classes, seed):
     index = rng.integers(0, n_classes, size=n)
     X = centres[index] + rng.standard_normal((n, N_FEATURES))
     return X, 3 + 4 * index
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

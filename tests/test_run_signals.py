@@ -6,7 +6,6 @@ Prefect server and the Dask workers got the signal first."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import psutil
 import pytest
 from sklearn.datasets import make_classification
 
-from tests.test_signals import STOP_WITHIN, _env, _kill_all, assert_gone
+from tests.test_signals import _env, _kill_all, assert_gone, stop
 
 CONFIG = """\
 [data]
@@ -79,13 +78,7 @@ def test_a_signal_stops_the_run_and_everything_it_started(slow_config, tmp_path,
             raise AssertionError("the run never reached its sweep on the workers")
         assert any("uvicorn" in " ".join(p.cmdline()) for p in seen.values() if p.is_running())
         time.sleep(1.0)
-        t = time.monotonic()
-        if whole_group:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
-        _, err = proc.communicate(timeout=STOP_WITHIN)
-        assert time.monotonic() - t < STOP_WITHIN
+        err = stop(proc, signum, whole_group)
     finally:
         _kill_all(proc)
     assert proc.returncode == 128 + signum

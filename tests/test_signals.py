@@ -67,6 +67,19 @@ def _kill_all(proc):
     proc.wait()
 
 
+def stop(proc, signum, whole_group: bool) -> str:
+    """Send ``signum`` to ``proc``, or to its whole process group (as Ctrl-C in a terminal
+    does) with ``whole_group``, and return its stderr, checked to end within STOP_WITHIN."""
+    t = time.monotonic()
+    if whole_group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    _, err = proc.communicate(timeout=STOP_WITHIN)
+    assert time.monotonic() - t < STOP_WITHIN
+    return err
+
+
 def assert_gone(processes, within=STOP_WITHIN):
     end = time.monotonic() + within
     alive = list(processes)
@@ -84,13 +97,7 @@ def test_a_signal_stops_the_sweep_and_its_forked_children(slow_data, tmp_path, s
     try:
         children = wait_for_children(proc, 2)
         time.sleep(0.5)  # the chains are solving
-        t = time.monotonic()
-        if whole_group:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
-        out, err = proc.communicate(timeout=STOP_WITHIN)
-        assert time.monotonic() - t < STOP_WITHIN
+        err = stop(proc, signum, whole_group)
     finally:
         _kill_all(proc)
     assert proc.returncode == 128 + signum

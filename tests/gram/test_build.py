@@ -16,17 +16,11 @@ from muflow.dask.cluster import SchedulerUnreachableError, connect
 from muflow.gram import ensure_gram, numpy_gram
 from muflow.gram.store import GramStore
 from muflow.kernels import Kernel
-from dask_cluster import breast_cancer, local_client
+from dask_cluster import breast_cancer
 from tests.conftest import shared_data
 
 BREAST_CANCER = os.path.join(os.path.dirname(__file__), "..", "..", "muflow", "datasets", "data",
                              "breast_cancer.csv")
-
-
-@pytest.fixture(scope="module")
-def client():
-    with local_client(2) as c:
-        yield c
 
 
 @pytest.mark.parametrize("dtype, atol", [("float32", 1e-6), ("float64", 1e-13)])
