@@ -1,4 +1,5 @@
-"""The package's structure: no import cycle between muflow's modules, no module too long.
+"""The package's structure: no import cycle between muflow's modules, no module or function
+too long.
 
 The import graph is read from the source with :mod:`ast`, so it holds every import a module
 can run: at the top, inside functions (late imports) and under ``if TYPE_CHECKING:``.
@@ -26,7 +27,10 @@ import muflow
 
 PACKAGE = Path(muflow.__file__).parent
 #: The longest a module under muflow/ may be: past it, it holds more than one job.
-MAX_LINES = 600
+MAX_LINES = 500
+#: The longest a function may be outside the compiled kernels (``*_compiled.py``, whose
+#: loops stay whole so that numba compiles them as one): past it, name its steps.
+MAX_FUNCTION_LINES = 120
 
 
 def module_files(package: Path = PACKAGE) -> dict[str, Path]:
@@ -188,7 +192,28 @@ def test_no_import_cycle_between_muflow_modules():
         "\n".join(describe(c, graph) for c in found)
 
 
-def test_no_module_under_muflow_is_longer_than_600_lines():
+def test_no_module_under_muflow_is_longer_than_500_lines():
     long = {str(path.relative_to(PACKAGE.parent)): n for path in module_files().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines (split them by job): {long}"
+
+
+def long_functions(path: Path, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``name (lines)`` of every function of ``path`` longer than ``limit`` lines, its
+    docstring and decorators' lines after the ``def`` included."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [f"{node.name} ({length})" for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and (length := node.end_lineno - node.lineno + 1) > limit]
+
+
+def test_a_long_function_is_found(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text("def short():\n    pass\n\n\ndef long():\n" + "    x = 1\n" * 5)
+    assert long_functions(path, limit=5) == ["long (6)"]
+
+
+def test_no_function_outside_the_compiled_kernels_is_longer_than_120_lines():
+    long = {str(path.relative_to(PACKAGE.parent)): found for path in module_files().values()
+            if not path.name.endswith("_compiled.py") and (found := long_functions(path))}
+    assert not long, f"functions over {MAX_FUNCTION_LINES} lines (name their steps): {long}"
