@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -109,17 +110,26 @@ _NANNY_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
                     "MALLOC_TRIM_THRESHOLD_")
 
 
-@pytest.fixture(autouse=True)
-def _environment_as_the_test_found_it():
-    """A LocalCluster started by a test leaves OMP_NUM_THREADS=1 in this process's
-    environment, which every later command a test starts would inherit as its caller's
-    thread limit: each test ends with the environment it began with."""
-    import os
-
-    saved = {name: os.environ.get(name) for name in _NANNY_VARIABLES}
-    yield
-    for name, value in saved.items():
+def _restore(values) -> None:
+    for name, value in values.items():
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
+
+
+#: Those variables as the test session found them (read when this file is imported, before
+#: any cluster is started).
+_SESSION_VALUES = {name: os.environ.get(name) for name in _NANNY_VARIABLES}
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_the_session_found_it():
+    """A LocalCluster leaves OMP_NUM_THREADS=1 in this process's environment, which every
+    later command a test starts would inherit as its caller's thread limit (a sweep told
+    ``--n-jobs 2`` would then run on one thread, in one process). A cluster started by a
+    module- or session-scoped fixture does it before any test's own fixtures run, so each
+    test starts, and ends, with these variables as the session found them."""
+    _restore(_SESSION_VALUES)
+    yield
+    _restore(_SESSION_VALUES)
