@@ -343,8 +343,9 @@ class _ModelDirectory:
                 raise MuflowInputError(
                     f"{where} is {info.st_size} bytes where model.json allows {expected}; the "
                     "file was replaced or damaged: restore it or re-fit and save the model")
-            content = f.read(cap + 1)
-        if len(content) > cap or (exact is not None and len(content) != exact):
+            # the file's size, not the cap (16 MB for model.json), is the buffer read into
+            content = f.read(min(cap, info.st_size) + 1)
+        if len(content) != info.st_size or (exact is not None and len(content) != exact):
             raise MuflowInputError(f"{where} changed size while it was read; load it again")
         return content
 

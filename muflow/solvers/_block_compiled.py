@@ -30,7 +30,9 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
     (9); box only: the largest projected gradient) is at most ``tol`` or ``max_steps`` steps
     are taken. Returns the steps taken.
 
-    Arrays: K (q, q) float64 C-ordered (row b of K for variable b); y, U, a, G float64.
+    Arrays: K (q, q) float64 or float32, C-ordered (row b of K for variable b), each entry
+    read as float64 (a float32 K gives the steps of its float64 copy, without the copy);
+    y, U, a, G float64.
     """
     q = a.shape[0]
     steps = 0
@@ -49,13 +51,14 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
                     best, i = v, t
             if i < 0 or best <= tol:
                 break
-            Kii = K[i, i] if K[i, i] > _TAU else _TAU
+            kii = float(K[i, i])
+            Kii = kii if kii > _TAU else _TAU
             new = min(max(a[i] - G[i] / Kii, 0.0), U[i])
             d = (new - a[i]) * y[i]
             a[i] = new
             row = K[i]
             for t in range(q):
-                G[t] += y[t] * row[t] * d
+                G[t] += y[t] * float(row[t]) * d
             steps += 1
             continue
         # i: the maximal violator of I_up
@@ -77,14 +80,14 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
                     gmax2 = v
                 b = gmax + v
                 if b > 0.0:
-                    quad = K[i, i] + K[t, t] - 2.0 * Ki[t]
+                    quad = float(K[i, i]) + float(K[t, t]) - 2.0 * float(Ki[t])
                     gain = -(b * b) / (quad if quad > 0.0 else _TAU)
                     if gain <= best:
                         best, j = gain, t
         if j < 0 or gmax + gmax2 <= tol:
             break
         # the step along y_i e_i - y_j e_j: alpha_i += y_i s, alpha_j -= y_j s
-        quad = K[i, i] + K[j, j] - 2.0 * Ki[j]
+        quad = float(K[i, i]) + float(K[j, j]) - 2.0 * float(Ki[j])
         if quad <= 0.0:
             quad = _TAU
         s = (-y[i] * G[i] + y[j] * G[j]) / quad
@@ -101,6 +104,6 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
         a[i], a[j] = ai, aj
         Kj = K[j]
         for t in range(q):
-            G[t] += y[t] * (Ki[t] * di + Kj[t] * dj)
+            G[t] += y[t] * (float(Ki[t]) * di + float(Kj[t]) * dj)
         steps += 1
     return steps

@@ -226,7 +226,10 @@ def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_to
     new = np.array(aB, dtype=np.float64)
     G = np.array(GB, dtype=np.float64)
     scale = 2.0 if equality else 1.0
-    steps = block_smo(np.ascontiguousarray(K_BB, dtype=np.float64),
+    # a float32 K_BB (the row cache's, the workers' dtype) is read as is: its entries are
+    # widened one by one in the compiled loop, the same steps as a float64 copy's
+    K_BB = np.ascontiguousarray(K_BB, dtype=K_BB.dtype if K_BB.dtype == np.float32 else np.float64)
+    steps = block_smo(K_BB,
                       np.ascontiguousarray(yB, dtype=np.float64),
                       np.ascontiguousarray(UB, dtype=np.float64), new, G, bool(equality),
                       0.1 * max(gap_tol, gap) / scale, 50 * aB.size + 1000)
