@@ -18,6 +18,9 @@ from muflow.threads import makespan, pool_size  # noqa: F401
 
 _PR_SET_PDEATHSIG = 1
 
+#: How long a broken pool's children are given to show their exit codes (seconds).
+_EXIT_CODE_WAIT_S = 2.0
+
 #: What forked workers run: set just before the fork, so that it is inherited.
 _FORK_STATE = None
 
@@ -83,15 +86,23 @@ def _killed_child(exc: BaseException, children: dict):
     if not isinstance(exc, BrokenProcessPool):
         return None
     import signal
+    import time
 
     from muflow.exceptions import MuflowError
 
-    for pid, process in children.items():
-        if process.exitcode == -signal.SIGKILL:
-            return MuflowError(
-                f"a forked child (pid {pid}) was killed by signal 9, likely out of memory (the "
-                "kernel's OOM killer): lower cache_size or n_jobs")
-    return None
+    # The pool's manager thread reaps the dead child and sets its exit code concurrently
+    # with this thread being told the pool broke: until it has, ``exitcode`` reads None.
+    deadline = time.monotonic() + _EXIT_CODE_WAIT_S
+    while True:
+        codes = {pid: process.exitcode for pid, process in children.items()}
+        for pid, code in codes.items():
+            if code == -signal.SIGKILL:
+                return MuflowError(
+                    f"a forked child (pid {pid}) was killed by signal 9, likely out of memory "
+                    "(the kernel's OOM killer): lower cache_size or n_jobs")
+        if None not in codes.values() or time.monotonic() > deadline:
+            return None
+        time.sleep(0.02)
 
 
 def _task_in_child(k):
