@@ -37,7 +37,7 @@ DEFAULT_CACHE_MB = 256.0
 #: again (docs/benchmarks.md, "Row cache"), so the cache stays at what the loop reuses
 #: however large ``cache_mb``. A cache kept over several solves (a sweep's C path) is not
 #: held to it.
-ROWS_PER_WORKING_SET = 8
+ROWS_PER_WORKING_SET = 4
 
 
 def working_set_rows(q: int | None) -> int | None:
