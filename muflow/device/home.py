@@ -52,12 +52,15 @@ class DeviceRowCache(RowCache):
     ----------
     operator : DeviceRows
     cache_mb : float
+    max_rows : int, optional
+        As :class:`~muflow.solvers.rowcache.RowCache`'s.
     """
 
-    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB):
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None):
         # the base sizes the slots and lays out the bookkeeping; its host storage is never
         # written (untouched pages cost no memory) and is dropped for the device's
-        super().__init__(operator, cache_mb, dtype=operator.dtype, reuse_storage=False)
+        super().__init__(operator, cache_mb, dtype=operator.dtype, reuse_storage=False,
+                         max_rows=max_rows)
         self.xp = operator.xp
         self.data = self.xp.empty((self.slots, self.n), dtype=self.dtype)
 
@@ -185,11 +188,11 @@ class DeviceHome(ColumnHome):
 
     timing_keys = ("gradient", "shrink", "full_gradient", "violations", "transfer")
 
-    def __init__(self, operator, cache_mb=None):
+    def __init__(self, operator, cache_mb=None, max_rows=None):
         self.operator = operator
         self.xp = operator.xp
         self.cache, self.kept = _row_cache(operator, DEFAULT_CACHE_MB if cache_mb is None
-                                           else float(cache_mb))
+                                           else float(cache_mb), max_rows)
         self.QD = operator.diagonal()
         self.gradients = []
 
@@ -231,16 +234,17 @@ class DeviceHome(ColumnHome):
         self.gradients = []
 
 
-def _row_cache(operator, cache_mb: float):
-    """``(cache, kept)``: a fresh :class:`DeviceRowCache`, or the one an operator that keeps
-    its caches holds for ``cache_mb`` (:func:`muflow.solvers.rowcache.keep_row_cache`: a
-    sweep's fold along its C path), its counters reset, as
-    :func:`muflow.solvers.rowcache.row_cache` does in process."""
+def _row_cache(operator, cache_mb: float, max_rows: int | None = None):
+    """``(cache, kept)``: a fresh :class:`DeviceRowCache` of at most ``max_rows`` rows, or
+    the one an operator that keeps its caches holds for ``cache_mb``
+    (:func:`muflow.solvers.rowcache.keep_row_cache`: a sweep's fold along its C path), its
+    counters reset, as :func:`muflow.solvers.rowcache.row_cache` does in process."""
     kept = getattr(operator, "kept_row_caches", None)
     if kept is None:
-        return DeviceRowCache(operator, cache_mb), False
+        return DeviceRowCache(operator, cache_mb, max_rows), False
     cache = kept.get(cache_mb)
     if cache is None:
         cache = kept[cache_mb] = DeviceRowCache(operator, cache_mb)
+        cache.kept = True
     cache.fetches, cache.rows_fetched, cache.seconds = 0, 0, 0.0
     return cache, True

@@ -234,11 +234,16 @@ class DeviceRows(GramOperator):
     matmul_precise = matmul
 
     def working_set_home(self, cache_mb, q=None):
-        """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`);
-        its cache is the device's memory, sized by ``cache_mb`` alone (``q`` unused)."""
+        """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`).
+        Under NumPy (the device's code on the CPU) its cache holds at most the rows that
+        working sets of ``q`` bound in process (:func:`muflow.solvers.rowcache.working_set_rows`),
+        so that the two homes take the same steps; a GPU's memory costs no page faults on
+        first use, and there the cache takes all of :func:`device_cache_mb`."""
         from muflow.device.home import DeviceHome
+        from muflow.solvers.rowcache import working_set_rows
 
-        return DeviceHome(self, device_cache_mb(self.xp, cache_mb))
+        return DeviceHome(self, device_cache_mb(self.xp, cache_mb),
+                          working_set_rows(q) if self.xp is np else None)
 
     def close(self) -> None:
         self.X = self.XT = self.K = None
