@@ -247,3 +247,4 @@ class DaskRowPanels(DaskRowPartitions):
     def __repr__(self):
         return (f"DaskRowPanels(n={self.n}, dtype={self.dtype}, partitions={len(self.bounds)}, "
                 f"nonnegative={self.nonnegative})")
+

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from muflow.device.arrays import name as module_name, to_host
 from muflow.device.kernels import finish_block
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import PRODUCT_KERNELS, block_input
+from muflow.inmemory import PRODUCT_KERNELS, block_input, gram_dtype
 from muflow.kernels import Kernel, rbf_center
 from muflow.operators import GramOperator
 
@@ -70,6 +70,13 @@ def device_cache_mb(xp, cache_mb) -> float:
     return max(cache_mb, min(free_mb, DEVICE_CACHE_MAX_MB))
 
 
+def device_operator(X, kernel: Kernel, xp, plan) -> "DeviceRows":
+    """The operator of ``plan`` (a :class:`muflow.routing.KernelPlan`) on the device of
+    ``xp``: rows in the plan's ``gram_dtype``, K kept there whole for a solver that reads
+    only products when it fits (:func:`resident_bytes`)."""
+    return DeviceRows(X, kernel, xp, dtype=plan.gram_dtype, resident_bytes=resident_bytes(xp, plan.solver))
+
+
 class DeviceRows(GramOperator):
     """K(X, X) computed on a device from X held there.
 
@@ -81,8 +88,9 @@ class DeviceRows(GramOperator):
         linear, poly, rbf or sigmoid (those built on one product).
     xp : module
         The array module: ``cupy`` (a GPU) or ``numpy``.
-    dtype : {"float32", "float64"}, default="float64"
-        dtype of the rows and of the GEMMs that compute them.
+    dtype : {"float32", "float64", "auto"}, default="float64"
+        dtype of the rows and of the GEMMs that compute them; "auto" by n
+        (:func:`muflow.inmemory.gram_dtype`).
     resident_bytes : int, default=0
         Keep the whole K on the device when it takes at most this many bytes: products then
         read it instead of recomputing it, rows are copied from it.
@@ -108,7 +116,7 @@ class DeviceRows(GramOperator):
             raise MuflowInputError(
                 f"the device computes the {', '.join(PRODUCT_KERNELS)} kernels; got "
                 f"{getattr(kernel, 'name', kernel)!r}: use device='cpu' for it")
-        dtype = np.dtype(dtype)
+        dtype = gram_dtype(X.shape[0]) if dtype == "auto" else np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise MuflowInputError(f"dtype must be float32 or float64, got {dtype}")
         Xh = block_input(X)
