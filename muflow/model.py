@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
-from muflow.device.arrays import fit_device, to_host
+from muflow.device.arrays import fit_device
 from muflow.exceptions import MuflowInputError
 from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
@@ -38,7 +38,6 @@ from muflow.subproblems import solve_by_rule
 from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
-from muflow.validation import check_per_sample
 
 #: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
 _ON_ONE_WORKER = object()
@@ -320,7 +319,6 @@ default="rbf"
         t0 = time.perf_counter()
         self._check_params()
         xp = fit_device(self.device, self.client)
-        X, y = to_host(X), to_host(y)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
         threads = thread_budget(self.n_jobs)
@@ -353,8 +351,7 @@ default="rbf"
                 "use multiclass='ovo'")
         self.class_weight_ = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
         n = X.shape[0]
-        upper = self._upper_bounds(y_encoded, n, sample_weight)
-        drift = check_per_sample(offset, n, "offset", default=0.0)
+        upper, drift = self._per_sample(y_encoded, n, sample_weight, offset)
         kernel = self._kernel_for(X)
         client, plan = self._plan(X, checkpoint=checkpoint_dir is not None, device=xp is not None)
         if plan.path == "one-task":

@@ -254,10 +254,16 @@ class KernelPlan:
         return "rows" if self.path == "rows" else "stored"
 
     @property
+    def reads_products(self) -> bool:
+        """Whether the plan's solver reads only products of K (:func:`reads_products`): a
+        device keeps such a K whole where it fits (:func:`muflow.device.rows.device_operator`)."""
+        return reads_products(self.solver)
+
+    @property
     def panels(self) -> bool:
         """Whether the workers hold kernel panels ``K(X_p, X)`` besides their rows of X: X
         partitioned for a solver that reads only products (:func:`reads_products`)."""
-        return self.path == "partitioned" and reads_products(self.solver)
+        return self.path == "partitioned" and self.reads_products
 
     def to_dict(self) -> dict:
         return {"path": self.path, "reason": self.reason, "solves": self.solves,

@@ -38,15 +38,13 @@ from muflow.operators import GramOperator
 PANEL_BYTES = 256 * 2**20
 
 
-def resident_bytes(xp, solver: str) -> int:
-    """Bytes of K that :class:`DeviceRows` may keep resident for ``solver``: on a GPU half
-    its free memory for a solver that reads only products (each pass reads all of K,
-    which would otherwise be recomputed), nothing for one that reads rows (the working set
-    reads a few rows an iteration: the row cache holds them) or under NumPy (in this
-    process the CPU paths store K themselves)."""
-    from muflow.routing import reads_rows
-
-    if xp is np or solver == "auto" or reads_rows(solver):
+def resident_bytes(xp) -> int:
+    """Bytes of K that :class:`DeviceRows` may keep resident for a solver that reads only
+    products (each pass reads all of K, which would otherwise be recomputed): on a GPU
+    half its free memory, nothing under NumPy (in this process the CPU paths store K
+    themselves). A solver that reads rows keeps none (the working set reads a few rows an
+    iteration: the row cache holds them), :func:`device_operator`."""
+    if xp is np:
         return 0
     return int(xp.cuda.runtime.memGetInfo()[0] // 2)
 
@@ -74,7 +72,8 @@ def device_operator(X, kernel: Kernel, xp, plan) -> "DeviceRows":
     """The operator of ``plan`` (a :class:`muflow.routing.KernelPlan`) on the device of
     ``xp``: rows in the plan's ``gram_dtype``, K kept there whole for a solver that reads
     only products when it fits (:func:`resident_bytes`)."""
-    return DeviceRows(X, kernel, xp, dtype=plan.gram_dtype, resident_bytes=resident_bytes(xp, plan.solver))
+    resident = resident_bytes(xp) if plan.reads_products else 0
+    return DeviceRows(X, kernel, xp, dtype=plan.gram_dtype, resident_bytes=resident)
 
 
 class DeviceRows(GramOperator):

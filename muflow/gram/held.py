@@ -55,9 +55,10 @@ def cached_gram(X, kernel, cache_dir) -> np.ndarray:
     built there first when it holds none), refused before anything is built when it cannot
     fit in memory; a damaged tile is recomputed from X and the store read again."""
     check_gram_fits(X.shape[0], np.float64)
-    store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
-    try:
-        return np.asarray(store.read(), dtype=np.float64)
-    except StoreCorruptError:  # a damaged tile, with X at hand: recompute it
-        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=True)
-        return np.asarray(store.read(), dtype=np.float64)
+    for deep_check in (False, True):
+        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=deep_check)
+        try:
+            return np.asarray(store.read(), dtype=np.float64)
+        except StoreCorruptError:  # a damaged tile, with X at hand: recompute it (once)
+            if deep_check:
+                raise
