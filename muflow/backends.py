@@ -99,9 +99,9 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
 
         return _connected(client, owns_client, lambda c, owns: partitioned_operator(X, kernel, plan, c, owns))
     if plan.path == "cluster-store":
-        from muflow.dask.operators import operator_for as store_operator
+        from muflow.dask.operators import cluster_store_operator
 
-        return _connected(client, owns_client, lambda c, owns: store_operator(
+        return _connected(client, owns_client, lambda c, owns: cluster_store_operator(
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
             tile=tile, resident_fraction=resident_fraction))
     if plan.path == "rows":
@@ -135,9 +135,9 @@ def _connected(client, owns_client, make):
 
 def operator_for(X, kernel, **options):
     """The Gram store of ``K(X, X)`` built (or reused) on a cluster and its operator:
-    :func:`muflow.dask.operators.operator_for`, which takes the same ``options``
+    :func:`muflow.dask.operators.cluster_store_operator`, which takes the same ``options``
     (``client``, ``store``, ``cache_dir``, ``dtype``, ``tile``, ``resident_fraction``,
     ``owns_client``)."""
-    from muflow.dask.operators import operator_for as store_operator
+    from muflow.dask.operators import cluster_store_operator
 
-    return store_operator(X, kernel, **options)
+    return cluster_store_operator(X, kernel, **options)

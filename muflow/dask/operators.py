@@ -5,7 +5,7 @@ made by one function that :func:`muflow.backends.gram_operator` calls with the p
   the working-set solver on the rows (:class:`~muflow.dask.partitions.DaskRowPartitions`),
   a multiplicative solver on kernel panels computed there
   (:class:`~muflow.dask.panels.DaskRowPanels`, ``plan.panels``);
-- "cluster-store" (:func:`operator_for`): the Gram store of K built (or reused) on the
+- "cluster-store" (:func:`cluster_store_operator`): the Gram store of K built (or reused) on the
   cluster in a zarr store, its row panels held by the workers
   (:class:`~muflow.dask.store_operator.DaskGram`); X must be in this process.
 """
@@ -32,7 +32,7 @@ def partitioned_operator(X, kernel, plan, client, owns_client=False):
     return DaskRowPartitions(X, kernel, client, owns_client=owns_client, cache_mb=cache_mb)
 
 
-def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,
+def cluster_store_operator(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,
                  resident_fraction=None, owns_client=False) -> DaskGram:
     """Build or reuse the Gram store of ``K(X, X)`` on ``client`` and return its operator.
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
-from muflow.gram.tiling import tile_bounds
+from muflow.gram.tiling import split_rows
 from muflow.operators import GramOperator, split_product
 
 #: Share of a worker's memory limit that resident panels may take.
@@ -171,23 +171,6 @@ def _worker_limits(client) -> dict:
     return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}
 
 
-def split_rows(n: int, tile: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous tile-aligned row ranges, as equal in rows as tiles allow."""
-    bounds = [tile_bounds(i, n, tile) for i in range(-(-n // tile))]
-    parts = max(1, min(parts, len(bounds)))
-    shards, start_tile = [], 0
-    for p in range(parts):
-        target = n * (p + 1) / parts
-        stop_tile = start_tile + 1
-        while stop_tile < len(bounds) - (parts - p - 1) and bounds[stop_tile][1] <= target + tile / 2:
-            stop_tile += 1
-        if p == parts - 1:
-            stop_tile = len(bounds)
-        shards.append((bounds[start_tile][0], bounds[stop_tile - 1][1]))
-        start_tile = stop_tile
-    return shards
-
-
 class DaskGram(GramOperator):
     """K @ V on a Dask cluster, K's row panels resident on (or streamed by) the workers.
 
@@ -248,8 +231,8 @@ class DaskGram(GramOperator):
         limits = _worker_limits(client)
         if not limits:
             raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
-        self._check_panel_fits(limits)
         shards = split_rows(self.n, store.tile, n_shards or len(limits))
+        self._check_panel_fits(limits)
         for shard, address in zip(shards, self._placement(shards, limits)):
             self._start(shard, address, limits)
         self._wait_started(list(self._actors))
