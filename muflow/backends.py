@@ -104,15 +104,15 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
         return _connected(client, owns_client, lambda c, owns: cluster_store_operator(
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
             tile=tile, resident_fraction=resident_fraction))
-    if plan.path == "rows":
-        from muflow.kernel_rows import KernelRows
-
-        return KernelRows(X, kernel, dtype=plan.gram_dtype, n_threads=n_threads)
     if plan.path == "stored":
         from muflow.gram.held import held_operator
 
         return held_operator(X, kernel, plan.gram_dtype, cache_dir=cache_dir, out=out,
                              n_threads=n_threads)
+    if plan.path == "rows":
+        from muflow.kernel_rows import KernelRows
+
+        return KernelRows(X, kernel, dtype=plan.gram_dtype, n_threads=n_threads)
     raise ValueError(f"a {plan.path!r} plan is not carried out by an operator "
                      "(the one-task path is muflow.dask.fitting's)")
 
