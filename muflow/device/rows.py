@@ -127,7 +127,10 @@ class DeviceRows(GramOperator):
                 Xh = Xh - center
         Xc = np.ascontiguousarray(Xh, dtype=dtype)
         sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
-        self._start(xp, kernel, xp.asarray(Xc), sq, dtype, bool(kernel.is_nonnegative(Xh)))
+        # rounded to the rows' dtype: the same numbers as the rows' diagonal entries
+        diag = kernel.diagonal_from_sq(sq).astype(dtype).astype(np.float64)
+        nonnegative = bool(kernel.is_nonnegative(Xh))
+        self._start(xp, kernel, xp.asarray(Xc), sq, diag, dtype, nonnegative)
         if resident_bytes and self.n * self.n * dtype.itemsize <= resident_bytes:
             K = xp.empty((self.n, self.n), dtype=dtype)
             for lo, hi in self._panels(self.n):
@@ -135,16 +138,15 @@ class DeviceRows(GramOperator):
             self.rows_computed = 0
             self.K = K
 
-    def _start(self, xp, kernel, Xd, sq, dtype, nonnegative):
+    def _start(self, xp, kernel, Xd, sq, diag, dtype, nonnegative):
         self.xp = xp
         self.kernel = kernel
         self.X = Xd
         self.XT = xp.ascontiguousarray(Xd.T)
         self.sq_host = sq
         self.sq = xp.asarray(sq)
-        # rounded to the rows' dtype: the same numbers as the rows' diagonal entries
-        self.diag_host = kernel.diagonal_from_sq(sq).astype(dtype).astype(np.float64)
-        self.diag = xp.asarray(self.diag_host.astype(dtype))
+        self.diag_host = diag
+        self.diag = xp.asarray(diag.astype(dtype))
         # as the CPU's blocks: rbf's exp(0) and float32's rounding are written exactly, a
         # float64 product's a'a is kept (as exact as the norm)
         self.exact_diagonal = kernel.name == "rbf" or dtype == np.float32
@@ -163,7 +165,7 @@ class DeviceRows(GramOperator):
         idx = np.asarray(idx, dtype=np.int64)
         sub = object.__new__(type(self))
         sub._start(self.xp, self.kernel, self.X[self.xp.asarray(idx)], self.sq_host[idx],
-                   self.dtype, self.nonnegative)
+                   self.diag_host[idx], self.dtype, self.nonnegative)
         return sub
 
     # -- rows ------------------------------------------------------------------------------
