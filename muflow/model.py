@@ -130,7 +130,7 @@ default="rbf"
         on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
         one round trip per pass sending V once (:mod:`muflow.dask.panels`), when an even
         share of K fits in half the smallest worker's memory limit
-        (:func:`muflow.dask.panels.panels_fit`). Otherwise, and with the other solvers, the
+        (:func:`muflow.routing.panels_fit`). Otherwise, and with the other solvers, the
         Gram store of K(X, X) is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a
         path the workers must reach; X in memory) and every solver iteration is served by
         the workers (:class:`muflow.dask.store_operator.DaskGram`). A

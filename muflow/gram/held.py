@@ -13,7 +13,6 @@ import numpy as np
 
 from muflow.gram.build import ensure_gram
 from muflow.gram.store import StoreCorruptError
-from muflow.inmemory import gram_dtype, numpy_gram
 from muflow.memory import check_gram_fits
 from muflow.operators import DenseGram
 
@@ -43,6 +42,8 @@ def held_operator(X, kernel, dtype="auto", *, cache_dir=None, out=None,
     elif cache_dir is not None:
         K = cached_gram(X, kernel, cache_dir)
     else:
+        from muflow.inmemory import gram_dtype, numpy_gram
+
         n = X.shape[0]
         dtype = gram_dtype(n, dtype)
         fits = out is not None and out.shape == (n, n) and out.dtype == dtype
