@@ -362,6 +362,10 @@ default="rbf"
 
         operator = gram_operator(X, kernel, plan, client=client, owns_client=client is not self.client,
                                  device=xp, n_threads=threads)
+        if is_dask_collection(X_fit):  # X stays on the workers: the fit reads its rows there
+            from muflow.dask.fitting import RowsOnWorkers
+
+            X_fit = RowsOnWorkers(operator, X_fit.shape)
         try:
             info = choose_solver(plan.solver, intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
@@ -400,10 +404,6 @@ default="rbf"
                 self._fit_probability(operator, Y, U, info, options, drift, deadline)
             else:
                 self._probA = self._probB = np.empty(0)
-            if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
-                from muflow.dask.fitting import RowsOnWorkers
-
-                X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
             self.n_threads_ = int(threads)
