@@ -1,22 +1,23 @@
 """Where K lives: the one factory of Gram operators, :func:`gram_operator`.
 
 It carries out a :class:`muflow.routing.KernelPlan` (the path decided by the rule of
-:mod:`muflow.routing`) and never decides again:
+:mod:`muflow.routing`) and never decides again: each path is one call into the home of its
+operator, which makes the operator from the plan.
 
-- "stored": K held in this process (:class:`~muflow.operators.DenseGram`): a precomputed
+- on a device (``device=``, no client): rows and products computed there
+  (:func:`muflow.device.rows.device_operator`);
+- "partitioned": X partitioned by rows over the workers, the working-set solver on the rows,
+  a multiplicative solver on kernel panels computed there; each worker caches
+  ``plan.cache_mb`` of kernel rows (:func:`muflow.dask.operators.partitioned_operator`);
+- "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
+  row panels held by the workers (:func:`muflow.dask.operators.cluster_store_operator`,
+  also :func:`operator_for`); X must be in this process;
+- "stored": K held in this process (:func:`muflow.gram.held.held_operator`): a precomputed
   kernel's K as given, K read from the Gram store cache in ``cache_dir`` (float64; built
-  there first when it holds none), or built on threads (:func:`muflow.inmemory.numpy_gram`),
-  into ``out`` when it fits;
+  there first when it holds none), or built on threads, into ``out`` when it fits;
 - "rows": rows computed from X on demand (:class:`~muflow.kernel_rows.KernelRows`, never an
   n x n array); the row cache is the solver's (``plan.cache_mb`` handed to the solve call,
-  :meth:`muflow.solvers.registry.SolverInfo.options`);
-- "partitioned": X partitioned by rows over the workers, the working-set solver on the rows
-  (:class:`~muflow.dask.partitions.DaskRowPartitions`), a multiplicative solver on kernel
-  panels computed there (:class:`~muflow.dask.panels.DaskRowPanels`, ``plan.panels``); each
-  worker caches ``plan.cache_mb`` of kernel rows;
-- "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
-  row panels held by the workers (:class:`~muflow.dask.store_operator.DaskGram`,
-  :func:`operator_for`); X must be in this process.
+  :meth:`muflow.solvers.registry.SolverInfo.options`).
 
 The estimator (:class:`muflow.SVC`) and the model selection call it with their plan, and
 neither knows which backend answered. Dask, distributed and zarr are imported only on the
@@ -63,7 +64,7 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
         An array module (:func:`muflow.device.arrays.array_module`): without a client, K is
         then computed on its device (:class:`muflow.device.rows.DeviceRows`, rows in
         ``gram_dtype``, K resident there when the solver reads only products and K fits,
-        :func:`muflow.device.rows.resident_bytes`); ``gram`` and ``cache_dir`` are ignored.
+        :func:`muflow.device.rows.device_operator`); ``gram`` and ``cache_dir`` are ignored.
     n_threads : int, optional
         In process: the threads that build K or compute its rows (the caller's thread
         budget, :func:`muflow.threads.thread_budget`); default the process's budget.
