@@ -25,7 +25,7 @@ import scipy.sparse as sp
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel, _row_sq_norms, rbf_center
 from muflow import threads as _threads
-from muflow.threads import blas_single_threaded, run_on_threads, thread_budget, thread_cap
+from muflow.threads import blas_single_threaded, deal, run_on_threads, thread_budget, thread_cap
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -250,22 +250,32 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
     :func:`muflow.threads.thread_budget`), BLAS on one thread each.
 
     Panels have at most ``block_rows`` rows, fewer when that spreads a small batch over
-    every thread; they are dealt round-robin and ``worker`` names the thread's scratch
-    buffers. The calling thread takes one share and the process's persistent pool the
-    others (:func:`muflow.threads.run_on_threads`); a single panel runs in the calling thread.
+    every thread (a panel reads all of the columns' data: more panels than that would read
+    it more often); each thread takes the next panel when it is free
+    (:func:`muflow.threads.deal`) and ``worker`` names the thread's scratch buffers. A
+    single panel runs in the calling thread.
     """
     # a forked child's share holds whatever count its caller carries from the parent
     n_threads = min(n_threads, thread_cap() or n_threads) if n_threads else thread_budget()
     block = max(1, min(int(block_rows), -(-n_items // n_threads)))
     starts = list(range(0, n_items, block))
-    n_threads = min(n_threads, len(starts))
 
-    def panels(worker):
-        for p0 in starts[worker::n_threads]:
-            work(p0, min(p0 + block, n_items), worker)
+    def panel(k, worker):
+        work(starts[k], min(starts[k] + block, n_items), worker)
 
     with blas_single_threaded():
-        run_on_threads(panels, n_threads)
+        deal(panel, len(starts), n_threads)
+
+
+#: Ranges of columns a thread's share of a row batch is cut into (:func:`pieces_for`), so
+#: that a thread slowed by other work takes fewer of them.
+PIECES_PER_THREAD = 4
+
+
+def pieces_for(n_threads: int) -> int:
+    """How many pieces a batch shared out over ``n_threads`` threads is cut into: one for
+    one thread, :data:`PIECES_PER_THREAD` a thread otherwise."""
+    return int(n_threads) * PIECES_PER_THREAD if n_threads > 1 else 1
 
 
 def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
@@ -277,13 +287,15 @@ def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
     return np.unique(edges.astype(np.int64))
 
 
-def run_ranges(edges, work) -> None:
-    """Call ``work(lo, hi, worker)`` for each range ``[edges[w], edges[w + 1])`` side by
-    side, the calling thread taking the first and the process's persistent pool the others
-    (:func:`muflow.threads.run_on_threads`), BLAS on one thread each."""
+def run_ranges(edges, work, n_threads: int | None = None) -> None:
+    """Call ``work(lo, hi, worker)`` for each range ``[edges[k], edges[k + 1])`` on
+    ``n_threads`` threads (default one a range), each taking the next range when it is free
+    (:func:`muflow.threads.deal`; ``worker`` names the thread), BLAS on one thread each."""
     edges = [int(e) for e in edges]
+    n_ranges = len(edges) - 1
     with blas_single_threaded():
-        run_on_threads(lambda w: work(edges[w], edges[w + 1], w), len(edges) - 1)
+        deal(lambda k, worker: work(edges[k], edges[k + 1], worker), n_ranges,
+             n_ranges if n_threads is None else n_threads)
 
 
 def contiguous_run(index: np.ndarray) -> int | None:
@@ -382,4 +394,4 @@ def gram_rows_into(X, kernel: Kernel, out, start: int = 0, block_rows: int = 256
 
 
 __all__ = ["block_input", "numpy_gram", "gram_rows_into", "gram_dtype", "row_source", "RowSource", "Columns",
-           "run_panels", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]
+           "run_panels", "pieces_for", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]

@@ -31,7 +31,8 @@ import numpy as np
 
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import (PRODUCT_KERNELS, Columns, column_ranges, contiguous_run,
-                             default_threads, gram_dtype, row_source, run_panels, run_ranges)
+                             default_threads, gram_dtype, pieces_for, row_source, run_panels,
+                             run_ranges)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 
@@ -227,7 +228,8 @@ class KernelRows(GramOperator):
                 self._chunks_into(None, A, sq_A, same_rows, data, slots, scratch, worker,
                                   columns=(c0, c1))
 
-            run_ranges(column_ranges(self.n, max(1, self.n_threads or default_threads())), work)
+            threads = max(1, self.n_threads or default_threads())
+            run_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
@@ -267,7 +269,7 @@ class KernelRows(GramOperator):
             data[slots[p0:p1]] = panel
 
         threads = max(1, self.n_threads or default_threads())
-        if chunked and threads > 1 and -(-idx.size // block) < threads:
+        if chunked and threads > 1 and -(-idx.size // block) < pieces_for(threads):
             self._rows_by_columns(idx, data, slots, threads)
         else:
             run_panels(idx.size, block, work, n_threads=self.n_threads)
@@ -276,11 +278,12 @@ class KernelRows(GramOperator):
 
     def _rows_by_columns(self, idx, data, slots, threads: int) -> None:
         """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than
-        threads (a working set's missing rows, late in a solve a handful), so each thread
-        computes every row over its own range of columns and reads only its part of X
-        (split by rows, each thread would stream all of X for one or two rows)."""
+        :func:`muflow.inmemory.pieces_for` the threads (a working set's missing rows, late
+        in a solve a handful), so each range of columns computes every row and reads only
+        its part of X (split by rows, each thread would stream all of X for one or two
+        rows); the ranges go to the threads as they come free (:func:`muflow.threads.deal`)."""
         source = self.source
-        edges = column_ranges(self.n, threads)
+        edges = column_ranges(self.n, pieces_for(threads))
         A, sq_A = source.X[idx], source.sq[idx]
         scratch = {}
 
@@ -288,7 +291,7 @@ class KernelRows(GramOperator):
             self._chunks_into(idx, A, sq_A, idx, data, slots, scratch, worker,
                               columns=(int(c0), int(c1)))
 
-        run_ranges(edges, work)
+        run_ranges(edges, work, threads)
 
     def entries_into(self, rows, cols, out: np.ndarray) -> np.ndarray:
         """``K[rows][:, cols]`` into ``out`` (C-ordered, the operator's dtype): the entries

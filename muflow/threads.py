@@ -465,6 +465,25 @@ def run_on_threads(part, n_parts: int) -> None:
         raise error
 
 
+def deal(piece, n_pieces: int, n_workers: int) -> None:
+    """``piece(k, worker)`` for ``k = 0, ..., n_pieces - 1`` on ``n_workers`` threads
+    (:func:`run_on_threads`), each taking the next piece when it is free: a thread that
+    shares its core with other work (the subproblem solved beside the rows, another
+    process) takes fewer pieces, where a fixed share would hold up the others until it
+    ends. ``worker`` (0 to ``n_workers - 1``) names the thread, for its scratch buffers."""
+    import itertools
+
+    taken = itertools.count()  # next() on it is atomic under the GIL
+
+    def work(worker):
+        for k in iter(taken.__next__, None):
+            if k >= n_pieces:
+                return
+            piece(k, worker)
+
+    run_on_threads(work, max(1, min(int(n_workers), int(n_pieces))))
+
+
 __all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",
-           "dask_worker_threads", "divide_budget", "makespan", "pool_size", "run_on_threads",
+           "dask_worker_threads", "deal", "divide_budget", "makespan", "pool_size", "run_on_threads",
            "scoped_budget", "thread_budget", "thread_cap", "usable_cores"]

@@ -305,3 +305,34 @@ def test_a_local_cluster_started_here_leaves_this_process_its_cores():
         assert os.environ.get("OMP_NUM_THREADS") == "1"  # what distributed does
         assert th.thread_budget() == before
     assert th.thread_budget(-1) == before
+
+
+def test_deal_runs_every_piece_once_and_a_slow_thread_takes_fewer():
+    import threading
+    import time
+
+    from muflow.threads import deal
+
+    seen, lock = [], threading.Lock()
+
+    def piece(k, worker):
+        if worker == 0:
+            time.sleep(0.02)  # a thread sharing its core with other work
+        with lock:
+            seen.append((k, worker))
+
+    deal(piece, 40, 2)
+    assert sorted(k for k, _ in seen) == list(range(40))
+    by_worker = [sum(1 for _, w in seen if w == i) for i in (0, 1)]
+    assert by_worker[0] < by_worker[1]  # a fixed share would give each 20
+
+
+def test_deal_raises_a_pieces_error_after_the_others_finish():
+    from muflow.threads import deal
+
+    def piece(k, worker):
+        if k == 3:
+            raise ValueError("piece 3")
+
+    with pytest.raises(ValueError, match="piece 3"):
+        deal(piece, 8, 2)

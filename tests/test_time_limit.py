@@ -22,6 +22,11 @@ from muflow.selection import SweepGrid, run_sweep
 
 LIMIT = 2.0
 
+#: How far past the limit a call may end: the solvers check the clock between steps, forked
+#: chains report back, and a loaded machine (a test run beside other work) slows both. The
+#: unlimited solve takes about 20 s: a stop within the slack is a stop at the limit.
+SLACK = 2.0
+
 
 @pytest.fixture(scope="module")
 def hard():
@@ -41,7 +46,7 @@ def test_a_fit_stops_at_its_time_limit_with_the_best_iterate(hard, solver):
                                                 r"[0-9.]+ s\) with KKT violation [0-9.e+-]+ > tol=1e-06"):
         model.fit(X, y)
     elapsed = time.perf_counter() - t
-    assert LIMIT <= elapsed <= 1.1 * LIMIT
+    assert LIMIT <= elapsed <= LIMIT + SLACK
     assert model.fit_status_ == 1 and not model.converged_.all()
     assert np.all(np.isfinite(model.kkt_violation_)) and model.kkt_violation_.max() > 1e-6
     assert len(model.support_) > 0 and model.score(X, y) > 0.5  # a usable model, not a blank
@@ -65,8 +70,8 @@ def test_a_sweep_stops_at_its_time_limit_and_marks_what_it_did_not_finish(hard, 
         result = run_sweep(X, y, grid, folds=2, out_dir=tmp_path, solver="smo", tol=1e-6,
                            max_iter=10**9, progress=False, time_limit=LIMIT)
     elapsed_solving = result.timings["gram"] + result.timings["solve"] + result.timings["refit"]
-    assert elapsed_solving <= 1.25 * LIMIT  # forked chains stop at their next check and report back
-    assert time.perf_counter() - t <= 1.25 * LIMIT + result.timings["overhead"]
+    assert elapsed_solving <= LIMIT + SLACK  # forked chains stop at their next check and report back
+    assert time.perf_counter() - t <= LIMIT + SLACK + result.timings["overhead"]
     with open(tmp_path / "results.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [r["finished"] for r in rows] == ["False"] * 3

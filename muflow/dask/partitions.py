@@ -34,7 +34,7 @@ from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.solvers._working_set_compiled import Threads
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, working_set_rows
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
@@ -56,9 +56,13 @@ class RowPartition(PartitionColumn):
         Global index of its first row.
     kernel : dict
         :meth:`muflow.kernels.Kernel.to_dict`.
+    n_total : int
+        Samples over all partitions.
+    cache_mb : float
+        The row cache's memory; ``max_rows``, its most rows (:meth:`set_cache_mb`).
     """
 
-    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB):
+    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB, max_rows=None):
         self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.lo = int(lo)
         self.n = self.X.shape[0]
@@ -77,7 +81,8 @@ class RowPartition(PartitionColumn):
         self.dtype = self.rows_op.dtype
         self.n_total = int(n_total)
         self.offered = _OfferedRows(self)
-        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
+        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
+                              max_rows=max_rows)
         self.threads = Threads(self.n_threads)
         self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
 
@@ -99,9 +104,11 @@ class RowPartition(PartitionColumn):
         block = np.empty((XR.shape[0], self.n))
         return self.kernel.block_into(XR, self.X, block)
 
-    def set_cache_mb(self, cache_mb) -> int:
-        """Size the row cache anew (``SVC(cache_size=...)``); its slots."""
-        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
+    def set_cache_mb(self, cache_mb, max_rows=None) -> int:
+        """Size the row cache anew (``SVC(cache_size=...)``, at most ``max_rows`` rows:
+        :func:`muflow.solvers.rowcache.working_set_rows`); its slots."""
+        self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
+                              max_rows=max_rows)
         return self.cache.slots
 
     def info(self):
@@ -282,6 +289,7 @@ class DaskRowPartitions(GramOperator):
         self.owns_client = bool(owns_client)
         self.kernel = kernel
         self.cache_mb = float(cache_mb)
+        self._max_rows = None  # the working sets' bound on the row caches (working_set_home)
         self._source = X
         self._blocks_of, bounds = self._blocks(X)
         self.bounds = bounds
@@ -302,7 +310,7 @@ class DaskRowPartitions(GramOperator):
         scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
         lo, hi = self.bounds[i]
         return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
-                                  self.cache_mb, actor=True, pure=False,
+                                  self.cache_mb, self._max_rows, actor=True, pure=False,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
 
     def _block(self, i):
@@ -354,13 +362,16 @@ class DaskRowPartitions(GramOperator):
     #: X lives on the workers: solvers keep their state there
     partitioned = True
 
-    def working_set_home(self, cache_mb=None) -> PartitionedHome:
+    def working_set_home(self, cache_mb=None, q=None) -> PartitionedHome:
         """The home of the working-set loop's state on these partitions
         (:func:`muflow.solvers.working_set.solve_working_set` asks for it); ``cache_mb``,
-        when given, resizes every partition's row cache."""
-        if cache_mb is not None and float(cache_mb) != self.cache_mb:
-            self.cache_mb = float(cache_mb)
-            self.call("set_cache_mb", self.cache_mb)
+        when given, resizes every partition's row cache, and working sets of ``q`` bound
+        it (:func:`muflow.solvers.rowcache.working_set_rows`)."""
+        cache_mb = self.cache_mb if cache_mb is None else float(cache_mb)
+        max_rows = working_set_rows(q)
+        if (cache_mb, max_rows) != (self.cache_mb, self._max_rows):
+            self.cache_mb, self._max_rows = cache_mb, max_rows
+            self.call("set_cache_mb", self.cache_mb, max_rows)
         return PartitionedHome(self)
 
     def _blocks(self, X):

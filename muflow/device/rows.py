@@ -242,8 +242,9 @@ class DeviceRows(GramOperator):
 
     matmul_precise = matmul
 
-    def working_set_home(self, cache_mb):
-        """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`)."""
+    def working_set_home(self, cache_mb, q=None):
+        """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`);
+        its cache is the device's memory, sized by ``cache_mb`` alone (``q`` unused)."""
         from muflow.device.home import DeviceHome
 
         return DeviceHome(self, device_cache_mb(self.xp, cache_mb))

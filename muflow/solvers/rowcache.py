@@ -31,6 +31,20 @@ from muflow.memory import cache_allocation_error, cache_rows_that_fit
 #: Default cache size, as libsvm's ``cache_size``.
 DEFAULT_CACHE_MB = 256.0
 
+#: The rows a one-solve cache of the working-set loop holds, in working sets (q rows each):
+#: rows beyond the last few working sets' are seldom asked again, and a slot never written
+#: costs its first write a page fault per page, which costs more than computing the row
+#: again (docs/benchmarks.md, "Row cache"), so the cache stays at what the loop reuses
+#: however large ``cache_mb``. A cache kept over several solves (a sweep's C path) is not
+#: held to it.
+ROWS_PER_WORKING_SET = 4
+
+
+def working_set_rows(q: int | None) -> int | None:
+    """The most rows the working-set loop's cache holds for working sets of ``q``
+    (:data:`ROWS_PER_WORKING_SET`); None: no bound."""
+    return None if q is None else ROWS_PER_WORKING_SET * int(q)
+
 
 class RowCache:
     """LRU cache of rows of K.
@@ -51,6 +65,8 @@ class RowCache:
     reuse_storage : bool, default=True
         Take the storage :func:`reused_storage` lends, when it lends one; False for a cache
         that outlives its solve (:func:`row_cache` over :func:`keep_row_cache`).
+    max_rows : int, optional
+        At most this many rows whatever ``cache_mb`` allows (see :func:`row_cache`).
 
     Attributes
     ----------
@@ -70,7 +86,8 @@ class RowCache:
     """
 
     def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None, *,
-                 n_keys: int | None = None, reuse_storage: bool = True):
+                 n_keys: int | None = None, reuse_storage: bool = True,
+                 max_rows: int | None = None):
         if not np.isfinite(cache_mb) or cache_mb <= 0:
             raise MuflowInputError(f"cache_mb must be a positive number of megabytes, got {cache_mb!r}")
         n = operator.n
@@ -93,6 +110,7 @@ class RowCache:
             self.clock = np.zeros(1, dtype=np.int64)
             self.used = n
             self.in_place = True
+            self.retiring = False
             return
         self.in_place = False
         if dtype is None:
@@ -103,7 +121,7 @@ class RowCache:
         row_bytes = self.dtype.itemsize * max(n, 1)
         # no more than the process may hold (cgroup, ulimit -v, free memory): capped, with
         # a warning naming cache_size
-        self.slots = max(2, min(keys, slots))
+        self.slots = max(2, min(keys, slots, keys if max_rows is None else int(max_rows)))
         self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
         # a cache that outlives its solve (keep_row_cache) keeps its own memory: storage
         # lent by reused_storage goes back to the next cache when a solve ends
@@ -117,6 +135,7 @@ class RowCache:
         self.stamp = np.zeros(self.slots, dtype=np.int64)
         self.clock = np.zeros(1, dtype=np.int64)
         self.used = 0
+        self.retiring = False  # some slot holds a retired row (:meth:`retire`)
 
     @property
     def arrays(self):
@@ -171,11 +190,14 @@ class RowCache:
         if k == 0:
             return idx, idx
         free = self.slots - self.used
-        if free >= k:
-            slots = np.arange(self.used, self.used + k)
-            self.used += k
+        retired = np.flatnonzero(self.stamp[: self.used] < 0)[:k] if self.retiring else idx[:0]
+        if free >= k - retired.size:
+            # retired rows' slots first (pages already written), then never used ones
+            fresh = k - retired.size
+            slots = np.concatenate([retired, np.arange(self.used, self.used + fresh)])
+            self.used += fresh
         else:
-            # the free slots (stamp 0) go first, then the least recently used
+            # retired (stamp -1) and free slots (stamp 0) go first, then the least recently used
             slots = np.argpartition(self.stamp, k - 1)[:k] if k < self.slots else np.arange(self.slots)
             self.used = self.slots
         # ascending slots: a batch written over slots that an earlier batch filled together
@@ -191,6 +213,27 @@ class RowCache:
         self.rows_fetched += k
         return idx, slots
 
+    def retire(self, idx) -> None:
+        """Rows ``idx`` will not be asked for a while (their variables left the active set,
+        :meth:`muflow.solvers.working_set.HostActiveSet.shrink`): they stay cached, a hit
+        refreshes them, but their slots are the first a fetch takes, before slots never
+        written. A slot never written costs its first write a page fault per page, and on a
+        virtual machine that hands freed memory back to its host (free page reporting) a
+        fault the host serves too, which costs more than computing the row again; retired
+        slots keep the memory a solve touches near what its active set needs."""
+        idx = np.asarray(idx, dtype=np.int64)
+        slots = self.slot_of[idx]
+        self.stamp[slots[slots >= 0]] = -1
+        self.retiring = True
+
+    def unretire(self) -> None:
+        """Every retired row back in the ordinary order, as just used (the active set is
+        whole again: :meth:`muflow.solvers.working_set.HostActiveSet.reactivate`)."""
+        if self.retiring:
+            self.clock[0] += 1
+            self.stamp[self.stamp < 0] = self.clock[0]
+            self.retiring = False
+
     def write(self, idx, slots) -> None:
         """Compute the reserved rows ``idx`` into their ``slots`` (:meth:`reserve`)."""
         t = time.perf_counter()
@@ -200,7 +243,7 @@ class RowCache:
     def _fetch_one(self, i: int) -> None:
         if self.slot_of[i] >= 0:
             return
-        if self.used < self.slots:
+        if self.used < self.slots and not (self.retiring and self.stamp[: self.used].min() < 0):
             slot = self.used
             self.used += 1
         else:
@@ -247,13 +290,15 @@ def keep_row_cache(operator):
     return operator
 
 
-def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB) -> RowCache:
-    """The row cache of one solve over ``operator``: a fresh :class:`RowCache`, or, over an
-    operator that keeps one (:func:`keep_row_cache`), the one kept for ``cache_mb`` with its
-    rows and its counters reset (so a solve's timings report that solve's fetches)."""
+def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None) -> RowCache:
+    """The row cache of one solve over ``operator``: a fresh :class:`RowCache` of at most
+    ``max_rows`` rows, or, over an operator that keeps one (:func:`keep_row_cache`), the
+    one kept for ``cache_mb`` with its rows and its counters reset (so a solve's timings
+    report that solve's fetches); a kept cache serves several solves and takes all of
+    ``cache_mb``."""
     kept = getattr(operator, "kept_row_caches", None)
     if kept is None:
-        return RowCache(operator, cache_mb)
+        return RowCache(operator, cache_mb, max_rows=max_rows)
     cache = kept.get(float(cache_mb))
     if cache is None:
         cache = kept[float(cache_mb)] = RowCache(operator, cache_mb, reuse_storage=False)

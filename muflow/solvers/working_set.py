@@ -65,7 +65,7 @@ from muflow.operators import require_rows
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
 from muflow.solvers._selection_compiled import side_pass
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              previous_positions, projected_gradient,
@@ -126,6 +126,9 @@ class HostActiveSet(ColumnState):
         gmax1, gmax2 = self._view.extremes
         drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
                            gmax2, self.equality)
+        retire = getattr(self.cache, "retire", None)
+        if retire is not None and not self.cache.in_place:
+            retire(self.act[drop])  # their rows' slots go first to the next rows fetched
         self._set_active(self.act[~drop])
         self._view = None
         self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
@@ -137,6 +140,9 @@ class HostActiveSet(ColumnState):
 
     def reactivate(self) -> None:
         """Every variable active again (their gradient is exact: see the module's notes)."""
+        unretire = getattr(self.cache, "unretire", None)
+        if unretire is not None:
+            unretire()
         self._set_active(np.flatnonzero(self.valid).astype(np.int64))
         self._view = None
 
@@ -338,10 +344,11 @@ class InProcessHome(ColumnHome):
 
     timing_keys = ("gradient", "shrink", "full_gradient")
 
-    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, n_threads: int | None = None):
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, n_threads: int | None = None,
+                 q: int | None = None):
         require_rows(operator, "working_set")
         self.operator = operator
-        self.cache = row_cache(operator, cache_mb)
+        self.cache = row_cache(operator, cache_mb, working_set_rows(q))
         self.QD = np.ascontiguousarray(operator.diagonal(), dtype=np.float64)
         self.threads = Threads(n_threads)
         # one more thread, mostly waiting: it hands a working set's missing rows to the
@@ -449,12 +456,13 @@ def solve_working_set(problem: DualProblem, *, init=None, tol: float = 1e-3,
     subproblem; K is never held whole unless the operator holds it.
     """
     check_q(q)
+    q = int(q) if q is not None else default_q(problem.n)
     home_of = getattr(problem.operator, "working_set_home", None)
     if home_of is not None:
-        home = home_of(cache_mb)
+        home = home_of(cache_mb, q=q)
     else:
         home = InProcessHome(problem.operator, DEFAULT_CACHE_MB if cache_mb is None else cache_mb,
-                             n_threads)
-    q_max = home.q_limit(int(q) if q is not None else default_q(problem.n))
+                             n_threads, q=q)
+    q_max = home.q_limit(q)
     return solve_columns(problem, home, init=init, tol=tol, max_iter=max_iter, q=q_max,
                          shrinking=shrinking, callback=callback, progress=progress)

@@ -76,3 +76,38 @@ def test_caches_made_in_turn_reuse_one_storage_within_the_scope(gram):
         smaller.release()
     assert rowcache._STORAGE.buffer is None  # freed when the scope ends
     assert not np.shares_memory(RowCache(RowsOnlyGram(K), cache_mb=0.1).data, buffer)
+
+
+def test_retired_rows_give_their_slots_before_fresh_ones_and_stay_readable_until_then(gram):
+    K = gram[0]
+    cache = RowCache(RowsOnlyGram(K), cache_mb=1.0)
+    cache.fetch([0, 1, 2, 3])
+    cache.retire([1, 2])
+    cache.fetch([3])  # a hit: nothing moves
+    np.testing.assert_array_equal(cache.data[cache.slot_of[2]], K[2])
+    old = {int(cache.slot_of[1]), int(cache.slot_of[2])}
+    cache.fetch([10, 11, 12])  # two retired slots taken, then one never written
+    assert {int(cache.slot_of[10]), int(cache.slot_of[11])} == old and cache.used == 5
+    assert cache.slot_of[1] == -1 and cache.slot_of[2] == -1
+    for i in (0, 3, 10, 11, 12):
+        np.testing.assert_array_equal(cache.data[cache.slot_of[i]], K[i])
+
+
+def test_unretire_puts_retired_rows_back_in_the_ordinary_order(gram):
+    K = gram[0]
+    cache = RowCache(RowsOnlyGram(K), cache_mb=1.0)
+    cache.fetch([0, 1])
+    cache.retire([0])
+    cache.unretire()
+    cache.fetch([5])
+    assert cache.slot_of[0] >= 0 and cache.used == 3
+
+
+def test_max_rows_holds_a_one_solve_cache_and_a_kept_cache_takes_all_of_cache_mb(gram):
+    from muflow.solvers.rowcache import keep_row_cache, row_cache
+
+    K = gram[0]
+    assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8).slots == 8
+    assert RowCache(RowsOnlyGram(K), 1.0).slots == K.shape[0]
+    kept = keep_row_cache(RowsOnlyGram(K))
+    assert row_cache(kept, 1.0, max_rows=8).slots == K.shape[0]
