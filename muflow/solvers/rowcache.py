@@ -110,7 +110,7 @@ class RowCache:
             self.clock = np.zeros(1, dtype=np.int64)
             self.used = n
             self.in_place = True
-            self.retiring = False
+            self.retiring = self.kept = False
             return
         self.in_place = False
         if dtype is None:
@@ -136,6 +136,7 @@ class RowCache:
         self.clock = np.zeros(1, dtype=np.int64)
         self.used = 0
         self.retiring = False  # some slot holds a retired row (:meth:`retire`)
+        self.kept = False  # serves later solves (:func:`row_cache`): nothing is retired
 
     @property
     def arrays(self):
@@ -220,7 +221,10 @@ class RowCache:
         written. A slot never written costs its first write a page fault per page, and on a
         virtual machine that hands freed memory back to its host (free page reporting) a
         fault the host serves too, which costs more than computing the row again; retired
-        slots keep the memory a solve touches near what its active set needs."""
+        slots keep the memory a solve touches near what its active set needs. A cache kept
+        for later solves (:func:`keep_row_cache`) retires nothing: they ask for those rows."""
+        if self.kept:  # the next solve (a sweep's next C) asks for them again
+            return
         idx = np.asarray(idx, dtype=np.int64)
         slots = self.slot_of[idx]
         self.stamp[slots[slots >= 0]] = -1
@@ -302,6 +306,7 @@ def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None
     cache = kept.get(float(cache_mb))
     if cache is None:
         cache = kept[float(cache_mb)] = RowCache(operator, cache_mb, reuse_storage=False)
+        cache.kept = True
     cache.fetches, cache.rows_fetched, cache.seconds = 0, 0, 0.0
     return cache
 

@@ -146,9 +146,9 @@ def test_the_sweep_command_hands_its_cache_size_to_the_solves_on_rows(tmp_path, 
     sizes = []
     row_cache = working_set.row_cache
 
-    def recorded(operator, cache_mb):
+    def recorded(operator, cache_mb, *bound):
         sizes.append(cache_mb)
-        return row_cache(operator, cache_mb)
+        return row_cache(operator, cache_mb, *bound)
 
     monkeypatch.setattr(working_set, "row_cache", recorded)
     argv = ["sweep", "--data", str(tmp_path / "train.npz"), "--C", "1,10", "--gamma", "0.1",

@@ -111,3 +111,14 @@ def test_max_rows_holds_a_one_solve_cache_and_a_kept_cache_takes_all_of_cache_mb
     assert RowCache(RowsOnlyGram(K), 1.0).slots == K.shape[0]
     kept = keep_row_cache(RowsOnlyGram(K))
     assert row_cache(kept, 1.0, max_rows=8).slots == K.shape[0]
+
+
+def test_a_kept_cache_retires_nothing(gram):
+    from muflow.solvers.rowcache import keep_row_cache, row_cache
+
+    K = gram[0]
+    cache = row_cache(keep_row_cache(RowsOnlyGram(K)), 1.0)
+    cache.fetch([0, 1])
+    cache.retire([0])
+    cache.fetch([5])
+    assert cache.slot_of[0] >= 0 and not cache.retiring
