@@ -42,8 +42,8 @@ def resident_bytes(xp) -> int:
     """Bytes of K that :class:`DeviceRows` may keep resident for a solver that reads only
     products (each pass reads all of K, which would otherwise be recomputed): on a GPU
     half its free memory, nothing under NumPy (in this process the CPU paths store K
-    themselves). A solver that reads rows keeps none (the working set reads a few rows an
-    iteration: the row cache holds them), :func:`device_operator`."""
+    themselves). :func:`device_operator` keeps none for a solver that reads rows (the
+    working set reads a few rows an iteration: the row cache holds them)."""
     if xp is np:
         return 0
     return int(xp.cuda.runtime.memGetInfo()[0] // 2)
