@@ -1,22 +1,23 @@
 """Where K lives: the one factory of Gram operators, :func:`gram_operator`.
 
 It carries out a :class:`muflow.routing.KernelPlan` (the path decided by the rule of
-:mod:`muflow.routing`) and never decides again:
+:mod:`muflow.routing`) and never decides again: each path is one call into the home of its
+operator, which makes the operator from the plan.
 
-- "stored": K held in this process (:class:`~muflow.operators.DenseGram`): a precomputed
+- on a device (``device=``, no client): rows and products computed there
+  (:func:`muflow.device.rows.device_operator`);
+- "partitioned": X partitioned by rows over the workers, the working-set solver on the rows,
+  a multiplicative solver on kernel panels computed there; each worker caches
+  ``plan.cache_mb`` of kernel rows (:func:`muflow.dask.operators.partitioned_operator`);
+- "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
+  row panels held by the workers (:func:`muflow.dask.operators.cluster_store_operator`,
+  also :func:`operator_for`); X must be in this process;
+- "stored": K held in this process (:func:`muflow.gram.held.held_operator`): a precomputed
   kernel's K as given, K read from the Gram store cache in ``cache_dir`` (float64; built
-  there first when it holds none), or built on threads (:func:`muflow.inmemory.numpy_gram`),
-  into ``out`` when it fits;
+  there first when it holds none), or built on threads, into ``out`` when it fits;
 - "rows": rows computed from X on demand (:class:`~muflow.kernel_rows.KernelRows`, never an
   n x n array); the row cache is the solver's (``plan.cache_mb`` handed to the solve call,
-  :meth:`muflow.solvers.registry.SolverInfo.options`);
-- "partitioned": X partitioned by rows over the workers, the working-set solver on the rows
-  (:class:`~muflow.dask.partitions.DaskRowPartitions`), a multiplicative solver on kernel
-  panels computed there (:class:`~muflow.dask.panels.DaskRowPanels`, ``plan.panels``); each
-  worker caches ``plan.cache_mb`` of kernel rows;
-- "cluster-store": the Gram store of K built (or reused) on the cluster in a zarr store, its
-  row panels held by the workers (:class:`~muflow.dask.store_operator.DaskGram`,
-  :func:`operator_for`); X must be in this process.
+  :meth:`muflow.solvers.registry.SolverInfo.options`).
 
 The estimator (:class:`muflow.SVC`) and the model selection call it with their plan, and
 neither knows which backend answered. Dask, distributed and zarr are imported only on the
@@ -25,9 +26,7 @@ cluster paths.
 
 from __future__ import annotations
 
-import numpy as np
-
-from muflow.operators import DenseGram, GramOperator
+from muflow.operators import GramOperator
 
 
 def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache_dir=None, out=None,
@@ -65,7 +64,7 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
         An array module (:func:`muflow.device.arrays.array_module`): without a client, K is
         then computed on its device (:class:`muflow.device.rows.DeviceRows`, rows in
         ``gram_dtype``, K resident there when the solver reads only products and K fits,
-        :func:`muflow.device.rows.resident_bytes`); ``gram`` and ``cache_dir`` are ignored.
+        :func:`muflow.device.rows.device_operator`); ``gram`` and ``cache_dir`` are ignored.
     n_threads : int, optional
         In process: the threads that build K or compute its rows (the caller's thread
         budget, :func:`muflow.threads.thread_budget`); default the process's budget.
@@ -92,69 +91,31 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
         plan = plan_kernel(X.shape[0], kernel_name=kernel.name, client=client, **facts)
     elif facts:
         raise TypeError(f"gram_operator takes a plan or the facts to plan by, not both: {sorted(facts)}")
-    if plan.path == "stored" and kernel.name == "precomputed":
-        return DenseGram(kernel.block(X))
-    if device is not None and client is None:
-        from muflow.device.rows import DeviceRows, resident_bytes
-        from muflow.inmemory import gram_dtype
+    if device is not None and client is None and kernel.name != "precomputed":
+        from muflow.device.rows import device_operator
 
-        return DeviceRows(X, kernel, device, dtype=gram_dtype(X.shape[0], plan.gram_dtype),
-                          resident_bytes=resident_bytes(device, plan.solver))
-    if plan.path == "stored":
-        return _stored(X, kernel, plan, cache_dir, out, n_threads)
-    if plan.path == "rows":
-        from muflow.inmemory import gram_dtype
-        from muflow.kernel_rows import KernelRows
-
-        return KernelRows(X, kernel, dtype=gram_dtype(X.shape[0], plan.gram_dtype),
-                          n_threads=n_threads)
+        return device_operator(X, kernel, device, plan)
     if plan.path == "partitioned":
-        return _connected(client, owns_client, lambda c, owns: _partitioned(X, kernel, c, owns, plan))
+        from muflow.dask.operators import partitioned_operator
+
+        return _connected(client, owns_client, lambda c, owns: partitioned_operator(X, kernel, plan, c, owns))
     if plan.path == "cluster-store":
-        return _connected(client, owns_client, lambda c, owns: operator_for(
+        from muflow.dask.operators import cluster_store_operator
+
+        return _connected(client, owns_client, lambda c, owns: cluster_store_operator(
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
             tile=tile, resident_fraction=resident_fraction))
+    if plan.path == "stored":
+        from muflow.gram.held import held_operator
+
+        return held_operator(X, kernel, plan.gram_dtype, cache_dir=cache_dir, out=out,
+                             n_threads=n_threads)
+    if plan.path == "rows":
+        from muflow.kernel_rows import KernelRows
+
+        return KernelRows(X, kernel, dtype=plan.gram_dtype, n_threads=n_threads)
     raise ValueError(f"a {plan.path!r} plan is not carried out by an operator "
                      "(the one-task path is muflow.dask.fitting's)")
-
-
-def _stored(X, kernel, plan, cache_dir, out, n_threads=None) -> GramOperator:
-    """The "stored" path: K read from the store cache in ``cache_dir``, or built (into
-    ``out`` when it fits), each checked against the memory before it is allocated."""
-    from muflow.inmemory import gram_dtype, numpy_gram
-    from muflow.memory import check_gram_fits
-
-    n = X.shape[0]
-    dtype = gram_dtype(n, plan.gram_dtype)
-    if out is not None and (cache_dir is not None or out.shape != (n, n) or out.dtype != dtype):
-        out = None
-    if out is None:  # a buffer given is there already: nothing to allocate
-        check_gram_fits(n, np.float64 if cache_dir is not None else dtype)
-    if cache_dir is not None:
-        from muflow.gram.build import ensure_gram
-        from muflow.gram.store import StoreCorruptError
-
-        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64")
-        try:
-            return DenseGram(np.asarray(store.read(), dtype=np.float64))
-        except StoreCorruptError:  # a damaged tile, with X at hand: recompute it
-            store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=True)
-            return DenseGram(np.asarray(store.read(), dtype=np.float64))
-    return DenseGram(numpy_gram(X, kernel, dtype=dtype, out=out, n_threads=n_threads))
-
-
-def _partitioned(X, kernel, client, owns_client, plan):
-    """The "partitioned" path: X partitioned over the workers of ``client``, with the
-    kernel panels where the plan's solver reads products (``plan.panels``)."""
-    from muflow.dask.panels import DaskRowPanels
-    from muflow.dask.partitions import DaskRowPartitions
-    from muflow.solvers.rowcache import DEFAULT_CACHE_MB
-
-    cache_mb = DEFAULT_CACHE_MB if plan.cache_mb is None else float(plan.cache_mb)
-    if plan.panels:
-        return DaskRowPanels(X, kernel, client, gram_dtype=plan.gram_dtype, owns_client=owns_client,
-                             cache_mb=cache_mb)
-    return DaskRowPartitions(X, kernel, client, owns_client=owns_client, cache_mb=cache_mb)
 
 
 def _connected(client, owns_client, make):
@@ -173,49 +134,11 @@ def _connected(client, owns_client, make):
         raise
 
 
-def operator_for(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,
-                 resident_fraction=None, owns_client=False):
-    """Build or reuse the Gram store of ``K(X, X)`` on ``client`` and return its operator.
+def operator_for(X, kernel, **options):
+    """The Gram store of ``K(X, X)`` built (or reused) on a cluster and its operator:
+    :func:`muflow.dask.operators.cluster_store_operator`, which takes the same ``options``
+    (``client``, ``store``, ``cache_dir``, ``dtype``, ``tile``, ``resident_fraction``,
+    ``owns_client``)."""
+    from muflow.dask.operators import cluster_store_operator
 
-    Parameters
-    ----------
-    X : ndarray or scipy sparse matrix of shape (n_samples, n_features)
-    kernel : muflow.kernels.Kernel
-    client : distributed.Client
-    store : str, optional
-        Path or fsspec URL of the zarr store; by default one in ``cache_dir``.
-    cache_dir : str, optional
-        Cache directory mapping (fingerprint of X, kernel, dtype) to a store; default
-        :func:`muflow.gram.store.default_cache_dir` when ``store`` is not given either.
-    dtype : {"float32", "float64"}, default="float32"
-    tile : int, optional
-        Tile size; chosen from n and the workers' memory when omitted.
-    resident_fraction : float, optional
-        Share of each worker's memory limit that resident panels may use
-        (:class:`muflow.dask.store_operator.DaskGram`); beyond it panels stream from the store.
-    owns_client : bool, default=False
-        Close ``client`` when the operator is closed.
-
-    Returns
-    -------
-    muflow.dask.store_operator.DaskGram
-    """
-    from muflow.dask.store_operator import DaskGram
-    from muflow.gram.build import ensure_gram
-    from muflow.gram.store import StoreCorruptError, default_cache_dir
-
-    if store is None and cache_dir is None:
-        cache_dir = default_cache_dir()
-    gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
-                          dtype=dtype, tile=tile)
-    kwargs = {} if resident_fraction is None else {"resident_fraction": resident_fraction}
-    try:
-        return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
-                        owns_client=owns_client, **kwargs)
-    except StoreCorruptError:
-        # a tile failed its checksum while the workers loaded it; X is at hand: read every
-        # tile, recompute the damaged ones, start again
-        gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
-                              dtype=dtype, tile=tile, deep_check=True)
-        return DaskGram(gram, client=client, nonnegative=kernel.is_nonnegative(X),
-                        owns_client=owns_client, **kwargs)
+    return cluster_store_operator(X, kernel, **options)

@@ -2,7 +2,9 @@
 
 Every error a user can trigger by bad input is a :class:`MuflowInputError`: the command
 line turns it into exit code 2 and a one-line message, the library raises it as a
-``ValueError`` so that scikit-learn conventions hold.
+``ValueError`` so that scikit-learn conventions hold. A fit whose Dask scheduler went away
+raises a :class:`SchedulerLostError` that names the scheduler and what to do next
+(:func:`lost_scheduler_error`).
 """
 
 
@@ -22,6 +24,35 @@ class DataFileError(MuflowInputError):
     """A data file is missing or does not parse; the message names the file and line."""
 
 
+class SchedulerLostError(MuflowError):
+    """The Dask scheduler went away during a fit."""
+
+
 class CacheCappedWarning(UserWarning):
     """``cache_size`` asked for more memory than the process may use: the cache was capped
     (a ``UserWarning``, shown by default, where a ``ResourceWarning`` is not)."""
+
+
+def scheduler_address(client) -> str:
+    """The scheduler's address as the client knew it (also once the client is closed)."""
+    scheduler = getattr(client, "scheduler", None)
+    return str(getattr(scheduler, "address", None) or getattr(client, "_start_arg", None) or "?")
+
+
+#: What a caller of the library does once its scheduler is gone; the commands name the
+#: command line that continues their work instead (:mod:`muflow.commands._cluster`).
+RERUN_FIT = ("start the scheduler and its workers again and rerun; a fit given the same "
+             "checkpoint_dir resumes from its last checkpoint")
+
+
+def lost_scheduler_error(client, *, work="the fit", next_step=RERUN_FIT) -> SchedulerLostError:
+    """The error of ``work`` whose scheduler went away: its address and what to do next.
+
+    ``client`` is the Client that lost it, or the scheduler's address.
+    """
+    if isinstance(client, str):
+        where = f"{client} is gone"
+    else:
+        where = (f"{scheduler_address(client)} is gone (the client is "
+                 f"{getattr(client, 'status', 'closed')})")
+    return SchedulerLostError(f"the Dask scheduler at {where}: {work} cannot go on; {next_step}")

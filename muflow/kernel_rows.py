@@ -31,7 +31,8 @@ import numpy as np
 
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import (PRODUCT_KERNELS, Columns, column_ranges, contiguous_run,
-                             default_threads, pieces_for, row_source, run_panels, run_ranges)
+                             default_threads, gram_dtype, pieces_for, row_source, run_panels,
+                             run_ranges)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 
@@ -56,8 +57,9 @@ class KernelRows(GramOperator):
     kernel : muflow.kernels.Kernel
         Any kernel but ``"precomputed"`` (a given K is stored already:
         :class:`muflow.operators.DenseGram`).
-    dtype : {"float32", "float64"}, default="float32"
-        dtype of the rows (and of the products that compute them: sgemm for float32).
+    dtype : {"float32", "float64", "auto"}, default="float32"
+        dtype of the rows (and of the products that compute them: sgemm for float32);
+        "auto" by n (:func:`muflow.inmemory.gram_dtype`).
         The solvers' row cache stores rows in this dtype, so float32 holds twice as many.
     block_rows : int, default=256
         Rows per panel of a batch: a batch of k rows runs as ``ceil(k / block_rows)``
@@ -103,11 +105,11 @@ class KernelRows(GramOperator):
             raise MuflowInputError(f"kernel must be a muflow.kernels.Kernel, got {type(kernel).__name__}")
         if kernel.name == "precomputed":
             raise MuflowInputError("a precomputed kernel is K itself; wrap it in muflow.operators.DenseGram")
-        dtype = np.dtype(dtype)
-        if dtype not in (np.float32, np.float64):
-            raise MuflowInputError(f"dtype must be float32 or float64, got {dtype}")
         if getattr(X, "ndim", 0) != 2 or X.shape[0] == 0:
             raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {getattr(X, 'shape', None)}")
+        dtype = gram_dtype(X.shape[0]) if dtype == "auto" else np.dtype(dtype)
+        if dtype not in (np.float32, np.float64):
+            raise MuflowInputError(f"dtype must be float32 or float64, got {dtype}")
         if int(block_rows) < 1:
             raise MuflowInputError(f"block_rows must be a positive integer, got {block_rows!r}")
         self._start(kernel, row_source(X, kernel, dtype), dtype, bool(kernel.is_nonnegative(X)),

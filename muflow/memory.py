@@ -15,7 +15,8 @@ process's control group still allows (cgroup v2 ``memory.max`` minus ``memory.cu
 v1 ``memory.limit_in_bytes`` minus ``memory.usage_in_bytes``, reclaimable inactive file
 pages not counted as used, as container runtimes do) and what its address-space limit
 (``ulimit -v``) still leaves. :func:`cache_rows_that_fit` caps the solvers' row cache
-(``cache_size``) to that room, with a warning that names ``cache_size``.
+(``cache_size``) to that room, with a warning that names ``cache_size``. On a Dask cluster
+each worker has its own limit (:func:`worker_memory_limits`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import os
 
 import numpy as np
 
-from muflow.exceptions import CacheCappedWarning, MuflowInputError
+from muflow.exceptions import CacheCappedWarning, MuflowInputError, lost_scheduler_error
 
 GIB = 2**30
 
@@ -142,6 +143,19 @@ def available_memory_bytes() -> int | None:
     return min(found) if found else None
 
 
+def worker_memory_limits(client) -> dict:
+    """``{address: bytes}``: each worker's memory limit on the cluster of ``client`` (0 for a
+    worker without one); :class:`muflow.exceptions.SchedulerLostError` when the scheduler
+    is gone."""
+    if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
+        raise lost_scheduler_error(client)
+    try:
+        info = client.scheduler_info(n_workers=-1)["workers"]
+    except (KeyError, OSError, TimeoutError) as exc:
+        raise lost_scheduler_error(client) from exc
+    return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}
+
+
 def gram_bytes(n: int, dtype) -> int:
     """Bytes of a stored n x n Gram matrix of ``dtype``."""
     return int(n) * int(n) * np.dtype(dtype).itemsize
@@ -206,7 +220,7 @@ def choose_gram(n: int, dtype, requested: str = "auto", *, available: int | None
 
 
 __all__ = ["available_memory_bytes", "check_gram_fits", "choose_gram", "gram_bytes", "GRAM_CHOICES",
-           "STORED_SHARE"]
+           "STORED_SHARE", "worker_memory_limits"]
 
 
 #: A row cache may take at most this share of the memory available when it is made: the

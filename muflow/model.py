@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.utils.class_weight import compute_class_weight
 from sklearn.utils.multiclass import check_classification_targets
 
-from muflow.device.arrays import fit_device, to_host
+from muflow.device.arrays import fit_device
 from muflow.exceptions import MuflowInputError
 from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
@@ -38,7 +38,6 @@ from muflow.subproblems import solve_by_rule
 from muflow.threads import budget_scope, thread_budget
 from muflow.time_limit import chain, finish_fit
 from muflow.time_limit import start as start_deadline
-from muflow.validation import check_per_sample
 
 #: What :meth:`SVC._fit` returns for a fit made whole on one worker (no deadline here).
 _ON_ONE_WORKER = object()
@@ -131,7 +130,7 @@ default="rbf"
         on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
         one round trip per pass sending V once (:mod:`muflow.dask.panels`), when an even
         share of K fits in half the smallest worker's memory limit
-        (:func:`muflow.dask.panels.panels_fit`). Otherwise, and with the other solvers, the
+        (:func:`muflow.routing.panels_fit`). Otherwise, and with the other solvers, the
         Gram store of K(X, X) is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a
         path the workers must reach; X in memory) and every solver iteration is served by
         the workers (:class:`muflow.dask.store_operator.DaskGram`). A
@@ -320,7 +319,6 @@ default="rbf"
         t0 = time.perf_counter()
         self._check_params()
         xp = fit_device(self.device, self.client)
-        X, y = to_host(X), to_host(y)
         if self.probability != "deprecated":
             warnings.warn(PROBABILITY_DEPRECATION, FutureWarning, stacklevel=2)
         threads = thread_budget(self.n_jobs)
@@ -353,8 +351,7 @@ default="rbf"
                 "use multiclass='ovo'")
         self.class_weight_ = compute_class_weight(self.class_weight, classes=self.classes_, y=y)
         n = X.shape[0]
-        upper = self._upper_bounds(y_encoded, n, sample_weight)
-        drift = check_per_sample(offset, n, "offset", default=0.0)
+        upper, drift = self._per_sample(y_encoded, n, sample_weight, offset)
         kernel = self._kernel_for(X)
         client, plan = self._plan(X, checkpoint=checkpoint_dir is not None, device=xp is not None)
         if plan.path == "one-task":
@@ -365,6 +362,10 @@ default="rbf"
 
         operator = gram_operator(X, kernel, plan, client=client, owns_client=client is not self.client,
                                  device=xp, n_threads=threads)
+        if is_dask_collection(X_fit):  # X stays on the workers: the fit reads its rows there
+            from muflow.dask.fitting import RowsOnWorkers
+
+            X_fit = RowsOnWorkers(operator, X_fit.shape)
         try:
             info = choose_solver(plan.solver, intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)
@@ -403,10 +404,6 @@ default="rbf"
                 self._fit_probability(operator, Y, U, info, options, drift, deadline)
             else:
                 self._probA = self._probB = np.empty(0)
-            if is_dask_collection(X_fit):  # the support vectors' rows, from the workers
-                from muflow.dask.fitting import RowsOnWorkers
-
-                X_fit = RowsOnWorkers(operator, X_fit.shape)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
                              fit_time=time.perf_counter() - t0, budget=budget)
             self.n_threads_ = int(threads)

@@ -25,9 +25,13 @@ importing this module imports no Dask.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from muflow.exceptions import MuflowInputError, SolverCombinationError
+from muflow.memory import GRAM_CHOICES, choose_gram, gram_bytes, worker_memory_limits
 
 #: gram="auto" computes kernel rows on demand (the working-set solver) above this many
 #: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
@@ -38,11 +42,8 @@ ROWS_MIN_SAMPLES = 8192
 #: A sweep (many solves, folds x C, on one kernel setting) computes kernel rows on demand above
 #: this many samples, and stores K up to it (or while K fits in half the available memory,
 #: :func:`muflow.memory.choose_gram`, whichever is smaller): its solves share one stored K,
-#: so K is worth storing up to a larger n than for one fit. A float32 K of 32,768 samples
-#: takes 4 GiB. The a8a sweep (22,696 samples, 5 folds x 5 C x 2 gamma) keeps its stored K;
-#: the issue-30 sweep of 60,000 samples computes rows; at 20,000 generated rows the stored K
-#: with SMO still won. Where between 22,696 and 60,000 the two cross is not known
-#: (docs/benchmarks.md, "Model selection").
+#: so K is worth storing up to a larger n than for one fit (a float32 K of 32,768 samples
+#: is 4 GiB). The sweeps on either side: docs/benchmarks.md, "Model selection".
 SWEEP_ROWS_MIN_SAMPLES = 32768
 
 #: With a client, fits of at most this many samples (a float64 K of 128 MiB at most) run
@@ -186,6 +187,26 @@ def runs_on_workers(client, kernel_name, solver: str) -> bool:
     return solver in ("auto", ROWS_SOLVER) or reads_products(solver)
 
 
+#: Share of a worker's memory limit that its kernel panels may take (:func:`panels_fit`).
+PANEL_FRACTION = 0.5
+
+
+def panel_bytes(n: int, workers: int, dtype) -> int:
+    """Bytes of an even share of K's rows on one of ``workers``: ceil(n / workers) n itemsize."""
+    return math.ceil(n / max(int(workers), 1)) * int(n) * np.dtype(dtype).itemsize
+
+
+def panels_fit(n: int, client, dtype) -> bool:
+    """Whether the kernel panels of n samples (:class:`muflow.dask.panels.DaskRowPanels`) fit
+    on the workers of ``client``: an even share (:func:`panel_bytes`) within
+    :data:`PANEL_FRACTION` of the smallest worker's memory limit (none: large enough)."""
+    limits = worker_memory_limits(client)
+    if not limits:
+        return False
+    limited = [m for m in limits.values() if m]
+    return not limited or panel_bytes(n, len(limits), dtype) <= PANEL_FRACTION * min(limited)
+
+
 def reads_rows(solver: str) -> bool:
     """Whether ``solver`` (a registered name) asks the operator for rows of K, not only for
     products: the subset solvers and the working-set solver. Their warm starts pay, so a
@@ -249,15 +270,15 @@ class KernelPlan:
     gram_dtype: str = "auto"
 
     @property
-    def gram(self) -> str:
-        """The in-process ``gram`` of this plan: "rows" or "stored"."""
-        return "rows" if self.path == "rows" else "stored"
+    def reads_products(self) -> bool:
+        """Whether the plan's solver reads only products of K (:func:`reads_products`)."""
+        return reads_products(self.solver)
 
     @property
     def panels(self) -> bool:
         """Whether the workers hold kernel panels ``K(X_p, X)`` besides their rows of X: X
         partitioned for a solver that reads only products (:func:`reads_products`)."""
-        return self.path == "partitioned" and reads_products(self.solver)
+        return self.path == "partitioned" and self.reads_products
 
     def to_dict(self) -> dict:
         return {"path": self.path, "reason": self.reason, "solves": self.solves,
@@ -326,7 +347,7 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
        held in process; with a ``client`` the working-set solver runs on X partitioned over
        the workers (``"partitioned"``: each computes the rows its working sets touch), a
        multiplicative solver on kernel panels there while they fit in the workers' memory
-       (:func:`muflow.dask.panels.panels_fit`), and otherwise on the Gram store built on
+       (:func:`panels_fit`), and otherwise on the Gram store built on
        the cluster (``"cluster-store"``, float32), which serves products only;
     2. in process, the solver, the size and the reuse (:func:`gram_mode`, ``sweep`` when
        ``solves > 1``): a solver reading rows takes rows on demand above
@@ -385,23 +406,15 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
         or X is a dask collection; ``SolverCombinationError`` when the solver reads rows of K,
         which the Gram store on the cluster does not serve.
     """
-    from muflow.memory import GRAM_CHOICES
-
     if gram not in GRAM_CHOICES:
-        from muflow.exceptions import MuflowInputError
-
         raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
     n = int(n_samples)
     if dask_input and not runs_on_workers(client, kernel_name, solver):
-        from muflow.exceptions import MuflowInputError
-
         raise MuflowInputError(
             "X is a dask collection: fit it on the cluster with client=... (a Client or a "
             "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
             "solver: 'm3', 'munk', ...), or pass a NumPy array")
     if not isinstance(kernel_name, str) or kernel_name == "precomputed":
-        from muflow.memory import gram_bytes
-
         path, reason, store, nbytes = ("stored", "K is given (a precomputed or callable kernel): "
                                        "held in this process", False, gram_bytes(n, np.float64))
     elif client is not None:
@@ -421,7 +434,6 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
 def _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir, store_built, available, free_disk):
     """Steps 2 to 4 of :func:`plan_kernel` in this process: (path, reason, store, bytes)."""
     from muflow.inmemory import gram_dtype as storage
-    from muflow.memory import choose_gram, gram_bytes
 
     dtype = np.dtype(np.float64) if store_dir is not None else storage(n, gram_dtype)
     nbytes = gram_bytes(n, dtype)
@@ -453,9 +465,6 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
     """Step 1 of :func:`plan_kernel` with a client: X partitioned on the workers, or the Gram
     store on the cluster (refused when it does not fit on the disk, when the solver reads
     rows, or when X is on the workers already): (path, reason, store, bytes)."""
-    from muflow.exceptions import MuflowInputError, SolverCombinationError
-    from muflow.memory import gram_bytes
-
     nbytes = gram_bytes(n, np.float32)
     what = f"K of {n:,} samples ({_size(nbytes)} float32)"
     if runs_on_workers(client, kernel_name, solver):
@@ -463,7 +472,6 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
             return "partitioned", (f"the working-set solver runs on X partitioned over the workers, "
                                    f"each computing the rows its working sets touch; {what} is never "
                                    f"stored, for {_solves(solves)}"), False, nbytes
-        from muflow.dask.panels import panels_fit
         from muflow.inmemory import gram_dtype as storage
 
         if panels_fit(n, client, storage(n, gram_dtype)):
@@ -472,7 +480,7 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
         if dask_input:
             raise MuflowInputError(
                 f"the kernel panels of {n} samples do not fit in the workers' memory "
-                f"(muflow.dask.panels.panels_fit), and solver {solver!r} would need the Gram store "
+                f"(muflow.routing.panels_fit), and solver {solver!r} would need the Gram store "
                 "built from X in this process: use solver='working_set', give the workers more "
                 "memory, or pass a NumPy array")
     elif reads_rows(solver):

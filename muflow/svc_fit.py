@@ -17,6 +17,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from muflow.dask.predict import is_dask_collection
+from muflow.device.arrays import to_host
 from muflow.routing import plan_fit
 from muflow.threads import thread_budget
 from muflow.time_limit import chain
@@ -92,8 +93,8 @@ class FitSteps:
 
         params = self.get_params(deep=False)
         params.update(client=None, verbose=False)
-        fitted, seconds = fit_on_one_worker(type(self)(**params), self.client, X, y,
-                                            sample_weight, offset)
+        fitted, seconds = fit_on_one_worker(type(self)(**params), self.client, to_host(X),
+                                            to_host(y), sample_weight, offset)
         for name, value in vars(fitted).items():
             if name not in params:
                 setattr(self, name, value)

@@ -11,6 +11,7 @@ from sklearn.utils.validation import (_num_samples, check_consistent_length, col
 
 from muflow.threads import check_n_jobs
 from muflow.dask.predict import is_dask_collection
+from muflow.device.arrays import to_host
 from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import GRAM_DTYPES
@@ -108,8 +109,10 @@ class FitInput:
         return X, y, X
 
     def _validate_fit_input(self, X, y):
-        """X (the Gram with a callable or precomputed kernel) and y, checked as scikit-learn
-        checks them; returns (X_for_the_operator, y, X_kept_for_predict)."""
+        """X (the Gram with a callable or precomputed kernel) and y, brought to the host
+        when they live on a device and checked as scikit-learn checks them; returns
+        (X_for_the_operator, y, X_kept_for_predict)."""
+        X, y = to_host(X), to_host(y)
         if is_dask_collection(X):
             return self._validate_dask_input(X, y)
         if sp.issparse(X) and self.kernel == "precomputed":
@@ -140,9 +143,10 @@ class FitInput:
                 f"{X.shape[1]} matrix; pass K(X_train, X_train)")
         return X, y, X
 
-    def _upper_bounds(self, y_encoded, n, sample_weight):
-        """C per sample: C * class_weight * sample_weight, samples of weight <= 0 pinned at
-        zero (libsvm drops them, and scikit-learn's messages name what is left)."""
+    def _per_sample(self, y_encoded, n, sample_weight, offset):
+        """``(upper, drift)``: C per sample, C * class_weight * sample_weight, samples of
+        weight <= 0 pinned at zero (libsvm drops them, and scikit-learn's messages name what
+        is left); and the drifted SVM's fixed intercepts, ``offset`` checked (default 0)."""
         weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
         positive = weights > 0
         if not positive.any():
@@ -153,6 +157,7 @@ class FitInput:
             raise MuflowInputError(
                 "Invalid input - all samples with positive weights belong to the same class; "
                 "a classifier needs samples of at least 2 classes with positive weight")
-        return float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
+        upper = float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
+        return upper, check_per_sample(offset, n, "offset", default=0.0)
 
     # -- fit ---------------------------------------------------------------------------

@@ -10,9 +10,9 @@ from sklearn.datasets import make_blobs, make_classification
 from sklearn.exceptions import ConvergenceWarning
 
 import muflow
-import muflow.dask.panels
 import muflow.routing
-from muflow.dask.panels import DaskRowPanels, panel_bytes, panels_fit
+from muflow.dask.panels import DaskRowPanels
+from muflow.routing import panel_bytes, panels_fit
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
 from muflow.multiclass import binary_problems
@@ -112,7 +112,7 @@ def test_panels_that_do_not_fit_take_the_gram_store(client, data, monkeypatch, t
     assert panel_bytes(600, 2, np.float64) == 300 * 600 * 8
     assert panels_fit(600, client, np.float64)
     assert not panels_fit(40_000, client, np.float32)  # 20,000 x 40,000 x 4 B = 3.0 GiB
-    monkeypatch.setattr(muflow.dask.panels, "PANEL_FRACTION", 0.0)
+    monkeypatch.setattr(muflow.routing, "PANEL_FRACTION", 0.0)
     params = dict(kernel="rbf", gamma=0.1, C=1.0, solver="m3", max_iter=5)
     with pytest.warns(ConvergenceWarning):
         muflow.SVC(client=client, **params).fit(X, y)

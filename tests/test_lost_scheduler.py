@@ -9,7 +9,6 @@ import time
 import numpy as np
 
 import muflow
-import muflow.dask.panels
 import muflow.routing
 from muflow.exceptions import MuflowError
 
@@ -20,8 +19,8 @@ def test_a_scheduler_closed_mid_fit_gives_a_muflow_error_naming_it(tmp_path, mon
     monkeypatch.setenv("MUFLOW_CACHE_DIR", str(tmp_path / "cache"))
     # 400 samples would be fitted whole on one worker: here every pass is served there
     monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
-    # and from the Gram store (kernel panels that do not fit, muflow.dask.panels.panels_fit)
-    monkeypatch.setattr(muflow.dask.panels, "PANEL_FRACTION", 0.0)
+    # and from the Gram store (kernel panels that do not fit, muflow.routing.panels_fit)
+    monkeypatch.setattr(muflow.routing, "PANEL_FRACTION", 0.0)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(400, 5))
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=400) > 0, 1, -1)

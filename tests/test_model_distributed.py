@@ -12,7 +12,6 @@ import pytest
 from dask_cluster import breast_cancer
 
 import muflow
-import muflow.dask.panels
 import muflow.dask.fitting
 import muflow.routing
 
@@ -26,9 +25,9 @@ def cache_dir(tmp_path, monkeypatch):
 
 def test_svc_on_the_cluster_matches_the_in_process_fit(client, cache_dir, monkeypatch):
     # 300 samples would be fitted whole on one worker: this test serves every pass there,
-    # from the Gram store (kernel panels that do not fit, muflow.dask.panels.panels_fit)
+    # from the Gram store (kernel panels that do not fit, muflow.routing.panels_fit)
     monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)
-    monkeypatch.setattr(muflow.dask.panels, "PANEL_FRACTION", 0.0)
+    monkeypatch.setattr(muflow.routing, "PANEL_FRACTION", 0.0)
     X, y = breast_cancer()
     X, y = X[:300], y[:300]
     params = dict(kernel="rbf", gamma=1.0, C=1.0, solver="m3", max_iter=80, tol=1e-12)

@@ -95,7 +95,7 @@ def scheduler_gone(client, exc, *, wait=10.0) -> bool:
     not muflow's own waits up to ``wait`` seconds for the scheduler to stop answering."""
     import time
 
-    from muflow.dask.store_operator import SchedulerLostError
+    from muflow.exceptions import SchedulerLostError
     from muflow.exceptions import MuflowError, MuflowInputError
 
     if isinstance(exc, SchedulerLostError) or getattr(client, "status", "running") != "running":
@@ -117,9 +117,9 @@ def scheduler_gone(client, exc, *, wait=10.0) -> bool:
 @contextlib.contextmanager
 def one_line_if_scheduler_lost(client, args, *, work, kept, log_file):
     """In the block, whatever a lost scheduler raises (:func:`scheduler_gone`) becomes one
-    :class:`muflow.dask.store_operator.SchedulerLostError` whose hint continues the work:
+    :class:`muflow.exceptions.SchedulerLostError` whose hint continues the work:
     ``kept()``, called then, says what was saved (:func:`continue_hint`)."""
-    from muflow.dask.store_operator import lost_scheduler_error
+    from muflow.exceptions import lost_scheduler_error
 
     try:
         yield

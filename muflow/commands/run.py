@@ -176,7 +176,7 @@ def _scheduler_lost(cfg, exc) -> bool:
     """Whether the run's own scheduler (``cluster.scheduler``) went away under it: a task
     raised for it, or raised something else and the scheduler no longer answers."""
     from muflow.dask.cluster import SchedulerUnreachableError, connect
-    from muflow.dask.store_operator import SchedulerLostError
+    from muflow.exceptions import SchedulerLostError
 
     if not cfg.cluster.scheduler:
         return False  # a LocalCluster of the run's own: it ends with the run
@@ -232,7 +232,7 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
         kept = (None if not out.exists() else f"the finished stages are kept in {out}"
                 if finished else f"{out} is kept")
         if isinstance(exc, Exception) and _scheduler_lost(cfg, exc):
-            from muflow.dask.store_operator import lost_scheduler_error
+            from muflow.exceptions import lost_scheduler_error
 
             log = f" (Prefect's and Dask's log: {out / 'run.log'})" if out.exists() else ""
             raise lost_scheduler_error(cfg.cluster.scheduler, work="the run", next_step=(

@@ -23,9 +23,9 @@ def fit_on_one_worker(estimator, client, X, y, sample_weight, offset):
     ``client`` is a Client or a scheduler address (connected here and closed after). A call
     whose actor or worker is lost (not the fit: its errors pass through as raised) is made
     once more on a new actor; a lost scheduler raises
-    :func:`muflow.dask.store_operator.lost_scheduler_error`.
+    :func:`muflow.exceptions.lost_scheduler_error`.
     """
-    from muflow.dask.store_operator import lost_scheduler_error
+    from muflow.exceptions import lost_scheduler_error
 
     owned = isinstance(client, str)
     if owned:

@@ -24,10 +24,10 @@ scattered again, a dask block recomputed by the scheduler from its graph), which
 their panels, and the product is asked again (a product is a pure function of V, so the
 fit goes on from the same iterate).
 
-Choosing the path (:func:`panels_fit`): the panels are used when an even share of K, ``ceil(n
-/ workers)`` rows of n values in the panel's dtype, fits in :data:`PANEL_FRACTION` of the
-smallest worker's memory limit (the share :class:`muflow.dask.store_operator.DaskGram` lets its
-resident panels take). Otherwise the multiplicative solvers run on the Gram store
+Choosing the path (the rule's :func:`muflow.routing.panels_fit`): the panels are used when an
+even share of K, ``ceil(n / workers)`` rows of n values in the panel's dtype, fits in
+:data:`muflow.routing.PANEL_FRACTION` of the smallest worker's memory limit (the share
+:class:`muflow.dask.store_operator.DaskGram` lets its resident panels take). Otherwise the multiplicative solvers run on the Gram store
 (:class:`~muflow.dask.store_operator.DaskGram`, panels read from zarr or streamed), which needs X in
 the client's memory.
 
@@ -44,7 +44,6 @@ itemsize`` received in all; ``2 n_p n m`` flops on each worker.
 
 from __future__ import annotations
 
-import math
 import time
 import uuid
 
@@ -57,33 +56,9 @@ from muflow.threads import blas_single_threaded
 from muflow.operators import SPLIT_ROWS, split_product
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 
-#: Share of a worker's memory limit that its kernel panels may take (as
-#: :data:`muflow.dask.store_operator.RESIDENT_FRACTION` for the Gram store's resident panels).
-PANEL_FRACTION = 0.5
-
 #: What :meth:`PanelPartition.product` answers: ``K_p @ V`` in the panel's dtype, summed in
 #: float64, or split into ``(K_p+ @ V, K_p- @ V)`` (M3 eq. (5)).
 MODES = ("native", "precise", "parts")
-
-
-def panel_bytes(n: int, workers: int, dtype) -> int:
-    """Bytes of an even share of K's rows on one of ``workers``: ``ceil(n / workers) n
-    itemsize``."""
-    return math.ceil(n / max(int(workers), 1)) * int(n) * np.dtype(dtype).itemsize
-
-
-def panels_fit(n: int, client, dtype) -> bool:
-    """Whether the kernel panels of n samples fit on the workers of ``client``: an even
-    share (:func:`panel_bytes`) within :data:`PANEL_FRACTION` of the smallest worker's
-    memory limit (a worker without a limit counts as large enough)."""
-    from muflow.dask.store_operator import _worker_limits
-
-    limits = _worker_limits(client)
-    if not limits:
-        return False
-    limited = [m for m in limits.values() if m]
-    need = panel_bytes(n, len(limits), dtype)
-    return not limited or need <= PANEL_FRACTION * min(limited)
 
 
 #: Panels of at most this many bytes are multiplied on the worker's event loop (a product
@@ -247,3 +222,4 @@ class DaskRowPanels(DaskRowPartitions):
     def __repr__(self):
         return (f"DaskRowPanels(n={self.n}, dtype={self.dtype}, partitions={len(self.bounds)}, "
                 f"nonnegative={self.nonnegative})")
+

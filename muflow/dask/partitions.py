@@ -352,7 +352,7 @@ class DaskRowPartitions(GramOperator):
             except (MuflowError, MuflowInputError, ValueError, TypeError):
                 raise
             except Exception:  # noqa: BLE001  whatever distributed raises for a lost actor
-                from muflow.dask.store_operator import lost_scheduler_error
+                from muflow.exceptions import lost_scheduler_error
 
                 if getattr(self.client, "status", "running") != "running":
                     raise lost_scheduler_error(self.client) from None
@@ -418,9 +418,9 @@ class DaskRowPartitions(GramOperator):
         ------
         LostPartitions
             When calls failed because their worker is gone (the others' answers are lost);
-            a closed scheduler raises :class:`muflow.dask.store_operator.SchedulerLostError`.
+            a closed scheduler raises :class:`muflow.exceptions.SchedulerLostError`.
         """
-        from muflow.dask.store_operator import lost_scheduler_error
+        from muflow.exceptions import lost_scheduler_error
 
         answers = self.client.sync(_answers, calls)
         lost = [i for i, a in enumerate(answers) if isinstance(a, BaseException)]

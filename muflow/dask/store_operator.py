@@ -34,7 +34,8 @@ import numpy as np
 
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
-from muflow.gram.tiling import tile_bounds
+from muflow.gram.tiling import split_rows
+from muflow.memory import worker_memory_limits
 from muflow.operators import GramOperator, split_product
 
 #: Share of a worker's memory limit that resident panels may take.
@@ -132,62 +133,6 @@ class PanelServer:
         return True
 
 
-def scheduler_address(client) -> str:
-    """The scheduler's address as the client knew it (also once the client is closed)."""
-    scheduler = getattr(client, "scheduler", None)
-    return str(getattr(scheduler, "address", None) or getattr(client, "_start_arg", None) or "?")
-
-
-class SchedulerLostError(MuflowError):
-    """The Dask scheduler went away during a fit."""
-
-
-#: What a caller of the library does once its scheduler is gone; the commands name the
-#: command line that continues their work instead (:mod:`muflow.commands._cluster`).
-RERUN_FIT = ("start the scheduler and its workers again and rerun; a fit given the same "
-             "checkpoint_dir resumes from its last checkpoint")
-
-
-def lost_scheduler_error(client, *, work="the fit", next_step=RERUN_FIT) -> SchedulerLostError:
-    """The error of ``work`` whose scheduler went away: its address and what to do next.
-
-    ``client`` is the Client that lost it, or the scheduler's address.
-    """
-    if isinstance(client, str):
-        where = f"{client} is gone"
-    else:
-        where = (f"{scheduler_address(client)} is gone (the client is "
-                 f"{getattr(client, 'status', 'closed')})")
-    return SchedulerLostError(f"the Dask scheduler at {where}: {work} cannot go on; {next_step}")
-
-
-def _worker_limits(client) -> dict:
-    if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
-        raise lost_scheduler_error(client)
-    try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
-    except (KeyError, OSError, TimeoutError) as exc:
-        raise lost_scheduler_error(client) from exc
-    return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}
-
-
-def split_rows(n: int, tile: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous tile-aligned row ranges, as equal in rows as tiles allow."""
-    bounds = [tile_bounds(i, n, tile) for i in range(-(-n // tile))]
-    parts = max(1, min(parts, len(bounds)))
-    shards, start_tile = [], 0
-    for p in range(parts):
-        target = n * (p + 1) / parts
-        stop_tile = start_tile + 1
-        while stop_tile < len(bounds) - (parts - p - 1) and bounds[stop_tile][1] <= target + tile / 2:
-            stop_tile += 1
-        if p == parts - 1:
-            stop_tile = len(bounds)
-        shards.append((bounds[start_tile][0], bounds[stop_tile - 1][1]))
-        start_tile = stop_tile
-    return shards
-
-
 class DaskGram(GramOperator):
     """K @ V on a Dask cluster, K's row panels resident on (or streamed by) the workers.
 
@@ -245,11 +190,11 @@ class DaskGram(GramOperator):
         self.recoveries = 0
         self._actors = {}  # shard -> (future, actor, address)
         self._resident_of = {}
-        limits = _worker_limits(client)
+        limits = worker_memory_limits(client)
         if not limits:
             raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
-        self._check_panel_fits(limits)
         shards = split_rows(self.n, store.tile, n_shards or len(limits))
+        self._check_panel_fits(limits)
         for shard, address in zip(shards, self._placement(shards, limits)):
             self._start(shard, address, limits)
         self._wait_started(list(self._actors))
@@ -369,7 +314,7 @@ class DaskGram(GramOperator):
             future.release()
         deadline = time.monotonic() + 60
         while True:
-            limits = _worker_limits(self.client)
+            limits = worker_memory_limits(self.client)
             alive = {a: m for a, m in limits.items()}
             if alive:
                 break

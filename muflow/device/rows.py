@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from muflow.device.arrays import name as module_name, to_host
 from muflow.device.kernels import finish_block
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import PRODUCT_KERNELS, block_input
+from muflow.inmemory import PRODUCT_KERNELS, block_input, gram_dtype
 from muflow.kernels import Kernel, rbf_center
 from muflow.operators import GramOperator
 
@@ -38,15 +38,13 @@ from muflow.operators import GramOperator
 PANEL_BYTES = 256 * 2**20
 
 
-def resident_bytes(xp, solver: str) -> int:
-    """Bytes of K that :class:`DeviceRows` may keep resident for ``solver``: on a GPU half
-    its free memory for a solver that reads only products (each pass reads all of K,
-    which would otherwise be recomputed), nothing for one that reads rows (the working set
-    reads a few rows an iteration: the row cache holds them) or under NumPy (in this
-    process the CPU paths store K themselves)."""
-    from muflow.routing import reads_rows
-
-    if xp is np or solver == "auto" or reads_rows(solver):
+def resident_bytes(xp) -> int:
+    """Bytes of K that :class:`DeviceRows` may keep resident for a solver that reads only
+    products (each pass reads all of K, which would otherwise be recomputed): on a GPU
+    half its free memory, nothing under NumPy (in this process the CPU paths store K
+    themselves). :func:`device_operator` keeps none for a solver that reads rows (the
+    working set reads a few rows an iteration: the row cache holds them)."""
+    if xp is np:
         return 0
     return int(xp.cuda.runtime.memGetInfo()[0] // 2)
 
@@ -70,6 +68,14 @@ def device_cache_mb(xp, cache_mb) -> float:
     return max(cache_mb, min(free_mb, DEVICE_CACHE_MAX_MB))
 
 
+def device_operator(X, kernel: Kernel, xp, plan) -> "DeviceRows":
+    """The operator of ``plan`` (a :class:`muflow.routing.KernelPlan`) on the device of
+    ``xp``: rows in the plan's ``gram_dtype``, K kept there whole for a solver that reads
+    only products when it fits (:func:`resident_bytes`)."""
+    resident = resident_bytes(xp) if plan.reads_products else 0
+    return DeviceRows(X, kernel, xp, dtype=plan.gram_dtype, resident_bytes=resident)
+
+
 class DeviceRows(GramOperator):
     """K(X, X) computed on a device from X held there.
 
@@ -81,8 +87,9 @@ class DeviceRows(GramOperator):
         linear, poly, rbf or sigmoid (those built on one product).
     xp : module
         The array module: ``cupy`` (a GPU) or ``numpy``.
-    dtype : {"float32", "float64"}, default="float64"
-        dtype of the rows and of the GEMMs that compute them.
+    dtype : {"float32", "float64", "auto"}, default="float64"
+        dtype of the rows and of the GEMMs that compute them; "auto" by n
+        (:func:`muflow.inmemory.gram_dtype`).
     resident_bytes : int, default=0
         Keep the whole K on the device when it takes at most this many bytes: products then
         read it instead of recomputing it, rows are copied from it.
@@ -108,7 +115,7 @@ class DeviceRows(GramOperator):
             raise MuflowInputError(
                 f"the device computes the {', '.join(PRODUCT_KERNELS)} kernels; got "
                 f"{getattr(kernel, 'name', kernel)!r}: use device='cpu' for it")
-        dtype = np.dtype(dtype)
+        dtype = gram_dtype(X.shape[0]) if dtype == "auto" else np.dtype(dtype)
         if dtype not in (np.float32, np.float64):
             raise MuflowInputError(f"dtype must be float32 or float64, got {dtype}")
         Xh = block_input(X)
@@ -120,7 +127,10 @@ class DeviceRows(GramOperator):
                 Xh = Xh - center
         Xc = np.ascontiguousarray(Xh, dtype=dtype)
         sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
-        self._start(xp, kernel, xp.asarray(Xc), sq, dtype, bool(kernel.is_nonnegative(Xh)))
+        # rounded to the rows' dtype: the same numbers as the rows' diagonal entries
+        diag = kernel.diagonal_from_sq(sq).astype(dtype).astype(np.float64)
+        nonnegative = bool(kernel.is_nonnegative(Xh))
+        self._start(xp, kernel, xp.asarray(Xc), sq, diag, dtype, nonnegative)
         if resident_bytes and self.n * self.n * dtype.itemsize <= resident_bytes:
             K = xp.empty((self.n, self.n), dtype=dtype)
             for lo, hi in self._panels(self.n):
@@ -128,16 +138,15 @@ class DeviceRows(GramOperator):
             self.rows_computed = 0
             self.K = K
 
-    def _start(self, xp, kernel, Xd, sq, dtype, nonnegative):
+    def _start(self, xp, kernel, Xd, sq, diag, dtype, nonnegative):
         self.xp = xp
         self.kernel = kernel
         self.X = Xd
         self.XT = xp.ascontiguousarray(Xd.T)
         self.sq_host = sq
         self.sq = xp.asarray(sq)
-        # rounded to the rows' dtype: the same numbers as the rows' diagonal entries
-        self.diag_host = kernel.diagonal_from_sq(sq).astype(dtype).astype(np.float64)
-        self.diag = xp.asarray(self.diag_host.astype(dtype))
+        self.diag_host = diag
+        self.diag = xp.asarray(diag.astype(dtype))
         # as the CPU's blocks: rbf's exp(0) and float32's rounding are written exactly, a
         # float64 product's a'a is kept (as exact as the norm)
         self.exact_diagonal = kernel.name == "rbf" or dtype == np.float32
@@ -156,7 +165,7 @@ class DeviceRows(GramOperator):
         idx = np.asarray(idx, dtype=np.int64)
         sub = object.__new__(type(self))
         sub._start(self.xp, self.kernel, self.X[self.xp.asarray(idx)], self.sq_host[idx],
-                   self.dtype, self.nonnegative)
+                   self.diag_host[idx], self.dtype, self.nonnegative)
         return sub
 
     # -- rows ------------------------------------------------------------------------------

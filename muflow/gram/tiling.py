@@ -3,7 +3,8 @@
 The store is chunked in square tiles of side ``tile``; tile (I, J) covers rows
 ``I*tile : (I+1)*tile`` and columns ``J*tile : (J+1)*tile``. K is symmetric, so only the
 upper triangle I <= J is computed; the task that computes (I, J) also writes (J, I), which
-keeps one writer per chunk.
+keeps one writer per chunk. The distributed operator serves K in row shards of whole tiles
+(:func:`split_rows`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,23 @@ def tile_pairs(n: int, tile: int) -> list[tuple[int, int]]:
     """The upper-triangle tiles (I, J), I <= J, row by row."""
     t = n_tiles(n, tile)
     return [(i, j) for i in range(t) for j in range(i, t)]
+
+
+def split_rows(n: int, tile: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous tile-aligned row ranges, as equal in rows as tiles allow."""
+    bounds = [tile_bounds(i, n, tile) for i in range(-(-n // tile))]
+    parts = max(1, min(parts, len(bounds)))
+    shards, start_tile = [], 0
+    for p in range(parts):
+        target = n * (p + 1) / parts
+        stop_tile = start_tile + 1
+        while stop_tile < len(bounds) - (parts - p - 1) and bounds[stop_tile][1] <= target + tile / 2:
+            stop_tile += 1
+        if p == parts - 1:
+            stop_tile = len(bounds)
+        shards.append((bounds[start_tile][0], bounds[stop_tile - 1][1]))
+        start_tile = stop_tile
+    return shards
 
 
 def pair_index(i: int, j: int, n: int, tile: int) -> int:

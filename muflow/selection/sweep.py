@@ -262,8 +262,9 @@ def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, cli
         plan = plan_setting(X, kernel, solver=solver, intercept=intercept,
                             solves=sweep_solves(folds, n_C), client=client, cache_dir=cache_dir,
                             cache_mb=cache_mb, device=device)
+        along = sweep_path(path, plan.solver)
         info = choose_solver(plan.solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X))
-        planned.append((kernel, plan, info, sweep_path(path, info.name)))
+        planned.append((kernel, plan, info, along))
     return planned
 
 

@@ -119,7 +119,7 @@ def test_a_product_solver_on_the_device_path_ends_as_on_the_cpu(numpy_as_the_dev
     import muflow.device.rows as rows
 
     if resident:  # as on a GPU for a product solver: K kept on the device
-        monkeypatch.setattr(rows, "resident_bytes", lambda xp, solver: 10**9)
+        monkeypatch.setattr(rows, "resident_bytes", lambda xp: 10**9)
     X, y = make_classification(600, 8, random_state=1)
     params = dict(gamma=0.1, solver="munk", intercept="regularized", max_iter=30)
     with pytest.warns(Warning):  # stopped at max_iter, both

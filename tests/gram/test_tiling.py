@@ -2,8 +2,7 @@
 
 import pytest
 
-from muflow.dask.store_operator import split_rows
-from muflow.gram.tiling import choose_tile, n_tiles, pair_index, tile_bounds, tile_pairs
+from muflow.gram.tiling import choose_tile, n_tiles, pair_index, split_rows, tile_bounds, tile_pairs
 
 
 @pytest.mark.parametrize("n, tile", [(1, 1), (10, 3), (683, 128), (1000, 250)])
