@@ -35,8 +35,9 @@ DEFAULT_CACHE_MB = 256.0
 #: rows beyond the last few working sets' are seldom asked again, and a slot never written
 #: costs its first write a page fault per page, which costs more than computing the row
 #: again (docs/benchmarks.md, "Row cache"), so the cache stays at what the loop reuses
-#: however large ``cache_mb``. A cache kept over several solves (a sweep's C path) is not
-#: held to it.
+#: however large ``cache_mb``. A cache kept over several solves (a sweep's C path), or whose
+#: storage serves several solves in turn (one-vs-one pairs, :func:`reused_storage`), is not
+#: held to it: its memory is first written once for them all.
 ROWS_PER_WORKING_SET = 4
 
 
@@ -66,7 +67,8 @@ class RowCache:
         Take the storage :func:`reused_storage` lends, when it lends one; False for a cache
         that outlives its solve (:func:`row_cache` over :func:`keep_row_cache`).
     max_rows : int, optional
-        At most this many rows whatever ``cache_mb`` allows (see :func:`row_cache`).
+        At most this many rows whatever ``cache_mb`` allows (see :func:`row_cache`);
+        not within :func:`reused_storage`, whose storage serves several solves in turn.
 
     Attributes
     ----------
@@ -121,6 +123,10 @@ class RowCache:
         row_bytes = self.dtype.itemsize * max(n, 1)
         # no more than the process may hold (cgroup, ulimit -v, free memory): capped, with
         # a warning naming cache_size
+        if reuse_storage and _STORAGE.depth > 0:
+            # storage that the caches of several solves take in turn (reused_storage) is
+            # first written once for them all: no bound
+            max_rows = None
         self.slots = max(2, min(keys, slots, keys if max_rows is None else int(max_rows)))
         self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
         # a cache that outlives its solve (keep_row_cache) keeps its own memory: storage

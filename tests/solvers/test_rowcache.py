@@ -122,3 +122,12 @@ def test_a_kept_cache_retires_nothing(gram):
     cache.retire([0])
     cache.fetch([5])
     assert cache.slot_of[0] >= 0 and not cache.retiring
+
+
+def test_storage_that_serves_several_solves_in_turn_is_not_bounded(gram):
+    from muflow.solvers.rowcache import reused_storage, row_cache
+
+    K = gram[0]
+    with reused_storage():
+        assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8).slots == K.shape[0]
+    assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8).slots == 8
