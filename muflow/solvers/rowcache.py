@@ -34,7 +34,7 @@ DEFAULT_CACHE_MB = 256.0
 #: The rows a one-solve cache of the working-set loop holds, in working sets (q rows each):
 #: rows beyond the last few working sets' are seldom asked again, and a slot never written
 #: costs its first write a page fault per page, which costs more than computing the row
-#: again (docs/benchmarks.md, "Row cache"), so the cache stays at what the loop reuses
+#: again (docs/benchmarks.md, "Threads and workers"), so the cache stays at what the loop reuses
 #: however large ``cache_mb``. A cache kept over several solves (a sweep's C path), or whose
 #: storage serves several solves in turn (one-vs-one pairs, :func:`reused_storage`), is not
 #: held to it: its memory is first written once for them all.
