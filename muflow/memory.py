@@ -214,13 +214,20 @@ def choose_gram(n: int, dtype, requested: str = "auto", *, available: int | None
     if requested == "stored":
         check_gram_fits(n, dtype, available=available)
         return "stored"
-    if available is None or gram_bytes(n, dtype) <= STORED_SHARE * available:
-        return "stored"
-    return "rows"
+    return "stored" if stored_fits(gram_bytes(n, dtype), available) else "rows"
+
+
+def stored_fits(nbytes: int, available: int | None = None) -> bool:
+    """Whether a stored K of ``nbytes`` takes at most :data:`STORED_SHARE` of ``available``
+    (default :func:`available_memory_bytes`; True when the available memory cannot be
+    read): the "auto" rule of :func:`choose_gram`."""
+    if available is None:
+        available = available_memory_bytes()
+    return available is None or nbytes <= STORED_SHARE * available
 
 
 __all__ = ["available_memory_bytes", "check_gram_fits", "choose_gram", "gram_bytes", "GRAM_CHOICES",
-           "STORED_SHARE", "worker_memory_limits"]
+           "STORED_SHARE", "stored_fits", "worker_memory_limits"]
 
 
 #: A row cache may take at most this share of the memory available when it is made: the

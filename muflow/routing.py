@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from muflow.exceptions import MuflowInputError, SolverCombinationError
-from muflow.memory import GRAM_CHOICES, choose_gram, gram_bytes, worker_memory_limits
+from muflow.memory import GRAM_CHOICES, gram_bytes, stored_fits, worker_memory_limits
 
 #: gram="auto" computes kernel rows on demand (the working-set solver) above this many
 #: samples: one fit computes only the rows its working sets touch (a8a: 10,293 of 22,696)
@@ -41,7 +41,7 @@ ROWS_MIN_SAMPLES = 8192
 
 #: A sweep (many solves, folds x C, on one kernel setting) computes kernel rows on demand above
 #: this many samples, and stores K up to it (or while K fits in half the available memory,
-#: :func:`muflow.memory.choose_gram`, whichever is smaller): its solves share one stored K,
+#: :func:`muflow.memory.stored_fits`, whichever is smaller): its solves share one stored K,
 #: so K is worth storing up to a larger n than for one fit (a float32 K of 32,768 samples
 #: is 4 GiB). The sweeps on either side: docs/benchmarks.md, "Model selection".
 SWEEP_ROWS_MIN_SAMPLES = 32768
@@ -64,7 +64,7 @@ def gram_mode(gram: str, n_samples: int, solver: str = "auto", *, sweep: bool = 
       multiplicative family) reads all of K every pass: rows on demand would compute K
       again each pass, where a stored K is computed once. "auto" stays "auto": the
       factory stores K whenever it fits in half the available memory
-      (:func:`muflow.memory.choose_gram`) and computes rows only when it does not.
+      (:func:`muflow.memory.stored_fits`) and computes rows only when it does not.
     - The others (the working set, SMO, coordinate descent: rows of K, a few at a time)
       take "rows" for "auto" above :data:`ROWS_MIN_SAMPLES` samples: one fit computes
       only the rows its working sets touch where a stored K costs all n^2 values.
@@ -354,7 +354,7 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
        :data:`ROWS_MIN_SAMPLES` samples for one solve, :data:`SWEEP_ROWS_MIN_SAMPLES` when
        several solves share K; a product solver reads all of K every pass and keeps it;
     3. the memory: a stored K must fit in half the available memory
-       (:func:`muflow.memory.choose_gram`), or rows are computed on demand;
+       (:func:`muflow.memory.stored_fits`), or rows are computed on demand;
     4. the disk: a store in ``store_dir`` (float64 in process, float32 on the cluster) must
        fit in ``free_disk`` unless it is built already (``store_built``). In process K is
        then built in memory without a store; on the cluster, where the workers read the
@@ -445,7 +445,7 @@ def _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir, store_built
         threshold = SWEEP_ROWS_MIN_SAMPLES if solves > 1 else ROWS_MIN_SAMPLES
         return "rows", (f"{n:,} samples > {threshold:,}: {what} would be read by {_solves(solves)}, "
                         "but rows on demand compute only the rows the working sets touch"), False, nbytes
-    if mode == "auto" and choose_gram(n, dtype, "auto", available=available) == "rows":
+    if mode == "auto" and not stored_fits(nbytes, available):
         cost = (f"; {solver} reads products, so each pass computes K again" if reads_products(solver)
                 else "")
         return "rows", f"{what} does not fit in half the available memory: rows on demand{cost}", False, nbytes
