@@ -96,7 +96,8 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent: X_B, y_B delta_B, B and alpha_B to each worker; received: at most 2q
+    # sent: X_B, y_B delta_B, B and alpha_B to each worker, and the subproblem (X_B and four
+    # vectors of B) to one, a round trip of its own; received: at most 2q
     # candidates of each side plus the previous set from each worker, a row and 7 numbers each
     assert t["bytes_sent"] / trips <= workers * q * (d + 3) * 8
     assert t["bytes_received"] / trips <= workers * 3 * q * (d + 7) * 8

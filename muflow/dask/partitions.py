@@ -79,7 +79,7 @@ class RowPartition(PartitionColumn):
         self.offered = _OfferedRows(self)
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total)
         self.threads = Threads(self.n_threads)
-        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
+        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate", "subproblem"), 0.0)
 
     # -- the kernel on this partition's rows --------------------------------------------
     def _times(self, XB, coef):
