@@ -94,15 +94,16 @@ class PartitionColumn:
     alpha and the gradient G, the active set, the step applied, the shrinking and the
     candidates each side offers to the client's :class:`PartitionedState`."""
 
-    def begin(self, y, U, p, alpha, equality, XS, coef):
+    def begin(self, y, U, p, alpha, equality):
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
-        of the start (empty from alpha = 0)."""
+        of the start (empty from alpha = 0), the product the client streamed just before
+        (:meth:`muflow.dask.partitions.DaskRowPartitions.product`)."""
         self.y = np.asarray(y, dtype=np.float64)
         self.U = np.asarray(U, dtype=np.float64)
         self.p = np.asarray(p, dtype=np.float64)
         self.alpha = np.array(alpha, dtype=np.float64)
         self.equality = bool(equality)
-        self.G = self.y * self.matmul(XS, coef) + self.p
+        self.G = self.y * self.product_end() + self.p
         self.act = np.flatnonzero(self.U > 0)
         return self.n
 
@@ -282,13 +283,12 @@ class PartitionedState(ColumnState):
         gradient is computed there from the support's rows)."""
         col, alpha, parts = self.col, self.alpha, self.parts
         support = np.flatnonzero(alpha)
-        XS = parts.take(support)
-        coef = col.y[support] * alpha[support]
+        parts.product(support, col.y[support] * alpha[support], which=which)
         calls = []
         for i in which:
             lo, hi = parts.bounds[i]
             calls.append(parts.actors[i].begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
-                                               alpha[lo:hi], col.equality, XS, coef))
+                                               alpha[lo:hi], col.equality))
         parts.wait(calls)
 
     def _recovering(self, call, again=None):
