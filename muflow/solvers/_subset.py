@@ -7,6 +7,8 @@ operator product, certify it with the common KKT measure and assemble the batch 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
@@ -23,15 +25,25 @@ def column_view(v) -> np.ndarray:
 
 
 class Column:
-    """Problem j of a batch as contiguous vectors: y, U (upper), p (linear)."""
+    """Problem j of a batch as contiguous vectors: y, U (upper), p (linear), each made when
+    first read (a copy of column j where the batch has several; of one column, a view)."""
 
     def __init__(self, problem: DualProblem, j: int):
         self.problem = problem
         self.j = j
-        self.y = np.ascontiguousarray(problem.y[:, j])
-        self.U = np.ascontiguousarray(problem.upper[:, j])
-        self.p = np.ascontiguousarray(problem.linear[:, j])
         self.equality = bool(problem.equality)
+
+    @functools.cached_property
+    def y(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.y[:, self.j])
+
+    @functools.cached_property
+    def U(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.upper[:, self.j])
+
+    @functools.cached_property
+    def p(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.linear[:, self.j])
 
     def gradient(self, alpha: np.ndarray) -> np.ndarray:
         """G = Q alpha + p exactly (one product with K)."""
@@ -70,7 +82,7 @@ class Column:
         the box.
         """
         if alpha0 is None:
-            return np.zeros_like(self.y)
+            return np.zeros(self.problem.n)
         alpha = np.asarray(alpha0, dtype=np.float64)
         check_finite_start(alpha, f"the start of column {self.j}")
         alpha = np.clip(alpha, 0.0, self.U)

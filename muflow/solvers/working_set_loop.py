@@ -445,6 +445,8 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
             viols.append(v)
             iters = max(iters, it)
             gradients.append(state.gradient())
+            # the column's vectors (y, U, p: copies where m > 1) go with it
+            cols[j] = col = state = report = on_iter = None
     finally:
         home.finish(timings)
     timings["outer_iterations"] = iters
