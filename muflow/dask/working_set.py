@@ -178,9 +178,9 @@ class PartitionColumn:
         self.seconds["subproblem"] += time.perf_counter() - t0
         return answer
 
-    def state(self):
-        """(alpha, G) of the slice: the certificate's pull."""
-        return self.alpha, self.G
+    def gradient(self):
+        """G of the slice: the certificate's pull (alpha is whole on the client)."""
+        return self.G
 
 
 class PartitionedState(ColumnState):
@@ -211,7 +211,7 @@ class PartitionedState(ColumnState):
         self._pool, self._stale = None, True
         self._shrunk = 0
         self._recovering(lambda: self._begin(range(len(parts.actors))))
-        self.F = self._pull()[1]
+        self.F = col.objective(alpha, self._gradient())
 
     # ---- the seam ------------------------------------------------------------------------
 
@@ -321,11 +321,15 @@ class PartitionedState(ColumnState):
         timings["bytes_received"] += sum(row_bytes(a["X"]) + 7 * 8 * a["idx"].size for a in answers)
         return answers
 
+    def _gradient(self) -> np.ndarray:
+        """G of the whole column, pulled from the partitions (O(n))."""
+        return np.concatenate([np.asarray(g) for g in
+                               self._recovering(lambda: self.parts.call("gradient"))])
+
     def _pull(self, bias=0.0):
         """Pull G (O(n), once per certificate): the common KKT measure, F and the bias."""
         t = time.perf_counter()
-        G = np.concatenate([np.asarray(g) for _, g in
-                            self._recovering(lambda: self.parts.call("state"))])
+        G = self._gradient()
         violation, bias = self.col.kkt(self.alpha, G, bias)
         F = self.col.objective(self.alpha, G)
         self.timings["kkt"] += time.perf_counter() - t

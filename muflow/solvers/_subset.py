@@ -11,7 +11,7 @@ import functools
 
 import numpy as np
 
-from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
+from muflow.solvers._kkt_compiled import kkt_columns, kkt_vector, residuals_column
 from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
 
 #: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
@@ -59,10 +59,13 @@ class Column:
 
     def kkt(self, alpha, G, bias_hint=0.0):
         """The common KKT measure (:mod:`muflow.solvers.kkt`) and bias of this column."""
+        if self.equality:  # read in place: no copy of the four (8 n bytes each)
+            viol, bias = kkt_vector(np.ascontiguousarray(alpha, dtype=np.float64),
+                                    np.ascontiguousarray(G, dtype=np.float64), self.y, self.U,
+                                    float(bias_hint))
+            return float(viol), float(bias)
         viol = np.empty(1)
         bias = np.empty(1)
-        # (n, 1) views of the contiguous vectors, which the compiled pass only reads: no
-        # copy of the four (4 x 8 n bytes in the client of a fit on Dask workers)
         kkt_columns(column_view(alpha), column_view(G), self.y[:, None], self.U[:, None],
                     self.equality, np.array([float(bias_hint)]), viol, bias)
         return float(viol[0]), float(bias[0])
