@@ -70,11 +70,12 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
 
 
 def _memory_in_use() -> int:
-    """On a worker: its resident memory, once :mod:`muflow.dask.partitions` (what a partition
-    runs) is imported there."""
+    """On a worker: its resident memory, once what a partition runs (its state, kernel rows
+    and row cache: :mod:`muflow.dask.working_set`, :mod:`muflow.kernel_rows`) is imported."""
     import psutil
 
-    import muflow.dask.partitions  # noqa: F401
+    import muflow.dask.working_set  # noqa: F401
+    import muflow.kernel_rows  # noqa: F401
 
     return int(psutil.Process().memory_info().rss)
 
