@@ -221,3 +221,26 @@ def test_a_product_streamed_in_pieces_sums_the_chunks_of_one_call(monkeypatch):
         part.product_add(X[S[a:b]], coef[a:b])
     assert np.array_equal(part.product_end(), whole)
     np.testing.assert_allclose(whole, kernel.block(X[500:], X[S]) @ coef, rtol=0, atol=1e-12)
+
+
+def test_the_client_holds_no_q_by_q_block(client):
+    """The subproblem goes to the first partition's worker with X_B: a solve with q = 1024
+    (K_BB in float32: 4 MB) allocates far less than one K_BB in this process."""
+    import tracemalloc
+
+    X, y = make_classification(n_samples=6000, n_features=10, flip_y=0.05, random_state=2)
+    y = np.where(y > 0, 1.0, -1.0)
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client)
+    try:
+        problem = DualProblem(parts, y, upper=1.0, equality=True)
+        solve_working_set_dask(problem, q=1024, max_iter=3)  # what the solve loads, loaded
+        tracemalloc.start()
+        try:
+            sol = solve_working_set_dask(problem, q=1024, max_iter=3)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        parts.close()
+    assert sol.timings["q"] == 1024 and sol.timings["subproblem_steps"] > 0
+    assert peak < 1024 * 1024 * 4 / 2, f"the client allocated {peak / 1e6:.1f} MB"
