@@ -96,7 +96,8 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent: X_B, y_B delta_B, B and alpha_B to each worker; received: at most 2q
+    # sent: X_B, y_B delta_B, B and alpha_B to each worker, and the subproblem (X_B and four
+    # vectors of B) to one, a round trip of its own; received: at most 2q
     # candidates of each side plus the previous set from each worker, a row and 7 numbers each
     assert t["bytes_sent"] / trips <= workers * q * (d + 3) * 8
     assert t["bytes_received"] / trips <= workers * 3 * q * (d + 7) * 8
@@ -187,7 +188,8 @@ def test_a_partition_answers_the_same_on_one_and_on_two_threads(monkeypatch):
         monkeypatch.setattr(dask_partitions, "worker_threads", lambda t=threads: t)
         part = dask_partitions.RowPartition(X[1000:], 1000, kernel, 6000, cache_mb=4)
         assert part.n_threads == threads
-        part.begin(y[1000:], np.ones(2000), -np.ones(2000), np.zeros(2000), True, X[:0], np.zeros(0))
+        part.product_start(())
+        part.begin(y[1000:], np.ones(2000), -np.ones(2000), np.zeros(2000), True)
         first = part.iterate(X[B], B, coef, B, np.zeros(40), None, False, 16)
         second = part.iterate(X[B[:10]], B[:10], coef[:10], B, np.zeros(40), None, False, 16)
         answers.append((part.G.copy(), first, second))
@@ -196,3 +198,49 @@ def test_a_partition_answers_the_same_on_one_and_on_two_threads(monkeypatch):
     for a, b in zip(one, two):
         assert np.array_equal(a["idx"], b["idx"]) and np.array_equal(a["G"], b["G"])
         assert all(np.array_equal(s, t) for s, t in zip(a["scores"], b["scores"]))
+
+
+def test_a_product_streamed_in_pieces_sums_the_chunks_of_one_call(monkeypatch):
+    """The client sends a product's rows in pieces (DaskRowPartitions.product): the partition
+    adds the same chunks in the same order as with every row at once, to the bit, whatever
+    the pieces' sizes."""
+    from muflow.dask import partitions as dask_partitions
+
+    monkeypatch.setattr(dask_partitions, "BLOCK_BYTES", 8 * 2000 * 7)  # chunks of 7 rows
+    rng = np.random.default_rng(6)
+    X = rng.standard_normal((2500, 6))
+    kernel = Kernel("rbf", gamma=0.2)
+    part = dask_partitions.RowPartition(X[500:], 500, kernel.to_dict(), 2500, cache_mb=4)
+    S = rng.choice(2500, 60, replace=False)
+    coef = rng.standard_normal((60, 2))
+    part.product_start((2,))
+    part.product_add(X[S], coef)
+    whole = part.product_end()
+    part.product_start((2,))
+    for a, b in ((0, 5), (5, 23), (23, 24), (24, 60)):
+        part.product_add(X[S[a:b]], coef[a:b])
+    assert np.array_equal(part.product_end(), whole)
+    np.testing.assert_allclose(whole, kernel.block(X[500:], X[S]) @ coef, rtol=0, atol=1e-12)
+
+
+def test_the_client_holds_no_q_by_q_block(client):
+    """The subproblem goes to the first partition's worker with X_B: a solve with q = 1024
+    (K_BB in float32: 4 MB) allocates far less than one K_BB in this process."""
+    import tracemalloc
+
+    X, y = make_classification(n_samples=6000, n_features=10, flip_y=0.05, random_state=2)
+    y = np.where(y > 0, 1.0, -1.0)
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client)
+    try:
+        problem = DualProblem(parts, y, upper=1.0, equality=True)
+        solve_working_set_dask(problem, q=1024, max_iter=3)  # what the solve loads, loaded
+        tracemalloc.start()
+        try:
+            sol = solve_working_set_dask(problem, q=1024, max_iter=3)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        parts.close()
+    assert sol.timings["q"] == 1024 and sol.timings["subproblem_steps"] > 0
+    assert peak < 1024 * 1024 * 4 / 2, f"the client allocated {peak / 1e6:.1f} MB"

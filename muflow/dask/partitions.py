@@ -27,6 +27,8 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
+                                      cache_to_fit_workers, lost_workers_message)
 from muflow.dask.working_set import PartitionColumn, PartitionedHome, stack_rows
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import gram_dtype
@@ -38,6 +40,10 @@ from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, working_set_rows
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
+
+#: Rows of X a product sends to the partitions at once (bytes of float64 values): the
+#: client holds one piece of the support's rows, not all of them (:meth:`DaskRowPartitions.product`).
+PRODUCT_BYTES = 1 << 20
 
 #: Partitions lost with their workers are restarted at most this many times in a row.
 MAX_RECOVERIES = 3
@@ -84,18 +90,46 @@ class RowPartition(PartitionColumn):
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         self.threads = Threads(self.n_threads)
-        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate"), 0.0)
+        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate", "subproblem"), 0.0)
 
     # -- the kernel on this partition's rows --------------------------------------------
-    def _times(self, XB, coef):
-        """``K(X_B, X_p)' coef`` (coef of shape (|B|,) or (|B|, m)): the block computed in
-        row chunks of at most BLOCK_BYTES."""
-        out = np.zeros((self.n,) + coef.shape[1:])
-        step = max(1, BLOCK_BYTES // (8 * max(self.n, 1)))
+    def _accumulate(self, XB, coef, out) -> None:
+        """``out += K(X_B, X_p)' coef`` (coef of shape (|B|,) or (|B|, m)): the block computed
+        in row chunks of :attr:`_step` rows, added one chunk after the other."""
+        step = self._step
         for s in range(0, XB.shape[0], step):
             block = np.empty((min(step, XB.shape[0] - s), self.n))
             self.kernel.block_into(XB[s:s + step], self.X, block)
             out += block.T @ coef[s:s + step]
+
+    @property
+    def _step(self) -> int:
+        """Rows of X_B per chunk of a product: a block of at most BLOCK_BYTES."""
+        return max(1, BLOCK_BYTES // (8 * max(self.n, 1)))
+
+    # -- a product K(X_p, X_S) coef whose rows X_S come in pieces ---------------------------
+    def product_start(self, tail) -> None:
+        """Begin a product whose coefficients have shape (|S|,) + ``tail``."""
+        self._product = [np.zeros((self.n,) + tuple(tail)), None, None]
+
+    def product_add(self, XS, coef) -> None:
+        """The next rows of X_S and their coefficients: every whole chunk of :attr:`_step`
+        rows is added, the rest waits for the next piece, so that the chunks, and the sums,
+        are those of one call with all the rows (:meth:`_accumulate`)."""
+        out, held_X, held_c = self._product
+        coef = np.asarray(coef, dtype=np.float64)
+        if held_X is not None:
+            XS, coef = stack_rows([held_X, XS]), np.concatenate([held_c, coef])
+        whole = XS.shape[0] // self._step * self._step
+        self._accumulate(XS[:whole], coef[:whole], out)
+        self._product[1:] = (XS[whole:], coef[whole:]) if whole < XS.shape[0] else (None, None)
+
+    def product_end(self) -> np.ndarray:
+        """The product: K(X_p, X_S) coef."""
+        out, held_X, held_c = self._product
+        if held_X is not None:
+            self._accumulate(held_X, held_c, out)
+        self._product = None
         self.products += 1
         return out
 
@@ -118,11 +152,6 @@ class RowPartition(PartitionColumn):
 
     def diagonal(self):
         return self.QD
-
-    def matmul(self, XS, coef):
-        """``K(X_p, X_S) coef`` (the certificate's and a warm start's product)."""
-        coef = np.asarray(coef, dtype=np.float64)
-        return self._times(XS, coef) if len(coef) else np.zeros((self.n,) + coef.shape[1:])
 
     def rows(self, local):
         return self.X[np.asarray(local, dtype=np.int64)]
@@ -182,89 +211,6 @@ def check_finite_blocks(X) -> None:
                          "impute them before fitting")
 
 
-#: Share of a worker's memory limit that its partition plans to use (distributed pauses a
-#: worker at 80 % of its limit and restarts it at 95 %)
-WORKER_FRACTION = 0.6
-
-#: A row cache holds at least this many rows of a working set
-MIN_CACHE_ROWS = 64
-
-
-def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
-    """The row cache (MB per worker) that fits the smallest worker's memory limit.
-
-    A partition holds its rows of X twice (as given and prepared for the kernel), a dozen
-    vectors of its rows and its row cache; with what the worker process holds once it has
-    imported the partition's code (read from the worker), they must stay within
-    :data:`WORKER_FRACTION` of the limit. A cache that does not fit is made smaller (with a
-    warning naming both sizes); when not even :data:`MIN_CACHE_ROWS` rows fit, the fit is
-    refused with the numbers and the fix. Workers without a limit take ``cache_mb`` as given.
-    """
-    import warnings
-
-    try:
-        limits = {addr: w.get("memory_limit") or 0
-                  for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
-        limits = {addr: limit for addr, limit in limits.items() if limit}
-        used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
-    except Exception:  # noqa: BLE001  the solve reports a lost scheduler itself
-        return cache_mb
-    if not limits or not bounds:
-        return cache_mb
-    addr = min(limits, key=lambda a: WORKER_FRACTION * limits[a] - used.get(a, 0))
-    free = WORKER_FRACTION * limits[addr] - used.get(addr, 0)
-    n_total = bounds[-1][1]
-    n_p = max(hi - lo for lo, hi in bounds)
-    if sp.issparse(X):
-        row_bytes = (X.data.nbytes + X.indices.nbytes) / max(X.shape[0], 1) + 8
-    else:
-        row_bytes = 8 * (X.shape[1] if len(X.shape) > 1 else 1)
-    fixed = n_p * (2 * row_bytes + 12 * 8)
-    cache_row = n_p * np.dtype(dtype).itemsize
-    least = min(MIN_CACHE_ROWS, n_total) * cache_row
-    mb = 2.0**20
-    if fixed + least > free:
-        raise MuflowError(
-            f"the workers have too little memory for this fit: each of {len(bounds)} partitions "
-            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X and a cache of "
-            f"{MIN_CACHE_ROWS} kernel rows) but a worker has {max(free, 0) / mb:.0f} MB to spare "
-            f"({WORKER_FRACTION:.0%} of its {limits[addr] / mb:.0f} MB limit, less the "
-            f"{used.get(addr, 0) / mb:.0f} MB it holds); start the workers with a larger "
-            "--memory-limit, or more workers")
-    wanted = min(cache_mb * mb, n_total * cache_row)
-    if fixed + wanted <= free:
-        return cache_mb
-    fitted = (free - fixed) / mb
-    warnings.warn(f"the row cache is {fitted:.0f} MB per worker instead of {cache_mb:.0f} MB "
-                  f"(cache_size) to fit the smallest worker's memory limit; fits may take longer",
-                  ResourceWarning, stacklevel=3)
-    return fitted
-
-
-def _memory_in_use() -> int:
-    """On a worker: its resident memory, once this module (what a partition runs) is imported
-    there to run this function."""
-    import psutil
-
-    return int(psutil.Process().memory_info().rss)
-
-
-def lost_workers_message(client, times: int) -> str:
-    """One line for a solve whose workers kept dying: memory, with the nannies' last word
-    on it when they logged one."""
-    said = ""
-    try:
-        logs = client.get_worker_logs(nanny=True)
-        lines = [msg for entries in logs.values() for _, msg in entries if "memory" in msg.lower()]
-        if lines:
-            said = f" (a nanny logged: {lines[-1].strip().splitlines()[0]})"
-    except Exception:  # noqa: BLE001  the logs are a courtesy
-        pass
-    return (f"the workers holding the fit's partitions died {times} times in a row, most likely "
-            f"out of memory{said}; give the workers more memory (--memory-limit), use more "
-            "workers, or lower cache_size")
-
-
 class DaskRowPartitions(GramOperator):
     """X split by rows over the workers of ``client``, one :class:`RowPartition` each; as a
     :class:`~muflow.operators.GramOperator`, K computed where the rows are (a product
@@ -291,6 +237,7 @@ class DaskRowPartitions(GramOperator):
         self.cache_mb = float(cache_mb)
         self._max_rows = None  # the working sets' bound on the row caches (working_set_home)
         self._source = X
+        self.d = int(X.shape[1]) if len(X.shape) > 1 else 1
         self._blocks_of, bounds = self._blocks(X)
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
@@ -442,17 +389,36 @@ class DaskRowPartitions(GramOperator):
             where = np.flatnonzero((idx >= lo) & (idx < hi))
             if where.size or not futures:
                 futures.append((where, actor.rows(idx[where] - lo)))
-        got = stack_rows(self.wait([f for _, f in futures]))  # row k is idx[positions[k]]
-        positions = np.concatenate([w for w, _ in futures])
-        return got[np.argsort(positions)] if idx.size else got
+        answers = self.wait([f for _, f in futures])
+        if any(sp.issparse(r) for r in answers):
+            got = stack_rows(answers)  # row k is idx[positions[k]]
+            positions = np.concatenate([w for w, _ in futures])
+            return got[np.argsort(positions)] if idx.size else got
+        out = np.empty((idx.size,) + answers[0].shape[1:], dtype=answers[0].dtype)
+        for (where, _), rows in zip(futures, answers):  # one copy, each row in its place
+            out[where] = rows
+        return out
+
+    def product(self, idx, coef, *, which=None) -> None:
+        """Begin ``K(X_p, X[idx]) coef`` on the partitions ``which`` (default all): the rows
+        of X ``idx`` are fetched and sent in pieces of about :data:`PRODUCT_BYTES`
+        (:meth:`RowPartition.product_add`), so that this process never holds them all;
+        each partition's ``product_end`` gives its part."""
+        which = range(len(self.actors)) if which is None else which
+        coef = np.asarray(coef, dtype=np.float64)
+        self.wait([self.actors[i].product_start(coef.shape[1:]) for i in which])
+        piece = max(1, PRODUCT_BYTES // (8 * max(self.d, 1)))
+        for s in range(0, len(idx), piece):
+            XS = self.take(idx[s:s + piece])
+            self.wait([self.actors[i].product_add(XS, coef[s:s + piece]) for i in which])
 
     def matmul(self, V):
         V = np.asarray(V, dtype=np.float64)
         flat = V.ndim == 1
         V2 = V[:, None] if flat else V
         support = np.flatnonzero(np.any(V2 != 0, axis=1))
-        out = np.concatenate([np.asarray(r) for r in self.call("matmul", self.take(support),
-                                                              V2[support])], axis=0)
+        self.product(support, V2[support])
+        out = np.concatenate([np.asarray(r) for r in self.call("product_end")], axis=0)
         return out[:, 0] if flat else out
 
     def rows(self, idx):

@@ -5,10 +5,10 @@ runs it, WSS 2 of Fan, Chen & Lin, JMLR 6, 2005, eq. (14)), the same that runs i
 this module is the home of its state when X lives on the workers
 (:class:`muflow.dask.partitions.DaskRowPartitions`). Each partition holds its slices of
 alpha, G and the active set and a row cache over its columns; the client keeps alpha whole
-(O(n), the answer and what a lost slice is rebuilt from) and the q x q subproblem.
+(O(n), the answer and what a lost slice is rebuilt from) and chooses the working set.
 
-One outer iteration is one round trip, one call per partition
-(:meth:`PartitionColumn.iterate`, on the partition's actor):
+One outer iteration is two round trips: one call per partition
+(:meth:`PartitionColumn.iterate`, on the partition's actor), then the subproblem's call:
 
 - the client sends X_B (the rows of the variables that moved in the last subproblem),
   y_B delta_B and, when due, the extremes to shrink with: O(q d);
@@ -23,9 +23,11 @@ The merged candidates are the pool the loop's :class:`~muflow.solvers.working_se
 and :func:`~muflow.solvers.working_set_loop.select_working_set` read, as in process they read
 the active set: each partition sent its own best of each side, so the maximal violators and
 the stopping gap are the global ones; the violators' rows over the pool are computed on the
-client from the candidates' rows of X (second order on both sides). K_BB is computed on the
-client in the workers' dtype and the subproblem solved there
-(:func:`~muflow.solvers.working_set_loop.solve_subproblem`).
+client from the candidates' rows of X (second order on both sides). The subproblem goes to the
+first partition's actor with X_B (:meth:`PartitionColumn.subproblem`, O(q d) each way):
+K_BB is computed there in the workers' dtype and the subproblem solved there
+(:func:`~muflow.solvers.working_set_loop.solve_subproblem`), so the client never holds the
+q x q block.
 
 The step and a shrink travel with the next round trip: :meth:`PartitionedState.extremes`
 makes the trip only when the workers' answers are stale. Nothing of size n crosses the
@@ -46,7 +48,9 @@ from muflow.solvers._working_set_compiled import add_rows
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             projected_gradient, select_working_set, smallest)
+                                             projected_gradient, select_working_set, smallest,
+                                             solve_subproblem)
+from muflow.threads import blas_single_threaded
 
 
 def stack_rows(rows):
@@ -54,6 +58,11 @@ def stack_rows(rows):
     if any(sp.issparse(r) for r in rows):
         return sp.vstack([sp.csr_matrix(r) for r in rows], format="csr")
     return np.concatenate(rows, axis=0)
+
+
+def row_bytes(X) -> int:
+    """The payload of rows of X, dense or CSR (their values)."""
+    return X.data.nbytes if sp.issparse(X) else X.nbytes
 
 
 class _Pool:
@@ -85,15 +94,16 @@ class PartitionColumn:
     alpha and the gradient G, the active set, the step applied, the shrinking and the
     candidates each side offers to the client's :class:`PartitionedState`."""
 
-    def begin(self, y, U, p, alpha, equality, XS, coef):
+    def begin(self, y, U, p, alpha, equality):
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
-        of the start (empty from alpha = 0)."""
+        of the start (empty from alpha = 0), the product the client streamed just before
+        (:meth:`muflow.dask.partitions.DaskRowPartitions.product`)."""
         self.y = np.asarray(y, dtype=np.float64)
         self.U = np.asarray(U, dtype=np.float64)
         self.p = np.asarray(p, dtype=np.float64)
         self.alpha = np.array(alpha, dtype=np.float64)
         self.equality = bool(equality)
-        self.G = self.y * self.matmul(XS, coef) + self.p
+        self.G = self.y * self.product_end() + self.p
         self.act = np.flatnonzero(self.U > 0)
         return self.n
 
@@ -154,9 +164,23 @@ class PartitionColumn:
                 "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
                 "n_act": int(act.size)}
 
-    def state(self):
-        """(alpha, G) of the slice: the certificate's pull."""
-        return self.alpha, self.G
+    def subproblem(self, XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
+        """The client's subproblem on B solved here: K_BB from the rows ``XB`` in ``dtype``
+        (the workers' rows': float32 above 4096 samples, as in process K_BB is gathered from
+        the row cache in the cache's dtype), then
+        :func:`~muflow.solvers.working_set_loop.solve_subproblem` with BLAS on one thread,
+        as the client's loop runs it. Returns ``(new, change, steps)``."""
+        t0 = time.perf_counter()
+        K_BB = self.kernel.block_into(XB, XB, np.empty((len(yB), len(yB)), dtype=dtype))
+        with blas_single_threaded():
+            answer = solve_subproblem(K_BB, yB, UB, aB, GB, equality=bool(equality), gap=gap,
+                                      gap_tol=gap_tol)
+        self.seconds["subproblem"] += time.perf_counter() - t0
+        return answer
+
+    def gradient(self):
+        """G of the slice: the certificate's pull (alpha is whole on the client)."""
+        return self.G
 
 
 class PartitionedState(ColumnState):
@@ -187,7 +211,7 @@ class PartitionedState(ColumnState):
         self._pool, self._stale = None, True
         self._shrunk = 0
         self._recovering(lambda: self._begin(range(len(parts.actors))))
-        self.F = self._pull()[1]
+        self.F = col.objective(alpha, self._gradient())
 
     # ---- the seam ------------------------------------------------------------------------
 
@@ -209,15 +233,23 @@ class PartitionedState(ColumnState):
         chosen = select_working_set(view, q, previous, QD=pool.QD, row_i=rows[0], row_j=rows[1])
         return np.sort(pool.idx[chosen])
 
-    def subproblem(self, B):
+    def solve_on(self, B, gap, gap_tol, timings):
+        """The subproblem on B solved by the first partition's actor
+        (:meth:`PartitionColumn.subproblem`): this process sends X_B and B's vectors, O(q d),
+        and holds no q x q K_BB (16 MB at q = 2048)."""
         pool = self._pool
         at = pool.positions(B)
         self._XB = pool.X[at]
-        # in the workers' dtype, as in process K_BB is gathered from the row cache (float32
-        # above 4096 samples: sgemm where float64 would take dgemm, at half the bytes)
-        K_BB = self.kernel.block_into(self._XB, self._XB,
-                                      np.empty((B.size, B.size), dtype=self.parts.dtype))
-        return K_BB, pool.y[at], pool.U[at], self.alpha[B].copy(), pool.G[at]
+        yB, UB, aB, GB = pool.y[at], pool.U[at], self.alpha[B].copy(), pool.G[at]
+        t = time.perf_counter()
+        new, change, steps = self._recovering(lambda: self.parts.wait([self.parts.actors[0].subproblem(
+            self._XB, yB, UB, aB, GB, self.equality, gap, gap_tol, self.parts.dtype)])[0])
+        timings["subproblem"] += time.perf_counter() - t
+        timings["subproblem_steps"] += steps
+        timings["round_trips"] += 1
+        timings["bytes_sent"] += row_bytes(self._XB) + 4 * 8 * B.size
+        timings["bytes_received"] += 8 * B.size
+        return new, change, yB, aB
 
     def apply(self, B, new, moved, coef, change) -> None:
         self.alpha[B] = new
@@ -251,13 +283,12 @@ class PartitionedState(ColumnState):
         gradient is computed there from the support's rows)."""
         col, alpha, parts = self.col, self.alpha, self.parts
         support = np.flatnonzero(alpha)
-        XS = parts.take(support)
-        coef = col.y[support] * alpha[support]
+        parts.product(support, col.y[support] * alpha[support], which=which)
         calls = []
         for i in which:
             lo, hi = parts.bounds[i]
             calls.append(parts.actors[i].begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
-                                               alpha[lo:hi], col.equality, XS, coef))
+                                               alpha[lo:hi], col.equality))
         parts.wait(calls)
 
     def _recovering(self, call, again=None):
@@ -285,19 +316,20 @@ class PartitionedState(ColumnState):
         timings = self.timings
         timings["calls"] += time.perf_counter() - t
         timings["round_trips"] += 1
-        sent = ((XB.data.nbytes if sp.issparse(XB) else XB.nbytes) + moved.nbytes + coef.nbytes
-                + B.nbytes + alpha_B.nbytes)
+        sent = row_bytes(XB) + moved.nbytes + coef.nbytes + B.nbytes + alpha_B.nbytes
         timings["bytes_sent"] += sent * len(futures)
-        timings["bytes_received"] += sum(
-            (a["X"].data.nbytes if sp.issparse(a["X"]) else a["X"].nbytes) + 7 * 8 * a["idx"].size
-            for a in answers)
+        timings["bytes_received"] += sum(row_bytes(a["X"]) + 7 * 8 * a["idx"].size for a in answers)
         return answers
+
+    def _gradient(self) -> np.ndarray:
+        """G of the whole column, pulled from the partitions (O(n))."""
+        return np.concatenate([np.asarray(g) for g in
+                               self._recovering(lambda: self.parts.call("gradient"))])
 
     def _pull(self, bias=0.0):
         """Pull G (O(n), once per certificate): the common KKT measure, F and the bias."""
         t = time.perf_counter()
-        G = np.concatenate([np.asarray(g) for _, g in
-                            self._recovering(lambda: self.parts.call("state"))])
+        G = self._gradient()
         violation, bias = self.col.kkt(self.alpha, G, bias)
         F = self.col.objective(self.alpha, G)
         self.timings["kkt"] += time.perf_counter() - t

@@ -30,7 +30,7 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
     fold along ascending C (all folds in one chain in one process on a stored K), else one
     per (C, fold), larger C first. Writes ``out.alpha``, ``out.bias``, ``out.viol``,
     ``out.n_iter``, ``out.seconds``, ``out.curves`` and, where the solver kept it,
-    ``out.gradient`` in place.
+    ``out.gradient`` (made here then: None until a solver keeps one) in place.
 
     On rows computed on demand, where each fold is solved on its own samples, a chain is
     one fold's path in this process as in a forked one: its operator over the fold's
@@ -61,6 +61,8 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
             cols = [c * per_c + j for j in local]
             out.alpha[:, cols], out.bias[cols], out.viol[cols] = chain.alpha[k], chain.bias[k], chain.viol[k]
             if chain.gradient[k] is not None:
+                if out.gradient is None:  # made when a solver kept one (rows in process)
+                    out.gradient = np.full(out.alpha.shape, np.nan)
                 out.gradient[:, cols] = chain.gradient[k]
             out.n_iter[c] = max(out.n_iter[c], chain.n_iter[k])
             out.seconds[c] = max(out.seconds[c], chain.seconds[k])
@@ -127,8 +129,8 @@ class ChainState:
         try:
             for k, c in enumerate(c_indices):
                 cols = [c * self.per_c + j for j in local]
-                problem = DualProblem(self.operator, self.ycols[:, cols], self.upper[:, cols],
-                                      equality=self.equality)
+                problem = DualProblem(self.operator, columns_of(self.ycols, cols),
+                                      columns_of(self.upper, cols), equality=self.equality)
                 t = time.perf_counter()
                 sol = self.solve(problem, init=init, callback=callback, kept=kept)
                 out.seconds.append(time.perf_counter() - t)
@@ -144,6 +146,12 @@ class ChainState:
             if kept:
                 close_kept(kept)
         return out
+
+
+def columns_of(a: np.ndarray, cols: list) -> np.ndarray:
+    """Columns ``cols`` of ``a``: ``a`` itself when they are all of them in order (no copy
+    of the n x m labels and bounds), else a copy."""
+    return a if list(cols) == list(range(a.shape[1])) else a[:, cols]
 
 
 def scaled_start(sol, ratio: float, linear: np.ndarray) -> tuple:

@@ -80,7 +80,7 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     out = SimpleNamespace(alpha=np.zeros((n, m)), bias=np.zeros(m), viol=np.zeros(m),
                           n_iter=np.zeros(len(Cs), dtype=np.int64), seconds=np.zeros(len(Cs)),
                           stopped=np.zeros(len(Cs), dtype=bool), curves=[None] * len(Cs),
-                          gradient=np.full((n, m), np.nan))
+                          gradient=None)
     ycols, upper = columns(Y, masks, Cs, member)
     common = dict(per_c=per_c, P=P, info=info, equality=intercept == "exact", tol=tol,
                   max_iter=max_iter, callback=callback, options=options)
@@ -96,7 +96,8 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     solve_seconds = time.perf_counter() - t0
     D = decision_values(operator, ycols * out.alpha, out.bias, masks, P)
     products = None
-    if hasattr(operator, "cross_matmul") and not np.isnan(out.gradient).all():
+    if hasattr(operator, "cross_matmul") and out.gradient is not None \
+            and not np.isnan(out.gradient).all():
         products = known_products(out.gradient, D, out.bias, ycols, masks, P)
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,

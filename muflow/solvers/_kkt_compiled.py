@@ -187,6 +187,54 @@ def _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj):
 
 
 @njit(cache=True)
+def _kkt_equality(aj, gj, yj, uj, b0, L, A, B, il, iu):
+    """``(violation, bias)`` of one column with the sum constraint, on contiguous vectors:
+    the bisection of :func:`kkt_columns` (``b0`` the hint; ``L``, ``A``, ``B``, ``il``,
+    ``iu``: work space of n entries each)."""
+    n = aj.shape[0]
+    if not (np.all(np.isfinite(aj)) and np.all(np.isfinite(gj))):
+        return np.inf, b0  # NaN or inf in alpha or the gradient: never a KKT point
+    for i in range(n):
+        L[i], A[i], B[i] = bias_thresholds(aj[i], gj[i], yj[i], uj[i])
+    hi = residual_max(aj, gj, yj, uj, b0)
+    lo = 0.0
+    # the bisection narrows (lo, hi); a sample whose threshold leaves that window is
+    # decided for good, so each step only scans the still undecided ones
+    nl, nu = n, n
+    for i in range(n):
+        il[i] = i
+        iu[i] = i
+    nl, clo = _split_bounds(L, A, lo, hi, il, nl, -np.inf, 1.0)
+    nu, chi = _split_bounds(L, B, lo, hi, iu, nu, -np.inf, -1.0)
+    for _ in range(100):
+        if hi - lo <= 1e-12 * max(1e-3, hi):
+            break
+        mid = 0.5 * (lo + hi)
+        lo_b = _undecided_extreme(L, A, mid, il, nl, clo, 1.0)
+        hi_b = -_undecided_extreme(L, B, mid, iu, nu, chi, -1.0)
+        if lo_b - mid <= hi_b + mid:
+            hi = mid
+        else:
+            lo = mid
+        nl, clo = _split_bounds(L, A, lo, hi, il, nl, clo, 1.0)
+        nu, chi = _split_bounds(L, B, lo, hi, iu, nu, chi, -1.0)
+    blo, bhi = _column_interval(aj, gj, yj, uj, hi)
+    if np.isfinite(blo) and np.isfinite(bhi):
+        b = 0.5 * (blo + bhi)
+    elif np.isfinite(blo):
+        b = blo
+    elif np.isfinite(bhi):
+        b = bhi
+    else:
+        b = b0
+    r = residual_max(aj, gj, yj, uj, b)
+    r0 = residual_max(aj, gj, yj, uj, b0)
+    if r0 <= r:
+        b, r = b0, r0
+    return r, b
+
+
+@njit(cache=True)
 def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     """Natural-residual KKT violation per column, and the bias minimising it (see kkt.py).
 
@@ -222,47 +270,15 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     il, iu = undecided[0], undecided[1]
     for j in range(m):
         _gather_kkt_column(alpha, grad, y, upper, j, aj, gj, yj, uj)
-        if not (np.all(np.isfinite(aj)) and np.all(np.isfinite(gj))):
-            bias[j] = hint[j]
-            violation[j] = np.inf  # NaN or inf in alpha or the gradient: never a KKT point
-            continue
-        for i in range(n):
-            L[i], A[i], B[i] = bias_thresholds(aj[i], gj[i], yj[i], uj[i])
-        b0 = hint[j]
-        hi = residual_max(aj, gj, yj, uj, b0)
-        lo = 0.0
-        # the bisection narrows (lo, hi); a sample whose threshold leaves that window is
-        # decided for good, so each step only scans the still undecided ones
-        nl, nu = n, n
-        for i in range(n):
-            il[i] = i
-            iu[i] = i
-        nl, clo = _split_bounds(L, A, lo, hi, il, nl, -np.inf, 1.0)
-        nu, chi = _split_bounds(L, B, lo, hi, iu, nu, -np.inf, -1.0)
-        for _ in range(100):
-            if hi - lo <= 1e-12 * max(1e-3, hi):
-                break
-            mid = 0.5 * (lo + hi)
-            lo_b = _undecided_extreme(L, A, mid, il, nl, clo, 1.0)
-            hi_b = -_undecided_extreme(L, B, mid, iu, nu, chi, -1.0)
-            if lo_b - mid <= hi_b + mid:
-                hi = mid
-            else:
-                lo = mid
-            nl, clo = _split_bounds(L, A, lo, hi, il, nl, clo, 1.0)
-            nu, chi = _split_bounds(L, B, lo, hi, iu, nu, chi, -1.0)
-        blo, bhi = _column_interval(aj, gj, yj, uj, hi)
-        if np.isfinite(blo) and np.isfinite(bhi):
-            b = 0.5 * (blo + bhi)
-        elif np.isfinite(blo):
-            b = blo
-        elif np.isfinite(bhi):
-            b = bhi
-        else:
-            b = b0
-        r = residual_max(aj, gj, yj, uj, b)
-        r0 = residual_max(aj, gj, yj, uj, b0)
-        if r0 <= r:
-            b, r = b0, r0
-        bias[j] = b
-        violation[j] = r
+        violation[j], bias[j] = _kkt_equality(aj, gj, yj, uj, hint[j], L, A, B, il, iu)
+
+
+@njit(cache=True)
+def kkt_vector(alpha, grad, y, upper, hint):
+    """:func:`kkt_columns` with the sum constraint on one column given as contiguous vectors:
+    ``(violation, bias)``, read in place (no gathered copy of the four)."""
+    n = alpha.shape[0]
+    work = np.empty((3, n))
+    undecided = np.empty((2, n), dtype=np.int64)
+    return _kkt_equality(alpha, grad, y, upper, hint, work[0], work[1], work[2], undecided[0],
+                         undecided[1])

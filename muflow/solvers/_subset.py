@@ -7,25 +7,43 @@ operator product, certify it with the common KKT measure and assemble the batch 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from muflow.solvers._kkt_compiled import kkt_columns, residuals_column
+from muflow.solvers._kkt_compiled import kkt_columns, kkt_vector, residuals_column
 from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
 
 #: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
 MAX_STALLS = 20
 
 
+def column_view(v) -> np.ndarray:
+    """``v`` as an (n, 1) C-ordered float64 array: a view of a contiguous float64 vector, a
+    copy otherwise."""
+    return np.ascontiguousarray(v, dtype=np.float64)[:, None]
+
+
 class Column:
-    """Problem j of a batch as contiguous vectors: y, U (upper), p (linear)."""
+    """Problem j of a batch as contiguous vectors: y, U (upper), p (linear), each made when
+    first read (a copy of column j where the batch has several; of one column, a view)."""
 
     def __init__(self, problem: DualProblem, j: int):
         self.problem = problem
         self.j = j
-        self.y = np.ascontiguousarray(problem.y[:, j])
-        self.U = np.ascontiguousarray(problem.upper[:, j])
-        self.p = np.ascontiguousarray(problem.linear[:, j])
         self.equality = bool(problem.equality)
+
+    @functools.cached_property
+    def y(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.y[:, self.j])
+
+    @functools.cached_property
+    def U(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.upper[:, self.j])
+
+    @functools.cached_property
+    def p(self) -> np.ndarray:
+        return np.ascontiguousarray(self.problem.linear[:, self.j])
 
     def gradient(self, alpha: np.ndarray) -> np.ndarray:
         """G = Q alpha + p exactly (one product with K)."""
@@ -41,11 +59,15 @@ class Column:
 
     def kkt(self, alpha, G, bias_hint=0.0):
         """The common KKT measure (:mod:`muflow.solvers.kkt`) and bias of this column."""
+        if self.equality:  # read in place: no copy of the four (8 n bytes each)
+            viol, bias = kkt_vector(np.ascontiguousarray(alpha, dtype=np.float64),
+                                    np.ascontiguousarray(G, dtype=np.float64), self.y, self.U,
+                                    float(bias_hint))
+            return float(viol), float(bias)
         viol = np.empty(1)
         bias = np.empty(1)
-        kkt_columns(alpha[:, None].copy(), G[:, None].copy(), self.y[:, None].copy(),
-                    self.U[:, None].copy(), self.equality, np.array([float(bias_hint)]),
-                    viol, bias)
+        kkt_columns(column_view(alpha), column_view(G), self.y[:, None], self.U[:, None],
+                    self.equality, np.array([float(bias_hint)]), viol, bias)
         return float(viol[0]), float(bias[0])
 
     def residuals(self, alpha, G, bias) -> np.ndarray:
@@ -63,7 +85,7 @@ class Column:
         the box.
         """
         if alpha0 is None:
-            return np.zeros_like(self.y)
+            return np.zeros(self.problem.n)
         alpha = np.asarray(alpha0, dtype=np.float64)
         check_finite_start(alpha, f"the start of column {self.j}")
         alpha = np.clip(alpha, 0.0, self.U)

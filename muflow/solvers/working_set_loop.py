@@ -297,14 +297,21 @@ class ColumnState:
         from this solution then skips its product), else None."""
         return None
 
-    def step(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict) -> bool:
-        """Solve the subproblem on B and apply it; False when nothing moved."""
+    def solve_on(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict):
+        """The subproblem on B solved (:func:`solve_subproblem` on :meth:`subproblem`'s
+        data, its seconds and SMO steps added to ``timings``): ``(new, change, y_B,
+        alpha_B)``. A home may solve it elsewhere (the Dask home: on a worker)."""
         K_BB, yB, UB, aB, GB = self.subproblem(B)
         t = time.perf_counter()
         new, change, steps = solve_subproblem(K_BB, yB, UB, aB, GB, equality=self.equality,
                                               gap=gap, gap_tol=gap_tol)
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
+        return new, change, yB, aB
+
+    def step(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict) -> bool:
+        """Solve the subproblem on B and apply it; False when nothing moved."""
+        new, change, yB, aB = self.solve_on(B, gap, gap_tol, timings)
         delta = new - aB
         moved = np.flatnonzero(delta != 0.0)
         if moved.size == 0:
@@ -438,6 +445,8 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
             viols.append(v)
             iters = max(iters, it)
             gradients.append(state.gradient())
+            # the column's vectors (y, U, p: copies where m > 1) go with it
+            cols[j] = col = state = report = on_iter = None
     finally:
         home.finish(timings)
     timings["outer_iterations"] = iters

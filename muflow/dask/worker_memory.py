@@ -1,0 +1,96 @@
+"""What the workers' memory allows a fit on X partitioned over them
+(:mod:`muflow.dask.partitions`): the row cache that fits the smallest worker's memory limit,
+and the one line for a fit whose workers kept dying."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.exceptions import MuflowError
+
+
+#: Share of a worker's memory limit that its partition plans to use (distributed pauses a
+#: worker at 80 % of its limit and restarts it at 95 %)
+WORKER_FRACTION = 0.6
+
+#: A row cache holds at least this many rows of a working set
+MIN_CACHE_ROWS = 64
+
+
+def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
+    """The row cache (MB per worker) that fits the smallest worker's memory limit.
+
+    A partition holds its rows of X twice (as given and prepared for the kernel), a dozen
+    vectors of its rows and its row cache; with what the worker process holds once it has
+    imported the partition's code (read from the worker), they must stay within
+    :data:`WORKER_FRACTION` of the limit. A cache that does not fit is made smaller (with a
+    warning naming both sizes); when not even :data:`MIN_CACHE_ROWS` rows fit, the fit is
+    refused with the numbers and the fix. Workers without a limit take ``cache_mb`` as given.
+    """
+    import warnings
+
+    try:
+        limits = {addr: w.get("memory_limit") or 0
+                  for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+        limits = {addr: limit for addr, limit in limits.items() if limit}
+        used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
+    except Exception:  # noqa: BLE001  the solve reports a lost scheduler itself
+        return cache_mb
+    if not limits or not bounds:
+        return cache_mb
+    addr = min(limits, key=lambda a: WORKER_FRACTION * limits[a] - used.get(a, 0))
+    free = WORKER_FRACTION * limits[addr] - used.get(addr, 0)
+    n_total = bounds[-1][1]
+    n_p = max(hi - lo for lo, hi in bounds)
+    if sp.issparse(X):
+        row_bytes = (X.data.nbytes + X.indices.nbytes) / max(X.shape[0], 1) + 8
+    else:
+        row_bytes = 8 * (X.shape[1] if len(X.shape) > 1 else 1)
+    fixed = n_p * (2 * row_bytes + 12 * 8)
+    cache_row = n_p * np.dtype(dtype).itemsize
+    least = min(MIN_CACHE_ROWS, n_total) * cache_row
+    mb = 2.0**20
+    if fixed + least > free:
+        raise MuflowError(
+            f"the workers have too little memory for this fit: each of {len(bounds)} partitions "
+            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X and a cache of "
+            f"{MIN_CACHE_ROWS} kernel rows) but a worker has {max(free, 0) / mb:.0f} MB to spare "
+            f"({WORKER_FRACTION:.0%} of its {limits[addr] / mb:.0f} MB limit, less the "
+            f"{used.get(addr, 0) / mb:.0f} MB it holds); start the workers with a larger "
+            "--memory-limit, or more workers")
+    wanted = min(cache_mb * mb, n_total * cache_row)
+    if fixed + wanted <= free:
+        return cache_mb
+    fitted = (free - fixed) / mb
+    warnings.warn(f"the row cache is {fitted:.0f} MB per worker instead of {cache_mb:.0f} MB "
+                  f"(cache_size) to fit the smallest worker's memory limit; fits may take longer",
+                  ResourceWarning, stacklevel=3)
+    return fitted
+
+
+def _memory_in_use() -> int:
+    """On a worker: its resident memory, once what a partition runs (its state, kernel rows
+    and row cache: :mod:`muflow.dask.working_set`, :mod:`muflow.kernel_rows`) is imported."""
+    import psutil
+
+    import muflow.dask.working_set  # noqa: F401
+    import muflow.kernel_rows  # noqa: F401
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def lost_workers_message(client, times: int) -> str:
+    """One line for a solve whose workers kept dying: memory, with the nannies' last word
+    on it when they logged one."""
+    said = ""
+    try:
+        logs = client.get_worker_logs(nanny=True)
+        lines = [msg for entries in logs.values() for _, msg in entries if "memory" in msg.lower()]
+        if lines:
+            said = f" (a nanny logged: {lines[-1].strip().splitlines()[0]})"
+    except Exception:  # noqa: BLE001  the logs are a courtesy
+        pass
+    return (f"the workers holding the fit's partitions died {times} times in a row, most likely "
+            f"out of memory{said}; give the workers more memory (--memory-limit), use more "
+            "workers, or lower cache_size")
