@@ -229,7 +229,7 @@ class RowCache:
         fault the host serves too, which costs more than computing the row again; retired
         slots keep the memory a solve touches near what its active set needs. A cache kept
         for later solves (:func:`keep_row_cache`) retires nothing: they ask for those rows."""
-        if self.kept:  # the next solve (a sweep's next C) asks for them again
+        if self.kept or self.in_place:  # the next solve asks for them again; K held whole
             return
         idx = np.asarray(idx, dtype=np.int64)
         slots = self.slot_of[idx]

@@ -126,9 +126,7 @@ class HostActiveSet(ColumnState):
         gmax1, gmax2 = self._view.extremes
         drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
                            gmax2, self.equality)
-        retire = getattr(self.cache, "retire", None)
-        if retire is not None and not self.cache.in_place:
-            retire(self.act[drop])  # their rows' slots go first to the next rows fetched
+        self.cache.retire(self.act[drop])  # their rows' slots go first to the next rows fetched
         self._set_active(self.act[~drop])
         self._view = None
         self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
@@ -140,9 +138,7 @@ class HostActiveSet(ColumnState):
 
     def reactivate(self) -> None:
         """Every variable active again (their gradient is exact: see the module's notes)."""
-        unretire = getattr(self.cache, "unretire", None)
-        if unretire is not None:
-            unretire()
+        self.cache.unretire()
         self._set_active(np.flatnonzero(self.valid).astype(np.int64))
         self._view = None
 
