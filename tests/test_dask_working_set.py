@@ -96,8 +96,8 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent: X_B, y_B delta_B, B and alpha_B to each worker, and the subproblem (X_B and four
-    # vectors of B) to one, a round trip of its own; received: at most 2q
+    # sent: y_B delta_B, B and alpha_B to each worker, and X_B with the subproblem (four
+    # vectors of B) to one and with B to the others, a round trip of its own; received: at most 2q
     # candidates of each side plus the previous set from each worker, a row and 7 numbers each
     assert t["bytes_sent"] / trips <= workers * q * (d + 3) * 8
     assert t["bytes_received"] / trips <= workers * 3 * q * (d + 7) * 8
@@ -190,8 +190,10 @@ def test_a_partition_answers_the_same_on_one_and_on_two_threads(monkeypatch):
         assert part.n_threads == threads
         part.product_start(())
         part.begin(y[1000:], np.ones(2000), -np.ones(2000), np.zeros(2000), True)
-        first = part.iterate(X[B], B, coef, B, np.zeros(40), None, False, 16)
-        second = part.iterate(X[B[:10]], B[:10], coef[:10], B, np.zeros(40), None, False, 16)
+        part.prefetch(X[B], B)
+        first = part.iterate(B, coef, B, np.zeros(40), None, False, 16)
+        part.prefetch(X[B[:10]], B[:10])
+        second = part.iterate(B[:10], coef[:10], B, np.zeros(40), None, False, 16)
         answers.append((part.G.copy(), first, second))
     (G1, *one), (G2, *two) = answers
     assert np.array_equal(G1, G2) and np.any(G1 != -1.0)

@@ -90,7 +90,8 @@ class RowPartition(PartitionColumn):
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         self.threads = Threads(self.n_threads)
-        self.seconds = dict.fromkeys(("rows", "gradient", "candidates", "iterate", "subproblem"), 0.0)
+        self.seconds = dict.fromkeys(("rows", "rows_behind", "gradient", "candidates", "iterate",
+                                      "subproblem"), 0.0)
 
     # -- the kernel on this partition's rows --------------------------------------------
     def _accumulate(self, XB, coef, out) -> None:
@@ -141,11 +142,13 @@ class RowPartition(PartitionColumn):
     def set_cache_mb(self, cache_mb, max_rows=None) -> int:
         """Size the row cache anew (``SVC(cache_size=...)``, at most ``max_rows`` rows:
         :func:`muflow.solvers.rowcache.working_set_rows`); its slots."""
+        self.settle()
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         return self.cache.slots
 
     def info(self):
+        self.settle()
         return {"lo": self.lo, "n": self.n, "products": self.products,
                 "rows_computed": self.offered.rows_computed, "cache_slots": self.cache.slots,
                 "seconds": dict(self.seconds), "row_seconds": self.rows_op.row_seconds}

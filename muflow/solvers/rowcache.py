@@ -170,11 +170,7 @@ class RowCache:
             return
         idx, slots = self.reserve(idx)
         if idx.size:
-            try:
-                self._write(idx, slots)
-            except BaseException:
-                self.forget(idx)
-                raise
+            self._write_or_forget(idx, slots)
         self.seconds += time.perf_counter() - t
 
     def forget(self, idx) -> None:
@@ -186,6 +182,18 @@ class RowCache:
         self.row_of[slots] = -1
         self.stamp[slots] = 0
         self.slot_of[idx] = -1
+
+    def reserve_missing(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`reserve` for those of rows ``idx`` not cached, after the cached ones are
+        touched, so that the batch evicts none of them: ``(rows, slots)``, which the caller
+        writes (:meth:`write`, on another thread if it likes) before anything reads them."""
+        idx = np.asarray(idx, dtype=np.int64)
+        cached = self.slot_of[idx] >= 0
+        if self.in_place or cached.all():
+            return idx[:0], idx[:0]
+        self.clock[0] += 1
+        self.stamp[self.slot_of[idx[cached]]] = self.clock[0]
+        return self.reserve(idx[~cached])
 
     def reserve(self, idx) -> tuple[np.ndarray, np.ndarray]:
         """Slots for the rows of ``idx`` not yet cached (distinct, at most ``slots`` of
@@ -245,10 +253,18 @@ class RowCache:
             self.retiring = False
 
     def write(self, idx, slots) -> None:
-        """Compute the reserved rows ``idx`` into their ``slots`` (:meth:`reserve`)."""
+        """Compute the reserved rows ``idx`` into their ``slots`` (:meth:`reserve`); rows
+        that fail leave the cache (:meth:`forget`)."""
         t = time.perf_counter()
-        self._write(idx, slots)
+        self._write_or_forget(idx, slots)
         self.seconds += time.perf_counter() - t
+
+    def _write_or_forget(self, idx, slots) -> None:
+        try:
+            self._write(idx, slots)
+        except BaseException:
+            self.forget(idx)  # reserved rows whose computation failed are not taken for computed ones
+            raise
 
     def _fetch_one(self, i: int) -> None:
         if self.slot_of[i] >= 0:

@@ -263,22 +263,12 @@ class InProcessState(HostActiveSet):
 
         self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
         K_BB[...] = entries
-        if not cached.all():
-            cache.clock[0] += 1  # the cached rows of B are touched first: the batch evicts none
-            cache.stamp[cache.slot_of[B[cached]]] = cache.clock[0]
-            rows, slots = cache.reserve(B[~cached])
-
-            def write():
-                try:
-                    cache.write(rows, slots)
-                except BaseException:
-                    cache.forget(rows)
-                    raise
-
+        rows, slots = cache.reserve_missing(B)
+        if rows.size:
             if self.background is None:
-                write()
+                cache.write(rows, slots)
             else:
-                self._pending = self.background.submit(write)
+                self._pending = self.background.submit(cache.write, rows, slots)
         self._slots = np.ascontiguousarray(cache.slot_of[B])
         return True
 
