@@ -436,6 +436,19 @@ _POOL = _Pool()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_POOL.forget)
 
+#: The process's one thread for work begun behind an answer (a Dask partition's rows of the
+#: next working set, :meth:`muflow.dask.working_set.PartitionColumn.prefetch`), shared by
+#: every partition the process holds, so that fits that come and go leave no thread behind.
+_BEHIND = _Pool()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_BEHIND.forget)
+
+
+def behind_thread() -> ThreadPoolExecutor:
+    """The process's one thread for work begun behind an answer (:data:`_BEHIND`); work
+    that it runs may use the persistent pool's threads (:func:`run_on_threads`)."""
+    return _BEHIND.executor(1)
+
 
 def run_on_threads(part, n_parts: int) -> None:
     """``part(0), ..., part(n_parts - 1)`` side by side, on the calling thread and

@@ -246,3 +246,49 @@ def test_the_client_holds_no_q_by_q_block(client):
         parts.close()
     assert sol.timings["q"] == 1024 and sol.timings["subproblem_steps"] > 0
     assert peak < 1024 * 1024 * 4 / 2, f"the client allocated {peak / 1e6:.1f} MB"
+
+
+def _partition(rng, n=3000, lo=1000):
+    from muflow.dask import partitions as dask_partitions
+
+    X = rng.standard_normal((n, 12))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    part = dask_partitions.RowPartition(X[lo:], lo, Kernel("rbf", gamma=0.1).to_dict(), n,
+                                        cache_mb=4)
+    part.product_start(())
+    part.begin(y[lo:], np.ones(n - lo), -np.ones(n - lo), np.zeros(n - lo), True)
+    return part, X, y
+
+
+def test_rows_begun_behind_the_subproblem_are_those_the_step_reads():
+    """A partition sent B with the subproblem (prefetch) computes its rows of B on its
+    background thread; the step that follows reads them from the cache, computes no row,
+    and updates G as K(X_B, X_p)' (y_B delta_B) does."""
+    rng = np.random.default_rng(8)
+    part, X, y = _partition(rng)
+    B = np.sort(rng.choice(3000, 40, replace=False))
+    coef = rng.standard_normal(40)
+    part.prefetch(X[B], B)
+    part.settle()
+    assert part.offered.rows_computed == B.size and np.all(part.cache.slot_of[B] >= 0)
+    part.iterate(B, coef, B, np.zeros(40), None, False, 16)
+    assert part.offered.rows_computed == B.size  # the step computed none
+    expected = y[1000:] * (Kernel("rbf", gamma=0.1).block(X[B], X[1000:]).T @ coef) - 1.0
+    np.testing.assert_allclose(part.G, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_failure_behind_an_answer_is_raised_by_the_next_call(monkeypatch):
+    """Rows that fail on the background thread leave the cache and their error reaches the
+    client with the partition's next call, not lost with the thread."""
+    rng = np.random.default_rng(9)
+    part, X, y = _partition(rng)
+    B = np.sort(rng.choice(3000, 20, replace=False))
+
+    def fail(*args, **kwargs):
+        raise MemoryError("no room for the rows")
+
+    monkeypatch.setattr(part.rows_op, "foreign_rows_into", fail)
+    part.prefetch(X[B], B)
+    with pytest.raises(MemoryError, match="no room"):
+        part.iterate(B, np.ones(20), B, np.zeros(20), None, False, 8)
+    assert np.all(part.cache.slot_of[B] < 0)

@@ -41,7 +41,6 @@ network per iteration; G is pulled once per certificate.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import scipy.sparse as sp
@@ -55,7 +54,7 @@ from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              projected_gradient, select_working_set, smallest,
                                              solve_subproblem)
-from muflow.threads import blas_single_threaded
+from muflow.threads import behind_thread, blas_single_threaded
 
 
 def stack_rows(rows):
@@ -191,7 +190,8 @@ class PartitionColumn:
 
     def prefetch(self, XB, B):
         """Begin computing this partition's columns of the rows of B (``XB``) that its row
-        cache lacks, K(X_B, X_p), on a thread of its own, and return: the other partitions
+        cache lacks, K(X_B, X_p), on the worker's thread for work behind an answer
+        (:func:`muflow.threads.behind_thread`), and return: the other partitions
         compute them while the first solves the subproblem on B
         (:meth:`PartitionedState.solve_on`), and the first while the client applies the
         step, so that the next :meth:`iterate` finds its rows cached (:meth:`settle`
@@ -202,18 +202,12 @@ class PartitionColumn:
         rows, slots = self.cache.reserve_missing(np.asarray(B, dtype=np.int64))
         if rows.size:
             self.offered.offer(XB, B)
-            self._pending = self._behind().submit(self._write_rows, rows, slots)
+            self._pending = behind_thread().submit(self._write_rows, rows, slots)
 
     def _write_rows(self, rows, slots):
         t = time.perf_counter()
         self.cache.write(rows, slots)
         self.seconds["rows_behind"] += time.perf_counter() - t
-
-    def _behind(self):
-        """The partition's thread for rows computed behind an answer (made when first used)."""
-        if getattr(self, "_executor", None) is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="muflow-rows")
-        return self._executor
 
     def settle(self):
         """Wait for the rows begun by :meth:`prefetch`; their error, if any, is raised here."""
