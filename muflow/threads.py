@@ -436,17 +436,15 @@ _POOL = _Pool()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_POOL.forget)
 
-#: The process's one thread for work begun behind an answer (a Dask partition's rows of the
-#: next working set, :meth:`muflow.dask.working_set.PartitionColumn.prefetch`), shared by
-#: every partition the process holds, so that fits that come and go leave no thread behind.
 _BEHIND = _Pool()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_BEHIND.forget)
 
 
 def behind_thread() -> ThreadPoolExecutor:
-    """The process's one thread for work begun behind an answer (:data:`_BEHIND`); work
-    that it runs may use the persistent pool's threads (:func:`run_on_threads`)."""
+    """The process's one thread for work begun behind an answer (a Dask partition's rows,
+    :meth:`muflow.dask.working_set.PartitionColumn.prefetch`), shared by all its partitions:
+    fits that come and go leave no thread behind. It may use :func:`run_on_threads`."""
     return _BEHIND.executor(1)
 
 
