@@ -90,6 +90,8 @@ class RowPartition(PartitionColumn):
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         self.threads = Threads(self.n_threads)
+        self._pending = None  # rows begun behind an answer (PartitionColumn.prefetch)
+        self._K_BB = np.empty(0, dtype=self.dtype)  # the subproblem's block, reused
         self.seconds = dict.fromkeys(("rows", "rows_behind", "gradient", "candidates", "iterate",
                                       "subproblem"), 0.0)
 

@@ -94,9 +94,10 @@ class _Pool:
 class PartitionColumn:
     """The working-set loop's state of one column on a partition's rows, kept by the
     partition's actor (:class:`muflow.dask.partitions.RowPartition`, which derives from this
-    class and holds the rows X_p, their row cache and threads): the slices of y, U, p,
-    alpha and the gradient G, the active set, the step applied, the shrinking and the
-    candidates each side offers to the client's :class:`PartitionedState`."""
+    class and holds the rows X_p, their row cache, threads, the pending rows and the K_BB
+    buffer): the slices of y, U, p, alpha and the gradient G, the active set, the step
+    applied, the shrinking and the candidates each side offers to the client's
+    :class:`PartitionedState`."""
 
     def begin(self, y, U, p, alpha, equality):
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
@@ -179,7 +180,11 @@ class PartitionColumn:
         steps)``."""
         self.settle()
         t0 = time.perf_counter()
-        K_BB = self.kernel.block_into(XB, XB, np.empty((len(yB), len(yB)), dtype=dtype))
+        q = len(yB)
+        # one buffer for every iteration: a fresh q x q array costs its page faults each time
+        if self._K_BB.size < q * q or self._K_BB.dtype != np.dtype(dtype):
+            self._K_BB = np.empty(q * q, dtype=dtype)
+        K_BB = self.kernel.block_into(XB, XB, self._K_BB[: q * q].reshape(q, q))
         with blas_single_threaded():
             answer = solve_subproblem(K_BB, yB, UB, aB, GB, equality=bool(equality), gap=gap,
                                       gap_tol=gap_tol)
@@ -211,7 +216,7 @@ class PartitionColumn:
 
     def settle(self):
         """Wait for the rows begun by :meth:`prefetch`; their error, if any, is raised here."""
-        pending, self._pending = getattr(self, "_pending", None), None
+        pending, self._pending = self._pending, None
         if pending is not None:
             pending.result()
 
