@@ -41,6 +41,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.calls import ActorCall
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._selection_compiled import side_pass
 from muflow.solvers._subset_compiled import shrink_mask
@@ -242,8 +243,9 @@ class PartitionedState(ColumnState):
         self._XB = pool.X[at]
         yB, UB, aB, GB = pool.y[at], pool.U[at], self.alpha[B].copy(), pool.G[at]
         t = time.perf_counter()
-        new, change, steps = self._recovering(lambda: self.parts.wait([self.parts.actors[0].subproblem(
-            self._XB, yB, UB, aB, GB, self.equality, gap, gap_tol, self.parts.dtype)])[0])
+        new, change, steps = self._recovering(lambda: self.parts.wait([ActorCall(
+            self.parts.actors[0], "subproblem", self._XB, yB, UB, aB, GB, self.equality, gap,
+            gap_tol, self.parts.dtype)])[0])
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
         timings["round_trips"] += 1
@@ -287,8 +289,8 @@ class PartitionedState(ColumnState):
         calls = []
         for i in which:
             lo, hi = parts.bounds[i]
-            calls.append(parts.actors[i].begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
-                                               alpha[lo:hi], col.equality))
+            calls.append(ActorCall(parts.actors[i], "begin", col.y[lo:hi], col.U[lo:hi],
+                                   col.p[lo:hi], alpha[lo:hi], col.equality))
         parts.wait(calls)
 
     def _recovering(self, call, again=None):
@@ -310,8 +312,8 @@ class PartitionedState(ColumnState):
     def _call(self, XB, moved, coef, B, alpha_B, shrink_with, reactivate):
         t = time.perf_counter()
         k = max(8, self.q // (2 * len(self.parts.actors)))  # a side of B from all workers
-        futures = [actor.iterate(XB, moved, coef, B, alpha_B, shrink_with, reactivate, k)
-                   for actor in self.parts.actors]
+        futures = [ActorCall(actor, "iterate", XB, moved, coef, B, alpha_B, shrink_with,
+                             reactivate, k) for actor in self.parts.actors]
         answers = self.parts.wait(futures)
         timings = self.timings
         timings["calls"] += time.perf_counter() - t
