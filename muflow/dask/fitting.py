@@ -15,6 +15,8 @@ import collections
 import time
 import uuid
 
+from muflow.dask.calls import ActorCall
+
 
 def fit_on_one_worker(estimator, client, X, y, sample_weight, offset):
     """``estimator`` (unfitted, its ``client`` cleared) fitted on one of ``client``'s
@@ -112,26 +114,29 @@ class _FitterOn:
     def fit(self, estimator, X, y, sample_weight, offset):
         """``estimator`` fitted on the worker; the fit's own errors pass through as raised."""
         token = uuid.uuid4().hex
-        call = self.actor.fit(token, estimator, X, y, sample_weight, offset)
-        quiet = 0.0
-        while True:
-            try:
-                return call.result(timeout=FITTER_POLL_S)
-            except TimeoutError:
-                pass
-            if self.future.status != "finished":
-                raise _LostFit(f"the fit's actor is {self.future.status}")
-            try:
-                running, ended = self.actor.calls
-            except OSError:
-                raise
-            except Exception as exc:  # the actor is no longer on its worker
-                raise _LostFit(f"the fit's actor cannot be read: {exc!r}") from exc
-            # a call queued behind another one on the actor's thread has not begun yet
-            quiet = 0.0 if token in running or (running and token not in ended) else quiet + FITTER_POLL_S
-            if quiet >= FITTER_LOST_S:
-                where = "its reply" if token in ended else "the call"
-                raise _LostFit(f"{where} was lost: nothing came back in {FITTER_LOST_S:g} s")
+        call = ActorCall(self.actor, "fit", token, estimator, X, y, sample_weight, offset)
+        try:
+            quiet = 0.0
+            while True:
+                try:
+                    return call.result(timeout=FITTER_POLL_S)
+                except TimeoutError:
+                    pass
+                if self.future.status != "finished":
+                    raise _LostFit(f"the fit's actor is {self.future.status}")
+                try:
+                    running, ended = self.actor.calls
+                except OSError:
+                    raise
+                except Exception as exc:  # the actor is no longer on its worker
+                    raise _LostFit(f"the fit's actor cannot be read: {exc!r}") from exc
+                # a call queued behind another one on the actor's thread has not begun yet
+                quiet = 0.0 if token in running or (running and token not in ended) else quiet + FITTER_POLL_S
+                if quiet >= FITTER_LOST_S:
+                    where = "its reply" if token in ended else "the call"
+                    raise _LostFit(f"{where} was lost: nothing came back in {FITTER_LOST_S:g} s")
+        finally:
+            call.release()  # a lost call's arrays too
 
 
 #: One :class:`_FitterOn` per client, started by the first small fit (a client that closes

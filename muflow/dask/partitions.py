@@ -27,6 +27,7 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.calls import ActorCall, answers
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message)
 from muflow.dask.working_set import PartitionColumn, PartitionedHome, stack_rows
@@ -359,12 +360,12 @@ class DaskRowPartitions(GramOperator):
 
     def call(self, method, *args):
         """``method(*args)`` on every actor in one round trip; answers in partition order."""
-        return self.wait([getattr(actor, method)(*args) for actor in self.actors])
+        return self.wait([ActorCall(actor, method, *args) for actor in self.actors])
 
     def wait(self, calls) -> list:
-        """The answers of actor calls, awaited together in the client's event loop (each
-        call's own ``result()`` keeps the client's thread busy, taking a core from the
-        workers).
+        """The answers of actor calls (:class:`muflow.dask.calls.ActorCall`), awaited together
+        in the client's event loop (each call's own ``result()`` keeps the client's thread
+        busy, taking a core from the workers); the arrays they sent are let go then.
 
         Raises
         ------
@@ -374,17 +375,17 @@ class DaskRowPartitions(GramOperator):
         """
         from muflow.exceptions import lost_scheduler_error
 
-        answers = self.client.sync(_answers, calls)
-        lost = [i for i, a in enumerate(answers) if isinstance(a, BaseException)]
+        got = self.client.sync(answers, calls)
+        lost = [i for i, a in enumerate(got) if isinstance(a, BaseException)]
         if lost:
             if getattr(self.client, "status", "running") != "running":
                 raise lost_scheduler_error(self.client)
-            own = [answers[i] for i in lost
-                   if isinstance(answers[i], (ValueError, TypeError, MuflowInputError))]
+            own = [got[i] for i in lost
+                   if isinstance(got[i], (ValueError, TypeError, MuflowInputError))]
             if own:  # the call's own error, not a lost worker
                 raise own[0]
             raise LostPartitions(lost)
-        return answers
+        return got
 
     def take(self, idx) -> np.ndarray:
         """Rows ``idx`` of X (dense or CSR), fetched from their partitions."""
@@ -393,7 +394,7 @@ class DaskRowPartitions(GramOperator):
         for actor, (lo, hi) in zip(self.actors, self.bounds):
             where = np.flatnonzero((idx >= lo) & (idx < hi))
             if where.size or not futures:
-                futures.append((where, actor.rows(idx[where] - lo)))
+                futures.append((where, ActorCall(actor, "rows", idx[where] - lo)))
         answers = self.wait([f for _, f in futures])
         if any(sp.issparse(r) for r in answers):
             got = stack_rows(answers)  # row k is idx[positions[k]]
@@ -411,11 +412,11 @@ class DaskRowPartitions(GramOperator):
         each partition's ``product_end`` gives its part."""
         which = range(len(self.actors)) if which is None else which
         coef = np.asarray(coef, dtype=np.float64)
-        self.wait([self.actors[i].product_start(coef.shape[1:]) for i in which])
+        self.wait([ActorCall(self.actors[i], "product_start", coef.shape[1:]) for i in which])
         piece = max(1, PRODUCT_BYTES // (8 * max(self.d, 1)))
         for s in range(0, len(idx), piece):
             XS = self.take(idx[s:s + piece])
-            self.wait([self.actors[i].product_add(XS, coef[s:s + piece]) for i in which])
+            self.wait([ActorCall(self.actors[i], "product_add", XS, coef[s:s + piece]) for i in which])
 
     def matmul(self, V):
         V = np.asarray(V, dtype=np.float64)
@@ -440,13 +441,6 @@ class DaskRowPartitions(GramOperator):
         if self.owns_client:
             self.owns_client = False
             self.client.close()
-
-
-async def _answers(calls) -> list:
-    """Every call's answer, or the exception it raised."""
-    import asyncio
-
-    return list(await asyncio.gather(*(call._result() for call in calls), return_exceptions=True))
 
 
 class LostPartitions(Exception):

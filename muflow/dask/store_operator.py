@@ -32,6 +32,7 @@ import uuid
 
 import numpy as np
 
+from muflow.dask.calls import ActorCall
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import split_rows
@@ -266,7 +267,7 @@ class DaskGram(GramOperator):
             calls, lost = {}, set()
             for shard, (_, actor, _) in self._actors.items():
                 try:
-                    calls[shard] = getattr(actor, method)(*args)
+                    calls[shard] = ActorCall(actor, method, *args)
                 except Exception:  # "Worker holding Actor was lost"
                     lost.add(shard)
             failed, results = self._collect(calls)
@@ -280,8 +281,13 @@ class DaskGram(GramOperator):
 
     def _collect(self, calls):
         """Wait for every call in one event-loop wait; a shard whose actor's future is no
-        longer "finished" (its worker was lost) or whose call raised counts as failed."""
-        return self.client.sync(self._collect_async, calls)
+        longer "finished" (its worker was lost) or whose call raised counts as failed; the
+        arrays the calls sent are let go then (:class:`muflow.dask.calls.ActorCall`)."""
+        try:
+            return self.client.sync(self._collect_async, calls)
+        finally:
+            for call in calls.values():
+                call.release()
 
     async def _collect_async(self, calls):
         import asyncio

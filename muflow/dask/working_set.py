@@ -45,6 +45,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.calls import ActorCall
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._selection_compiled import side_pass
 from muflow.solvers._subset_compiled import shrink_mask
@@ -286,9 +287,9 @@ class PartitionedState(ColumnState):
 
         def call():
             # the others begin B's rows while the first solves: the calls go out together
-            solving = first.subproblem(XB, B, yB, UB, aB, GB, self.equality, gap, gap_tol,
-                                       self.parts.dtype)
-            return self.parts.wait([solving] + [a.prefetch(XB, B) for a in others])[0]
+            solving = ActorCall(first, "subproblem", XB, B, yB, UB, aB, GB, self.equality, gap,
+                                gap_tol, self.parts.dtype)
+            return self.parts.wait([solving] + [ActorCall(a, "prefetch", XB, B) for a in others])[0]
 
         t = time.perf_counter()
         new, change, steps = self._recovering(call)
@@ -335,8 +336,8 @@ class PartitionedState(ColumnState):
         calls = []
         for i in which:
             lo, hi = parts.bounds[i]
-            calls.append(parts.actors[i].begin(col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
-                                               alpha[lo:hi], col.equality))
+            calls.append(ActorCall(parts.actors[i], "begin", col.y[lo:hi], col.U[lo:hi],
+                                   col.p[lo:hi], alpha[lo:hi], col.equality))
         parts.wait(calls)
 
     def _recovering(self, call, again=None):
@@ -358,8 +359,8 @@ class PartitionedState(ColumnState):
     def _call(self, moved, coef, B, alpha_B, shrink_with, reactivate):
         t = time.perf_counter()
         k = max(8, self.q // (2 * len(self.parts.actors)))  # a side of B from all workers
-        futures = [actor.iterate(moved, coef, B, alpha_B, shrink_with, reactivate, k)
-                   for actor in self.parts.actors]
+        futures = [ActorCall(actor, "iterate", moved, coef, B, alpha_B, shrink_with,
+                             reactivate, k) for actor in self.parts.actors]
         answers = self.parts.wait(futures)
         timings = self.timings
         timings["calls"] += time.perf_counter() - t
