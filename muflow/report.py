@@ -49,7 +49,21 @@ def plot_objective_curves(curves, path, *, labels=None, title="dual objective", 
     with atomic_path(path, suffix=path.suffix) as tmp:  # a crashed run leaves no half PNG
         fig.savefig(tmp, dpi=100)
     plt.close(fig)
+    collect_drawing_cycles()
     return path
+
+
+def collect_drawing_cycles() -> None:
+    """Free the reference cycles that drawing leaves (one full pass of the cyclic collector,
+    a fraction of a second). Matplotlib's mathtext parser (pyparsing, for the log axes' tick
+    labels) raises and catches exceptions whose tracebacks hold their frames; a frame holds
+    its caller's, so every frame of the stack that drew stays alive with its locals (a
+    sweep's labels, folds and model, the run stage's data) until the collector's next full
+    pass, which in a process of many long-lived objects comes rarely (issue 39: megabytes of
+    a sweep still held in the stages after it)."""
+    import gc
+
+    gc.collect()
 
 
 def _plotted_points(n, log_x, most=4000):

@@ -334,7 +334,11 @@ def decision_values(operator, coef, bias, masks, P, held=None) -> np.ndarray:
     """
     cross = getattr(operator, "cross_matmul", None)
     if cross is None:
-        return operator.matmul(coef) + bias[None, :]
+        D = operator.matmul(coef)
+        if D.dtype != np.float64 or not D.flags.writeable:
+            return D + bias[None, :]
+        D += bias[None, :]  # in place: one n x m array of decision values, not two
+        return D
     held = ~masks if held is None else held
     n, m = coef.shape
     F = masks.shape[1]

@@ -11,7 +11,8 @@ that counted in the client's peak memory (issue 39).
 
 :class:`ActorCall` sends each array (NumPy or SciPy sparse) inside a :class:`Lent`, which
 pickles as its value (the actor receives the array itself) and is emptied when the answer
-is in (:func:`answers`): the cycle then holds an empty shell.
+is in (:func:`answers`): the cycle then holds an empty shell. The call's future, which
+holds the answer, goes then too: the answer lives as long as the caller keeps it.
 """
 
 from __future__ import annotations
@@ -73,10 +74,12 @@ class ActorCall:
         return answer
 
     def release(self) -> None:
-        """Let go of the arrays sent (the call is answered: nothing reads them again)."""
+        """Let go of the arrays sent (the call is answered: nothing reads them again) and of
+        the future, which holds the answer (the caller holds it as long as it needs it)."""
         for lent in self.lent:
             lent.release()
         self.lent = []
+        self.future = None
 
 
 async def answers(calls) -> list:

@@ -43,8 +43,11 @@ from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, working_set_rows
 BLOCK_BYTES = 64 << 20
 
 #: Rows of X a product sends to the partitions at once (bytes of float64 values): the
-#: client holds one piece of the support's rows, not all of them (:meth:`DaskRowPartitions.product`).
-PRODUCT_BYTES = 1 << 20
+#: client holds one piece of the support's rows, not all of them
+#: (:meth:`DaskRowPartitions.product`), twice while it comes (the partitions' answers and
+#: the piece); a few round trips a megabyte of rows, and the sums do not depend on it
+#: (:meth:`RowPartition.product_add`).
+PRODUCT_BYTES = 1 << 18
 
 #: Partitions lost with their workers are restarted at most this many times in a row.
 MAX_RECOVERIES = 3
@@ -401,8 +404,9 @@ class DaskRowPartitions(GramOperator):
             positions = np.concatenate([w for w, _ in futures])
             return got[np.argsort(positions)] if idx.size else got
         out = np.empty((idx.size,) + answers[0].shape[1:], dtype=answers[0].dtype)
-        for (where, _), rows in zip(futures, answers):  # one copy, each row in its place
-            out[where] = rows
+        for k, (where, _) in enumerate(futures):  # one copy, each row in its place
+            out[where] = answers[k]
+            answers[k] = None  # and its message let go
         return out
 
     def product(self, idx, coef, *, which=None) -> None:
@@ -417,6 +421,7 @@ class DaskRowPartitions(GramOperator):
         for s in range(0, len(idx), piece):
             XS = self.take(idx[s:s + piece])
             self.wait([ActorCall(self.actors[i], "product_add", XS, coef[s:s + piece]) for i in which])
+            del XS  # one piece held at a time, not the last while the next comes
 
     def matmul(self, V):
         V = np.asarray(V, dtype=np.float64)

@@ -17,20 +17,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from muflow.routing import solves_on_own_samples
+from muflow.routing import reads_rows, solves_on_own_samples
+from muflow.selection.columns import columns
 from muflow.selection.fork_pool import forked_chains
 from muflow.solvers import DualProblem
 from muflow.subproblems import close_kept, solve_by_rule
 from muflow.solvers.registry import svc_iterations
 
 
-def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, tol, max_iter,
-                 warm, n_jobs, callback=None, options=None):
-    """Solve the columns (column ``c * per_c + j``) as chains: with ``warm`` one chain per
-    fold along ascending C (all folds in one chain in one process on a stored K), else one
-    per (C, fold), larger C first. Writes ``out.alpha``, ``out.bias``, ``out.viol``,
-    ``out.n_iter``, ``out.seconds``, ``out.curves`` and, where the solver kept it,
-    ``out.gradient`` (made here then: None until a solver keeps one) in place.
+def solve_chains(operator, Y, masks, member, out, *, Cs, per_c, P, info, equality, tol,
+                 max_iter, warm, n_jobs, callback=None, options=None):
+    """Solve the columns (column ``c * per_c + j``; their labels and bounds from ``Y``,
+    ``masks`` and ``member``, :func:`muflow.selection.columns.columns`) as chains: with
+    ``warm`` one chain per fold along ascending C (all folds in one chain in one process on
+    a stored K), else one per (C, fold), larger C first. Writes ``out.alpha``, ``out.bias``,
+    ``out.viol``, ``out.n_iter``, ``out.seconds``, ``out.curves`` and, where the solver kept
+    it, ``out.gradient`` (made here then: None until a solver keeps one) in place.
 
     On rows computed on demand, where each fold is solved on its own samples, a chain is
     one fold's path in this process as in a forked one: its operator over the fold's
@@ -41,21 +43,27 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
     the chains here in turn, more shares them out to forked processes
     (:func:`muflow.selection.fork_pool.forked_chains`)."""
     F = per_c // P
-    # one process on a stored K: every fold's columns in one solve call per C (their warm
-    # starts' gradients in one product, one pass over K); else a chain per fold
-    own = solves_on_own_samples(operator, info.name, upper[:, :per_c] > 0)
-    folds_cols = ([list(range(per_c))] if n_jobs == 1 and not own else
+    held = np.repeat(masks, P, axis=1) & np.tile(np.ones((1, P), dtype=bool) if member is None
+                                                  else member, (1, F))  # the columns at one C
+    own = solves_on_own_samples(operator, info.name, held)
+    # a chain per fold's columns, except in one process on a stored K: every fold's columns
+    # in one solve call per C there (their warm starts' gradients in one product, one pass
+    # over K). On X partitioned over the workers the working set solves a column at a time
+    # anyway, and a chain per fold holds one fold's labels and bounds, not every fold's
+    apart = own or (getattr(operator, "partitioned", False) and reads_rows(info.name))
+    folds_cols = ([list(range(per_c))] if n_jobs == 1 and not apart else
                   [[f * P + p for p in range(P)] for f in range(F)])
     if warm:
         tasks = [(local, list(range(len(Cs)))) for local in folds_cols]
     else:  # larger C, more steps: start those first
         tasks = [(local, [c]) for c in reversed(range(len(Cs))) for local in folds_cols]
-    state = ChainState(operator, ycols, upper, Cs, per_c, P, info, equality, tol, max_iter, warm,
-                       options or {})
+    state = ChainState(operator, Y, masks, member, Cs, per_c, P, info, equality, tol, max_iter,
+                       warm, options or {})
     if n_jobs == 1:
         chains = [state.run(local, cs, callback) for local, cs in tasks]
     else:
         chains = forked_chains(state, tasks, n_jobs)
+    rows = np.zeros(len(Cs), dtype=np.int64)  # the longest objective curve of each C
     for (local, cs), chain in zip(tasks, chains):
         for k, c in enumerate(cs):
             cols = [c * per_c + j for j in local]
@@ -65,9 +73,14 @@ def solve_chains(operator, ycols, upper, out, *, Cs, per_c, P, info, equality, t
                     out.gradient = np.full(out.alpha.shape, np.nan)
                 out.gradient[:, cols] = chain.gradient[k]
             out.n_iter[c] = max(out.n_iter[c], chain.n_iter[k])
-            out.seconds[c] = max(out.seconds[c], chain.seconds[k])
+            # chains in turn here add up; forked ones ran side by side
+            out.seconds[c] = (out.seconds[c] + chain.seconds[k] if n_jobs == 1 else
+                              max(out.seconds[c], chain.seconds[k]))
+            rows[c] = max(rows[c], chain.rows[k])
             if local[0] == 0:
                 out.curves[c] = chain.curves[k]
+    if apart and not own:  # fold 0's curve as one solve call of every fold pads it
+        out.curves = [pad_rows(curve, rows[c]) for c, curve in enumerate(out.curves)]
 
 
 @dataclass
@@ -80,16 +93,20 @@ class Chain:
     n_iter: list = field(default_factory=list)
     seconds: list = field(default_factory=list)
     curves: list = field(default_factory=list)
+    rows: list = field(default_factory=list)  # the length of each solve's objective curve
     gradient: list = field(default_factory=list)
 
 
 @dataclass
 class ChainState:
-    """What every chain of one Gram shares (and forked children inherit)."""
+    """What every chain of one Gram shares (and forked children inherit): each solve's labels
+    and bounds are made from ``Y``, ``masks`` and ``member`` for its own columns
+    (:meth:`problem`)."""
 
     operator: object
-    ycols: np.ndarray
-    upper: np.ndarray
+    Y: np.ndarray
+    masks: np.ndarray
+    member: np.ndarray | None
     Cs: list
     per_c: int
     P: int
@@ -99,6 +116,12 @@ class ChainState:
     max_iter: int
     warm: bool
     options: dict = field(default_factory=dict)
+
+    def problem(self, cols) -> DualProblem:
+        """The problem of the columns ``cols``: their labels and bounds
+        (:func:`muflow.selection.columns.columns`)."""
+        y, upper = columns(self.Y, self.masks, self.Cs, self.member, cols)
+        return DualProblem(self.operator, y, upper, equality=self.equality)
 
     def solve(self, problem, *, init=None, callback=None, kept=None):
         """One solve of a chain. On rows computed on demand each column (a fold's training
@@ -128,9 +151,7 @@ class ChainState:
         kept = {} if self.warm else None
         try:
             for k, c in enumerate(c_indices):
-                cols = [c * self.per_c + j for j in local]
-                problem = DualProblem(self.operator, columns_of(self.ycols, cols),
-                                      columns_of(self.upper, cols), equality=self.equality)
+                problem = self.problem([c * self.per_c + j for j in local])
                 t = time.perf_counter()
                 sol = self.solve(problem, init=init, callback=callback, kept=kept)
                 out.seconds.append(time.perf_counter() - t)
@@ -140,6 +161,7 @@ class ChainState:
                 out.gradient.append(sol.gradient)
                 out.n_iter.append(svc_iterations(sol))  # SVC's unit: SMO's pair steps
                 out.curves.append(sol.objective_curve[:, :self.P] if local[0] == 0 else None)
+                out.rows.append(len(sol.objective_curve))
                 if self.warm and k + 1 < len(c_indices):
                     init = scaled_start(sol, self.Cs[c_indices[k + 1]] / self.Cs[c], problem.linear)
         finally:
@@ -148,10 +170,12 @@ class ChainState:
         return out
 
 
-def columns_of(a: np.ndarray, cols: list) -> np.ndarray:
-    """Columns ``cols`` of ``a``: ``a`` itself when they are all of them in order (no copy
-    of the n x m labels and bounds), else a copy."""
-    return a if list(cols) == list(range(a.shape[1])) else a[:, cols]
+def pad_rows(curve, rows: int):
+    """``curve`` (points x columns) with its last row repeated up to ``rows`` rows, as
+    :func:`muflow.solvers._subset.pad_curves` pads the shorter columns of one solve."""
+    if curve is None or len(curve) >= rows:
+        return curve
+    return np.concatenate([curve, np.repeat(curve[-1:], rows - len(curve), axis=0)])
 
 
 def scaled_start(sol, ratio: float, linear: np.ndarray) -> tuple:

@@ -8,7 +8,8 @@ problem is a column of the dual batch (:class:`muflow.solvers.DualProblem`):
   two classes, as :func:`muflow.multiclass.binary_problems` poses them for muflow.SVC);
 - its upper bounds are ``U_ij = C_j`` for the training samples of its fold that belong to
   its problem and ``0`` for the others (held-out samples, samples outside the pair), which
-  pins them at alpha = 0: a fold or a pair is a mask, not a copy of K (:func:`columns`).
+  pins them at alpha = 0: a fold or a pair is a mask, not a copy of K
+  (:func:`muflow.selection.columns.columns`).
 
 Two paths solve the batch (:func:`solve_kernel`):
 
@@ -39,31 +40,12 @@ from types import SimpleNamespace
 import numpy as np
 
 from muflow.selection.batched import solve_batched
+from muflow.selection.columns import columns, labelled  # noqa: F401  (columns: its home before)
 from muflow.selection.continuation import solve_chains
 from muflow.selection.grid import SUBSET_SOLVERS
 from muflow.selection.records import KernelSolve, Refit
 from muflow.solvers import DualProblem
 from muflow.subproblems import decision_values, solve_by_rule
-
-
-def columns(Y, masks, Cs, member=None):
-    """Labels and upper bounds of the columns (C, fold, problem), problem fastest.
-
-    Column ``(c * folds + f) * P + p``: labels of binary problem p, ``U = C_c`` on the
-    training samples of fold f that belong to problem p (``member``, default all) and 0 on
-    the others.
-    """
-    n, P = Y.shape
-    F = masks.shape[1]
-    member = np.ones((n, P), dtype=bool) if member is None else member
-    ycols = np.tile(Y, (1, len(Cs) * F))
-    upper = np.empty_like(ycols)
-    j = 0
-    for C in Cs:
-        for f in range(F):
-            upper[:, j:j + P] = np.where(masks[:, f][:, None] & member, C, 0.0)
-            j += P
-    return ycols, upper
 
 
 def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, halving,
@@ -81,24 +63,25 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
                           n_iter=np.zeros(len(Cs), dtype=np.int64), seconds=np.zeros(len(Cs)),
                           stopped=np.zeros(len(Cs), dtype=bool), curves=[None] * len(Cs),
                           gradient=None)
-    ycols, upper = columns(Y, masks, Cs, member)
     common = dict(per_c=per_c, P=P, info=info, equality=intercept == "exact", tol=tol,
                   max_iter=max_iter, callback=callback, options=options)
     t0 = time.perf_counter()
     if path == "continuation" or (halving is None and info.name in SUBSET_SOLVERS):
         if getattr(operator, "partitioned", False):
             n_jobs = 1  # the workers hold X: this process only drives them (no fork)
-        solve_chains(operator, ycols, upper, out, Cs=Cs, warm=path == "continuation",
+        solve_chains(operator, Y, masks, member, out, Cs=Cs, warm=path == "continuation",
                      n_jobs=n_jobs, **common)
     else:
+        ycols, upper = columns(Y, masks, Cs, member)
         solve_batched(operator, ycols, upper, out, n_c=len(Cs), halving=halving,
                       halving_min_iter=halving_min_iter, masks=masks, y_enc=y_enc, **common)
+        del ycols, upper
     solve_seconds = time.perf_counter() - t0
-    D = decision_values(operator, ycols * out.alpha, out.bias, masks, P)
+    D = decision_values(operator, labelled(Y, out.alpha), out.bias, masks, P)
     products = None
     if hasattr(operator, "cross_matmul") and out.gradient is not None \
             and not np.isnan(out.gradient).all():
-        products = known_products(out.gradient, D, out.bias, ycols, masks, P)
+        products = known_products(out.gradient, D, out.bias, np.tile(Y, (1, m // P)), masks, P)
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
                        n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
@@ -133,6 +116,10 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     the start's gradient is their mean, which spares the working set the start's product
     (n x |support vectors| kernel values). ``options``: the solver's keywords beyond the
     common signature (the row cache).
+
+    The start made, ``res.alpha`` and ``res.products`` are let go (None): the refit is
+    their last reader, and the client of a sweep on X partitioned over the workers then
+    holds the refit's vectors, not the folds' n x m solutions besides (issue 39).
     """
     P, per_c = res.n_problems, res.per_c
     F = per_c // P
@@ -143,6 +130,8 @@ def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, m
     if res.products is not None:  # the start's gradient from the folds' (known_products)
         mean_product = res.products[:, res.block(c)].reshape(-1, F, P).mean(axis=1)
         init = init + (Y * mean_product + problem.linear,)
+    del block
+    res.alpha = res.products = None
     t = time.perf_counter()
 
     def solve(p, init=None, callback=None):

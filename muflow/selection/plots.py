@@ -57,6 +57,8 @@ def write_plots(out_dir: Path, records, Cs) -> dict:
         curve = np.asarray(rec.curves[c], dtype=float)
         curve = curve[:, 0] if curve.ndim == 2 else curve
         curves[f"{setting_label(rec.setting)}, C={rec.rows[c].C:g}"] = curve - curve.min()
+    # the last figure: its drawing's reference cycles and the heatmaps' are freed after it
+    # (:func:`muflow.report.collect_drawing_cycles`)
     paths["convergence"] = plot_objective_curves(
         curves, out_dir / "convergence.png", title="convergence of the best configurations (fold 1)")
     return paths

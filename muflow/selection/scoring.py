@@ -45,16 +45,18 @@ def cv_accuracy(operator, ycols, alpha, bias, masks, y_enc):
     return out
 
 
-def configuration_rows(setting, Cs, res: KernelSolve, splits, y_enc) -> list[ConfigurationRow]:
-    """One row per C of a kernel setting: accuracies per fold, support vectors (mean over
-    folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds."""
+def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[ConfigurationRow]:
+    """One row per C of a kernel setting: accuracies per fold (on its held-out samples, where
+    its column of ``masks``, the training samples of each fold, is False), support vectors
+    (mean over folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds."""
     from muflow.model import SUPPORT_THRESHOLD
 
     rows = []
     n_classes = int(y_enc.max()) + 1
     for c, C in enumerate(Cs):
         accs, n_sv = [], []
-        for f, (_, test) in enumerate(splits):
+        for f in range(masks.shape[1]):
+            test = np.flatnonzero(~masks[:, f])
             cols = res.fold_columns(c, f)
             pred = fold_predictions(res.decision[test, cols], n_classes)
             accs.append(float(np.mean(pred == y_enc[test])))

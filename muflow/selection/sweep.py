@@ -203,12 +203,12 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
 @dataclass
 class _SweepData:
     """The checked inputs of a sweep: X and the encoded labels, the folds as masks of
-    training samples, the binary problems and the test set."""
+    training samples (n x folds booleans: a fold's held-out indices are where its column is
+    False, not a list of index arrays), the binary problems and the test set."""
 
     X: object
     y_enc: np.ndarray
     classes: np.ndarray
-    splits: list
     masks: np.ndarray
     Y: np.ndarray
     member: np.ndarray
@@ -243,12 +243,12 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
     n = X.shape[0]
-    splits = list(StratifiedKFold(folds, shuffle=True, random_state=seed).split(np.zeros(n), y_enc))
     masks = np.zeros((n, folds), dtype=bool)
-    for f, (train, _) in enumerate(splits):
-        masks[train, f] = True
+    for f, (train, _) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed)
+                                   .split(np.zeros(n), y_enc)):
+        masks[train, f] = True  # one fold's indices at a time
     Y, member = binary_problems(y_enc, len(classes))
-    return _SweepData(X, y_enc, classes, splits, masks, Y, member, X_test, y_test)
+    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test)
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
@@ -321,7 +321,7 @@ class _SweepRun:
             self.counts["kernels_resumed"] += 1
             self.records.append(done)
         elif self.deadline is not None and self.deadline.expired:
-            self.not_started.extend(timeout.not_started_rows(setting, self.Cs, len(self.data.splits),
+            self.not_started.extend(timeout.not_started_rows(setting, self.Cs, self.data.masks.shape[1],
                                                              info, kpath))
         else:
             self._solve(kdir, setting, kernel, plan, info, self.chosen_path or kpath)
@@ -341,7 +341,8 @@ class _SweepRun:
         self.bar.describe(setting_label(setting))
         try:
             res = self._solve_columns(operator, setting, info, kpath)
-            rows = configuration_rows(setting, self.Cs, res, self.data.splits, self.data.y_enc)
+            rows = configuration_rows(setting, self.Cs, res, self.data.masks, self.data.y_enc)
+            res.decision = None  # scored: the refit reads the folds' solutions, not these
             cut = self.deadline is not None and self.deadline.stopped
             if cut:
                 rows = timeout.mark_unfinished(rows)
@@ -409,7 +410,7 @@ class _SweepRun:
         if d.X_test is not None:
             test_metrics = {"accuracy": float(model.score(d.X_test, d.y_test)),
                             "n_samples": int(d.X_test.shape[0]), "configuration": best}
-        paths = rundir.write_outputs(self.out_dir, table, len(d.splits), best, model, test_metrics)
+        paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics)
         paths.update(write_plots(self.out_dir, records, self.Cs))
         timings = self.timings
         timings["total"] = time.perf_counter() - t_start

@@ -425,6 +425,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     cols = [Column(problem, j) for j in range(m)]
     starts = [col.start(None if alpha0 is None else alpha0[:, j]) for j, col in enumerate(cols)]
     given = given_gradients(start_gradient(init, n, m), alpha0, starts)
+    alpha0 = None  # the clipped copy of the start: the columns' starts are made from it
     alphas, biases, curves, viols, iters, gradients = [], [], [], [], 0, []
     try:
         home.begin(cols, starts, timings, given)
