@@ -17,7 +17,9 @@ are tied to it by the kernel as well (``PR_SET_PDEATHSIG``: :func:`muflow.forkin
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
 
 #: The signals a command stops on.
@@ -54,8 +56,42 @@ def _raise_stopped(signum, frame):
     global received
     received = int(signum)
     for s in STOP_SIGNALS:  # the cleanup the exception starts runs to its end
-        signal.signal(s, signal.SIG_IGN)
+        signal.signal(s, _raise_dropped)
     raise Stopped(signum)
+
+
+#: A :class:`Stopped` was dropped where Python drops exceptions (:func:`_unraisable`).
+_dropped = False
+
+
+def _raise_dropped(signum, frame):
+    """The handler after the first signal: further signals are ignored, except the one
+    :func:`_unraisable` sends again for a :class:`Stopped` that was dropped."""
+    global _dropped
+    if _dropped:
+        _dropped = False
+        raise Stopped(received or signum)
+
+
+def _unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` within :func:`stop_on_signals`. A signal's :class:`Stopped`
+    can land where Python prints an exception and drops it: an at-fork callback (logging's
+    lock release around the fork of a sweep's chains), a finalizer. The stop would be
+    lost and the command run on, deaf to further signals. Instead, the signal is sent
+    again a moment later from another thread (sent from here, it would be raised in here),
+    to be raised at the main thread's next step; dropped again, it is sent again."""
+    global _dropped, _again
+    if isinstance(unraisable.exc_value, Stopped):
+        _dropped = True
+        _again = threading.Timer(0.01, os.kill, (os.getpid(), unraisable.exc_value.signum))
+        _again.daemon = True
+        _again.start()
+        return
+    _previous_unraisable(unraisable)
+
+
+_previous_unraisable = sys.unraisablehook
+_again = None
 
 
 @contextlib.contextmanager
@@ -66,14 +102,23 @@ def stop_on_signals():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    global _previous_unraisable, _dropped
     previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
     for s in STOP_SIGNALS:
         signal.signal(s, _raise_stopped)
+    _previous_unraisable, sys.unraisablehook = sys.unraisablehook, _unraisable
     try:
         yield
     finally:
+        if _again is not None:  # a signal sent again reaches the handler above, not after
+            _again.cancel()
+            _again.join()
+        sys.unraisablehook = _previous_unraisable
         for s, handler in previous.items():
             signal.signal(s, handler if handler is not None else signal.SIG_DFL)
+    if _dropped:  # the block ended before the signal sent again came: the stop is raised here
+        _dropped = False
+        raise Stopped(received)
 
 
 @contextlib.contextmanager
@@ -99,8 +144,6 @@ def exit_now(code: int) -> None:
     exit (atexit hooks of Prefect and Dask whose servers are gone, thread pools, module
     teardown) would wait on what the run has already stopped."""
     import logging
-    import os
-    import sys
 
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

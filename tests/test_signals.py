@@ -145,3 +145,29 @@ def test_a_stopped_sweep_keeps_its_finished_kernel_settings_and_says_how_to_resu
         "--resume`")
     assert [p.name for p in (out / "kernels").iterdir()] == ["000-rbf"]
     assert_gone(children, within=1.0)
+
+
+def test_a_stop_that_lands_where_python_drops_exceptions_is_raised_again():
+    """A signal whose Stopped is raised inside a finalizer (as inside logging's at-fork
+    lock release, when SIGTERM meets the fork of a sweep's chains) is dropped by Python:
+    the handler sends the signal again and the stop is raised at the next step, once."""
+    from muflow.signals import Stopped, stop_on_signals
+
+    class DropsExceptions:
+        def __del__(self):
+            signal.raise_signal(signal.SIGTERM)
+            sum(range(1000))  # the handler runs in here, and its Stopped is dropped
+
+    reached, hook = [], sys.unraisablehook
+    with pytest.raises(Stopped) as stopped:
+        with stop_on_signals():
+            DropsExceptions()
+            reached.append("after the finalizer")
+            end = time.monotonic() + 5
+            while time.monotonic() < end:  # the signal sent again is raised here
+                pass
+            reached.append("end")  # never: the stop was lost
+    assert stopped.value.signum == signal.SIGTERM
+    assert reached in ([], ["after the finalizer"])
+    assert sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
