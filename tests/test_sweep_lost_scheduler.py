@@ -50,3 +50,5 @@ def test_a_scheduler_lost_mid_sweep_fails_in_one_line_naming_sweep_resume(tmp_pa
     assert "sweep --data" in lines[0] and lines[0].endswith(
         f"--resume` (Dask's log: {out}/distributed.log)")
     assert "fit --resume" not in lines[0]
+    assert "muflow ERROR the sweep ended because the Dask scheduler went away" in (
+        out / "distributed.log").read_text()

@@ -126,6 +126,23 @@ def one_line_if_scheduler_lost(client, args, *, work, kept, log_file):
     except Exception as exc:
         if not scheduler_gone(client, exc):
             raise
+        _keep_traceback(log_file, exc, work)
         raise lost_scheduler_error(client, work=work, next_step=(
             f"start the scheduler and its workers again; {continue_hint(args, kept())} "
             f"(Dask's log: {log_file})")) from None
+
+
+def _keep_traceback(log_file, exc, work):
+    """Append the traceback that the one-line failure replaces to ``log_file``: distributed
+    logs the lost connection only when its own timers notice it, which a loaded machine may
+    not reach before the command ends, so the log always says what ``work`` raised."""
+    import datetime
+    import traceback
+
+    try:
+        with open(log_file, "a", encoding="utf-8") as log:
+            log.write(f"{datetime.datetime.now():%Y-%m-%d %H:%M:%S} muflow ERROR {work} ended "
+                      f"because the Dask scheduler went away; what it raised:\n")
+            log.writelines(traceback.format_exception(exc))
+    except OSError:  # the one-line failure still names the scheduler and the next step
+        pass
