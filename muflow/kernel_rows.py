@@ -318,6 +318,33 @@ class KernelRows(GramOperator):
         return self.kernel.block_into(source.X[rows], B, out, BT=BT, sq_A=source.sq[rows],
                                       sq_B=source.sq[cols], same_rows=same)
 
+    def square_entries(self, idx):
+        """A callable ``part(r0, r1, out)`` that writes ``K[idx[r0:r1]][:, idx]`` into ``out``
+        (C-ordered, the operator's dtype) for distinct ``idx``: the working set's K_BB by
+        blocks of its rows, each entry the same as :meth:`entries_into` gives (the same
+        product and finish), with X_B's columns, norms and diagonal positions prepared
+        once for all the blocks instead of once a block. The blocks' calls are compiled
+        loops but for a few small NumPy gathers, so that threads computing blocks side by
+        side do not queue for the GIL."""
+        idx = self._index(idx)
+        source = self.source
+        if not self._chunked:  # sparse X, laplacian: the general path
+            return lambda r0, r1, out: self.entries_into(idx[r0:r1], idx, out)
+        BT = np.ascontiguousarray(source.X[idx].T)
+        sq_B = source.sq[idx]
+        positions = np.arange(idx.size, dtype=np.int64)  # row r of idx is column r
+
+        def part(r0, r1, out):
+            rows, same = idx[r0:r1], positions[r0:r1]
+            if source.csr is not None and out.flags.c_contiguous:
+                source.product_into(rows, BT, out)
+                return self.kernel.block_into(None, None, out, sq_A=source.sq[rows], sq_B=sq_B,
+                                              same_rows=same, product_ready=True)
+            return self.kernel.block_into(source.X[rows], None, out, BT=BT, sq_A=source.sq[rows],
+                                          sq_B=sq_B, same_rows=same)
+
+        return part
+
     def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
         """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when
         given (C-ordered). Indices may repeat and come in any order."""

@@ -405,3 +405,28 @@ def test_laplacian_rows_into_scattered_slots_are_the_kernel_block():
         data = np.zeros((20, 300))
         op.rows_into(np.array([5, 77, 200]), data, np.array([3, 10, 17]))
         np.testing.assert_allclose(data[[3, 10, 17]], kernel.block(X[[5, 77, 200]], X), rtol=1e-12)
+
+
+@pytest.mark.parametrize("kernel", KERNELS, ids=lambda k: f"{k.name}-{k.offset:g}")
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("form", ["dense", "csr", "mostly-zero"])
+def test_a_working_sets_square_block_is_the_same_entries_by_any_blocks(X, mostly_zero_X, kernel,
+                                                                         dtype, form, monkeypatch):
+    """``square_entries(B)`` (the working set's K_BB, prepared once and computed a block of
+    rows at a time): bit for bit the entries :meth:`entries_into` gives, whatever the blocks,
+    and the values of the rows' own panels (the solver's K_BB must not depend on whether the
+    rows were cached)."""
+    X = mostly_zero_X if form == "mostly-zero" else X
+    op = KernelRows(as_input(X, "dense" if form == "mostly-zero" else form, monkeypatch), kernel,
+                    dtype=dtype, block_rows=3)
+    if form == "mostly-zero" and dtype == "float32" and kernel.name != "laplacian":
+        assert op.source.csr is not None  # the sparse-row product path
+    B = np.random.default_rng(9).permutation(X.shape[0])[:37]  # unsorted, as WSS 2 orders it
+    whole = op.entries_into(B, B, np.empty((B.size, B.size), dtype=op.dtype))
+    part = op.square_entries(B)
+    for edges in ([0, 37], [0, 5, 16, 30, 37]):
+        got = np.full((B.size, B.size), np.nan, dtype=op.dtype)
+        for r0, r1 in zip(edges[:-1], edges[1:]):
+            part(r0, r1, got[r0:r1])
+        np.testing.assert_array_equal(got, whole)
+    np.testing.assert_allclose(whole, op.rows_native(B)[:, B], **TOLERANCE[dtype])

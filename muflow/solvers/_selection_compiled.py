@@ -18,6 +18,13 @@ from numba import njit
 
 from muflow.solvers._subset_compiled import _TAU
 
+#: A pass's work an item, in the multiply-adds that
+#: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in: inside a fit
+#: (its arrays out of the CPU's cache after a working set's rows) each pass took 9-16 ns an
+#: item on a8a's 22,696 variables, as long as about 32 of the gradient's multiply-adds, so a
+#: pass is shared out from about 8,000 variables on.
+WORK_PER_ITEM = 32
+
 
 @njit(cache=True, nogil=True)
 def side_pass(y, alpha, U, G, act, v_up, v_low, a_pool, U_pool, lo, hi):

@@ -66,7 +66,7 @@ from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
-from muflow.solvers._selection_compiled import side_pass
+from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              previous_positions, projected_gradient,
                                              select_working_set, solve_columns)
@@ -195,7 +195,7 @@ class InProcessState(HostActiveSet):
         if self.equality:
             # one fused pass (eq. (9)) over the active set, a range of it per thread
             pool = self._pool_arrays(act.size)
-            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G, act,
+            self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U, self.G, act,
                                *pool)
             v_up, v_low, a, U = pool
             self._view = PairView(a, U, v_up=v_up, v_low=v_low)
@@ -227,26 +227,29 @@ class InProcessState(HostActiveSet):
         return slots
 
     def subproblem(self, B):
-        # one buffer for every iteration: a fresh q x q array costs its page faults each time
-        if self._block.size < B.size * B.size:
-            self._block = np.empty(B.size * B.size)
-        K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
-        if not self._rows_while_solving(B, K_BB):
+        K_BB = self._rows_while_solving(B)
+        if K_BB is None:
+            # one buffer for every iteration: a fresh q x q array costs its page faults each time
+            if self._block.size < B.size * B.size:
+                self._block = np.empty(B.size * B.size)
+            K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
             self._slots = self.fetch_rows(B)
             self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
 
-    def _rows_while_solving(self, B, K_BB) -> bool:
-        """K_BB computed from X (``operator.entries_into``, blocks of :data:`ENTRY_BLOCK`
-        rows of B on the home's threads), not gathered from the cached rows, so that it
-        does not depend on what the cache holds (a row cache kept along a C path, a fresh
-        one) nor on the threads; B's missing rows are computed whole on the home's threads
-        while this thread solves the subproblem (:meth:`_settle` waits for them). False
-        where the operator cannot (rows copied from a stored K, K read in place)."""
+    def _rows_while_solving(self, B):
+        """K_BB computed from X (``operator.square_entries``, blocks of :data:`ENTRY_BLOCK`
+        rows of B on the home's threads) in the cache's dtype, not gathered from the cached
+        rows, so that it does not depend on what the cache holds (a row cache kept along a C
+        path, a fresh one) nor on the threads; B's missing rows are computed whole on the
+        home's threads while this thread solves the subproblem (:meth:`_settle` waits for
+        them). The subproblem reads a float32 K_BB as it is (each entry widened as it is
+        read). None where the operator cannot (rows copied from a stored K, K read in
+        place)."""
         cache = self.cache
-        entries_into = getattr(cache.operator, "entries_into", None)
-        if entries_into is None or cache.in_place or cache.operator.dtype != cache.dtype:
-            return False
+        square_entries = getattr(cache.operator, "square_entries", None)
+        if square_entries is None or cache.in_place or cache.operator.dtype != cache.dtype:
+            return None
         cached = cache.slot_of[B] >= 0
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
@@ -255,14 +258,14 @@ class InProcessState(HostActiveSet):
             self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
         entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
         blocks = -(-B.size // ENTRY_BLOCK)
+        part = square_entries(B)
 
         def block(lo, hi):
             for k in range(lo, hi):
                 r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
-                entries_into(B[r0:r1], B, entries[r0:r1])
+                part(r0, r1, entries[r0:r1])
 
         self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
-        K_BB[...] = entries
         rows, slots = cache.reserve_missing(B)
         if rows.size:
             if self.background is None:
@@ -270,7 +273,7 @@ class InProcessState(HostActiveSet):
             else:
                 self._pending = self.background.submit(cache.write, rows, slots)
         self._slots = np.ascontiguousarray(cache.slot_of[B])
-        return True
+        return entries
 
     def _settle(self) -> None:
         """Wait for the rows computed while the subproblem was solved."""

@@ -36,7 +36,7 @@ import numpy as np
 from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
-from muflow.solvers._selection_compiled import pair_gains
+from muflow.solvers._selection_compiled import WORK_PER_ITEM, pair_gains
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
 
 def default_q(n: int) -> int:
@@ -189,7 +189,7 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     QD = np.asarray(QD, dtype=np.float64)
     none = np.zeros(0)
     gain_up, gain_low = np.empty(size), np.empty(size)
-    split(pair_gains, size, 8, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
+    split(pair_gains, size, WORK_PER_ITEM, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
           none if row_i is None else row_i, none if row_j is None else row_j,
           float(gmax), float(gmax2), gain_up, gain_low)
     gain_up[taken] = np.inf
