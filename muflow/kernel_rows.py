@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from muflow import kernel_entries
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import (PRODUCT_KERNELS, Columns, column_ranges, contiguous_run,
                              default_threads, gram_dtype, pieces_for, row_source, run_panels,
@@ -294,56 +295,13 @@ class KernelRows(GramOperator):
         run_ranges(edges, work, threads)
 
     def entries_into(self, rows, cols, out: np.ndarray) -> np.ndarray:
-        """``K[rows][:, cols]`` into ``out`` (C-ordered, the operator's dtype): the entries
-        of rows that are not computed yet at the columns ``cols`` alone, from the same
-        prepared values and by the same product and finish as the rows' panels, so that a
-        working set's K_BB is known before its missing rows are (the working-set solver
-        solves its subproblem while they are computed)."""
-        rows, cols = self._index(rows), self._index(cols)
-        source = self.source
-        if not self._chunked:  # sparse X, laplacian
-            out[...] = Columns(source, cols).panel_into(self.kernel, rows, np.empty(out.shape))
-            return out
-        # Columns(source, cols) without its n-long position map: B's few columns of X^T
-        # gathered from their rows of X
-        B = source.X[cols]
-        BT = np.ascontiguousarray(B.T)
-        order = np.argsort(cols, kind="stable")
-        at = np.minimum(np.searchsorted(cols[order], rows), cols.size - 1)
-        same = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
-        if source.csr is not None and out.flags.c_contiguous:
-            source.product_into(rows, BT, out)
-            return self.kernel.block_into(None, None, out, sq_A=source.sq[rows],
-                                          sq_B=source.sq[cols], same_rows=same, product_ready=True)
-        return self.kernel.block_into(source.X[rows], B, out, BT=BT, sq_A=source.sq[rows],
-                                      sq_B=source.sq[cols], same_rows=same)
+        """``K[rows][:, cols]`` into ``out`` (:func:`muflow.kernel_entries.entries_into`)."""
+        return kernel_entries.entries_into(self, self._index(rows), self._index(cols), out)
 
     def square_entries(self, idx):
-        """A callable ``part(r0, r1, out)`` that writes ``K[idx[r0:r1]][:, idx]`` into ``out``
-        (C-ordered, the operator's dtype) for distinct ``idx``: the working set's K_BB by
-        blocks of its rows, each entry the same as :meth:`entries_into` gives (the same
-        product and finish), with X_B's columns, norms and diagonal positions prepared
-        once for all the blocks instead of once a block. The blocks' calls are compiled
-        loops but for a few small NumPy gathers, so that threads computing blocks side by
-        side do not queue for the GIL."""
-        idx = self._index(idx)
-        source = self.source
-        if not self._chunked:  # sparse X, laplacian: the general path
-            return lambda r0, r1, out: self.entries_into(idx[r0:r1], idx, out)
-        BT = np.ascontiguousarray(source.X[idx].T)
-        sq_B = source.sq[idx]
-        positions = np.arange(idx.size, dtype=np.int64)  # row r of idx is column r
-
-        def part(r0, r1, out):
-            rows, same = idx[r0:r1], positions[r0:r1]
-            if source.csr is not None and out.flags.c_contiguous:
-                source.product_into(rows, BT, out)
-                return self.kernel.block_into(None, None, out, sq_A=source.sq[rows], sq_B=sq_B,
-                                              same_rows=same, product_ready=True)
-            return self.kernel.block_into(source.X[rows], None, out, BT=BT, sq_A=source.sq[rows],
-                                          sq_B=sq_B, same_rows=same)
-
-        return part
+        """The working set's K_BB a block of rows at a time
+        (:func:`muflow.kernel_entries.square_entries`)."""
+        return kernel_entries.square_entries(self, self._index(idx))
 
     def rows_native(self, idx, out: np.ndarray | None = None) -> np.ndarray:
         """``K[idx, :]`` in the operator's dtype, shape (len(idx), n); into ``out`` when

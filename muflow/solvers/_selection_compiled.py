@@ -20,9 +20,9 @@ from muflow.solvers._subset_compiled import _TAU
 
 #: A pass's work an item, in the multiply-adds that
 #: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in: inside a fit
-#: (its arrays out of the CPU's cache after a working set's rows) each pass took 9-16 ns an
-#: item on a8a's 22,696 variables, as long as about 32 of the gradient's multiply-adds, so a
-#: pass is shared out from about 8,000 variables on.
+#: the pass's arrays are out of the CPU's cache (a working set's rows went through it), so
+#: an item costs as much as a few dozen of the gradient's multiply-adds, and a pass is
+#: shared out from about 8,000 variables on (docs/benchmarks.md, "Threads and workers").
 WORK_PER_ITEM = 32
 
 
