@@ -195,8 +195,8 @@ class InProcessState(HostActiveSet):
         if self.equality:
             # one fused pass (eq. (9)) over the active set, a range of it per thread
             pool = self._pool_arrays(act.size)
-            self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U, self.G, act,
-                               *pool)
+            self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U,
+                               self.G, act, *pool)
             v_up, v_low, a, U = pool
             self._view = PairView(a, U, v_up=v_up, v_low=v_low)
         else:
