@@ -47,7 +47,7 @@ import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall
 from muflow.exceptions import MuflowInputError
-from muflow.solvers._selection_compiled import side_pass
+from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import add_rows
 from muflow.solvers.problem import DualProblem, DualSolution
@@ -157,8 +157,9 @@ class PartitionColumn:
         kept = at[act[at] == previous] if act.size else at[:0]
         if self.equality:
             v_up, v_low, a, U = (np.empty(act.size) for _ in range(4))
-            self.threads.split(side_pass, act.size, 8, self.y, self.alpha, self.U, self.G,
-                               np.ascontiguousarray(act, dtype=np.int64), v_up, v_low, a, U)
+            self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U,
+                               self.G, np.ascontiguousarray(act, dtype=np.int64), v_up, v_low,
+                               a, U)
             pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
             scores = (v_up[pick], v_low[pick])
         else:
