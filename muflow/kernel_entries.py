@@ -23,19 +23,11 @@ def entries_into(op, rows, cols, out: np.ndarray) -> np.ndarray:
     if not op._chunked:  # sparse X, laplacian
         out[...] = Columns(source, cols).panel_into(op.kernel, rows, np.empty(out.shape))
         return out
-    # Columns(source, cols) without its n-long position map: B's few columns of X^T
-    # gathered from their rows of X
-    B = source.X[cols]
-    BT = np.ascontiguousarray(B.T)
+    # the diagonal entries: where a row is one of the columns
     order = np.argsort(cols, kind="stable")
     at = np.minimum(np.searchsorted(cols[order], rows), cols.size - 1)
     same = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
-    if source.csr is not None and out.flags.c_contiguous:
-        source.product_into(rows, BT, out)
-        return op.kernel.block_into(None, None, out, sq_A=source.sq[rows],
-                                    sq_B=source.sq[cols], same_rows=same, product_ready=True)
-    return op.kernel.block_into(source.X[rows], B, out, BT=BT, sq_A=source.sq[rows],
-                                sq_B=source.sq[cols], same_rows=same)
+    return _against(op, cols)(rows, same, out)
 
 
 def square_entries(op, idx):
@@ -45,15 +37,24 @@ def square_entries(op, idx):
     and diagonal positions prepared once for all the blocks instead of once a block. A
     block's call is compiled loops but for a few small gathers, so that threads computing
     blocks side by side do not queue for the GIL."""
-    source = op.source
     if not op._chunked:  # sparse X, laplacian: the general path
         return lambda r0, r1, out: entries_into(op, idx[r0:r1], idx, out)
-    BT = np.ascontiguousarray(source.X[idx].T)
-    sq_B = source.sq[idx]
+    against = _against(op, idx)
     positions = np.arange(idx.size, dtype=np.int64)  # row r of idx is column r
+    return lambda r0, r1, out: against(idx[r0:r1], positions[r0:r1], out)
 
-    def part(r0, r1, out):
-        rows, same = idx[r0:r1], positions[r0:r1]
+
+def _against(op, cols):
+    """A callable ``part(rows, same, out)`` that writes ``K[rows][:, cols]`` into ``out``
+    (``same[r] = c >= 0`` where row r is column c: its diagonal entry), with the columns'
+    X^T and norms gathered here once (dense X in the operator's dtype: ``op._chunked``), by
+    the product and finish of the rows' panels (sparse rows against X^T where X is mostly
+    zeros, else one BLAS product)."""
+    source = op.source
+    BT = np.ascontiguousarray(source.X[cols].T)
+    sq_B = source.sq[cols]
+
+    def part(rows, same, out):
         if source.csr is not None and out.flags.c_contiguous:
             source.product_into(rows, BT, out)
             return op.kernel.block_into(None, None, out, sq_A=source.sq[rows], sq_B=sq_B,

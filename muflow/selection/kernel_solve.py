@@ -81,14 +81,14 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     products = None
     if hasattr(operator, "cross_matmul") and out.gradient is not None \
             and not np.isnan(out.gradient).all():
-        products = known_products(out.gradient, D, out.bias, np.tile(Y, (1, m // P)), masks, P)
+        products = known_products(out.gradient, D, out.bias, Y, masks)
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
                        n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
                        curves=out.curves, products=products)
 
 
-def known_products(gradient, D, bias, ycols, masks, P) -> np.ndarray:
+def known_products(gradient, D, bias, Y, masks) -> np.ndarray:
     """``K @ (y * alpha)`` of every column where it is known without a product, NaN
     elsewhere: at the samples its solve saw from the gradient the solver kept,
     ``y (G - p)`` with the sweep's linear term p = -1, and at its fold's held-out samples
@@ -96,10 +96,10 @@ def known_products(gradient, D, bias, ycols, masks, P) -> np.ndarray:
     :meth:`muflow.kernel_rows.KernelRows.cross_matmul`). Every sample is a training sample
     of all folds but one and held out of that one, so the refit's start (the mean of the
     folds' solutions) gets its gradient from these (:func:`refit`)."""
-    F = masks.shape[1]
-    fold = (np.arange(ycols.shape[1]) % (F * P)) // P
+    F, P = masks.shape[1], Y.shape[1]
+    fold = (np.arange(gradient.shape[1]) % (F * P)) // P
     held = ~masks[:, fold]
-    return np.where(held, D - bias[None, :], ycols * (gradient + 1.0))
+    return np.where(held, D - bias[None, :], labelled(Y, gradient + 1.0))
 
 
 def refit(operator, Y, C, res: KernelSolve, c, info, intercept, tol, max_iter, member=None,
