@@ -3,7 +3,10 @@
 WSS 2 (Fan, Chen & Lin, "Working set selection using second order information for training
 support vector machines", JMLR 6, 2005) reads every active variable twice an outer
 iteration: once for the violations of eq. (9) (:func:`side_pass`), once for the gains of
-eq. (14) against the maximal violators (:func:`pair_gains`). Each is one fused loop over a
+eq. (14) against the maximal violators (:func:`pair_gains`). After a gradient update the
+first is fused with it (:func:`add_rows_sides`): each block of the gradient is read for
+the violations while it is still in the CPU's cache, and each range hands back its maximal
+violators for the caller to merge (:func:`merge_maxima`). Each is one fused loop over a
 range ``[lo, hi)`` of the pool, so that a thread takes a range
 (:meth:`muflow.solvers._working_set_compiled.Threads.split`) and the NumPy expressions they
 replace (:func:`muflow.solvers.working_set_loop.side_violations` and the gains of
@@ -17,6 +20,7 @@ import numpy as np
 from numba import njit
 
 from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers._working_set_compiled import BLOCK, add_block
 
 #: A pass's work an item, in the multiply-adds that
 #: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in: inside a fit
@@ -78,3 +82,68 @@ def pair_gains(v_up, v_low, QD, at, QD_i, QD_j, row_i, row_j, gmax, gmax2, gain_
                 gl = -(b * b) / a
         gain_up[p] = gu
         gain_low[p] = gl
+
+
+@njit(cache=True, nogil=True)
+def add_rows_sides(G, y, data, slots, coef, alpha, U, act, v_up, v_low, a_pool, U_pool, best,
+                   k, lo, hi):
+    """The gradient update (:func:`muflow.solvers._working_set_compiled.add_rows`) of the
+    targets lo <= t < hi, then, block by block while the block's G is in the CPU's cache,
+    :func:`side_pass` of the active variables among them (``act`` ascending; the pool's
+    positions p with lo <= act[p] < hi). Row k of ``best`` receives this range's maximal
+    violators: (max v_up, its first position, max v_low, its first position), a position
+    -1 where the range has none above -inf. The same operations in the same order as
+    ``add_rows`` then ``side_pass``, however the ranges are shared out."""
+    acc = np.empty(BLOCK)
+    n_act = act.shape[0]
+    p = np.searchsorted(act, lo)
+    best_up, at_up, best_low, at_low = -np.inf, -1, -np.inf, -1
+    for start in range(lo, hi, BLOCK):
+        stop = min(start + BLOCK, hi)
+        add_block(G, y, data, slots, coef, acc, start, stop)
+        end = p
+        while end < n_act and act[end] < stop:
+            end += 1
+        side_pass(y, alpha, U, G, act, v_up, v_low, a_pool, U_pool, p, end)
+        for r in range(p, end):
+            if v_up[r] > best_up:
+                best_up, at_up = v_up[r], r
+            if v_low[r] > best_low:
+                best_low, at_low = v_low[r], r
+        p = end
+    best[k, 0], best[k, 1], best[k, 2], best[k, 3] = best_up, at_up, best_low, at_low
+
+
+def merge_maxima(best: np.ndarray) -> tuple[int, int]:
+    """The pool's maximal violators (ku, kl) from the ranges' rows of ``best``
+    (:func:`add_rows_sides`, :func:`compact_pool`): the first position of each maximum, as
+    ``np.argmax`` over the whole pool gives it (0 where every entry is -inf)."""
+    ku = kl = 0
+    best_up = best_low = -np.inf
+    for row in best:
+        if row[1] >= 0 and row[0] > best_up:
+            best_up, ku = row[0], int(row[1])
+        if row[3] >= 0 and row[2] > best_low:
+            best_low, kl = row[2], int(row[3])
+    return ku, kl
+
+
+@njit(cache=True, nogil=True)
+def compact_pool(drop, v_up, v_low, a_pool, U_pool, best):
+    """The pool's entries that ``drop`` keeps moved to its front, in order (a shrink that
+    leaves the kept variables' violations as they were); row 0 of ``best`` receives their
+    maximal violators as :func:`add_rows_sides` gives them. Returns how many are kept."""
+    kept = 0
+    best_up, at_up, best_low, at_low = -np.inf, -1, -np.inf, -1
+    for p in range(drop.shape[0]):
+        if drop[p]:
+            continue
+        v_up[kept], v_low[kept] = v_up[p], v_low[p]
+        a_pool[kept], U_pool[kept] = a_pool[p], U_pool[p]
+        if v_up[kept] > best_up:
+            best_up, at_up = v_up[kept], kept
+        if v_low[kept] > best_low:
+            best_low, at_low = v_low[kept], kept
+        kept += 1
+    best[0, 0], best[0, 1], best[0, 2], best[0, 3] = best_up, at_up, best_low, at_low
+    return kept

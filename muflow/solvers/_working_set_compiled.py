@@ -24,41 +24,46 @@ from muflow.threads import run_on_threads, thread_budget
 
 #: Targets per block: the block's partial sums stay in the L1/L2 cache while every row
 #: streams through it.
-_BLOCK = 2048
+BLOCK = 2048
+
+
+@njit(cache=True, nogil=True, inline="always")
+def add_block(G, y, data, slots, coef, acc, start, stop):
+    """``G[t] += y[t] * sum_b coef[b] * data[slots[b], t]`` for start <= t < stop (at most
+    ``acc.size`` targets): the rows are taken four at a time, so that the block's partial
+    sums in ``acc`` are loaded and stored once per four rows instead of once per row."""
+    nb = slots.shape[0]
+    width = stop - start
+    for k in range(width):
+        acc[k] = 0.0
+    b = 0
+    while b + 4 <= nb:
+        w0, w1, w2, w3 = coef[b], coef[b + 1], coef[b + 2], coef[b + 3]
+        r0 = data[slots[b], start:stop]
+        r1 = data[slots[b + 1], start:stop]
+        r2 = data[slots[b + 2], start:stop]
+        r3 = data[slots[b + 3], start:stop]
+        for k in range(width):
+            acc[k] += (w0 * r0[k] + w1 * r1[k]) + (w2 * r2[k] + w3 * r3[k])
+        b += 4
+    while b < nb:
+        w = coef[b]
+        row = data[slots[b], start:stop]
+        for k in range(width):
+            acc[k] += w * row[k]
+        b += 1
+    for k in range(width):
+        G[start + k] += y[start + k] * acc[k]
 
 
 @njit(cache=True, nogil=True)
 def add_rows(G, y, data, slots, coef, lo, hi):
-    """``G[t] += y[t] * sum_b coef[b] * data[slots[b], t]`` for lo <= t < hi.
-
-    Memory-bound (each row is read once): the rows are taken four at a time, so that the
-    block's partial sums are loaded and stored once per four rows instead of once per row.
-    """
-    nb = slots.shape[0]
-    acc = np.empty(_BLOCK)
-    for start in range(lo, hi, _BLOCK):
-        stop = min(start + _BLOCK, hi)
-        width = stop - start
-        for k in range(width):
-            acc[k] = 0.0
-        b = 0
-        while b + 4 <= nb:
-            w0, w1, w2, w3 = coef[b], coef[b + 1], coef[b + 2], coef[b + 3]
-            r0 = data[slots[b], start:stop]
-            r1 = data[slots[b + 1], start:stop]
-            r2 = data[slots[b + 2], start:stop]
-            r3 = data[slots[b + 3], start:stop]
-            for k in range(width):
-                acc[k] += (w0 * r0[k] + w1 * r1[k]) + (w2 * r2[k] + w3 * r3[k])
-            b += 4
-        while b < nb:
-            w = coef[b]
-            row = data[slots[b], start:stop]
-            for k in range(width):
-                acc[k] += w * row[k]
-            b += 1
-        for k in range(width):
-            G[start + k] += y[start + k] * acc[k]
+    """``G[t] += y[t] * sum_b coef[b] * data[slots[b], t]`` for lo <= t < hi, a block of
+    :data:`BLOCK` targets at a time (:func:`add_block`). Memory-bound: each row is read
+    once."""
+    acc = np.empty(BLOCK)
+    for start in range(lo, hi, BLOCK):
+        add_block(G, y, data, slots, coef, acc, start, min(start + BLOCK, hi))
 
 
 @njit(cache=True, nogil=True)
@@ -89,14 +94,26 @@ class Threads:
     def __init__(self, n_threads: int | None = None):
         self.n_threads = max(1, n_threads or thread_budget())
 
+    def parts(self, total: int, work_per_item: int) -> int:
+        """How many pieces :meth:`split` cuts a pass of ``total`` items into."""
+        if self.n_threads == 1 or total * max(work_per_item, 1) < _SPLIT_MIN_WORK:
+            return 1
+        return self.n_threads
+
     def split(self, fn, total: int, work_per_item: int, *args) -> None:
         """``fn(*args, lo, hi)`` over [0, total), in one piece per thread when worth it."""
-        parts = self.n_threads
-        if parts == 1 or total * max(work_per_item, 1) < _SPLIT_MIN_WORK:
-            fn(*args, 0, total)
+        self.split_numbered(lambda k, lo, hi: fn(*args, lo, hi), total, work_per_item)
+
+    def split_numbered(self, fn, total: int, work_per_item: int, *args) -> None:
+        """``fn(*args, k, lo, hi)`` over [0, total): piece k of :meth:`parts`, the pieces in
+        the order of their ranges, so that a pass can leave piece k's partial result in row
+        k of an array for the caller to merge."""
+        parts = self.parts(total, work_per_item)
+        if parts == 1:
+            fn(*args, 0, 0, total)
             return
         edges = np.linspace(0, total, parts + 1).astype(np.int64)
-        run_on_threads(lambda k: fn(*args, int(edges[k]), int(edges[k + 1])), parts)
+        run_on_threads(lambda k: fn(*args, k, int(edges[k]), int(edges[k + 1])), parts)
 
     def close(self) -> None:
         """Nothing to release: the pool is the process's."""

@@ -66,7 +66,8 @@ from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
-from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
+from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, compact_pool,
+                                               merge_maxima, side_pass)
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              previous_positions, projected_gradient,
                                              select_working_set, solve_columns)
@@ -98,7 +99,9 @@ class HostActiveSet(ColumnState):
         """G = Q alpha + p of the column, in this process."""
         raise NotImplementedError
 
-    def _set_active(self, act) -> None:
+    def _set_active(self, act, dropped=None) -> None:
+        """The active set is now ``act``: after a shrink, the previous one less the
+        variables where ``dropped`` is set."""
         self.act = act
 
     def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
@@ -127,7 +130,7 @@ class HostActiveSet(ColumnState):
         drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
                            gmax2, self.equality)
         self.cache.retire(self.act[drop])  # their rows' slots go first to the next rows fetched
-        self._set_active(self.act[~drop])
+        self._set_active(self.act[~drop], dropped=drop)
         self._view = None
         self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
         self.timings["shrink"] += time.perf_counter() - t
@@ -182,10 +185,26 @@ class InProcessState(HostActiveSet):
         self.bias = 0.0
         self._view = None
         self._pool = None
+        self._pool_size = 0
         self._block = np.empty(0)
         self._pending = None
         self._entries = np.empty(0)
         self.background = background
+        # (ku, kl) while the pool's first act.size entries hold the violations at the
+        # current alpha, G and active set (left there by the gradient update or a shrink)
+        self._maxima = None
+        self._best = np.empty((self.threads.n_threads, 4))
+
+    def _set_active(self, act, dropped=None) -> None:
+        # after a shrink the pool's violations of the variables kept are still theirs:
+        # moved to its front (compact_pool), the next extremes reads them without a pass
+        current = self._maxima is not None and dropped is not None and self._pool_size == dropped.size
+        self.act = act
+        self._maxima = None
+        if current:
+            v_up, v_low, a, U = self._pool_arrays(dropped.size)
+            self._pool_size = compact_pool(dropped, v_up, v_low, a, U, self._best)
+            self._maxima = merge_maxima(self._best[:1])
 
     def extremes(self) -> float:
         act = self.act
@@ -193,12 +212,16 @@ class InProcessState(HostActiveSet):
             self._view = None
             return -np.inf
         if self.equality:
-            # one fused pass (eq. (9)) over the active set, a range of it per thread
             pool = self._pool_arrays(act.size)
-            self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U,
-                               self.G, act, *pool)
+            if self._maxima is None:
+                # one fused pass (eq. (9)) over the active set, a range of it per thread
+                self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha,
+                                   self.U, self.G, act, *pool)
+                self._pool_size = act.size
+                v_up, v_low = pool[:2]
+                self._maxima = (int(np.argmax(v_up)), int(np.argmax(v_low)))
             v_up, v_low, a, U = pool
-            self._view = PairView(a, U, v_up=v_up, v_low=v_low)
+            self._view = PairView(a, U, v_up=v_up, v_low=v_low, maxima=self._maxima)
         else:
             a, U, g = self.alpha[act], self.U[act], self.G[act]
             self._view = PairView(a, U, projected=np.abs(projected_gradient(a, U, g)))
@@ -289,6 +312,7 @@ class InProcessState(HostActiveSet):
 
     def apply(self, B, new, moved, coef, change) -> None:
         self.alpha[B] = new
+        self._maxima = None
         self.F += change
         self._settle()
         self.update_gradient(self._slots[moved], coef)
@@ -296,13 +320,26 @@ class InProcessState(HostActiveSet):
 
     def update_gradient(self, slots, coef) -> None:
         """``G[t] += y_t sum_b coef_b K[row_b, t]`` for every t, from the rows at cache
-        ``slots``: one product K[B, :]^T c, summed in float64."""
+        ``slots``: one product K[B, :]^T c, summed in float64. With the sum constraint the
+        next selection's pass (eq. (9)) rides along (:func:`add_rows_sides`), a range per
+        thread, and its maximal violators are merged here."""
         if len(slots) == 0:
             return
         t = time.perf_counter()
-        self.threads.split(add_rows, self.y.shape[0], len(slots), self.G, self.y, self.cache.data,
-                           np.ascontiguousarray(slots, dtype=np.int64),
-                           np.ascontiguousarray(coef, dtype=np.float64))
+        n = self.y.shape[0]
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        coef = np.ascontiguousarray(coef, dtype=np.float64)
+        act = self.act
+        if self.equality and act.size:
+            parts = self.threads.parts(n, len(slots))
+            self.threads.split_numbered(add_rows_sides, n, len(slots), self.G, self.y,
+                                        self.cache.data, slots, coef, self.alpha, self.U, act,
+                                        *self._pool_arrays(act.size), self._best)
+            self._pool_size = act.size
+            self._maxima = merge_maxima(self._best[:parts])
+        else:
+            self.threads.split(add_rows, n, len(slots), self.G, self.y, self.cache.data, slots,
+                               coef)
         self.timings["gradient"] += time.perf_counter() - t
 
     def _host_gradient(self) -> np.ndarray:

@@ -107,9 +107,12 @@ class PairView:
         With the sum constraint: ``-yG`` on I_up and ``yG`` on I_low, -inf outside.
     projected : ndarray, optional
         Without it: the size of the projected gradient.
+    maxima : (int, int), optional
+        ``(argmax v_up, argmax v_low)`` where the caller found them in a pass of its own
+        (:func:`muflow.solvers._selection_compiled.merge_maxima`).
     """
 
-    def __init__(self, a, U, *, v_up=None, v_low=None, projected=None):
+    def __init__(self, a, U, *, v_up=None, v_low=None, projected=None, maxima=None):
         self.a, self.U = a, U
         self.equality = projected is None
         if not self.equality:
@@ -118,7 +121,10 @@ class PairView:
             self.extremes = (self.gap, self.gap)
             return
         self.v_up, self.v_low = v_up, v_low
-        self.ku, self.kl = (int(np.argmax(v_up)), int(np.argmax(v_low))) if v_up.size else (0, 0)
+        if maxima is not None:
+            self.ku, self.kl = maxima
+        else:
+            self.ku, self.kl = (int(np.argmax(v_up)), int(np.argmax(v_low))) if v_up.size else (0, 0)
         if not v_up.size or v_up[self.ku] == -np.inf or v_low[self.kl] == -np.inf:
             self.gap, self.extremes = -np.inf, None
             return
