@@ -270,10 +270,13 @@ def worker(args) -> None:
     params, takes_n_jobs = estimator_options(args.case, config, args.cache_mb, args.gram)
     if config.workers is None:
         # load every compiled loop this fit may take, on the same estimator: its own route on
-        # a small slice, and the working set on kernel rows (the route of the large fits)
+        # a small slice, and the working set on kernel rows in float32 (the route and the
+        # dtype of the large fits; a small slice alone is float64)
         warm = min(WARM_ROWS, Xtr.shape[0])
         muflow.SVC(**params).fit(Xtr[:warm], ytr[:warm]).predict(Xte[:50])
-        muflow.SVC(**dict(params, gram="rows", solver="working_set")).fit(Xtr[:warm], ytr[:warm])
+        for dtype in ("float64", "float32"):
+            muflow.SVC(**dict(params, gram="rows", solver="working_set", gram_dtype=dtype)).fit(
+                Xtr[:warm], ytr[:warm])
         record, pred = fit_and_measure(lambda: muflow.SVC(**params), Xtr, ytr, Xte, yte)
     else:
         from distributed import Client, LocalCluster

@@ -193,7 +193,10 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     gmax, gmax2 = view.extremes
     at = np.arange(size, dtype=np.int64) if at is None else at
     QD = np.asarray(QD, dtype=np.float64)
-    none = np.zeros(0)
+    # a side without its violator's row reads an empty one of the other's dtype: one
+    # compiled variant of pair_gains per cache dtype, not one per combination
+    known = row_i if row_i is not None else row_j
+    none = np.zeros(0, dtype=np.float64 if known is None else known.dtype)
     gain_up, gain_low = np.empty(size), np.empty(size)
     split(pair_gains, size, WORK_PER_ITEM, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
           none if row_i is None else row_i, none if row_j is None else row_j,
