@@ -4,7 +4,10 @@
 :func:`muflow.solvers.working_set_loop.side_violations` (eq. (9) of Fan, Chen & Lin 2005) and
 :func:`~muflow.solvers._selection_compiled.pair_gains` against WSS 2's gains (eq. (14))
 written in NumPy, on random states with variables at both bounds and free; bit for bit, since
-a thread's range must not change a number.
+a thread's range must not change a number. The gradient update fused with the first pass
+(:func:`~muflow.solvers._selection_compiled.add_rows_sides`) and the pool compacted after a
+shrink (:func:`~muflow.solvers._selection_compiled.compact_pool`) against the passes they
+replace, with ``np.argmax``'s maximal violators (ties and an empty side included).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from muflow.solvers._selection_compiled import pair_gains, side_pass
+from muflow.solvers._selection_compiled import (add_rows_sides, compact_pool, merge_maxima,
+                                               pair_gains, side_pass)
+from muflow.solvers._working_set_compiled import BLOCK, add_rows
 from muflow.solvers._subset_compiled import _TAU
 from muflow.solvers.working_set_loop import side_violations
 
@@ -66,3 +71,58 @@ def test_pair_gains_are_wss2_gains(rows, dtype):
                    none if rj is None else rj, gmax, gmax2, gain_up, gain_low, lo, hi)
     assert np.array_equal(gain_up, ref_up) and np.array_equal(gain_low, ref_low)
     assert np.isfinite(gain_up).sum() > 10 and np.isfinite(gain_low).sum() > 10
+
+
+def _rows_state(n, seed, ties):
+    y, alpha, U, G, act = _state(n, seed)
+    rng = np.random.default_rng(seed + 10)
+    data = rng.uniform(-1, 1, (40, n)).astype(np.float32)
+    slots = np.ascontiguousarray(rng.choice(40, 13, replace=False), dtype=np.int64)
+    coef = rng.standard_normal(13)
+    if ties:  # moved by nothing, and every variable tied on its side: the first must win
+        coef[:] = 0.0
+        G = np.where(y > 0, 1.0, -1.0) * 0.5
+    return y, alpha, U, G, act, data, slots, coef
+
+
+@pytest.mark.parametrize("ties", [False, True])
+@pytest.mark.parametrize("edges", [[0, 5000], [0, 2500, 5000], [0, 1, 2049, 4097, 5000],
+                                   [0, 4999, 5000]])
+def test_the_fused_update_is_the_update_then_the_side_pass_on_any_split(edges, ties):
+    n = 5000
+    y, alpha, U, G, act, data, slots, coef = _rows_state(n, 3, ties)
+    G_ref = G.copy()
+    add_rows(G_ref, y, data, slots, coef, 0, n)
+    _, _, _, ref_up, ref_low = side_violations(y[act], alpha[act], U[act], G_ref[act])
+    G_new = G.copy()
+    pool = [np.full(act.size, np.nan) for _ in range(4)]
+    best = np.full((len(edges) - 1, 4), np.nan)
+    for k, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        add_rows_sides(G_new, y, data, slots, coef, alpha, U, act, *pool, best, k, lo, hi)
+    assert np.array_equal(G_new, G_ref)
+    assert np.array_equal(pool[0], ref_up) and np.array_equal(pool[1], ref_low)
+    assert np.array_equal(pool[2], alpha[act]) and np.array_equal(pool[3], U[act])
+    assert merge_maxima(best) == (int(np.argmax(ref_up)), int(np.argmax(ref_low)))
+    assert BLOCK < n  # the blocks inside a range are exercised too
+
+
+def test_merge_maxima_of_ranges_without_a_violator_is_argmax_of_the_whole():
+    best = np.array([[-np.inf, -1, -np.inf, -1], [2.0, 7, -np.inf, -1], [2.0, 9, 1.0, 12]])
+    assert merge_maxima(best) == (7, 12)
+    assert merge_maxima(best[:1]) == (0, 0)  # np.argmax of an all -inf side
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_compacted_pool_is_the_kept_variables_pool(seed):
+    y, alpha, U, G, act = _state(1000, seed)
+    _, _, _, v_up, v_low = side_violations(y[act], alpha[act], U[act], G[act])
+    drop = np.random.default_rng(seed).random(act.size) < 0.4
+    drop[int(np.argmax(v_up))] = True  # the maximal violator may leave: found again
+    pool = [v_up.copy(), v_low.copy(), alpha[act], U[act]]
+    best = np.empty((1, 4))
+    kept = compact_pool(drop, *pool, best)
+    keep = ~drop
+    assert kept == keep.sum()
+    for got, ref in zip(pool, [v_up, v_low, alpha[act], U[act]]):
+        assert np.array_equal(got[:kept], ref[keep])
+    assert merge_maxima(best) == (int(np.argmax(v_up[keep])), int(np.argmax(v_low[keep])))
