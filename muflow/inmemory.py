@@ -169,21 +169,60 @@ PRODUCT_KERNELS = ("linear", "poly", "rbf", "sigmoid")
 def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
     """Prepare X for panels of ``K(X, X)`` in ``dtype`` (see :class:`RowSource`)."""
     dtype = np.dtype(dtype)
-    Xb = block_input(X)
-    if sp.issparse(Xb):
-        return RowSource(Xb, None, _row_sq_norms(Xb), dtype)
-    if kernel.name not in PRODUCT_KERNELS:
-        dtype = np.dtype(np.float64)
-    center = rbf_center(Xb) if kernel.name == "rbf" and dtype == np.float32 else None
-    if center is not None:
-        Xb = Xb - center
-    Xc = np.ascontiguousarray(Xb, dtype=dtype)
+    direct = (_sparse_float32_rows(X, kernel)
+              if dtype == np.float32 and kernel.name in PRODUCT_KERNELS else None)
+    if direct is not None:
+        Xc, center = direct
+    else:
+        Xb = block_input(X)
+        if sp.issparse(Xb):
+            return RowSource(Xb, None, _row_sq_norms(Xb), dtype)
+        if kernel.name not in PRODUCT_KERNELS:
+            dtype = np.dtype(np.float64)
+        center = rbf_center(Xb) if kernel.name == "rbf" and dtype == np.float32 else None
+        if center is not None:
+            Xb = Xb - center
+        Xc = np.ascontiguousarray(Xb, dtype=dtype)
     sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
     csr = None
     if dtype == np.float32 and np.count_nonzero(Xc) <= SPARSE_ROWS_MAX_DENSITY * Xc.size:
         S = sp.csr_matrix(Xc)
         csr = (S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data.astype(np.float32))
     return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype, csr, center)
+
+
+#: Integers up to this size are exact in float32, and so are their differences from
+#: rbf's integer shift.
+_FLOAT32_EXACT_INTEGERS = 2**24
+
+
+def _sparse_float32_rows(X, kernel: Kernel):
+    """``(rows, center)`` for a product kernel's float32 source, made from sparse X of
+    few features without its float64 dense copies (three arrays of n x d doubles, whose
+    fresh pages cost more than the work); None where that would change a value.
+
+    The float64 route densifies X, shifts it by :func:`muflow.kernels.rbf_center` and
+    casts to float32. Here the float32 rows are X's values cast once and shifted in
+    float32, which gives the same numbers when no shift is taken (kernels other than
+    rbf: each value rounded once either way) or when the data are integers below
+    2**24 (rbf's shift is then the rounded mean, an integer, computed from the same
+    exact column sums, and every difference is exact). Other data take the float64 route.
+    """
+    if not sp.issparse(X) or X.shape[1] > DENSIFY_MAX_FEATURES or X.shape[0] == 0:
+        return None
+    X = sp.csr_matrix(X, dtype=np.float64)
+    center = None
+    if kernel.name == "rbf":
+        values = X.data
+        if values.size and (not np.array_equal(values, np.rint(values))
+                            or np.abs(values).max() >= _FLOAT32_EXACT_INTEGERS):
+            return None
+        center = np.rint(np.asarray(X.sum(axis=0), dtype=np.float64).ravel() / X.shape[0])
+        center = center if np.any(center) else None
+    rows = X.astype(np.float32).toarray()
+    if center is not None:
+        rows -= center.astype(np.float32)
+    return np.ascontiguousarray(rows), center
 
 
 #: float32 rows of X (after rbf's shift: binary features become sparser still) with at most

@@ -94,3 +94,36 @@ def test_float32_rbf_is_exact_to_rounding_on_integer_data_and_shifted_otherwise(
     out = np.empty((100, 200), dtype=np.float32)  # a lone block: shifted by B's mean
     kernel.block_into(shifted[:100], shifted[100:], out)
     np.testing.assert_allclose(out, kernel.block_reference(shifted[:100], shifted[100:]), rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("data", ["binary", "counts", "large integers", "real"])
+@pytest.mark.parametrize("name", ["rbf", "linear", "poly"])
+def test_a_sparse_float32_source_is_the_dense_ones_value_for_value(data, name):
+    """Sparse X of few features is made into float32 rows without float64 dense copies
+    where that changes no value (`_sparse_float32_rows`): the rows, their transpose, norms,
+    sparse-row form and rbf's shift equal those of the same X given dense, bit for bit,
+    whichever route it took."""
+    from muflow.inmemory import _sparse_float32_rows, row_source
+
+    rng = np.random.default_rng(11)
+    shape = (400, 30)
+    mask = rng.random(shape) < 0.3
+    values = {"binary": np.ones(shape), "counts": rng.integers(1, 9, shape).astype(float),
+              "large integers": rng.integers(2**24, 2**25, shape).astype(float),
+              "real": rng.normal(3.0, 1.0, shape)}[data]
+    dense = np.where(mask, values, 0.0)
+    dense[:, :4] = np.where(rng.random((shape[0], 4)) < 0.9, values[:, :4], 0.0)  # mean >= 0.5
+    kernel = Kernel(name, gamma=0.05) if name == "rbf" else Kernel(name)
+    direct = _sparse_float32_rows(sp.csr_matrix(dense), kernel)
+    # the float64 route is taken where the float32 one would change a value
+    assert (direct is None) == (name == "rbf" and data in ("large integers", "real"))
+    if name == "rbf" and data in ("binary", "counts"):
+        assert direct[1] is not None  # the shift is exercised
+    got, ref = row_source(sp.csr_matrix(dense), kernel), row_source(dense, kernel)
+    for a, b in [(got.X, ref.X), (got.XT, ref.XT), (got.sq, ref.sq)]:
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert (got.center is None) == (ref.center is None)
+    assert got.center is None or np.array_equal(got.center, ref.center)
+    assert (got.csr is None) == (ref.csr is None)
+    if got.csr is not None:
+        assert all(np.array_equal(a, b) for a, b in zip(got.csr, ref.csr))
