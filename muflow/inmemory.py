@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
-from muflow.kernels import Kernel, _row_sq_norms, rbf_center
+from muflow.kernels import Kernel, _row_sq_norms, integer_center, rbf_center
 from muflow import threads as _threads
 from muflow.threads import blas_single_threaded, deal, run_on_threads, thread_budget, thread_cap
 
@@ -217,8 +217,7 @@ def _sparse_float32_rows(X, kernel: Kernel):
         if values.size and (not np.array_equal(values, np.rint(values))
                             or np.abs(values).max() >= _FLOAT32_EXACT_INTEGERS):
             return None
-        center = np.rint(np.asarray(X.sum(axis=0), dtype=np.float64).ravel() / X.shape[0])
-        center = center if np.any(center) else None
+        center = integer_center(np.asarray(X.sum(axis=0), dtype=np.float64).ravel() / X.shape[0])
     rows = X.astype(np.float32).toarray()
     if center is not None:
         rows -= center.astype(np.float32)

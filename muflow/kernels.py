@@ -104,9 +104,15 @@ def rbf_center(X) -> np.ndarray | None:
         return None
     mean = X.mean(axis=0)
     if np.array_equal(X, np.rint(X)):
-        center = np.rint(mean)
-        return center if np.any(center) else None
+        return integer_center(mean)
     return mean if mean @ mean >= X.var(axis=0).sum() else None
+
+
+def integer_center(mean) -> np.ndarray | None:
+    """rbf's shift of integer-valued data (:func:`rbf_center`): their column means rounded
+    to integers, which keeps the data integers; None when it is 0."""
+    center = np.rint(mean)
+    return center if np.any(center) else None
 
 
 def _dense(A):

@@ -84,20 +84,31 @@ def pair_gains(v_up, v_low, QD, at, QD_i, QD_j, row_i, row_j, gmax, gmax2, gain_
         gain_low[p] = gl
 
 
+@njit(cache=True, nogil=True, inline="always")
+def range_maxima(v_up, v_low, lo, hi, best, k):
+    """Row k of ``best`` = (max v_up, its first position, max v_low, its first position)
+    over the pool's positions lo <= p < hi; a position -1 where none is above -inf."""
+    best_up, at_up, best_low, at_low = -np.inf, -1, -np.inf, -1
+    for r in range(lo, hi):
+        if v_up[r] > best_up:
+            best_up, at_up = v_up[r], r
+        if v_low[r] > best_low:
+            best_low, at_low = v_low[r], r
+    best[k, 0], best[k, 1], best[k, 2], best[k, 3] = best_up, at_up, best_low, at_low
+
+
 @njit(cache=True, nogil=True)
 def add_rows_sides(G, y, data, slots, coef, alpha, U, act, v_up, v_low, a_pool, U_pool, best,
                    k, lo, hi):
     """The gradient update (:func:`muflow.solvers._working_set_compiled.add_rows`) of the
     targets lo <= t < hi, then, block by block while the block's G is in the CPU's cache,
     :func:`side_pass` of the active variables among them (``act`` ascending; the pool's
-    positions p with lo <= act[p] < hi). Row k of ``best`` receives this range's maximal
-    violators: (max v_up, its first position, max v_low, its first position), a position
-    -1 where the range has none above -inf. The same operations in the same order as
+    positions p with lo <= act[p] < hi); row k of ``best`` receives this range's maximal
+    violators (:func:`range_maxima`). The same operations in the same order as
     ``add_rows`` then ``side_pass``, however the ranges are shared out."""
     acc = np.empty(BLOCK)
     n_act = act.shape[0]
-    p = np.searchsorted(act, lo)
-    best_up, at_up, best_low, at_low = -np.inf, -1, -np.inf, -1
+    first = p = np.searchsorted(act, lo)
     for start in range(lo, hi, BLOCK):
         stop = min(start + BLOCK, hi)
         add_block(G, y, data, slots, coef, acc, start, stop)
@@ -105,19 +116,14 @@ def add_rows_sides(G, y, data, slots, coef, alpha, U, act, v_up, v_low, a_pool, 
         while end < n_act and act[end] < stop:
             end += 1
         side_pass(y, alpha, U, G, act, v_up, v_low, a_pool, U_pool, p, end)
-        for r in range(p, end):
-            if v_up[r] > best_up:
-                best_up, at_up = v_up[r], r
-            if v_low[r] > best_low:
-                best_low, at_low = v_low[r], r
         p = end
-    best[k, 0], best[k, 1], best[k, 2], best[k, 3] = best_up, at_up, best_low, at_low
+    range_maxima(v_up, v_low, first, p, best, k)
 
 
 def merge_maxima(best: np.ndarray) -> tuple[int, int]:
     """The pool's maximal violators (ku, kl) from the ranges' rows of ``best``
-    (:func:`add_rows_sides`, :func:`compact_pool`): the first position of each maximum, as
-    ``np.argmax`` over the whole pool gives it (0 where every entry is -inf)."""
+    (:func:`range_maxima`): the first position of each maximum, as ``np.argmax`` over the
+    whole pool gives it (0 where every entry is -inf)."""
     ku = kl = 0
     best_up = best_low = -np.inf
     for row in best:
@@ -132,18 +138,12 @@ def merge_maxima(best: np.ndarray) -> tuple[int, int]:
 def compact_pool(drop, v_up, v_low, a_pool, U_pool, best):
     """The pool's entries that ``drop`` keeps moved to its front, in order (a shrink that
     leaves the kept variables' violations as they were); row 0 of ``best`` receives their
-    maximal violators as :func:`add_rows_sides` gives them. Returns how many are kept."""
+    maximal violators (:func:`range_maxima`). Returns how many are kept."""
     kept = 0
-    best_up, at_up, best_low, at_low = -np.inf, -1, -np.inf, -1
     for p in range(drop.shape[0]):
-        if drop[p]:
-            continue
-        v_up[kept], v_low[kept] = v_up[p], v_low[p]
-        a_pool[kept], U_pool[kept] = a_pool[p], U_pool[p]
-        if v_up[kept] > best_up:
-            best_up, at_up = v_up[kept], kept
-        if v_low[kept] > best_low:
-            best_low, at_low = v_low[kept], kept
-        kept += 1
-    best[0, 0], best[0, 1], best[0, 2], best[0, 3] = best_up, at_up, best_low, at_low
+        if not drop[p]:
+            v_up[kept], v_low[kept] = v_up[p], v_low[p]
+            a_pool[kept], U_pool[kept] = a_pool[p], U_pool[p]
+            kept += 1
+    range_maxima(v_up, v_low, 0, kept, best, 0)
     return kept

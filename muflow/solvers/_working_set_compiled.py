@@ -104,16 +104,17 @@ class Threads:
         """``fn(*args, lo, hi)`` over [0, total), in one piece per thread when worth it."""
         self.split_numbered(lambda k, lo, hi: fn(*args, lo, hi), total, work_per_item)
 
-    def split_numbered(self, fn, total: int, work_per_item: int, *args) -> None:
-        """``fn(*args, k, lo, hi)`` over [0, total): piece k of :meth:`parts`, the pieces in
+    def split_numbered(self, fn, total: int, work_per_item: int, *args) -> int:
+        """``fn(*args, k, lo, hi)`` over [0, total) for the pieces k of :meth:`parts`, in
         the order of their ranges, so that a pass can leave piece k's partial result in row
-        k of an array for the caller to merge."""
+        k of an array for the caller to merge; returns how many pieces there were."""
         parts = self.parts(total, work_per_item)
         if parts == 1:
             fn(*args, 0, 0, total)
-            return
+            return 1
         edges = np.linspace(0, total, parts + 1).astype(np.int64)
         run_on_threads(lambda k: fn(*args, k, int(edges[k]), int(edges[k + 1])), parts)
+        return parts
 
     def close(self) -> None:
         """Nothing to release: the pool is the process's."""

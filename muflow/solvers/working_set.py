@@ -185,25 +185,24 @@ class InProcessState(HostActiveSet):
         self.bias = 0.0
         self._view = None
         self._pool = None
-        self._pool_size = 0
         self._block = np.empty(0)
         self._pending = None
         self._entries = np.empty(0)
         self.background = background
         # (ku, kl) while the pool's first act.size entries hold the violations at the
-        # current alpha, G and active set (left there by the gradient update or a shrink)
+        # current alpha, G and active set (left there by extremes, the gradient update or
+        # a shrink)
         self._maxima = None
         self._best = np.empty((self.threads.n_threads, 4))
 
     def _set_active(self, act, dropped=None) -> None:
         # after a shrink the pool's violations of the variables kept are still theirs:
         # moved to its front (compact_pool), the next extremes reads them without a pass
-        current = self._maxima is not None and dropped is not None and self._pool_size == dropped.size
+        current = self._maxima is not None and dropped is not None
         self.act = act
         self._maxima = None
         if current:
-            v_up, v_low, a, U = self._pool_arrays(dropped.size)
-            self._pool_size = compact_pool(dropped, v_up, v_low, a, U, self._best)
+            compact_pool(dropped, *self._pool_arrays(dropped.size), self._best)
             self._maxima = merge_maxima(self._best[:1])
 
     def extremes(self) -> float:
@@ -217,11 +216,9 @@ class InProcessState(HostActiveSet):
                 # one fused pass (eq. (9)) over the active set, a range of it per thread
                 self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha,
                                    self.U, self.G, act, *pool)
-                self._pool_size = act.size
-                v_up, v_low = pool[:2]
-                self._maxima = (int(np.argmax(v_up)), int(np.argmax(v_low)))
             v_up, v_low, a, U = pool
             self._view = PairView(a, U, v_up=v_up, v_low=v_low, maxima=self._maxima)
+            self._maxima = (self._view.ku, self._view.kl)
         else:
             a, U, g = self.alpha[act], self.U[act], self.G[act]
             self._view = PairView(a, U, projected=np.abs(projected_gradient(a, U, g)))
@@ -331,11 +328,10 @@ class InProcessState(HostActiveSet):
         coef = np.ascontiguousarray(coef, dtype=np.float64)
         act = self.act
         if self.equality and act.size:
-            parts = self.threads.parts(n, len(slots))
-            self.threads.split_numbered(add_rows_sides, n, len(slots), self.G, self.y,
-                                        self.cache.data, slots, coef, self.alpha, self.U, act,
-                                        *self._pool_arrays(act.size), self._best)
-            self._pool_size = act.size
+            parts = self.threads.split_numbered(add_rows_sides, n, len(slots), self.G, self.y,
+                                                self.cache.data, slots, coef, self.alpha,
+                                                self.U, act, *self._pool_arrays(act.size),
+                                                self._best)
             self._maxima = merge_maxima(self._best[:parts])
         else:
             self.threads.split(add_rows, n, len(slots), self.G, self.y, self.cache.data, slots,
