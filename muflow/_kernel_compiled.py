@@ -247,3 +247,42 @@ def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
             o = out[r, s0 - c0:s0 - c0 + w]
             for c in range(w):
                 o[c] = acc[c]
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy", boundscheck=False)
+def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, offset, same,
+                         diag, data, slots, c0, c1):
+    """data[slots[r], c0:c1] <- rbf rows of the sparse rows ``rows`` of X against its
+    columns c0:c1, in one call: :func:`sparse_rows_product`'s accumulation, then
+    :func:`finish_rbf`'s two passes over the chunk while it is still in L1, then one copy
+    to the cache row; ``same[r] = c >= 0`` where row r is column c (its entry set to
+    ``diag[r]``, the exact diagonal). The same operations on each entry as the product,
+    finish and scatter done one after the other, whatever the range of columns, so the
+    rows are the same bit for bit; what goes is a scratch block written and read back and
+    the Python calls between the three steps (one call a range of columns, where a batch of
+    a few rows shared out over threads spent more in those calls than in the product)."""
+    acc = np.empty(_SPARSE_CHUNK, dtype=np.float32)
+    zero = 0.0
+    for s0 in range(c0, c1, _SPARSE_CHUNK):
+        w = min(c1, s0 + _SPARSE_CHUNK) - s0
+        sq_chunk = sq[s0:s0 + w]
+        for r in range(rows.shape[0]):
+            for c in range(w):
+                acc[c] = np.float32(0.0)
+            i = rows[r]
+            for p in range(indptr[i], indptr[i + 1]):
+                v = values[p]
+                x = XT[indices[p], s0:s0 + w]
+                for c in range(w):
+                    acc[c] += v * x[c]
+            a = sq_rows[r]
+            for c in range(w):
+                acc[c] = np.float32(-gamma * max(a + sq_chunk[c] - 2.0 * np.float64(acc[c]), zero))
+            for c in range(w):
+                acc[c] = exp_nonpositive(acc[c]) + offset
+            j = same[r] - s0
+            if 0 <= j < w:
+                acc[j] = diag[r]
+            o = data[slots[r], s0:s0 + w]
+            for c in range(w):
+                o[c] = acc[c]

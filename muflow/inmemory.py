@@ -150,6 +150,26 @@ class RowSource:
             np.matmul(self.X[rows] if A is None else A, BT[:, c0:c1], out=out)
         return out
 
+    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots):
+        """``into(c0, c1)``, which writes ``data[slots[r], c0:c1] <- K(X[rows[r]],
+        X[c0:c1])`` for rbf over the sparse rows (``csr``) in one compiled call
+        (:func:`muflow._kernel_compiled.sparse_rbf_rows_into`): the same values as
+        :meth:`product_into` followed by ``kernel.block_into``'s finish and the copy into
+        ``data``; ``same_rows[r] = c >= 0`` where rows[r] is column c. The arguments are
+        prepared once here for every range of columns."""
+        from muflow import _kernel_compiled as kc
+
+        args = (*self.csr, np.ascontiguousarray(rows, dtype=np.int64), self.XT,
+                np.ascontiguousarray(sq_rows, dtype=np.float64), self.sq, float(kernel.gamma),
+                np.float32(kernel.offset), np.ascontiguousarray(same_rows, dtype=np.int64),
+                kernel.diagonal_from_sq(sq_rows).astype(np.float32), data,
+                np.ascontiguousarray(slots, dtype=np.int64))
+
+        def into(c0: int, c1: int) -> None:
+            kc.sparse_rbf_rows_into(*args, int(c0), int(c1))
+
+        return into
+
     @property
     def n(self) -> int:
         return self.X.shape[0]
@@ -310,10 +330,20 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
 PIECES_PER_THREAD = 4
 
 
-def pieces_for(n_threads: int) -> int:
+#: A piece of a row batch shared out by columns (:func:`pieces_for`) has at least this many
+#: entries of K: below it, handing the piece to another thread costs more than computing it.
+MIN_PIECE_ENTRIES = 32768
+
+
+def pieces_for(n_threads: int, entries: int | None = None) -> int:
     """How many pieces a batch shared out over ``n_threads`` threads is cut into: one for
-    one thread, :data:`PIECES_PER_THREAD` a thread otherwise."""
-    return int(n_threads) * PIECES_PER_THREAD if n_threads > 1 else 1
+    one thread, :data:`PIECES_PER_THREAD` a thread otherwise, and no more than pieces of
+    :data:`MIN_PIECE_ENTRIES` each where the batch has ``entries`` entries in all (a
+    working set's last few missing rows: one piece, in the calling thread)."""
+    pieces = int(n_threads) * PIECES_PER_THREAD if n_threads > 1 else 1
+    if entries is not None:
+        pieces = min(pieces, max(1, int(entries) // MIN_PIECE_ENTRIES))
+    return pieces
 
 
 def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:

@@ -166,6 +166,13 @@ class KernelRows(GramOperator):
         return (self.source.XT is not None and self.source.dtype == self.dtype
                 and self.kernel.name in PRODUCT_KERNELS)
 
+    @property
+    def _sparse_rbf(self) -> bool:
+        """Whether rows go in one compiled call a range of columns (rbf on sparse float32
+        rows: :meth:`muflow.inmemory.RowSource.sparse_rbf_into`)."""
+        return (self.kernel.name == "rbf" and self.source.csr is not None
+                and self.dtype == np.float32 and self.source.dtype == self.dtype)
+
     def _panel_by_chunks(self, rows, data, target, scratch, worker) -> None:
         """``K(X[rows], X)`` into ``data[target]`` (rows of non-consecutive cache slots),
         :data:`CHUNK_BYTES` of columns at a time.
@@ -188,9 +195,12 @@ class KernelRows(GramOperator):
         range, so every entry is computed by the same instructions however the columns are
         shared out."""
         source = self.source
+        lo, hi = (0, self.n) if columns is None else columns
+        if rows is not None and consume is None and self._sparse_rbf:
+            source.sparse_rbf_rows(self.kernel, rows, sq_A, same_rows, data, target)(lo, hi)
+            return
         k = A.shape[0]
         width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
-        lo, hi = (0, self.n) if columns is None else columns
         buf = scratch.get(worker)
         if buf is None or buf.size < k * width:
             buf = scratch[worker] = np.empty(k * width, dtype=self.dtype)
@@ -230,7 +240,7 @@ class KernelRows(GramOperator):
                                   columns=(c0, c1))
 
             threads = max(1, self.n_threads or default_threads())
-            run_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
+            run_ranges(column_ranges(self.n, pieces_for(threads, slots.size * self.n)), work, threads)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
@@ -284,7 +294,11 @@ class KernelRows(GramOperator):
         its part of X (split by rows, each thread would stream all of X for one or two
         rows); the ranges go to the threads as they come free (:func:`muflow.threads.deal`)."""
         source = self.source
-        edges = column_ranges(self.n, pieces_for(threads))
+        edges = column_ranges(self.n, pieces_for(threads, idx.size * self.n))
+        if self._sparse_rbf:
+            into = source.sparse_rbf_rows(self.kernel, idx, source.sq[idx], idx, data, slots)
+            run_ranges(edges, lambda c0, c1, worker: into(c0, c1), threads)
+            return
         A, sq_A = source.X[idx], source.sq[idx]
         scratch = {}
 

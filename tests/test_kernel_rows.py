@@ -179,6 +179,49 @@ def test_mostly_zero_rows_are_multiplied_as_sparse_rows_with_the_same_values(mos
     assert np.array_equal(data[slots], K[rows])
 
 
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+@pytest.mark.parametrize("offset", [0.0, 0.25])
+def test_sparse_rbf_rows_in_one_call_equal_the_product_finish_and_copy(mostly_zero_X, n_threads,
+                                                                        offset, monkeypatch):
+    """rbf on sparse rows goes in one compiled call a range of columns
+    (``RowSource.sparse_rbf_rows``); its rows equal, bit for bit, the product, the finish
+    and the copy done one after the other, for batches of one row to many, the columns
+    shared out in pieces of any size, on real values and on a8a's binary ones."""
+    from muflow import inmemory as im
+    import muflow.kernel_rows as kernel_rows
+
+    kernel = Kernel("rbf", gamma=0.1, offset=offset)
+    a8a_X, _ = a8a(700)
+    for X in (sp.csr_matrix(mostly_zero_X), a8a_X):
+        op = KernelRows(X, kernel, dtype="float32", n_threads=n_threads)
+        assert op._sparse_rbf
+        n = op.n
+        rng = np.random.default_rng(n_threads)
+        for k, piece_entries in ((1, 32768), (7, 64), (40, 1000), (40, 32768)):
+            monkeypatch.setattr(im, "MIN_PIECE_ENTRIES", piece_entries)
+            rows = rng.choice(n, k, replace=False)
+            slots = rng.permutation(64)[:k]
+            fused = np.full((64, n), np.nan, dtype=np.float32)
+            op.rows_into(rows, fused, slots)
+            with monkeypatch.context() as m:
+                m.setattr(kernel_rows.KernelRows, "_sparse_rbf", property(lambda self: False))
+                stepwise = np.full((64, n), np.nan, dtype=np.float32)
+                op.rows_into(rows, stepwise, slots)
+            assert np.array_equal(fused, stepwise, equal_nan=True)
+            assert np.array_equal(fused[slots, rows], np.float32(np.full(k, 1.0 + offset)))
+
+
+def test_a_batch_of_few_entries_is_not_shared_out():
+    """A few rows are one piece (the calling thread); more are :data:`PIECES_PER_THREAD` a
+    thread, never pieces below :data:`MIN_PIECE_ENTRIES` entries."""
+    from muflow.inmemory import MIN_PIECE_ENTRIES, PIECES_PER_THREAD, pieces_for
+
+    assert pieces_for(1) == 1 and pieces_for(4) == 4 * PIECES_PER_THREAD
+    assert pieces_for(4, MIN_PIECE_ENTRIES - 1) == 1
+    assert pieces_for(4, 3 * MIN_PIECE_ENTRIES) == 3
+    assert pieces_for(4, 10**9) == 4 * PIECES_PER_THREAD
+
+
 def test_a8a_rows_as_sparse_rows_equal_the_sgemm_rows_exactly(monkeypatch):
     """a8a's binary features (integers after rbf's integer shift) make both products exact."""
     from muflow import inmemory as im
