@@ -286,3 +286,28 @@ def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, 
             o = data[slots[r], s0:s0 + w]
             for c in range(w):
                 o[c] = acc[c]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def dense_to_csr(X):
+    """``(indptr, indices, values)`` (int64, int64, X's dtype) of the non-zero entries of the
+    C-ordered 2-D ``X``, row by row in column order: what ``scipy.sparse.csr_matrix(X)``
+    holds, in two passes over X and no index arrays of every entry."""
+    n, d = X.shape
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for j in range(d):
+            if X[i, j] != 0:
+                count += 1
+        indptr[i + 1] = indptr[i] + count
+    indices = np.empty(indptr[n], dtype=np.int64)
+    values = np.empty(indptr[n], dtype=X.dtype)
+    for i in range(n):
+        p = indptr[i]
+        for j in range(d):
+            if X[i, j] != 0:
+                indices[p] = j
+                values[p] = X[i, j]
+                p += 1
+    return indptr, indices, values

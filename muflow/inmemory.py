@@ -126,8 +126,9 @@ class RowSource:
         X = self.X[idx]
         csr = None
         if self.csr is not None:
-            S = sp.csr_matrix(X)
-            csr = (S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data.astype(np.float32))
+            from muflow import _kernel_compiled as kc
+
+            csr = kc.dense_to_csr(X)
         XT = None if self.XT is None else np.ascontiguousarray(X.T)
         return RowSource(X, XT, self.sq[idx].copy(), self.dtype, csr, self.center)
 
@@ -206,8 +207,9 @@ def row_source(X, kernel: Kernel, dtype="float32") -> RowSource:
     sq = np.einsum("ij,ij->i", Xc, Xc, dtype=np.float64)
     csr = None
     if dtype == np.float32 and np.count_nonzero(Xc) <= SPARSE_ROWS_MAX_DENSITY * Xc.size:
-        S = sp.csr_matrix(Xc)
-        csr = (S.indptr.astype(np.int64), S.indices.astype(np.int64), S.data.astype(np.float32))
+        from muflow import _kernel_compiled as kc
+
+        csr = kc.dense_to_csr(Xc)
     return RowSource(Xc, np.ascontiguousarray(Xc.T), sq, dtype, csr, center)
 
 

@@ -222,6 +222,20 @@ def test_a_batch_of_few_entries_is_not_shared_out():
     assert pieces_for(4, 10**9) == 4 * PIECES_PER_THREAD
 
 
+def test_the_sparse_rows_of_a_dense_source_are_scipys_csr():
+    """``dense_to_csr`` keeps what ``scipy.sparse.csr_matrix`` keeps: the non-zero entries
+    row by row in column order (an all-zero row, -0.0 dropped as a zero)."""
+    from muflow._kernel_compiled import dense_to_csr
+
+    X = mostly_zeros(50, 30, 0.85, seed=3).astype(np.float32)
+    X[7] = 0.0
+    X[9, 4] = -0.0
+    indptr, indices, values = dense_to_csr(X)
+    S = sp.csr_matrix(X)
+    assert np.array_equal(indptr, S.indptr) and np.array_equal(indices, S.indices)
+    assert values.dtype == np.float32 and np.array_equal(values, S.data)
+
+
 def test_a8a_rows_as_sparse_rows_equal_the_sgemm_rows_exactly(monkeypatch):
     """a8a's binary features (integers after rbf's integer shift) make both products exact."""
     from muflow import inmemory as im
