@@ -250,6 +250,44 @@ def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
 
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy", boundscheck=False)
+def finish_rbf_into(G, sq_A, sq_B, gamma, offset, same, diag, data, slots, c0):
+    """data[slots[i], c0:c0 + w] <- :func:`finish_rbf` of the product row G[i] (w its
+    columns), written straight into the cache rows instead of into G and then copied
+    there: the same operations on each entry; ``same[i] = j >= 0`` where entry (i, j) of
+    G is on K's diagonal (set to ``diag[i]``). G's rows keep the squared distances'
+    exponents (scratch)."""
+    zero = 0.0
+    w = G.shape[1]
+    for i in range(G.shape[0]):
+        a = sq_A[i]
+        row = G[i]
+        o = data[slots[i], c0:c0 + w]
+        for j in range(w):
+            row[j] = np.float32(-gamma * max(a + sq_B[j] - 2.0 * np.float64(row[j]), zero))
+        for j in range(w):
+            o[j] = exp_nonpositive(row[j]) + offset
+        if same[i] >= 0:
+            o[same[i]] = diag[i]
+
+
+def rbf_rows_finisher(kernel, sq_rows, sq, data, slots):
+    """``finish(G, c0, same)``: :func:`finish_rbf_into` for the product G of the rows
+    (squared norms ``sq_rows``) against the columns c0:c0 + w of X (norms ``sq``), written
+    into ``data[slots]``; ``same`` as there. The arguments of every chunk are prepared once
+    here."""
+    gamma, offset = float(kernel.gamma), np.float32(kernel.offset)
+    diag = kernel.diagonal_from_sq(sq_rows).astype(np.float32)
+    sq_rows = np.ascontiguousarray(sq_rows, dtype=np.float64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+
+    def finish(G, c0, same):
+        finish_rbf_into(G, sq_rows, sq[c0:c0 + G.shape[1]], gamma, offset, same, diag, data,
+                        slots, c0)
+
+    return finish
+
+
+@njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy", boundscheck=False)
 def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, offset, same,
                          diag, data, slots, c0, c1):
     """data[slots[r], c0:c1] <- rbf rows of the sparse rows ``rows`` of X against its

@@ -161,17 +161,14 @@ class KernelRows(GramOperator):
 
     @property
     def _chunked(self) -> bool:
-        """Whether rows are computed a column chunk at a time (dense X, product kernel, rows
-        in the product's dtype)."""
-        return (self.source.XT is not None and self.source.dtype == self.dtype
-                and self.kernel.name in PRODUCT_KERNELS)
+        """Rows a column chunk at a time: dense X, product kernel, rows in its dtype."""
+        source = self.source
+        return source.XT is not None and source.dtype == self.dtype and self.kernel.name in PRODUCT_KERNELS
 
     @property
     def _sparse_rbf(self) -> bool:
-        """Whether rows go in one compiled call a range of columns (rbf on sparse float32
-        rows: :meth:`muflow.inmemory.RowSource.sparse_rbf_into`)."""
-        return (self.kernel.name == "rbf" and self.source.csr is not None
-                and self.dtype == np.float32 and self.source.dtype == self.dtype)
+        """rbf on sparse float32 rows: one compiled call a range of columns."""
+        return self.kernel.name == "rbf" and self.source.csr is not None and self.dtype == np.float32
 
     def _panel_by_chunks(self, rows, data, target, scratch, worker) -> None:
         """``K(X[rows], X)`` into ``data[target]`` (rows of non-consecutive cache slots),
@@ -197,13 +194,16 @@ class KernelRows(GramOperator):
         source = self.source
         lo, hi = (0, self.n) if columns is None else columns
         if rows is not None and consume is None and self._sparse_rbf:
-            source.sparse_rbf_rows(self.kernel, rows, sq_A, same_rows, data, target)(lo, hi)
-            return
+            return source.sparse_rbf_rows(self.kernel, rows, sq_A, same_rows, data, target)(lo, hi)
         k = A.shape[0]
         width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
         buf = scratch.get(worker)
         if buf is None or buf.size < k * width:
             buf = scratch[worker] = np.empty(k * width, dtype=self.dtype)
+        finish = None
+        if self.kernel.name == "rbf" and self.dtype == np.float32 and consume is None:
+            from muflow._kernel_compiled import rbf_rows_finisher  # written straight into the rows
+            finish = rbf_rows_finisher(self.kernel, sq_A, source.sq, data, target)
         for c0 in range(lo, hi, width):
             c1 = min(hi, c0 + width)
             piece = buf[: k * (c1 - c0)].reshape(k, c1 - c0)
@@ -213,6 +213,9 @@ class KernelRows(GramOperator):
                 np.matmul(A, source.XT[:, c0:c1], out=piece)
             else:
                 source.product_into(rows, source.XT, piece, c0, c1, A=A)
+            if finish is not None:
+                finish(piece, c0, same)
+                continue
             self.kernel.block_into(None, None, piece, sq_A=sq_A, sq_B=source.sq[c0:c1],
                                    same_rows=same, product_ready=True)
             if consume is not None:
@@ -297,8 +300,7 @@ class KernelRows(GramOperator):
         edges = column_ranges(self.n, pieces_for(threads, idx.size * self.n))
         if self._sparse_rbf:
             into = source.sparse_rbf_rows(self.kernel, idx, source.sq[idx], idx, data, slots)
-            run_ranges(edges, lambda c0, c1, worker: into(c0, c1), threads)
-            return
+            return run_ranges(edges, lambda c0, c1, worker: into(c0, c1), threads)
         A, sq_A = source.X[idx], source.sq[idx]
         scratch = {}
 

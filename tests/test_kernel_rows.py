@@ -222,6 +222,38 @@ def test_a_batch_of_few_entries_is_not_shared_out():
     assert pieces_for(4, 10**9) == 4 * PIECES_PER_THREAD
 
 
+@pytest.mark.parametrize("n_threads", [1, 2, 3])
+def test_rbf_rows_finished_straight_into_the_cache_equal_the_finish_and_copy(X, n_threads,
+                                                                             monkeypatch):
+    """Dense rows under rbf are finished straight into their cache rows
+    (``_kernel_compiled.rbf_rows_finisher``): the same rows, bit for bit, as the finish in
+    the scratch block and the copy after it, for rows of X (their exact diagonal) and for
+    rows from elsewhere (a Dask worker's working set), in chunks of any width."""
+    import muflow._kernel_compiled as kc
+    import muflow.kernel_rows as kernel_rows
+
+    monkeypatch.setattr(kernel_rows, "CHUNK_BYTES", 48 * 4 * 5)
+    monkeypatch.setattr(kernel_rows, "MIN_CHUNK_COLUMNS", 16)
+    op = KernelRows(X, Kernel("rbf", gamma=0.2, offset=0.5), dtype="float32", n_threads=n_threads)
+    n = op.n
+    rng = np.random.default_rng(n_threads)
+    foreign = rng.normal(size=(6, X.shape[1]))
+    foreign[2] = X[40]
+    for k in (1, 5, 23):
+        rows, slots = rng.choice(n, k, replace=False), rng.permutation(26)[:k]
+        results = []
+        for stepwise in (False, True):
+            with monkeypatch.context() as m:
+                if stepwise:
+                    m.setattr(kc, "rbf_rows_finisher", lambda *args: None)
+                data = np.full((32, n), np.nan, dtype=np.float32)
+                op.rows_into(rows, data, slots)
+                op.foreign_rows_into(foreign, data, np.arange(26, 32), same_rows=[-1, -1, 40, -1, -1, -1])
+                results.append(data)
+        assert np.array_equal(results[0], results[1], equal_nan=True)
+        assert np.all(results[0][slots, rows] == np.float32(1.5)) and results[0][28, 40] == np.float32(1.5)
+
+
 def test_the_sparse_rows_of_a_dense_source_are_scipys_csr():
     """``dense_to_csr`` keeps what ``scipy.sparse.csr_matrix`` keeps: the non-zero entries
     row by row in column order (an all-zero row, -0.0 dropped as a zero)."""
