@@ -341,7 +341,9 @@ def pieces_for(n_threads: int, entries: int | None = None) -> int:
     """How many pieces a batch shared out over ``n_threads`` threads is cut into: one for
     one thread, :data:`PIECES_PER_THREAD` a thread otherwise, and no more than pieces of
     :data:`MIN_PIECE_ENTRIES` each where the batch has ``entries`` entries in all (a
-    working set's last few missing rows: one piece, in the calling thread)."""
+    working set's last few missing rows: one piece, in the calling thread). Only a batch
+    whose values do not depend on where the pieces end may be given ``entries`` (the
+    sparse rows' compiled loop; BLAS rounds a product of a few rows by its width)."""
     pieces = int(n_threads) * PIECES_PER_THREAD if n_threads > 1 else 1
     if entries is not None:
         pieces = min(pieces, max(1, int(entries) // MIN_PIECE_ENTRIES))

@@ -243,7 +243,7 @@ class KernelRows(GramOperator):
                                   columns=(c0, c1))
 
             threads = max(1, self.n_threads or default_threads())
-            run_ranges(column_ranges(self.n, pieces_for(threads, slots.size * self.n)), work, threads)
+            run_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
@@ -292,15 +292,15 @@ class KernelRows(GramOperator):
 
     def _rows_by_columns(self, idx, data, slots, threads: int) -> None:
         """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than
-        :func:`muflow.inmemory.pieces_for` the threads (a working set's missing rows, late
-        in a solve a handful), so each range of columns computes every row and reads only
-        its part of X (split by rows, each thread would stream all of X for one or two
-        rows); the ranges go to the threads as they come free (:func:`muflow.threads.deal`)."""
+        :func:`muflow.inmemory.pieces_for` the threads (a working set's missing rows), so each
+        range of columns computes every row and reads only its part of X (split by rows,
+        each thread would stream all of X); the ranges go to the threads as they come free."""
         source = self.source
-        edges = column_ranges(self.n, pieces_for(threads, idx.size * self.n))
-        if self._sparse_rbf:
+        if self._sparse_rbf:  # entries that do not depend on the ranges: few go unshared
             into = source.sparse_rbf_rows(self.kernel, idx, source.sq[idx], idx, data, slots)
-            return run_ranges(edges, lambda c0, c1, worker: into(c0, c1), threads)
+            return run_ranges(column_ranges(self.n, pieces_for(threads, idx.size * self.n)),
+                              lambda c0, c1, worker: into(c0, c1), threads)
+        edges = column_ranges(self.n, pieces_for(threads))
         A, sq_A = source.X[idx], source.sq[idx]
         scratch = {}
 
