@@ -139,16 +139,27 @@ def finish_rbf(G, sq_A, sq_B, gamma, offset):
     only float32 error left in it is the product's; it is clamped at 0 (no entry above
     1 + offset) and only the exponent is rounded to float32.
     """
-    zero = 0.0
     for i in range(G.shape[0]):
-        a = sq_A[i]
-        row = G[i]
-        # two passes over a row that stays in cache: each vectorises at its own width
-        # (4 doubles for the distance, 8 floats for the exponential)
-        for j in range(row.shape[0]):
-            row[j] = np.float32(-gamma * max(a + sq_B[j] - 2.0 * np.float64(row[j]), zero))
-        for j in range(row.shape[0]):
-            row[j] = exp_nonpositive(row[j]) + offset
+        _rbf_exponents(G[i], sq_A[i], sq_B, gamma)
+        _exp_plus(G[i], G[i], offset)
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def _rbf_exponents(row, a, sq_B, gamma):
+    """row[j] <- -gamma max(a + sq_B[j] - 2 row[j], 0) in place, the distance in float64 and
+    the exponent rounded to float32: the first of rbf's two passes over a row that stays in
+    cache, each vectorising at its own width (4 doubles here, 8 floats in :func:`_exp_plus`)."""
+    zero = 0.0
+    for j in range(row.shape[0]):
+        row[j] = np.float32(-gamma * max(a + sq_B[j] - 2.0 * np.float64(row[j]), zero))
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def _exp_plus(exponents, out, offset):
+    """out[j] <- exp(exponents[j]) + offset (:func:`exp_nonpositive`); ``out`` may be
+    ``exponents`` itself."""
+    for j in range(exponents.shape[0]):
+        out[j] = exp_nonpositive(exponents[j]) + offset
 
 
 @njit(cache=True, fastmath=_FLAGS | {"reassoc"}, error_model="numpy")
@@ -256,16 +267,11 @@ def finish_rbf_into(G, sq_A, sq_B, gamma, offset, same, diag, data, slots, c0):
     there: the same operations on each entry; ``same[i] = j >= 0`` where entry (i, j) of
     G is on K's diagonal (set to ``diag[i]``). G's rows keep the squared distances'
     exponents (scratch)."""
-    zero = 0.0
     w = G.shape[1]
     for i in range(G.shape[0]):
-        a = sq_A[i]
-        row = G[i]
         o = data[slots[i], c0:c0 + w]
-        for j in range(w):
-            row[j] = np.float32(-gamma * max(a + sq_B[j] - 2.0 * np.float64(row[j]), zero))
-        for j in range(w):
-            o[j] = exp_nonpositive(row[j]) + offset
+        _rbf_exponents(G[i], sq_A[i], sq_B, gamma)
+        _exp_plus(G[i], o, offset)
         if same[i] >= 0:
             o[same[i]] = diag[i]
 
@@ -292,18 +298,17 @@ def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, 
                          diag, data, slots, c0, c1):
     """data[slots[r], c0:c1] <- rbf rows of the sparse rows ``rows`` of X against its
     columns c0:c1, in one call: :func:`sparse_rows_product`'s accumulation, then
-    :func:`finish_rbf`'s two passes over the chunk while it is still in L1, then one copy
-    to the cache row; ``same[r] = c >= 0`` where row r is column c (its entry set to
+    :func:`finish_rbf`'s two passes over the chunk while it is still in L1, the second
+    writing the cache row; ``same[r] = c >= 0`` where row r is column c (its entry set to
     ``diag[r]``, the exact diagonal). The same operations on each entry as the product,
     finish and scatter done one after the other, whatever the range of columns, so the
     rows are the same bit for bit; what goes is a scratch block written and read back and
     the Python calls between the three steps (one call a range of columns, where a batch of
     a few rows shared out over threads spent more in those calls than in the product)."""
-    acc = np.empty(_SPARSE_CHUNK, dtype=np.float32)
-    zero = 0.0
+    buffer = np.empty(_SPARSE_CHUNK, dtype=np.float32)
     for s0 in range(c0, c1, _SPARSE_CHUNK):
         w = min(c1, s0 + _SPARSE_CHUNK) - s0
-        sq_chunk = sq[s0:s0 + w]
+        acc = buffer[:w]
         for r in range(rows.shape[0]):
             for c in range(w):
                 acc[c] = np.float32(0.0)
@@ -313,17 +318,12 @@ def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, 
                 x = XT[indices[p], s0:s0 + w]
                 for c in range(w):
                     acc[c] += v * x[c]
-            a = sq_rows[r]
-            for c in range(w):
-                acc[c] = np.float32(-gamma * max(a + sq_chunk[c] - 2.0 * np.float64(acc[c]), zero))
-            for c in range(w):
-                acc[c] = exp_nonpositive(acc[c]) + offset
+            o = data[slots[r], s0:s0 + w]
+            _rbf_exponents(acc, sq_rows[r], sq[s0:s0 + w], gamma)
+            _exp_plus(acc, o, offset)
             j = same[r] - s0
             if 0 <= j < w:
-                acc[j] = diag[r]
-            o = data[slots[r], s0:s0 + w]
-            for c in range(w):
-                o[c] = acc[c]
+                o[j] = diag[r]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
