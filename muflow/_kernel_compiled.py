@@ -243,21 +243,39 @@ def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
     skipped and those of ``X[j]`` adding exact zeros: ``out`` is the same whichever of the
     two is the row (K stays exactly symmetric).
     """
-    acc = np.empty(_SPARSE_CHUNK, dtype=np.float32)
+    buffer = np.empty(_SPARSE_CHUNK, dtype=np.float32)
     for s0 in range(c0, c1, _SPARSE_CHUNK):
         w = min(c1, s0 + _SPARSE_CHUNK) - s0
+        acc = buffer[:w]
         for r in range(rows.shape[0]):
-            for c in range(w):
-                acc[c] = np.float32(0.0)
-            i = rows[r]
-            for p in range(indptr[i], indptr[i + 1]):
-                v = values[p]
-                x = XT[indices[p], s0:s0 + w]
-                for c in range(w):
-                    acc[c] += v * x[c]
+            _sparse_row_chunk(indptr, indices, values, rows[r], XT, s0, acc)
             o = out[r, s0 - c0:s0 - c0 + w]
             for c in range(w):
                 o[c] = acc[c]
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy", boundscheck=False)
+def _sparse_row_chunk(indptr, indices, values, i, XT, s0, acc):
+    """acc <- X[i, :] @ X^T[:, s0:s0 + acc.size] for the sparse row i: one AXPY a stored
+    entry, in the order of the features (:func:`sparse_rows_product`)."""
+    w = acc.shape[0]
+    for c in range(w):
+        acc[c] = np.float32(0.0)
+    for p in range(indptr[i], indptr[i + 1]):
+        v = values[p]
+        x = XT[indices[p], s0:s0 + w]
+        for c in range(w):
+            acc[c] += v * x[c]
+
+
+@njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")
+def _finish_row_into(row, a, sq_B, gamma, offset, out, same, diag):
+    """out <- :func:`finish_rbf` of the product row ``row`` (kept as scratch), with
+    out[same] = diag where 0 <= same < out.size (K's exact diagonal)."""
+    _rbf_exponents(row, a, sq_B, gamma)
+    _exp_plus(row, out, offset)
+    if 0 <= same < out.shape[0]:
+        out[same] = diag
 
 
 @njit(cache=True, nogil=True, fastmath=_FLAGS, error_model="numpy", boundscheck=False)
@@ -269,11 +287,8 @@ def finish_rbf_into(G, sq_A, sq_B, gamma, offset, same, diag, data, slots, c0):
     exponents (scratch)."""
     w = G.shape[1]
     for i in range(G.shape[0]):
-        o = data[slots[i], c0:c0 + w]
-        _rbf_exponents(G[i], sq_A[i], sq_B, gamma)
-        _exp_plus(G[i], o, offset)
-        if same[i] >= 0:
-            o[same[i]] = diag[i]
+        _finish_row_into(G[i], sq_A[i], sq_B, gamma, offset, data[slots[i], c0:c0 + w], same[i],
+                         diag[i])
 
 
 def rbf_rows_finisher(kernel, sq_rows, sq, data, slots):
@@ -310,20 +325,9 @@ def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, 
         w = min(c1, s0 + _SPARSE_CHUNK) - s0
         acc = buffer[:w]
         for r in range(rows.shape[0]):
-            for c in range(w):
-                acc[c] = np.float32(0.0)
-            i = rows[r]
-            for p in range(indptr[i], indptr[i + 1]):
-                v = values[p]
-                x = XT[indices[p], s0:s0 + w]
-                for c in range(w):
-                    acc[c] += v * x[c]
-            o = data[slots[r], s0:s0 + w]
-            _rbf_exponents(acc, sq_rows[r], sq[s0:s0 + w], gamma)
-            _exp_plus(acc, o, offset)
-            j = same[r] - s0
-            if 0 <= j < w:
-                o[j] = diag[r]
+            _sparse_row_chunk(indptr, indices, values, rows[r], XT, s0, acc)
+            _finish_row_into(acc, sq_rows[r], sq[s0:s0 + w], gamma, offset,
+                             data[slots[r], s0:s0 + w], same[r] - s0, diag[r])
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
