@@ -174,12 +174,12 @@ class KernelRows(GramOperator):
         """``K(X[rows], X)`` into ``data[target]`` (rows of non-consecutive cache slots),
         :data:`CHUNK_BYTES` of columns at a time.
 
-        Each chunk's product and element-wise finish land in a scratch block that stays in
-        the CPU's cache and is then copied to its rows: the rows cross memory once, where a
-        panel computed whole and then scattered crosses it three times (written, read back,
-        written again)."""
+        Each chunk's product and finish stay in the CPU's cache until they reach their rows:
+        the rows cross memory once, where a panel computed whole and then scattered crosses
+        it three times (written, read back, written again)."""
         source = self.source
-        self._chunks_into(rows, source.X[rows], source.sq[rows], rows, data, target, scratch, worker)
+        A = None if self._sparse_rbf else source.X[rows]  # the sparse call reads X's CSR
+        self._chunks_into(rows, A, source.sq[rows], rows, data, target, scratch, worker)
 
     def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,
                      consume=None, columns=None) -> None:
