@@ -96,11 +96,14 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent: y_B delta_B, B and alpha_B to each worker, and X_B with the subproblem (four
-    # vectors of B) to one and with B to the others, a round trip of its own; received: at most 2q
-    # candidates of each side plus the previous set from each worker, a row and 7 numbers each
-    assert t["bytes_sent"] / trips <= workers * q * (d + 3) * 8
-    assert t["bytes_received"] / trips <= workers * 3 * q * (d + 7) * 8
+    # sent to each worker: X_B, B and four vectors of B; received: the step (q numbers) and at
+    # most 2q candidates of each side plus the previous set from each worker, a row and 7
+    # numbers each
+    assert t["bytes_sent"] / trips <= workers * q * (d + 5) * 8
+    assert t["bytes_received"] / trips <= workers * (3 * q * (d + 7) + q) * 8
+    # one round trip an iteration, besides the calls without a step (the first candidates
+    # and those after a reactivation)
+    assert int(np.sum(sol.n_iter)) <= trips <= int(np.sum(sol.n_iter)) + 4
     assert sol.converged.all()
 
 
@@ -292,3 +295,116 @@ def test_a_failure_behind_an_answer_is_raised_by_the_next_call(monkeypatch):
     with pytest.raises(MemoryError, match="no room"):
         part.iterate(B, np.ones(20), B, np.zeros(20), None, False, 8)
     assert np.all(part.cache.slot_of[B] < 0)
+
+
+class _InProcessActor:
+    """A partition called in this process as its actor would be: the arrays lent to the call
+    unwrapped, the answer at hand (a unit test of the client's own logic)."""
+
+    def __init__(self, part):
+        self.part = part
+
+    def __getattr__(self, name):
+        from muflow.dask.calls import Lent
+
+        method = getattr(self.part, name)
+
+        def call(*args):
+            return _Answered(method(*[a.value if isinstance(a, Lent) else a for a in args]))
+
+        return call
+
+
+class _Answered:
+    def __init__(self, value):
+        self.value = value
+
+    async def _result(self):
+        return self.value
+
+
+def _two_partitions(rng, n=3000):
+    """Partitions [0, n/2) and [n/2, n) of one column at alpha = 0, and the step's data."""
+    from muflow.dask import partitions as dask_partitions
+
+    X = rng.standard_normal((n, 12))
+    y = np.where(X[:, 0] + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
+    parts = []
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        part = dask_partitions.RowPartition(X[lo:hi], lo, Kernel("rbf", gamma=0.1).to_dict(), n,
+                                            cache_mb=4)
+        part.product_start(())
+        part.begin(y[lo:hi], np.ones(hi - lo), -np.ones(hi - lo), np.zeros(hi - lo), True)
+        parts.append(part)
+    B = np.sort(np.concatenate([rng.choice(n // 2, 20, replace=False),
+                                n // 2 + rng.choice(n // 2, 20, replace=False)]))
+    step = (X[B], B, y[B], np.ones(B.size), np.zeros(B.size), -np.ones(B.size), True, 2.0, 1e-3,
+            parts[0].dtype, None, 8)
+    return parts, step
+
+
+@pytest.mark.parametrize("rounds_otherwise", [False, True])
+def test_a_partition_whose_step_differs_is_sent_the_difference(rounds_otherwise):
+    """Every partition solves the subproblem itself. One whose step differs in a bit (a CPU
+    that rounds the subproblem's sums otherwise) is sent y_B (new - its new) and answers
+    anew: its alpha is the first partition's, its gradient that of the first's step within
+    rounding, its candidates those it would have answered; equal steps cost no call."""
+    from types import SimpleNamespace
+
+    from muflow.dask.calls import answers as await_answers
+    from muflow.dask.working_set import PartitionedState
+
+    rng = np.random.default_rng(11)
+    parts, step = _two_partitions(rng)
+    reference, _ = _two_partitions(np.random.default_rng(11))
+    expected = [part.solve_and_step(*step) for part in reference]
+    if rounds_otherwise:
+        solve = parts[1]._solve
+
+        def other_rounding(*args):
+            new, change, steps = solve(*args)
+            moved = np.flatnonzero(new != 0)
+            new = new.copy()
+            new[moved[:3]] = np.nextafter(new[moved[:3]], 2.0)
+            return new, change, steps
+
+        parts[1]._solve = other_rounding
+    got = [part.solve_and_step(*step) for part in parts]
+    assert np.array_equal(got[1][0][0], expected[1][0][0]) != rounds_otherwise
+
+    import asyncio
+
+    state = PartitionedState.__new__(PartitionedState)
+    state.timings = {}
+    state.parts = SimpleNamespace(actors=[_InProcessActor(p) for p in parts],
+                                  wait=lambda calls: asyncio.run(await_answers(calls)))
+    _, B, yB = step[:3]
+    (new, _, _), candidates = state._agree(got, B, yB, 8)
+    assert np.array_equal(new, expected[0][0][0])
+    assert state.timings.get("steps_corrected", 0) == int(rounds_otherwise)
+    for part, ref, answer, (_, ref_answer) in zip(parts, reference, candidates, expected):
+        np.testing.assert_array_equal(part.alpha, ref.alpha)
+        np.testing.assert_allclose(part.G, ref.G, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(answer["idx"], ref_answer["idx"])
+
+
+def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
+    """solve_and_step on a worker of two threads begins all of B's rows while it solves; on
+    one thread it computes the rows of the variables that moved after solving. The step, the
+    gradient and the candidates are the same to the bit."""
+    from muflow.dask import partitions as dask_partitions
+
+    results = []
+    for threads in (1, 2):
+        monkeypatch.setattr(dask_partitions, "worker_threads", lambda t=threads: t)
+        parts, step = _two_partitions(np.random.default_rng(12))
+        part = parts[1]
+        (new, change, steps), answer = part.solve_and_step(*step)
+        part.settle()
+        moved = np.flatnonzero(new != 0.0)
+        results.append((new, change, part.G.copy(), answer, part.offered.rows_computed))
+        assert steps > 0 and 0 < moved.size < step[1].size
+    (new1, change1, G1, a1, rows1), (new2, change2, G2, a2, rows2) = results
+    assert np.array_equal(new1, new2) and change1 == change2 and np.array_equal(G1, G2)
+    assert np.array_equal(a1["idx"], a2["idx"]) and np.array_equal(a1["G"], a2["G"])
+    assert rows1 == np.count_nonzero(new1) and rows2 == new1.size

@@ -7,35 +7,38 @@ this module is the home of its state when X lives on the workers
 alpha, G and the active set and a row cache over its columns; the client keeps alpha whole
 (O(n), the answer and what a lost slice is rebuilt from) and chooses the working set.
 
-One outer iteration is two round trips: one call per partition
-(:meth:`PartitionColumn.iterate`, on the partition's actor), then the subproblem's call:
+One outer iteration is one round trip, a call to every partition
+(:meth:`PartitionColumn.solve_and_step`, on the partition's actor):
 
-- the client sends the variables that moved in the last subproblem, y_B delta_B and, when
-  due, the extremes to shrink with: O(q);
-- each partition updates its slice of the gradient, ``G_p += y_p K(X_B, X_p)' (y_B
-  delta_B)``, from its row cache, shrinks when asked (the one rule,
-  :func:`muflow.solvers._subset_compiled.leaves_active_set`) and answers its best
-  candidates: the q / (2 workers) most violating variables of I_up and of I_low on its
-  slice and the active members of the previous working set, with their y, alpha, bound,
-  G, K_tt and rows of X: O(q d).
+- the client sends the working set B with its rows of X, y, bounds, alpha and G, and, when
+  due, the extremes to shrink with: O(q d) to each partition;
+- each partition computes K_BB from X_B in the workers' dtype and solves the q-variable
+  subproblem (:func:`~muflow.solvers.working_set_loop.solve_subproblem`). Every partition
+  solves the same subproblem from the same data with the same code, so that none waits for
+  another's step and the client never holds the q x q block;
+- each updates its slice of the gradient, ``G_p += y_p K(X_B, X_p)' (y_B delta_B)``, from
+  its row cache, shrinks when asked (the one rule,
+  :func:`muflow.solvers._subset_compiled.leaves_active_set`) and answers its step and its
+  best candidates: the q / (2 workers) most violating variables of I_up and of I_low on its
+  slice and the active members of B, with their y, alpha, bound, G, K_tt and rows of X:
+  O(q d).
 
-The merged candidates are the pool the loop's :class:`~muflow.solvers.working_set_loop.PairView`
-and :func:`~muflow.solvers.working_set_loop.select_working_set` read, as in process they read
+The client takes the first partition's step; a partition whose step differs in any bit (a
+worker whose CPU rounds the subproblem's sums otherwise) is sent the difference and answers
+anew (:meth:`PartitionedState._agree`). The merged candidates are the pool the loop's
+:class:`~muflow.solvers.working_set_loop.PairView` and
+:func:`~muflow.solvers.working_set_loop.select_working_set` read, as in process they read
 the active set: each partition sent its own best of each side, so the maximal violators and
 the stopping gap are the global ones; the violators' rows over the pool are computed on the
-client from the candidates' rows of X (second order on both sides). The subproblem goes to the
-first partition's actor with X_B (:meth:`PartitionColumn.subproblem`, O(q d) each way):
-K_BB is computed there in the workers' dtype and the subproblem solved there
-(:func:`~muflow.solvers.working_set_loop.solve_subproblem`), so the client never holds the
-q x q block. With the subproblem every other partition is sent X_B and begins its rows of B,
-K(X_B, X_p), on a thread of its own while the first solves; the first begins the rows of
-the variables that moved once it has solved (:meth:`PartitionColumn.prefetch`). The rows
-are then ready, or nearly, when the step comes (as in process, where B's rows are computed
-while the subproblem is solved, and as oneDAL's solver computes them).
+client from the candidates' rows of X (second order on both sides).
 
-The step and a shrink travel with the next round trip: :meth:`PartitionedState.extremes`
-makes the trip only when the workers' answers are stale. Nothing of size n crosses the
-network per iteration; G is pulled once per certificate.
+A worker of several threads begins its rows of B on them while its actor's thread solves
+the subproblem (:meth:`PartitionColumn.prefetch`), as in process B's rows are computed
+while the subproblem is solved and as oneDAL's solver computes them; a worker of one thread
+computes the rows of the variables that moved once it has solved. The first candidates, and
+those after a reactivation, come with a call that carries no step
+(:meth:`PartitionedState.extremes`). Nothing of size n crosses the network per iteration; G
+is pulled once per certificate.
 """
 
 from __future__ import annotations
@@ -115,10 +118,10 @@ class PartitionColumn:
         return self.n
 
     def iterate(self, moved, coef, B, alpha_B, shrink_with, reactivate, k):
-        """Apply the last subproblem's step (the variables ``moved``, ``coef`` = y delta
-        there: their rows were begun by :meth:`prefetch`, whose rows of X stay offered to
-        the cache), shrink or reactivate when asked, and answer the best ``k`` candidates of
-        each side (see the module notes)."""
+        """Apply a step (the variables ``moved``, ``coef`` = y delta there: their rows come
+        from the cache, begun by :meth:`prefetch` or computed here from the rows of X
+        offered with the call), shrink or reactivate when asked, and answer the best ``k``
+        candidates of each side (see the module notes)."""
         t0 = time.perf_counter()
         self.settle()
         B = np.asarray(B, dtype=np.int64)
@@ -172,15 +175,36 @@ class PartitionColumn:
                 "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
                 "n_act": int(act.size)}
 
-    def subproblem(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
-        """The client's subproblem on B solved here: K_BB from the rows ``XB`` in ``dtype``
-        (the workers' rows': float32 above 4096 samples, as in process K_BB is gathered from
-        the row cache in the cache's dtype), then
-        :func:`~muflow.solvers.working_set_loop.solve_subproblem` with BLAS on one thread,
-        as the client's loop runs it; then this partition's rows of the variables that
-        moved are begun behind the answer (:meth:`prefetch`). Returns ``(new, change,
-        steps)``."""
+    def solve_and_step(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype, shrink_with,
+                       k):
+        """One outer iteration on this partition, in the one call the client makes to every
+        partition: the subproblem on B solved here (:meth:`_solve`: every partition solves
+        it from the same data with the same code, so that none waits for another's step),
+        the step applied to this slice, the shrink when due, and the next candidates
+        (:meth:`iterate`). A worker of several threads begins its rows of B on them while
+        its actor's thread solves (:meth:`prefetch`), as in process B's rows are computed
+        while the subproblem is solved; a worker of one thread computes the rows of the
+        variables that moved after it has solved. Returns ``((new, change, steps),
+        candidates)``."""
+        B = np.asarray(B, dtype=np.int64)
         self.settle()
+        if self.n_threads > 1:
+            self.prefetch(XB, B)
+        else:
+            self.offered.offer(XB, B)
+        new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+        aB = np.asarray(aB)
+        delta = new - aB
+        moved = np.flatnonzero(delta != 0.0)
+        coef = np.asarray(yB)[moved] * delta[moved]
+        answer = self.iterate(B[moved], coef, B, new, shrink_with, False, k)
+        return (new, change, steps), answer
+
+    def _solve(self, XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
+        """The subproblem on B: K_BB from the rows ``XB`` in ``dtype`` (the workers' rows':
+        float32 above 4096 samples, as in process K_BB is gathered from the row cache in
+        the cache's dtype), then :func:`~muflow.solvers.working_set_loop.solve_subproblem`
+        with BLAS on one thread, as the client's loop runs it: ``(new, change, steps)``."""
         t0 = time.perf_counter()
         q = len(yB)
         # one buffer for every iteration: a fresh q x q array costs its page faults each time
@@ -191,20 +215,15 @@ class PartitionColumn:
             answer = solve_subproblem(K_BB, yB, UB, aB, GB, equality=bool(equality), gap=gap,
                                       gap_tol=gap_tol)
         self.seconds["subproblem"] += time.perf_counter() - t0
-        moved = answer[0] != np.asarray(aB)
-        self.prefetch(XB[moved], np.asarray(B, dtype=np.int64)[moved])
         return answer
 
     def prefetch(self, XB, B):
         """Begin computing this partition's columns of the rows of B (``XB``) that its row
         cache lacks, K(X_B, X_p), on the worker's thread for work behind an answer
-        (:func:`muflow.threads.behind_thread`), and return: the other partitions
-        compute them while the first solves the subproblem on B
-        (:meth:`PartitionedState.solve_on`), and the first while the client applies the
-        step, so that the next :meth:`iterate` finds its rows cached (:meth:`settle`
-        waits for them). The other partitions cannot know which of B will move and compute
-        all of B's missing rows: about 6 % more rows at 60,000 samples, still cached when a
-        later working set asks for them."""
+        (:func:`muflow.threads.behind_thread`), and return, so that the subproblem is
+        solved meanwhile (:meth:`solve_and_step`); :meth:`iterate` finds the rows cached
+        (:meth:`settle` waits for them). Which of B will move is not known yet: all of B's
+        missing rows are computed, still cached when a later working set asks for them."""
         self.settle()
         rows, slots = self.cache.reserve_missing(np.asarray(B, dtype=np.int64))
         if rows.size:
@@ -248,8 +267,6 @@ class PartitionedState(ColumnState):
         self.n_valid = int((col.U > 0).sum())
         self.previous = np.zeros(0, dtype=np.int64)
         self.bias = 0.0
-        self._nothing = (self.previous, np.zeros(0), self.previous, np.zeros(0))
-        self._pending = self._nothing
         self._shrink_with, self._reactivate = None, False
         self._pool, self._stale = None, True
         self._shrunk = 0
@@ -260,9 +277,7 @@ class PartitionedState(ColumnState):
 
     def extremes(self) -> float:
         if self._stale:
-            self._pool = _Pool(self._round_trip(), self.equality)
-            self._shrunk = self.n_valid - self._pool.n_active
-            self._stale = False
+            self._answered(self._round_trip())
         return self._pool.view.gap
 
     def candidates(self, q: int) -> np.ndarray:
@@ -277,36 +292,71 @@ class PartitionedState(ColumnState):
         return np.sort(pool.idx[chosen])
 
     def solve_on(self, B, gap, gap_tol, timings):
-        """The subproblem on B solved by the first partition's actor
-        (:meth:`PartitionColumn.subproblem`): this process sends X_B and B's vectors, O(q d),
-        and holds no q x q K_BB (16 MB at q = 2048)."""
+        """The outer iteration's one round trip: every partition is sent X_B and B's
+        vectors, O(q d), solves the subproblem, applies the step to its slice, shrinks when
+        due and answers its next candidates (:meth:`PartitionColumn.solve_and_step`). This
+        process holds no q x q K_BB (16 MB at q = 2048)."""
         pool = self._pool
         at = pool.positions(B)
-        XB = self._XB = pool.X[at]
+        XB = pool.X[at]
         yB, UB, aB, GB = pool.y[at], pool.U[at], self.alpha[B].copy(), pool.G[at]
-        first, *others = self.parts.actors
+        shrink_with, self._shrink_with = self._shrink_with, None
+        k = self._k()
+        actors = self.parts.actors
 
         def call():
-            # the others begin B's rows while the first solves: the calls go out together
-            solving = ActorCall(first, "subproblem", XB, B, yB, UB, aB, GB, self.equality, gap,
-                                gap_tol, self.parts.dtype)
-            return self.parts.wait([solving] + [ActorCall(a, "prefetch", XB, B) for a in others])[0]
+            answers = self.parts.wait([
+                ActorCall(actor, "solve_and_step", XB, B, yB, UB, aB, GB, self.equality, gap,
+                          gap_tol, self.parts.dtype, shrink_with, k) for actor in actors])
+            return self._agree(answers, B, yB, k)
 
         t = time.perf_counter()
-        new, change, steps = self._recovering(call)
+        # a lost partition: all of them begin again at alpha before the step, and solve again
+        (new, change, steps), candidates = self.parts.retrying(
+            call, restart=lambda lost: self._begin(range(len(actors))))
+        self._answered(candidates)
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
         timings["round_trips"] += 1
-        timings["bytes_sent"] += (row_bytes(XB) + 8 * B.size) * len(self.parts.actors) + 4 * 8 * B.size
-        timings["bytes_received"] += 8 * B.size
+        timings["bytes_sent"] += (row_bytes(XB) + 5 * 8 * B.size) * len(actors)
+        timings["bytes_received"] += sum(8 * B.size + row_bytes(c["X"]) + 7 * 8 * c["idx"].size
+                                         for c in candidates)
         return new, change, yB, aB
 
+    def _agree(self, answers, B, yB, k):
+        """The first partition's step, and every partition's candidates after it. A
+        partition whose step differs (a worker whose CPU rounds the subproblem's sums
+        otherwise) is sent the difference, ``y_B (new - its new)``, and answers anew."""
+        (new, change, steps), _ = answers[0]
+        candidates = [answer for _, answer in answers]
+        differ = [i for i, ((other, _, _), _) in enumerate(answers) if not np.array_equal(other, new)]
+        if differ:
+            calls = []
+            for i in differ:
+                other = answers[i][0][0]
+                at = np.flatnonzero(other != new)
+                calls.append(ActorCall(self.parts.actors[i], "iterate", B[at],
+                                       yB[at] * (new[at] - other[at]), B, new, None, False, k))
+            for i, answer in zip(differ, self.parts.wait(calls)):
+                candidates[i] = answer
+            self.timings["steps_corrected"] = self.timings.get("steps_corrected", 0) + len(differ)
+        return (new, change, steps), candidates
+
+    def _answered(self, candidates) -> None:
+        """The partitions' candidates become the pool the loop selects from."""
+        self._pool = _Pool(candidates, self.equality)
+        self._shrunk = self.n_valid - self._pool.n_active
+        self._stale = False
+
+    def _k(self) -> int:
+        """Candidates of each side a partition answers: a side of B from all workers."""
+        return max(8, self.q // (2 * len(self.parts.actors)))
+
     def apply(self, B, new, moved, coef, change) -> None:
+        """The step is on the partitions already (:meth:`solve_on`)."""
         self.alpha[B] = new
         self.F += change
-        self._pending = (B[moved], coef, B, new)
         self.previous = B
-        self._stale = True
 
     def shrink(self) -> None:
         """Due with the next round trip, with the extremes the workers last answered."""
@@ -321,8 +371,6 @@ class PartitionedState(ColumnState):
         self._shrunk = 0
 
     def certify(self) -> float:
-        if self._pending[1].size:  # the last step reaches the workers first
-            self.extremes()
         violation, self.F, self.bias = self._pull(self.bias)
         return violation
 
@@ -348,26 +396,23 @@ class PartitionedState(ColumnState):
         return self.parts.retrying(call, restart=self._begin, again=again)
 
     def _round_trip(self):
-        """One call per partition with what is due: the pending step, a shrink or a
-        reactivation. After a recovery the call is made again without the step (the other
-        workers applied it, the restarted ones hold it in their gradient), every variable
-        active again."""
-        sending, shrink_with, reactivate = self._pending, self._shrink_with, self._reactivate
-        self._pending, self._shrink_with, self._reactivate = self._nothing, None, False
-        return self._recovering(lambda: self._call(*sending, shrink_with, reactivate),
-                                again=lambda: self._call(*self._nothing, None, True))
+        """The candidates without a step (the first ones, and after a reactivation): one
+        call per partition with what is due, a shrink or a reactivation. After a recovery
+        the call is made again with every variable active again."""
+        shrink_with, reactivate = self._shrink_with, self._reactivate
+        self._shrink_with, self._reactivate = None, False
+        return self._recovering(lambda: self._call(shrink_with, reactivate),
+                                again=lambda: self._call(None, True))
 
-    def _call(self, moved, coef, B, alpha_B, shrink_with, reactivate):
+    def _call(self, shrink_with, reactivate):
         t = time.perf_counter()
-        k = max(8, self.q // (2 * len(self.parts.actors)))  # a side of B from all workers
-        futures = [ActorCall(actor, "iterate", moved, coef, B, alpha_B, shrink_with,
-                             reactivate, k) for actor in self.parts.actors]
+        none = np.zeros(0, dtype=np.int64)
+        futures = [ActorCall(actor, "iterate", none, np.zeros(0), none, np.zeros(0), shrink_with,
+                             reactivate, self._k()) for actor in self.parts.actors]
         answers = self.parts.wait(futures)
         timings = self.timings
         timings["calls"] += time.perf_counter() - t
         timings["round_trips"] += 1
-        sent = moved.nbytes + coef.nbytes + B.nbytes + alpha_B.nbytes
-        timings["bytes_sent"] += sent * len(futures)
         timings["bytes_received"] += sum(row_bytes(a["X"]) + 7 * 8 * a["idx"].size for a in answers)
         return answers
 
