@@ -13,12 +13,27 @@ that counted in the client's peak memory (issue 39).
 pickles as its value (the actor receives the array itself) and is emptied when the answer
 is in (:func:`answers`): the cycle then holds an empty shell. The call's future, which
 holds the answer, goes then too: the answer lives as long as the caller keeps it.
+
+A call goes straight to the actor's worker on the client's own connection to it
+(:class:`DirectCall`) when the client can reach the workers. ``distributed`` sends an
+actor's calls through the scheduler unless the client was made with
+``direct_to_workers=True``: each call then crosses two connections, and the scheduler
+(in this process, with a ``LocalCluster``) serialises it a second time. Whether the client
+reaches the workers is asked once per client (:func:`direct_rpc`); a client made with
+``direct_to_workers=False`` keeps the scheduler's relay.
 """
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import scipy.sparse as sp
+
+#: Seconds the one probe of a client's connection to a worker may take (:func:`direct_rpc`)
+PROBE_SECONDS = 5.0
+
+_REACHES = weakref.WeakKeyDictionary()  # client -> whether it reaches the workers itself
 
 
 def _value(value):
@@ -55,7 +70,11 @@ class ActorCall:
     def __init__(self, actor, method: str, *args):
         sent = [lend(a) for a in args]
         self.lent = [a for a in sent if isinstance(a, Lent)]
-        self.future = getattr(actor, method)(*sent)
+        rpc = direct_rpc(actor)
+        if rpc is None:
+            self.future = getattr(actor, method)(*sent)
+        else:
+            self.future = DirectCall(actor._client, rpc, actor.key, method, sent)
 
     async def _result(self):
         return await self.future._result()
@@ -82,6 +101,66 @@ class ActorCall:
         self.future = None
 
 
+class DirectCall:
+    """``method(*args)`` of the actor ``key``, sent on ``rpc``, the client's connection to
+    the actor's worker, as ``distributed``'s own actor calls are made on a worker (the
+    worker's ``actor_execute`` handler): begun on the client's event loop at once, awaited
+    by :meth:`_result` or :meth:`result`. An error the method raised is raised here."""
+
+    __slots__ = ("_future",)
+
+    def __init__(self, client, rpc, key, method: str, args):
+        import asyncio
+
+        from distributed.protocol import to_serialize
+
+        async def call():
+            response = await rpc.actor_execute(function=method, actor=key,
+                                               args=[to_serialize(a) for a in args], kwargs={})
+            if response["status"] == "OK":
+                return response["result"]
+            raise response["exception"]
+
+        self._future = asyncio.run_coroutine_threadsafe(call(), client.loop.asyncio_loop)
+
+    async def _result(self):
+        import asyncio
+
+        return await asyncio.wrap_future(self._future)
+
+    def result(self, timeout=None):
+        return self._future.result(timeout)
+
+
+def direct_rpc(actor):
+    """The client's connection to ``actor``'s worker, or None where the call goes through
+    the scheduler: a client made with ``direct_to_workers=False`` or asynchronous, an actor
+    handle without its client, or a client that could not reach a worker when first asked
+    (a worker's ``identity``, at most :data:`PROBE_SECONDS`; asked once per client)."""
+    client = getattr(actor, "_client", None)
+    address = getattr(actor, "_address", None)
+    if client is None or address is None or client.direct_to_workers is False \
+            or client.asynchronous:
+        return None
+    reaches = _REACHES.get(client)
+    if reaches is None:
+        reaches = _REACHES[client] = _reaches(client, address)
+    return client.rpc(address) if reaches else None
+
+
+def _reaches(client, address) -> bool:
+    """Whether ``client`` can open a connection of its own to the worker at ``address``."""
+
+    async def identity():
+        await client.rpc(address).identity()
+
+    try:
+        client.sync(identity, callback_timeout=PROBE_SECONDS)
+    except Exception:  # noqa: BLE001  any failure to connect: the scheduler relays the calls
+        return False
+    return True
+
+
 async def answers(calls) -> list:
     """Every call's answer, or the exception it raised; then their arrays released."""
     import asyncio
@@ -95,4 +174,4 @@ async def answers(calls) -> list:
                 release()
 
 
-__all__ = ["ActorCall", "Lent", "answers", "lend"]
+__all__ = ["ActorCall", "DirectCall", "Lent", "answers", "direct_rpc", "lend"]

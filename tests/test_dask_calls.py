@@ -1,0 +1,69 @@
+"""Actor calls (muflow.dask.calls) on a real 2-worker LocalCluster: straight to the actor's
+worker when the client reaches it, through the scheduler otherwise, with the same answers
+and the same errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from muflow.dask import calls
+from muflow.dask.calls import ActorCall, DirectCall, answers, direct_rpc
+from muflow.dask.partitions import DaskRowPartitions
+from muflow.kernels import Kernel
+
+
+@pytest.fixture
+def parts(client):
+    X = np.random.default_rng(0).standard_normal((600, 5))
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.2), client)
+    try:
+        yield parts
+    finally:
+        parts.close()
+
+
+def _rows(parts, idx):
+    """Rows ``idx`` of every partition's X, each call awaited together."""
+    return parts.client.sync(answers, [ActorCall(a, "rows", idx) for a in parts.actors])
+
+
+def test_a_client_that_reaches_the_workers_calls_them_directly(parts):
+    actor = parts.actors[0]
+    assert direct_rpc(actor) is not None
+    call = ActorCall(actor, "rows", np.array([0, 2]))
+    assert isinstance(call.future, DirectCall)
+    lo, hi = parts.bounds[0]
+    np.testing.assert_array_equal(call.result(timeout=30), parts.take(np.array([lo, lo + 2])))
+    assert call.lent == [] and call.future is None  # the arrays sent are let go
+
+
+def test_without_direct_connections_the_scheduler_relays_the_same_answers(parts, monkeypatch):
+    direct = _rows(parts, np.array([1, 3, 5]))
+    monkeypatch.setattr(parts.client, "direct_to_workers", False)
+    assert direct_rpc(parts.actors[0]) is None
+    assert not isinstance(ActorCall(parts.actors[0], "info").future, DirectCall)
+    relayed = _rows(parts, np.array([1, 3, 5]))
+    for a, b in zip(direct, relayed):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("direct_to_workers", [None, False])
+def test_an_error_of_the_method_reaches_the_caller(parts, monkeypatch, direct_to_workers):
+    monkeypatch.setattr(parts.client, "direct_to_workers", direct_to_workers)
+    beyond = np.array([10**6])  # no such row: NumPy's IndexError on the worker
+    with pytest.raises(IndexError):
+        ActorCall(parts.actors[0], "rows", beyond).result(timeout=30)
+    got = parts.client.sync(answers, [ActorCall(parts.actors[0], "rows", beyond)])
+    assert isinstance(got[0], IndexError)
+
+
+def test_a_worker_the_client_cannot_reach_is_called_through_the_scheduler(client, monkeypatch):
+    """The probe of a client's own connection fails within PROBE_SECONDS: no direct calls."""
+    import socket
+
+    monkeypatch.setattr(calls, "PROBE_SECONDS", 0.5)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
+    assert calls._reaches(client, address) is False
