@@ -23,6 +23,16 @@ from numba import njit
 from muflow.solvers._subset_compiled import _TAU
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _violation(a, U, g):
+    """The projected gradient's size of one variable of the box-only subproblem."""
+    if a <= 0.0:
+        return -g if g < 0.0 else 0.0
+    if a >= U:
+        return g if g > 0.0 else 0.0
+    return abs(g)
+
+
 @njit(cache=True, nogil=True)
 def block_smo(K, y, U, a, G, equality, tol, max_steps):
     """SMO on the dense subproblem: ``a`` (alpha_B) and ``G`` (its gradient Q_BB a + l) are
@@ -32,47 +42,51 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
 
     Arrays: K (q, q) float64 or float32, C-ordered (row b of K for variable b), each entry
     read as float64 (a float32 K gives the steps of its float64 copy, without the copy);
-    y, U, a, G float64.
+    y, U, a, G float64. K's diagonal is read once into a vector (the second-order pass reads
+    it at every step), and the next step's first choice (i, or the box-only variable) is
+    scanned in the same pass as the gradient's update, in the same order: the same steps
+    as a separate pass.
     """
     q = a.shape[0]
     steps = 0
-    while steps < max_steps:
-        if not equality:
-            best, i = 0.0, -1
-            for t in range(q):
-                g = G[t]
-                if a[t] <= 0.0:
-                    v = -g if g < 0.0 else 0.0
-                elif a[t] >= U[t]:
-                    v = g if g > 0.0 else 0.0
-                else:
-                    v = abs(g)
-                if v > best:
-                    best, i = v, t
+    diag = np.empty(q)
+    for t in range(q):
+        diag[t] = float(K[t, t])
+    if not equality:
+        best, i = 0.0, -1
+        for t in range(q):
+            v = _violation(a[t], U[t], G[t])
+            if v > best:
+                best, i = v, t
+        while steps < max_steps:
             if i < 0 or best <= tol:
                 break
-            kii = float(K[i, i])
+            kii = diag[i]
             Kii = kii if kii > _TAU else _TAU
             new = min(max(a[i] - G[i] / Kii, 0.0), U[i])
             d = (new - a[i]) * y[i]
             a[i] = new
             row = K[i]
+            best, i = 0.0, -1
             for t in range(q):
                 G[t] += y[t] * float(row[t]) * d
+                v = _violation(a[t], U[t], G[t])
+                if v > best:
+                    best, i = v, t
             steps += 1
-            continue
-        # i: the maximal violator of I_up
-        gmax, i = -np.inf, -1
-        for t in range(q):
-            if (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0):
-                v = -y[t] * G[t]
-                if v >= gmax:
-                    gmax, i = v, t
+        return steps
+    gmax, i = -np.inf, -1
+    for t in range(q):
+        if (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0):
+            v = -y[t] * G[t]
+            if v >= gmax:
+                gmax, i = v, t
+    while steps < max_steps:
         if i < 0:
             break
-        # j: the best second-order pair with i among I_low
         gmax2, best, j = -np.inf, np.inf, -1
         Ki = K[i]
+        kii = diag[i]
         for t in range(q):
             if (a[t] > 0.0) if y[t] > 0 else (a[t] < U[t]):
                 v = y[t] * G[t]
@@ -80,18 +94,16 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
                     gmax2 = v
                 b = gmax + v
                 if b > 0.0:
-                    quad = float(K[i, i]) + float(K[t, t]) - 2.0 * float(Ki[t])
+                    quad = kii + diag[t] - 2.0 * float(Ki[t])
                     gain = -(b * b) / (quad if quad > 0.0 else _TAU)
                     if gain <= best:
                         best, j = gain, t
         if j < 0 or gmax + gmax2 <= tol:
             break
-        # the step along y_i e_i - y_j e_j: alpha_i += y_i s, alpha_j -= y_j s
-        quad = float(K[i, i]) + float(K[j, j]) - 2.0 * float(Ki[j])
+        quad = kii + diag[j] - 2.0 * float(Ki[j])
         if quad <= 0.0:
             quad = _TAU
         s = (-y[i] * G[i] + y[j] * G[j]) / quad
-        # clip s so that both stay in their boxes
         lo_i, hi_i = (-a[i], U[i] - a[i]) if y[i] > 0 else (a[i] - U[i], a[i])
         lo_j, hi_j = (a[j] - U[j], a[j]) if y[j] > 0 else (-a[j], U[j] - a[j])
         s = min(max(s, max(lo_i, lo_j)), min(hi_i, hi_j))
@@ -103,7 +115,12 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
         dj = (aj - a[j]) * y[j]
         a[i], a[j] = ai, aj
         Kj = K[j]
+        gmax, i = -np.inf, -1
         for t in range(q):
             G[t] += y[t] * (float(Ki[t]) * di + float(Kj[t]) * dj)
+            if (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0):
+                v = -y[t] * G[t]
+                if v >= gmax:
+                    gmax, i = v, t
         steps += 1
     return steps
