@@ -57,7 +57,7 @@ from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              projected_gradient, select_working_set, smallest,
-                                             solve_subproblem)
+                                             solve_subproblem, step_of)
 from muflow.threads import behind_thread, blas_single_threaded
 
 
@@ -193,10 +193,7 @@ class PartitionColumn:
         else:
             self.offered.offer(XB, B)
         new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
-        aB = np.asarray(aB)
-        delta = new - aB
-        moved = np.flatnonzero(delta != 0.0)
-        coef = np.asarray(yB)[moved] * delta[moved]
+        moved, coef = step_of(new, aB, yB)
         answer = self.iterate(B[moved], coef, B, new, shrink_with, False, k)
         return (new, change, steps), answer
 
@@ -312,7 +309,7 @@ class PartitionedState(ColumnState):
 
         t = time.perf_counter()
         # a lost partition: all of them begin again at alpha before the step, and solve again
-        (new, change, steps), candidates = self.parts.retrying(
+        (new, change, steps), candidates = self._recovering(
             call, restart=lambda lost: self._begin(range(len(actors))))
         self._answered(candidates)
         timings["subproblem"] += time.perf_counter() - t
@@ -389,11 +386,12 @@ class PartitionedState(ColumnState):
                                    col.p[lo:hi], alpha[lo:hi], col.equality))
         parts.wait(calls)
 
-    def _recovering(self, call, again=None):
+    def _recovering(self, call, again=None, restart=None):
         """``call()``; when partitions are lost with their workers, restart them from their
-        source, give them the column at the current alpha and make ``again()`` (default:
-        the same call) (:meth:`muflow.dask.partitions.DaskRowPartitions.retrying`)."""
-        return self.parts.retrying(call, restart=self._begin, again=again)
+        source, give them the column at the current alpha (``restart(lost)``, default: the
+        lost ones) and make ``again()`` (default: the same call)
+        (:meth:`muflow.dask.partitions.DaskRowPartitions.retrying`)."""
+        return self.parts.retrying(call, restart=restart or self._begin, again=again)
 
     def _round_trip(self):
         """The candidates without a step (the first ones, and after a reactivation): one

@@ -246,6 +246,15 @@ def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_to
     return new, change, steps
 
 
+def step_of(new, aB, yB) -> tuple[np.ndarray, np.ndarray]:
+    """The step of a subproblem's answer: the positions in B that moved and their
+    coefficients y_b (new_b - alpha_b), the gradient's update ``G += Q[:, B] (that)``; one
+    rule wherever the step is applied (in process, and on each Dask partition)."""
+    delta = np.asarray(new) - np.asarray(aB)
+    moved = np.flatnonzero(delta != 0.0)
+    return moved, np.asarray(yB)[moved] * delta[moved]
+
+
 class ColumnState:
     """The seam: one column's working-set state, wherever it lives.
 
@@ -321,11 +330,10 @@ class ColumnState:
     def step(self, B: np.ndarray, gap: float, gap_tol: float, timings: dict) -> bool:
         """Solve the subproblem on B and apply it; False when nothing moved."""
         new, change, yB, aB = self.solve_on(B, gap, gap_tol, timings)
-        delta = new - aB
-        moved = np.flatnonzero(delta != 0.0)
+        moved, coef = step_of(new, aB, yB)
         if moved.size == 0:
             return False
-        self.apply(B, new, moved, yB[moved] * delta[moved], change)
+        self.apply(B, new, moved, coef, change)
         return True
 
 
