@@ -247,12 +247,9 @@ def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_to
 
 
 def step_of(new, aB, yB) -> tuple[np.ndarray, np.ndarray]:
-    """The step of a subproblem's answer: the positions in B that moved and their
-    coefficients y_b (new_b - alpha_b), the gradient's update ``G += Q[:, B] (that)``; one
-    rule wherever the step is applied (in process, and on each Dask partition)."""
-    delta = np.asarray(new) - np.asarray(aB)
-    moved = np.flatnonzero(delta != 0.0)
-    return moved, np.asarray(yB)[moved] * delta[moved]
+    """The moved positions of B and their y_b (new_b - alpha_b), in process and on Dask."""
+    moved = np.flatnonzero(np.asarray(new) != np.asarray(aB))
+    return moved, np.asarray(yB)[moved] * (np.asarray(new)[moved] - np.asarray(aB)[moved])
 
 
 class ColumnState:
@@ -331,10 +328,9 @@ class ColumnState:
         """Solve the subproblem on B and apply it; False when nothing moved."""
         new, change, yB, aB = self.solve_on(B, gap, gap_tol, timings)
         moved, coef = step_of(new, aB, yB)
-        if moved.size == 0:
-            return False
-        self.apply(B, new, moved, coef, change)
-        return True
+        if moved.size:
+            self.apply(B, new, moved, coef, change)
+        return bool(moved.size)
 
 
 def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
