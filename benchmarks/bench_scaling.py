@@ -475,7 +475,12 @@ def _json_default(value):
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def machine() -> dict:
+def machine(cpus) -> dict:
+    """The header line: the CPUs, their model, the load, and how much memory bandwidth the
+    second and later cores add (:func:`_bandwidth.memory_scaling`: a memory-bound phase's
+    speed-up cannot exceed its ``all_gb_s / one_process_gb_s``)."""
+    from _bandwidth import memory_scaling
+
     model = ""
     try:
         model = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
@@ -484,7 +489,8 @@ def machine() -> dict:
         pass
     return {"kind": "machine", "cpus": len(usable_cpus()), "cpu_model": model or platform.processor(),
             "load_average": list(os.getloadavg()), "python": platform.python_version(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "memory_stream": memory_scaling(cpus)}
 
 
 def scaling(args) -> None:
@@ -498,8 +504,14 @@ def scaling(args) -> None:
     thread_configs = parse_threads(args.threads, len(cpus))
     worker_configs = parse_workers(args.workers or "1,2", args.threads_per_worker, len(cpus))
     log = Log(args.out)
-    head = machine()
+    head = machine(cpus)
     log.write(head)
+    stream = head["memory_stream"]
+    if stream["all_gb_s"] is not None:
+        print(f"memory bandwidth: one core streams {stream['one_process_gb_s']} GB/s, all "
+              f"{stream['cpus']} together {stream['all_gb_s']} GB/s "
+              f"({stream['all_gb_s'] / stream['one_process_gb_s']:.2f}x: the most a phase that "
+              f"only streams memory, such as the gradient update, can gain)", flush=True)
     if head["load_average"][0] > 0.5 * len(cpus):
         print(f"warning: load average {head['load_average'][0]:.1f} on {len(cpus)} CPUs: other "
               f"work shares these cores, and the timings measure it too", flush=True)
