@@ -50,7 +50,7 @@ import uuid
 import numpy as np
 
 from muflow.dask.partitions import DaskRowPartitions, RowPartition
-from muflow.dask.working_set import stack_rows
+from muflow.dask.candidates import stack_rows
 from muflow.inmemory import gram_dtype, gram_rows_into
 from muflow.threads import blas_single_threaded
 from muflow.operators import SPLIT_ROWS, split_product

@@ -30,7 +30,8 @@ import scipy.sparse as sp
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message)
-from muflow.dask.working_set import PartitionColumn, PartitionedHome, stack_rows
+from muflow.dask.candidates import stack_rows
+from muflow.dask.working_set import PartitionColumn, PartitionedHome
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import gram_dtype
 from muflow.kernel_rows import KernelRows
@@ -390,9 +391,21 @@ class DaskRowPartitions(GramOperator):
             raise LostPartitions(lost)
         return got
 
+    @property
+    def rows_here(self) -> bool:
+        """Whether this process holds X as a dense NumPy array (given so, not a dask array
+        on the workers, nor CSR): its rows need not travel from the workers
+        (:meth:`take`, the working set's candidates, X_B sent to each worker less its own
+        rows)."""
+        return not self._from_dask and isinstance(self._source, np.ndarray)
+
     def take(self, idx) -> np.ndarray:
-        """Rows ``idx`` of X (dense or CSR), fetched from their partitions."""
+        """Rows ``idx`` of X (dense or CSR) as the partitions hold them (float64): from this
+        process's X where it is here (:attr:`rows_here`), else fetched from their
+        partitions."""
         idx = np.asarray(idx, dtype=np.int64)
+        if self.rows_here:
+            return np.ascontiguousarray(self._source[idx], dtype=np.float64)
         futures = []
         for actor, (lo, hi) in zip(self.actors, self.bounds):
             where = np.flatnonzero((idx >= lo) & (idx < hi))

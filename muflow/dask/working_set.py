@@ -10,8 +10,9 @@ alpha, G and the active set and a row cache over its columns; the client keeps a
 One outer iteration is one round trip, a call to every partition
 (:meth:`PartitionColumn.solve_and_step`, on the partition's actor):
 
-- the client sends the working set B with its rows of X, y, bounds, alpha and G, and, when
-  due, the extremes to shrink with: O(q d) to each partition;
+- the client sends the working set B with its rows of X (dense X: less the partition's own,
+  which it holds), y, bounds, alpha and G, and, when due, the extremes to shrink with:
+  O(q d) to each partition;
 - each partition computes K_BB from X_B in the workers' dtype and solves the q-variable
   subproblem (:func:`~muflow.solvers.working_set_loop.solve_subproblem`). Every partition
   solves the same subproblem from the same data with the same code, so that none waits for
@@ -21,7 +22,8 @@ One outer iteration is one round trip, a call to every partition
   :func:`muflow.solvers._subset_compiled.leaves_active_set`) and answers its step and its
   best candidates: the q / (2 workers) most violating variables of I_up and of I_low on its
   slice and the active members of B, with their y, alpha, bound, G, K_tt and rows of X:
-  O(q d).
+  O(q d). The rows of X stay behind where the client holds X as a dense array (it takes
+  them from its own, :attr:`~muflow.dask.partitions.DaskRowPartitions.rows_here`).
 
 The client takes the first partition's step; a partition whose step differs in any bit (a
 worker whose CPU rounds the subproblem's sums otherwise) is sent the difference and answers
@@ -49,6 +51,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall
+from muflow.dask.candidates import CandidatePool, row_bytes, stack_rows
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
@@ -61,40 +64,6 @@ from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, 
 from muflow.threads import behind_thread, blas_single_threaded
 
 
-def stack_rows(rows):
-    """Rows of X from several partitions, dense or CSR, in order."""
-    if any(sp.issparse(r) for r in rows):
-        return sp.vstack([sp.csr_matrix(r) for r in rows], format="csr")
-    return np.concatenate(rows, axis=0)
-
-
-def row_bytes(X) -> int:
-    """The payload of rows of X, dense or CSR (their values)."""
-    return X.data.nbytes if sp.issparse(X) else X.nbytes
-
-
-class _Pool:
-    """The partitions' merged answers: the candidates' data, in global index order."""
-
-    def __init__(self, answers, equality):
-        cat = lambda key: np.concatenate([np.asarray(a[key]) for a in answers])  # noqa: E731
-        self.idx = cat("idx")
-        self.y, self.a, self.U, self.G, self.QD = cat("y"), cat("a"), cat("U"), cat("G"), cat("QD")
-        self.X = stack_rows([a["X"] for a in answers])
-        self.n_active = sum(int(a["n_act"]) for a in answers)
-        if equality:
-            self.view = PairView(self.a, self.U,
-                                 v_up=np.concatenate([a["scores"][0] for a in answers]),
-                                 v_low=np.concatenate([a["scores"][1] for a in answers]))
-        else:
-            self.view = PairView(self.a, self.U,
-                                 projected=np.concatenate([a["scores"][0] for a in answers]))
-
-    def positions(self, idx) -> np.ndarray:
-        """Positions of the global indices ``idx`` (all in the pool) in the pool."""
-        return np.searchsorted(self.idx, idx)
-
-
 class PartitionColumn:
     """The working-set loop's state of one column on a partition's rows, kept by the
     partition's actor (:class:`muflow.dask.partitions.RowPartition`, which derives from this
@@ -103,10 +72,12 @@ class PartitionColumn:
     applied, the shrinking and the candidates each side offers to the client's
     :class:`PartitionedState`."""
 
-    def begin(self, y, U, p, alpha, equality):
+    def begin(self, y, U, p, alpha, equality, answer_rows=True):
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
         of the start (empty from alpha = 0), the product the client streamed just before
-        (:meth:`muflow.dask.partitions.DaskRowPartitions.product`)."""
+        (:meth:`muflow.dask.partitions.DaskRowPartitions.product`). ``answer_rows``: the
+        candidates' answers carry their rows of X (not where the client holds X)."""
+        self.answer_rows = bool(answer_rows)
         self.y = np.asarray(y, dtype=np.float64)
         self.U = np.asarray(U, dtype=np.float64)
         self.p = np.asarray(p, dtype=np.float64)
@@ -172,7 +143,8 @@ class PartitionColumn:
             scores = (score[pick],)
         local = act[pick]
         return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],
-                "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": self.X[local],
+                "U": self.U[local], "G": self.G[local], "QD": self.QD[local],
+                "X": self.X[local] if self.answer_rows else None,
                 "n_act": int(act.size)}
 
     def solve_and_step(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype, shrink_with,
@@ -187,6 +159,7 @@ class PartitionColumn:
         variables that moved after it has solved. Returns ``((new, change, steps),
         candidates)``."""
         B = np.asarray(B, dtype=np.int64)
+        XB = self._whole(XB, B)
         self.settle()
         if self.n_threads > 1:
             self.prefetch(XB, B)
@@ -196,6 +169,17 @@ class PartitionColumn:
         moved, coef = step_of(new, aB, yB)
         answer = self.iterate(B[moved], coef, B, new, shrink_with, False, k)
         return (new, change, steps), answer
+
+    def _whole(self, XB, B):
+        """X_B from the rows sent, those of B outside this partition where fewer than B came
+        (:meth:`PartitionedState.solve_on` sends no worker its own rows), and its own."""
+        if XB.shape[0] == B.size:
+            return XB
+        mine = (B >= self.lo) & (B < self.lo + self.n)
+        whole = np.empty((B.size, XB.shape[1]), dtype=XB.dtype)
+        whole[mine] = self.X[B[mine] - self.lo]
+        whole[~mine] = XB
+        return whole
 
     def _solve(self, XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
         """The subproblem on B: K_BB from the rows ``XB`` in ``dtype`` (the workers' rows':
@@ -300,11 +284,13 @@ class PartitionedState(ColumnState):
         shrink_with, self._shrink_with = self._shrink_with, None
         k = self._k()
         actors = self.parts.actors
+        sent = [self._rows_for(i, XB, B) for i in range(len(actors))]
 
         def call():
             answers = self.parts.wait([
-                ActorCall(actor, "solve_and_step", XB, B, yB, UB, aB, GB, self.equality, gap,
-                          gap_tol, self.parts.dtype, shrink_with, k) for actor in actors])
+                ActorCall(actor, "solve_and_step", rows, B, yB, UB, aB, GB, self.equality, gap,
+                          gap_tol, self.parts.dtype, shrink_with, k)
+                for actor, rows in zip(actors, sent)])
             return self._agree(answers, B, yB, k)
 
         t = time.perf_counter()
@@ -315,10 +301,18 @@ class PartitionedState(ColumnState):
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
         timings["round_trips"] += 1
-        timings["bytes_sent"] += (row_bytes(XB) + 5 * 8 * B.size) * len(actors)
+        timings["bytes_sent"] += sum(row_bytes(rows) + 5 * 8 * B.size for rows in sent)
         timings["bytes_received"] += sum(8 * B.size + row_bytes(c["X"]) + 7 * 8 * c["idx"].size
                                          for c in candidates)
         return new, change, yB, aB
+
+    def _rows_for(self, i, XB, B):
+        """X_B as partition i is sent it: dense rows less its own, which it holds
+        (:meth:`PartitionColumn._whole`); CSR rows whole."""
+        if sp.issparse(XB):
+            return XB
+        lo, hi = self.parts.bounds[i]
+        return XB[(B < lo) | (B >= hi)]
 
     def _agree(self, answers, B, yB, k):
         """The first partition's step, and every partition's candidates after it. A
@@ -341,7 +335,8 @@ class PartitionedState(ColumnState):
 
     def _answered(self, candidates) -> None:
         """The partitions' candidates become the pool the loop selects from."""
-        self._pool = _Pool(candidates, self.equality)
+        self._pool = CandidatePool(candidates, self.equality,
+                                   self.parts.take if self.parts.rows_here else None)
         self._shrunk = self.n_valid - self._pool.n_active
         self._stale = False
 
@@ -383,7 +378,8 @@ class PartitionedState(ColumnState):
         for i in which:
             lo, hi = parts.bounds[i]
             calls.append(ActorCall(parts.actors[i], "begin", col.y[lo:hi], col.U[lo:hi],
-                                   col.p[lo:hi], alpha[lo:hi], col.equality))
+                                   col.p[lo:hi], alpha[lo:hi], col.equality,
+                                   not parts.rows_here))
         parts.wait(calls)
 
     def _recovering(self, call, again=None, restart=None):
