@@ -107,6 +107,30 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     assert sol.converged.all()
 
 
+def test_rows_of_x_the_client_holds_do_not_travel(client):
+    """A NumPy X that the client holds: the candidates come back without their rows (the
+    client takes them from its X), with the iterates of the same X as a dask array on the
+    workers, whose candidates bring their rows. Either way each worker is sent only the rows
+    of X_B that it does not hold."""
+    import dask.array as da
+
+    X, y = make_classification(n_samples=3000, n_features=16, flip_y=0.05, random_state=1)
+    y = np.where(y > 0, 1.0, -1.0)
+    q = 64
+    here, _ = _solve_on_workers(client, X, y, 1.0, q=q)
+    there, _ = _solve_on_workers(client, da.from_array(X, chunks=(1500, X.shape[1])), y, 1.0, q=q)
+    np.testing.assert_array_equal(here.alpha, there.alpha)
+    assert np.array_equal(here.n_iter, there.n_iter)
+    t, u = here.timings, there.timings
+    # no rows answered: 7 numbers a candidate (at most 3q of them a worker) and the step
+    assert t["bytes_received"] / t["round_trips"] <= 2 * (3 * q * 7 + q) * 8
+    assert t["bytes_received"] < 0.5 * u["bytes_received"]
+    # either way a worker is not sent its own rows of X_B: about half of B on two workers
+    d = X.shape[1]
+    assert t["bytes_sent"] == u["bytes_sent"]
+    assert t["bytes_sent"] / t["round_trips"] < 0.85 * 2 * q * (d + 5) * 8
+
+
 def test_a_warm_start_reaches_the_cold_solution(client, data):
     X, y = data
     y = np.where(y > 0, 1.0, -1.0)
