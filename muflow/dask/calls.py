@@ -30,6 +30,11 @@ import weakref
 import numpy as np
 import scipy.sparse as sp
 
+#: Arguments of these exact types travel in the message itself (msgpack), the others as
+#: serialised frames of their own (:class:`DirectCall`): a frame each costs its pickling
+#: and its share of the message's writes and reads.
+_PLAIN = (bool, int, float, str, type(None))
+
 #: Seconds the one probe of a client's connection to a worker may take (:func:`direct_rpc`)
 PROBE_SECONDS = 5.0
 
@@ -116,7 +121,8 @@ class DirectCall:
 
         async def call():
             response = await rpc.actor_execute(function=method, actor=key,
-                                               args=[to_serialize(a) for a in args], kwargs={})
+                                               args=[a if type(a) in _PLAIN else to_serialize(a)
+                                                     for a in args], kwargs={})
             if response["status"] == "OK":
                 return response["result"]
             raise response["exception"]
