@@ -13,7 +13,11 @@ through ``client.run``); the client records every round trip. Printed per fit:
   core);
 - the gap per call, the round trip less its slowest worker (serialisation, transfer, the
   event loops' hand-offs), and the imbalance per call, the slowest worker less the fastest;
-- the time outside the calls (the client's selection of the next working set).
+- the time outside the calls (the client's selection of the next working set);
+- the first worker's median times along one call: the client's preparation (to its send),
+  the send to the worker's ``actor_execute`` handler (the client's serialisation, the
+  transfer, the worker's reading), the handler to the method, and the method's end to the
+  answer read on the client.
 """
 
 from __future__ import annotations
@@ -36,16 +40,31 @@ def _record_calls() -> None:
     def recorded(self, *args, **kwargs):
         t, c = time.perf_counter(), time.thread_time()
         out = solve_and_step(self, *args, **kwargs)
-        builtins._muflow_calls.append((time.perf_counter() - t, time.thread_time() - c))
+        builtins._muflow_calls.append((time.perf_counter() - t, time.thread_time() - c, t))
         return out
 
     PartitionColumn.solve_and_step = recorded
 
 
+def _record_arrivals(dask_worker) -> None:
+    """In a worker process: record when each solve_and_step message reaches the handler."""
+    import builtins
+
+    builtins._muflow_arrivals = []
+    handler = dask_worker.handlers["actor_execute"]
+
+    async def recorded(*args, **kwargs):
+        if kwargs.get("function") == "solve_and_step":
+            builtins._muflow_arrivals.append(time.perf_counter())
+        return await handler(*args, **kwargs)
+
+    dask_worker.handlers["actor_execute"] = recorded
+
+
 def _calls() -> list:
     import builtins
 
-    return builtins._muflow_calls
+    return list(zip(builtins._muflow_calls, builtins._muflow_arrivals))
 
 
 def probe(workers: int, n: int) -> dict:
@@ -60,37 +79,58 @@ def probe(workers: int, n: int) -> dict:
     X, y = make_classification(n_samples=n, n_features=50, n_informative=20, flip_y=0.05,
                                random_state=0)
     y = np.where(y > 0, 1.0, -1.0)
-    trips = []
-    solve_on = ws.PartitionedState.solve_on
+    import distributed.core
+
+    trips, sends = [], []
+    solve_on, send_recv = ws.PartitionedState.solve_on, distributed.core.send_recv
 
     def timed(self, *args, **kwargs):
         t = time.perf_counter()
         out = solve_on(self, *args, **kwargs)
-        trips.append(time.perf_counter() - t)
+        trips.append((t, time.perf_counter() - t))
         return out
 
-    ws.PartitionedState.solve_on = timed
+    async def sent(comm, **kwargs):  # the client's send and answer, per call and worker
+        mark = [time.perf_counter(), np.nan]
+        if kwargs.get("function") == "solve_and_step":
+            sends.append(mark)  # in the order of the calls: worker 0's first
+        out = await send_recv(comm, **kwargs)
+        mark[1] = time.perf_counter()
+        return out
+
+    ws.PartitionedState.solve_on, distributed.core.send_recv = timed, sent
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       dashboard_address=None, memory_limit="6GiB") as cluster, Client(cluster) as client:
         client.run(_record_calls)
+        client.run(_record_arrivals)
         parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.02), client)
         t = time.perf_counter()
         ws.solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True))
         wall = time.perf_counter() - t
         calls = list(client.run(_calls).values())
         parts.close()
-    ws.PartitionedState.solve_on = solve_on
+    ws.PartitionedState.solve_on, distributed.core.send_recv = solve_on, send_recv
     k = min(len(trips), *(len(c) for c in calls))
-    trip = np.array(trips[:k])
-    worker_wall = np.array([[c[i][0] for i in range(k)] for c in calls])
-    worker_cpu = np.array([[c[i][1] for i in range(k)] for c in calls])
+    start = np.array([t for t, _ in trips[:k]])
+    trip = np.array([d for _, d in trips[:k]])
+    worker_wall = np.array([[c[i][0][0] for i in range(k)] for c in calls])
+    worker_cpu = np.array([[c[i][0][1] for i in range(k)] for c in calls])
+    # along one call to the first worker (perf_counter is the machine's monotonic clock)
+    first = calls[0][:k]
+    began, arrived = np.array([c[0][2] for c in first]), np.array([c[1] for c in first])
+    ended = began + worker_wall[0]
+    send = np.array(sends[::len(calls)][:k])
     slowest = worker_wall.max(axis=0)
     gap, imbalance = trip - slowest, slowest - worker_wall.min(axis=0)
     return {"workers": workers, "n": n, "wall": wall, "calls": k, "trips": trip.sum(),
             "slowest_workers": slowest.sum(), "worker_wall": worker_wall.sum(axis=1),
             "worker_cpu": worker_cpu.sum(axis=1), "gap_median_ms": 1e3 * np.median(gap),
             "gap_mean_ms": 1e3 * gap.mean(), "imbalance_mean_ms": 1e3 * imbalance.mean(),
-            "outside": wall - trip.sum()}
+            "outside": wall - trip.sum(),
+            "steps_ms": {"prepare": 1e3 * np.median(send[:, 0] - start),
+                         "send_to_handler": 1e3 * np.median(arrived - send[:, 0]),
+                         "handler_to_method": 1e3 * np.median(began - arrived),
+                         "method_end_to_answer": 1e3 * np.median(send[:, 1] - ended)}}
 
 
 def main(argv=None) -> None:
@@ -105,8 +145,9 @@ def main(argv=None) -> None:
         print(f"  workers in their calls: wall {np.round(r['worker_wall'], 2).tolist()} s, "
               f"CPU {np.round(r['worker_cpu'], 2).tolist()} s")
         print(f"  per call: gap {r['gap_median_ms']:.1f} ms median, {r['gap_mean_ms']:.1f} ms mean; "
-              f"imbalance {r['imbalance_mean_ms']:.1f} ms mean; outside the calls {r['outside']:.2f} s",
-              flush=True)
+              f"imbalance {r['imbalance_mean_ms']:.1f} ms mean; outside the calls {r['outside']:.2f} s")
+        print("  along a call to the first worker (medians): "
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in r["steps_ms"].items()), flush=True)
 
 
 if __name__ == "__main__":
