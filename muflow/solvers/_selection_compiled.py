@@ -101,7 +101,8 @@ def range_maxima(v_up, v_low, lo, hi, best, k):
 def add_rows_sides(G, y, data, slots, coef, alpha, U, act, v_up, v_low, a_pool, U_pool, best,
                    k, lo, hi):
     """The gradient update (:func:`muflow.solvers._working_set_compiled.add_rows`) of the
-    targets lo <= t < hi, then, block by block while the block's G is in the CPU's cache,
+    targets lo <= t < hi, then, block by block (:data:`BLOCK` targets, the update's own
+    blocks) while the block's G is in the CPU's cache,
     :func:`side_pass` of the active variables among them (``act`` ascending; the pool's
     positions p with lo <= act[p] < hi); row k of ``best`` receives this range's maximal
     violators (:func:`range_maxima`). The same operations in the same order as
