@@ -85,11 +85,16 @@ def _rows_state(n, seed, ties):
     return y, alpha, U, G, act, data, slots, coef
 
 
+#: Targets of the split test: more than two of the update's blocks, and a part of one
+N_SPLIT = 2 * BLOCK + 904
+
+
 @pytest.mark.parametrize("ties", [False, True])
-@pytest.mark.parametrize("edges", [[0, 5000], [0, 2500, 5000], [0, 1, 2049, 4097, 5000],
-                                   [0, 4999, 5000]])
+@pytest.mark.parametrize("edges", [[0, N_SPLIT], [0, N_SPLIT // 2, N_SPLIT],
+                                   [0, 1, BLOCK + 1, 2 * BLOCK + 1, N_SPLIT],
+                                   [0, N_SPLIT - 1, N_SPLIT]])
 def test_the_fused_update_is_the_update_then_the_side_pass_on_any_split(edges, ties):
-    n = 5000
+    n = N_SPLIT
     y, alpha, U, G, act, data, slots, coef = _rows_state(n, 3, ties)
     G_ref = G.copy()
     add_rows(G_ref, y, data, slots, coef, 0, n)
@@ -103,7 +108,7 @@ def test_the_fused_update_is_the_update_then_the_side_pass_on_any_split(edges, t
     assert np.array_equal(pool[0], ref_up) and np.array_equal(pool[1], ref_low)
     assert np.array_equal(pool[2], alpha[act]) and np.array_equal(pool[3], U[act])
     assert merge_maxima(best) == (int(np.argmax(ref_up)), int(np.argmax(ref_low)))
-    assert BLOCK < n  # the blocks inside a range are exercised too
+    assert 2 * BLOCK < n  # the blocks inside a range are exercised too
 
 
 def test_merge_maxima_of_ranges_without_a_violator_is_argmax_of_the_whole():
