@@ -148,19 +148,16 @@ def _pool_limit(cores: int) -> int | None:
     neither does muflow's own hold of BLAS to one thread (:func:`blas_single_threaded`):
     the count found when it was taken stands for the BLAS libraries meanwhile."""
     counts = []
-    held = _ONE_BLAS_THREAD.held_from()
-    for lib in _controller().lib_controllers:
-        if getattr(lib, "threading_layer", None) in _SERIAL_LAYERS:
-            continue
-        if lib.user_api == "blas" and held is not None:
-            counts.append(held)
-            continue
-        try:
-            count = lib.num_threads
-        except Exception:  # noqa: BLE001 (a library that cannot say sets no limit)
-            count = None
-        if count:
-            counts.append(int(count))
+    with _ONE_BLAS_THREAD.steady() as held:
+        for lib in _controller().lib_controllers:
+            if getattr(lib, "threading_layer", None) in _SERIAL_LAYERS:
+                continue
+            if lib.user_api == "blas" and held is not None:
+                counts.append(held)
+                continue
+            with contextlib.suppress(Exception):  # a library that cannot say sets no limit
+                if lib.num_threads:
+                    counts.append(int(lib.num_threads))
     return min(counts) if counts and min(counts) < cores else None
 
 
@@ -333,11 +330,11 @@ def divide_budget(tasks: int, budget: int) -> Share:
 class _OneBlasThread:
     """Context that keeps BLAS on one thread while any caller is inside it.
 
-    threadpoolctl's limit restores, on exit, the thread count it found on entry: two
-    sections overlapping in two threads (a threaded server, a Dask worker, prediction
-    blocks) would leave BLAS on one thread for good when the first to enter is not the
-    last to leave. Here the limit is taken by the first caller in and restored by the last
-    one out. A forked child starts afresh (the parent's count is not its own).
+    threadpoolctl's limit restores, on exit, the count it found on entry: two sections
+    overlapping in two threads (a threaded server, a Dask worker, prediction blocks) would
+    leave BLAS on one thread for good when the first in is not the last out. Here the first
+    caller in takes the limit and the last one out restores it. A forked child starts
+    afresh (the parent's count is not its own).
     """
 
     def __init__(self):
@@ -377,12 +374,14 @@ class _OneBlasThread:
                 self._limiter = None
                 self._held_from = None
 
-    def held_from(self) -> int | None:
-        """While BLAS is held to one thread in this process, the fewest threads its
-        libraries had before; None when it is not held."""
-        if self._pid != os.getpid() or self._inside == 0:
-            return None
-        return self._held_from
+    @contextlib.contextmanager
+    def steady(self):
+        """The fewest threads BLAS had before the hold (None when not held), and no thread
+        entering the hold while the caller reads the libraries' counts (it would read 1)."""
+        if self._pid != os.getpid():
+            self._reset()
+        with self._lock:
+            yield self._held_from if self._inside else None
 
 
 _ONE_BLAS_THREAD = _OneBlasThread()

@@ -83,6 +83,34 @@ def test_dask_worker_threads_replace_omp(eight_cores):
     assert (th.thread_budget(), th.thread_budget(1), th.thread_budget(4)) == (2, 1, 2)
 
 
+def test_the_budget_does_not_see_another_threads_hold_of_blas(monkeypatch):
+    """Another thread entering and leaving muflow's hold of BLAS to one thread, over and
+    over, never lowers this thread's budget: the counts are read with the hold steady."""
+    from threadpoolctl import ThreadpoolController
+
+    for name in _VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    threaded = [lib for lib in ThreadpoolController().lib_controllers
+                if getattr(lib, "threading_layer", None) not in th._SERIAL_LAYERS]
+    if th.usable_cores() < 2 or not threaded:
+        pytest.skip("needs 2 cores and a threaded BLAS or OpenMP library")
+    stop = threading.Event()
+
+    def hold_again_and_again():
+        while not stop.is_set():
+            with th.blas_single_threaded():
+                pass
+
+    other = threading.Thread(target=hold_again_and_again, daemon=True)
+    other.start()
+    try:
+        budgets = {th.thread_budget() for _ in range(3000)}
+    finally:
+        stop.set()
+        other.join()
+    assert budgets == {th.usable_cores()}
+
+
 def test_threadpoolctl_limit_in_force(monkeypatch):
     """A real threadpool_limits lowers the budget; muflow's own hold of BLAS to one thread
     does not."""
