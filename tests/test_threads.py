@@ -83,9 +83,10 @@ def test_dask_worker_threads_replace_omp(eight_cores):
     assert (th.thread_budget(), th.thread_budget(1), th.thread_budget(4)) == (2, 1, 2)
 
 
-def test_the_budget_does_not_see_another_threads_hold_of_blas(monkeypatch):
-    """Another thread entering and leaving muflow's hold of BLAS to one thread, over and
-    over, never lowers this thread's budget: the counts are read with the hold steady."""
+@pytest.fixture
+def threaded_blas(monkeypatch):
+    """No thread variable set, at least 2 cores and a threaded BLAS or OpenMP library (else
+    the test is skipped)."""
     from threadpoolctl import ThreadpoolController
 
     for name in _VARIABLES:
@@ -94,6 +95,11 @@ def test_the_budget_does_not_see_another_threads_hold_of_blas(monkeypatch):
                 if getattr(lib, "threading_layer", None) not in th._SERIAL_LAYERS]
     if th.usable_cores() < 2 or not threaded:
         pytest.skip("needs 2 cores and a threaded BLAS or OpenMP library")
+
+
+def test_the_budget_does_not_see_another_threads_hold_of_blas(threaded_blas):
+    """Another thread entering and leaving muflow's hold of BLAS to one thread, over and
+    over, never lowers this thread's budget: the counts are read with the hold steady."""
     stop = threading.Event()
 
     def hold_again_and_again():
@@ -111,17 +117,11 @@ def test_the_budget_does_not_see_another_threads_hold_of_blas(monkeypatch):
     assert budgets == {th.usable_cores()}
 
 
-def test_threadpoolctl_limit_in_force(monkeypatch):
+def test_threadpoolctl_limit_in_force(threaded_blas):
     """A real threadpool_limits lowers the budget; muflow's own hold of BLAS to one thread
     does not."""
-    from threadpoolctl import ThreadpoolController, threadpool_limits
+    from threadpoolctl import threadpool_limits
 
-    for name in _VARIABLES:
-        monkeypatch.delenv(name, raising=False)
-    threaded = [lib for lib in ThreadpoolController().lib_controllers
-                if getattr(lib, "threading_layer", None) not in th._SERIAL_LAYERS]
-    if th.usable_cores() < 2 or not threaded:
-        pytest.skip("needs 2 cores and a threaded BLAS or OpenMP library")
     free = th.thread_budget()
     assert free == th.usable_cores()
     with threadpool_limits(limits=1):

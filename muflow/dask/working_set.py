@@ -64,6 +64,11 @@ from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, 
 from muflow.threads import behind_thread, blas_single_threaded
 
 
+def held(B, lo, hi) -> np.ndarray:
+    """Which of the global indices ``B`` the partition of rows [lo, hi) holds."""
+    return (B >= lo) & (B < hi)
+
+
 class PartitionColumn:
     """The working-set loop's state of one column on a partition's rows, kept by the
     partition's actor (:class:`muflow.dask.partitions.RowPartition`, which derives from this
@@ -103,7 +108,7 @@ class PartitionColumn:
             self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache.data,
                                slots, np.ascontiguousarray(coef, dtype=np.float64))
             self.seconds["gradient"] += time.perf_counter() - t1
-        mine = (B >= self.lo) & (B < self.lo + self.n)
+        mine = held(B, self.lo, self.lo + self.n)
         self.alpha[B[mine] - self.lo] = np.asarray(alpha_B)[mine]
         if reactivate:
             self.act = np.flatnonzero(self.U > 0)
@@ -175,7 +180,7 @@ class PartitionColumn:
         (:meth:`PartitionedState.solve_on` sends no worker its own rows), and its own."""
         if XB.shape[0] == B.size:
             return XB
-        mine = (B >= self.lo) & (B < self.lo + self.n)
+        mine = held(B, self.lo, self.lo + self.n)
         whole = np.empty((B.size, XB.shape[1]), dtype=XB.dtype)
         whole[mine] = self.X[B[mine] - self.lo]
         whole[~mine] = XB
@@ -312,7 +317,7 @@ class PartitionedState(ColumnState):
         if sp.issparse(XB):
             return XB
         lo, hi = self.parts.bounds[i]
-        return XB[(B < lo) | (B >= hi)]
+        return XB[~held(B, lo, hi)]
 
     def _agree(self, answers, B, yB, k):
         """The first partition's step, and every partition's candidates after it. A
