@@ -43,9 +43,9 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
     Arrays: K (q, q) float64 or float32, C-ordered (row b of K for variable b), each entry
     read as float64 (a float32 K gives the steps of its float64 copy, without the copy);
     y, U, a, G float64. K's diagonal is read once into a vector (the second-order pass reads
-    it at every step), and the next step's first choice (i, or the box-only variable) is
-    scanned in the same pass as the gradient's update, in the same order: the same steps
-    as a separate pass.
+    it at every step). Box only, the next step's variable is scanned in the same pass as
+    the gradient's update, in the same order: the same steps as a separate pass; with the
+    sum constraint the passes are vector loops (:func:`_pairs`).
     """
     q = a.shape[0]
     steps = 0
@@ -75,29 +75,101 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
                     best, i = v, t
             steps += 1
         return steps
-    gmax, i = -np.inf, -1
+    return _pairs(K, y, U, a, G, diag, tol, max_steps)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _largest(x, q):
+    """max(x[:q]) in four lanes (the loop's vector registers): the same value as one pass,
+    the maximum of a set not depending on the order it is read in."""
+    m0 = m1 = m2 = m3 = -np.inf
+    t = 0
+    while t + 4 <= q:
+        a0, a1, a2, a3 = x[t], x[t + 1], x[t + 2], x[t + 3]
+        m0 = a0 if a0 > m0 else m0
+        m1 = a1 if a1 > m1 else m1
+        m2 = a2 if a2 > m2 else m2
+        m3 = a3 if a3 > m3 else m3
+        t += 4
+    while t < q:
+        m0 = x[t] if x[t] > m0 else m0
+        t += 1
+    m0 = m1 if m1 > m0 else m0
+    m2 = m3 if m3 > m2 else m2
+    return m2 if m2 > m0 else m0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _smallest(x, q):
+    """min(x[:q]) in four lanes, as :func:`_largest`."""
+    m0 = m1 = m2 = m3 = np.inf
+    t = 0
+    while t + 4 <= q:
+        a0, a1, a2, a3 = x[t], x[t + 1], x[t + 2], x[t + 3]
+        m0 = a0 if a0 < m0 else m0
+        m1 = a1 if a1 < m1 else m1
+        m2 = a2 if a2 < m2 else m2
+        m3 = a3 if a3 < m3 else m3
+        t += 4
+    while t < q:
+        m0 = x[t] if x[t] < m0 else m0
+        t += 1
+    m0 = m1 if m1 < m0 else m0
+    m2 = m3 if m3 < m2 else m2
+    return m2 if m2 < m0 else m0
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _last_at(x, value, mask, q):
+    """The last position t < q with ``mask[t]`` and ``x[t] == value`` (-1: none): the
+    choice of a pass that takes every later tie (``>=``), found from the end."""
+    for t in range(q - 1, -1, -1):
+        if mask[t] and x[t] == value:
+            return t
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _pairs(K, y, U, a, G, diag, tol, max_steps):
+    """:func:`block_smo` with the sum constraint: WSS 2's pairs (eq. (9) and (14)).
+
+    Each step's passes over B are element-wise loops that write the violations and the
+    gains into vectors, then their extremes are read by :func:`_largest` and the position
+    by :func:`_last_at`: the compiler runs the element-wise loops on vector registers,
+    which a loop carrying its running maximum and its position cannot be. The choices are
+    those of one pass that keeps the last of equal values: the same steps bit for bit.
+    I_up and I_low change only where a step moved, so their masks are kept, not rebuilt.
+    """
+    q = a.shape[0]
+    steps = 0
+    up = np.empty(q, dtype=np.bool_)
+    low = np.empty(q, dtype=np.bool_)
     for t in range(q):
-        if (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0):
-            v = -y[t] * G[t]
-            if v >= gmax:
-                gmax, i = v, t
+        up[t] = (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0)
+        low[t] = (a[t] > 0.0) if y[t] > 0 else (a[t] < U[t])
+    v_up = np.empty(q)
+    v_low = np.empty(q)
+    gain = np.empty(q)
+    for t in range(q):
+        v_up[t] = -y[t] * G[t] if up[t] else -np.inf
+    gmax = _largest(v_up, q)
+    i = _last_at(v_up, gmax, up, q)
     while steps < max_steps:
         if i < 0:
             break
-        gmax2, best, j = -np.inf, np.inf, -1
         Ki = K[i]
         kii = diag[i]
         for t in range(q):
-            if (a[t] > 0.0) if y[t] > 0 else (a[t] < U[t]):
-                v = y[t] * G[t]
-                if v >= gmax2:
-                    gmax2 = v
-                b = gmax + v
-                if b > 0.0:
-                    quad = kii + diag[t] - 2.0 * float(Ki[t])
-                    gain = -(b * b) / (quad if quad > 0.0 else _TAU)
-                    if gain <= best:
-                        best, j = gain, t
+            v = y[t] * G[t]
+            b = gmax + v
+            quad = kii + diag[t] - 2.0 * float(Ki[t])
+            quad = quad if quad > 0.0 else _TAU
+            g = -(b * b) / quad
+            gain[t] = g if (low[t] and b > 0.0) else np.inf
+            v_low[t] = v if low[t] else -np.inf
+        gmax2 = _largest(v_low, q)
+        best = _smallest(gain, q)
+        j = _last_at(gain, best, low, q) if best < np.inf else -1
         if j < 0 or gmax + gmax2 <= tol:
             break
         quad = kii + diag[j] - 2.0 * float(Ki[j])
@@ -114,13 +186,15 @@ def block_smo(K, y, U, a, G, equality, tol, max_steps):
         di = (ai - a[i]) * y[i]
         dj = (aj - a[j]) * y[j]
         a[i], a[j] = ai, aj
+        for t in (i, j):
+            up[t] = (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0)
+            low[t] = (a[t] > 0.0) if y[t] > 0 else (a[t] < U[t])
         Kj = K[j]
-        gmax, i = -np.inf, -1
         for t in range(q):
-            G[t] += y[t] * (float(Ki[t]) * di + float(Kj[t]) * dj)
-            if (a[t] < U[t]) if y[t] > 0 else (a[t] > 0.0):
-                v = -y[t] * G[t]
-                if v >= gmax:
-                    gmax, i = v, t
+            g = G[t] + y[t] * (float(Ki[t]) * di + float(Kj[t]) * dj)
+            G[t] = g
+            v_up[t] = -y[t] * g if up[t] else -np.inf
+        gmax = _largest(v_up, q)
+        i = _last_at(v_up, gmax, up, q)
         steps += 1
     return steps
