@@ -57,9 +57,10 @@ from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import add_rows
 from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.top_k import smallest
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             projected_gradient, select_working_set, smallest,
+                                             projected_gradient, select_working_set,
                                              solve_subproblem, step_of)
 from muflow.threads import behind_thread, blas_single_threaded
 
@@ -139,12 +140,13 @@ class PartitionColumn:
             self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U,
                                self.G, np.ascontiguousarray(act, dtype=np.int64), v_up, v_low,
                                a, U)
-            pick = np.union1d(np.union1d(smallest(-v_up, k), smallest(-v_low, k)), kept)
+            pick = np.union1d(np.union1d(smallest(-v_up, k, self.threads),
+                                         smallest(-v_low, k, self.threads)), kept)
             scores = (v_up[pick], v_low[pick])
         else:
             a, U, G = self.alpha[act], self.U[act], self.G[act]
             score = np.abs(projected_gradient(a, U, G))
-            pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k), kept)
+            pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k, self.threads), kept)
             scores = (score[pick],)
         local = act[pick]
         return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],

@@ -148,3 +148,38 @@ def compact_pool(drop, v_up, v_low, a_pool, U_pool, best):
             kept += 1
     range_maxima(v_up, v_low, 0, kept, best, 0)
     return kept
+
+
+@njit(cache=True, nogil=True)
+def sampled_bound(values, k, sample):
+    """A value that about ``1.5 k`` of the finite entries of ``values`` do not exceed, read
+    from ``sample`` entries a stride apart (the stride's share of each sampled value): +inf
+    where the sample is too small to tell. Any bound is correct for :func:`collect_at_most`
+    (a bound too low is seen and replaced), a good one only saves work."""
+    n = values.shape[0]
+    stride = max(1, n // sample)
+    found = np.empty(n // stride + 1)
+    c = 0
+    for p in range(0, n, stride):
+        v = values[p]
+        if np.isfinite(v):
+            found[c] = v
+            c += 1
+    rank = int(1.5 * k / stride) + 8
+    if rank >= c:
+        return np.inf
+    return np.sort(found[:c])[rank]
+
+
+@njit(cache=True, nogil=True)
+def collect_at_most(values, bound, out, starts, counts, k, lo, hi):
+    """The positions lo <= p < hi of the finite entries at most ``bound``, ascending, into
+    ``out[lo:]``; ``starts[k] = lo`` and ``counts[k]`` = how many (a range per thread)."""
+    c = lo
+    for p in range(lo, hi):
+        v = values[p]
+        if v <= bound and np.isfinite(v):
+            out[c] = p
+            c += 1
+    starts[k] = lo
+    counts[k] = c - lo

@@ -236,7 +236,7 @@ class InProcessState(HostActiveSet):
         return select_working_set(
             view, q, pos, QD=self.QD, at=self.act,
             row_i=data[slot_i] if slot_i >= 0 else None,
-            row_j=data[slot_j] if slot_j >= 0 else None, split=self.threads.split)
+            row_j=data[slot_j] if slot_j >= 0 else None, threads=self.threads)
 
     def fetch_rows(self, idx: np.ndarray) -> np.ndarray:
         """The cache slots of rows ``idx`` (distinct, at most the cache's slots), fetching

@@ -37,24 +37,15 @@ from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, pair_gains
+from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
+from muflow.solvers.top_k import smallest
 
 def default_q(n: int) -> int:
     """The working-set size for n samples: the power of two nearest 4 sqrt(n), in [64, 2048]
     (ThunderSVM's default is 512 at n ~ 10^4 to 10^5)."""
     q = 2 ** int(round(np.log2(4.0 * np.sqrt(max(int(n), 1)))))
     return int(np.clip(q, 64, 2048))
-
-
-def smallest(values: np.ndarray, k: int) -> np.ndarray:
-    """Positions of the (at most) k smallest finite entries of ``values``."""
-    finite = np.flatnonzero(np.isfinite(values))
-    k = min(k, finite.size)
-    if k <= 0:
-        return finite[:0]
-    if k < finite.size:
-        finite = finite[np.argpartition(values[finite], k - 1)[:k]]
-    return finite
 
 
 def side_violations(y, a, U, G):
@@ -141,14 +132,8 @@ class PairView:
         return np.maximum(self.v_up[pos] + gmax2, self.v_low[pos] + gmax)
 
 
-def _serial(fn, total, work_per_item, *args):
-    """``fn(*args, 0, total)``: a compiled range pass in the calling thread (the default of
-    the ``split`` arguments below)."""
-    fn(*args, 0, total)
-
-
 def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
-                       row_j=None, at=None, split=_serial) -> np.ndarray:
+                       row_j=None, at=None, threads=None) -> np.ndarray:
     """Positions in the pool of the working set (at most q), in the order chosen.
 
     The maximal violators first, then the useful part of the previous set (``previous``:
@@ -172,19 +157,19 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
         positions ``at``.
     at : ndarray of int, optional
         Where the pool's variables are in ``QD`` and the rows (default: the pool's order).
-    split : callable, optional
-        ``split(fn, total, work_per_item, *args)`` runs the compiled range pass
-        ``fn(*args, lo, hi)`` over [0, total) (on threads:
-        :meth:`muflow.solvers._working_set_compiled.Threads.split`); default in this thread.
+    threads : Threads, optional
+        Shares the compiled passes over the pool out
+        (:class:`muflow.solvers._working_set_compiled.Threads`); default this thread.
     """
     a, U = view.a, view.U
     size = a.size
+    threads = Threads(1) if threads is None else threads
     useful = previous[(view.score_at(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
     kept = useful[np.argsort(-view.score_at(useful), kind="stable")[: q // 2]]
     if not view.equality:
         gain = np.where(view.score > 0, -view.score, np.inf)
         gain[kept] = np.inf
-        new = smallest(gain, q - kept.size)
+        new = smallest(gain, q - kept.size, threads)
         return ordered_unique([new, kept])[:q]
     ku, kl = view.ku, view.kl
     anchors = np.array([ku, kl], dtype=np.int64)
@@ -198,18 +183,18 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     known = row_i if row_i is not None else row_j
     none = np.zeros(0, dtype=np.float64 if known is None else known.dtype)
     gain_up, gain_low = np.empty(size), np.empty(size)
-    split(pair_gains, size, WORK_PER_ITEM, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
+    threads.split(pair_gains, size, WORK_PER_ITEM, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
           none if row_i is None else row_i, none if row_j is None else row_j,
           float(gmax), float(gmax2), gain_up, gain_low)
     gain_up[taken] = np.inf
     gain_low[taken] = np.inf
-    new_up = smallest(gain_up, need // 2)
+    new_up = smallest(gain_up, need // 2, threads)
     gain_low[new_up] = np.inf
-    new_low = smallest(gain_low, need - new_up.size)
+    new_low = smallest(gain_low, need - new_up.size, threads)
     if new_up.size + new_low.size < need:  # one side ran short: the other fills B
         gain_up[new_low] = np.inf
         gain_up[new_up] = np.inf
-        extra = smallest(gain_up, need - new_up.size - new_low.size)
+        extra = smallest(gain_up, need - new_up.size - new_low.size, threads)
         new_up = np.concatenate([new_up, extra])
     return ordered_unique([anchors, kept, new_up, new_low])[:q]
 
