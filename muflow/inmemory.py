@@ -25,7 +25,8 @@ import scipy.sparse as sp
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel, _row_sq_norms, integer_center, rbf_center
 from muflow import threads as _threads
-from muflow.threads import blas_single_threaded, deal, run_on_threads, thread_budget, thread_cap
+from muflow.thread_pool import begin_dealing
+from muflow.threads import blas_single_threaded, thread_budget, thread_cap
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -315,6 +316,12 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
     (:func:`muflow.threads.deal`) and ``worker`` names the thread's scratch buffers. A
     single panel runs in the calling thread.
     """
+    begin_panels(n_items, block_rows, work, n_threads=n_threads).join()
+
+
+def begin_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None):
+    """:func:`run_panels` begun on the other threads, the caller's share left for the
+    :meth:`~muflow.thread_pool.Begun.join` that ends it (:func:`begin_held`)."""
     # a forked child's share holds whatever count its caller carries from the parent
     n_threads = min(n_threads, thread_cap() or n_threads) if n_threads else thread_budget()
     block = max(1, min(int(block_rows), -(-n_items // n_threads)))
@@ -323,8 +330,19 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
     def panel(k, worker):
         work(starts[k], min(starts[k] + block, n_items), worker)
 
-    with blas_single_threaded():
-        deal(panel, len(starts), n_threads)
+    return begin_held(panel, len(starts), n_threads)
+
+
+def begin_held(piece, n_pieces: int, n_workers: int):
+    """:func:`muflow.thread_pool.begin_dealing` with BLAS held to one thread from now until
+    the join has ended every piece."""
+    hold = blas_single_threaded()
+    hold.__enter__()
+    try:
+        return begin_dealing(piece, n_pieces, n_workers, after=lambda: hold.__exit__(None, None, None))
+    except BaseException:
+        hold.__exit__(None, None, None)
+        raise
 
 
 #: Ranges of columns a thread's share of a row batch is cut into (:func:`pieces_for`), so
@@ -363,11 +381,16 @@ def run_ranges(edges, work, n_threads: int | None = None) -> None:
     """Call ``work(lo, hi, worker)`` for each range ``[edges[k], edges[k + 1])`` on
     ``n_threads`` threads (default one a range), each taking the next range when it is free
     (:func:`muflow.threads.deal`; ``worker`` names the thread), BLAS on one thread each."""
+    begin_ranges(edges, work, n_threads).join()
+
+
+def begin_ranges(edges, work, n_threads: int | None = None):
+    """:func:`run_ranges` begun on the other threads, the caller's share left for the join
+    (:func:`begin_held`)."""
     edges = [int(e) for e in edges]
     n_ranges = len(edges) - 1
-    with blas_single_threaded():
-        deal(lambda k, worker: work(edges[k], edges[k + 1], worker), n_ranges,
-             n_ranges if n_threads is None else n_threads)
+    return begin_held(lambda k, worker: work(edges[k], edges[k + 1], worker), n_ranges,
+                      n_ranges if n_threads is None else n_threads)
 
 
 def contiguous_run(index: np.ndarray) -> int | None:

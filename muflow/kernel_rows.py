@@ -31,11 +31,12 @@ import numpy as np
 
 from muflow import kernel_entries
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import (PRODUCT_KERNELS, Columns, column_ranges, contiguous_run,
-                             default_threads, gram_dtype, pieces_for, row_source, run_panels,
-                             run_ranges)
+from muflow.inmemory import (PRODUCT_KERNELS, Columns, begin_panels, begin_ranges,
+                             column_ranges, contiguous_run, default_threads, gram_dtype,
+                             pieces_for, row_source, run_panels, run_ranges)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
+from muflow.thread_pool import Begun
 
 #: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
 PRODUCT_PANEL_BYTES = 32 * 2**20
@@ -230,6 +231,10 @@ class KernelRows(GramOperator):
         (:meth:`muflow.inmemory.RowSource.prepare`), a column chunk at a time.
         ``same_rows[r] = c >= 0`` where A[r] is row c of X (its exact diagonal entry);
         ``scratch``: a dict kept by the caller, whose chunk buffer is reused across calls."""
+        self.begin_foreign_rows_into(A, data, slots, same_rows, scratch).join()
+
+    def begin_foreign_rows_into(self, A, data, slots, same_rows=None, scratch=None):
+        """:meth:`foreign_rows_into` begun on the other threads, as :meth:`begin_rows_into`."""
         t = time.perf_counter()
         slots = np.asarray(slots, dtype=np.int64).reshape(-1)
         same_rows = (np.full(slots.size, -1, dtype=np.int64) if same_rows is None
@@ -243,17 +248,28 @@ class KernelRows(GramOperator):
                                   columns=(c0, c1))
 
             threads = max(1, self.n_threads or default_threads())
-            run_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
+            begun = begin_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
-        self.rows_computed += slots.size
-        self.row_seconds += time.perf_counter() - t
+            begun = Begun(None, [])
+
+        def count():
+            self.rows_computed += slots.size
+            self.row_seconds += time.perf_counter() - t
+
+        return begun.then(count)
 
     def rows_into(self, idx, data: np.ndarray, slots) -> None:
         """Write ``K[idx[r], :]`` into ``data[slots[r]]`` (the row cache's storage, C-ordered,
         the operator's dtype): panels whose slots are consecutive are computed in place,
         the others through one panel of scratch per thread."""
+        self.begin_rows_into(idx, data, slots).join()
+
+    def begin_rows_into(self, idx, data: np.ndarray, slots):
+        """:meth:`rows_into` begun on the other threads of the budget; the caller's share
+        waits for its :meth:`~muflow.thread_pool.Begun.join`, which returns once every row
+        is written (the working set's rows while this thread solves the subproblem)."""
         t = time.perf_counter()
         idx = self._index(idx)
         slots = np.asarray(slots, dtype=np.int64).reshape(-1)
@@ -282,15 +298,16 @@ class KernelRows(GramOperator):
             panel = self._panel(index, buf[: rows.size])
             data[slots[p0:p1]] = panel
 
+        def count():
+            self.rows_computed += idx.size
+            self.row_seconds += time.perf_counter() - t
+
         threads = max(1, self.n_threads or default_threads())
         if chunked and threads > 1 and -(-idx.size // block) < pieces_for(threads):
-            self._rows_by_columns(idx, data, slots, threads)
-        else:
-            run_panels(idx.size, block, work, n_threads=self.n_threads)
-        self.rows_computed += idx.size
-        self.row_seconds += time.perf_counter() - t
+            return self._rows_by_columns(idx, data, slots, threads).then(count)
+        return begin_panels(idx.size, block, work, n_threads=self.n_threads).then(count)
 
-    def _rows_by_columns(self, idx, data, slots, threads: int) -> None:
+    def _rows_by_columns(self, idx, data, slots, threads: int):
         """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than
         :func:`muflow.inmemory.pieces_for` the threads (a working set's missing rows), so each
         range of columns computes every row and reads only its part of X (split by rows,
@@ -298,8 +315,8 @@ class KernelRows(GramOperator):
         source = self.source
         if self._sparse_rbf:  # entries that do not depend on the ranges: few go unshared
             into = source.sparse_rbf_rows(self.kernel, idx, source.sq[idx], idx, data, slots)
-            return run_ranges(column_ranges(self.n, pieces_for(threads, idx.size * self.n)),
-                              lambda c0, c1, worker: into(c0, c1), threads)
+            return begin_ranges(column_ranges(self.n, pieces_for(threads, idx.size * self.n)),
+                                lambda c0, c1, worker: into(c0, c1), threads)
         edges = column_ranges(self.n, pieces_for(threads))
         A, sq_A = source.X[idx], source.sq[idx]
         scratch = {}
@@ -308,7 +325,7 @@ class KernelRows(GramOperator):
             self._chunks_into(idx, A, sq_A, idx, data, slots, scratch, worker,
                               columns=(int(c0), int(c1)))
 
-        run_ranges(edges, work, threads)
+        return begin_ranges(edges, work, threads)
 
     def entries_into(self, rows, cols, out: np.ndarray) -> np.ndarray:
         """``K[rows][:, cols]`` into ``out`` (:func:`muflow.kernel_entries.entries_into`)."""
@@ -429,62 +446,11 @@ class KernelRows(GramOperator):
         return pos.astype(np.float64, copy=False), neg.astype(np.float64, copy=False)
 
     def cross_matmul(self, rows, cols, V) -> np.ndarray:
-        """``K[rows][:, cols] @ V`` in float64, shape (len(rows), m): the block of K between
-        two sets of samples alone, computed as rows are (from the same prepared values, a
-        panel of ``block_rows`` rows at a time on every thread) and summed in float64 over
-        those values, as :meth:`matmul_precise` sums (a column chunk at a time, while it is
-        in the CPU's cache), so that the result serves as a gradient (the sweep's refit
-        starts from it: :func:`muflow.selection.kernel_solve.known_products`). A sweep's fold reads its
-        decision values at its held-out samples from its support vectors with it
-        (:func:`muflow.subproblems.decision_values`): |held-out| x |SV| kernel
-        values where ``K @ V`` costs n x |SV|.
+        """``K[rows][:, cols] @ V`` in float64, shape (len(rows), m), computed as rows are
+        and summed as :meth:`matmul_precise` sums (:func:`muflow.kernel_cross.cross_matmul`)."""
+        from muflow.kernel_cross import cross_matmul
 
-        Parameters
-        ----------
-        rows, cols : array-like of int
-            Sample indices; they may overlap (a shared sample's entry is K's exact diagonal).
-        V : ndarray of shape (len(cols), m)
-        """
-        t = time.perf_counter()
-        rows, cols = self._index(rows), self._index(cols)
-        V = np.asarray(V, dtype=np.float64)
-        if V.ndim != 2 or V.shape[0] != cols.size:
-            raise MuflowInputError(f"V must have shape ({cols.size}, m), got {V.shape}")
-        out = np.zeros((rows.size, V.shape[1]))
-        if rows.size == 0 or cols.size == 0:
-            return out
-        sub = self.restricted(cols)
-        order = np.argsort(cols, kind="stable")
-        at = np.minimum(np.searchsorted(cols[order], rows), cols.size - 1)
-        same_rows = np.where(cols[order][at] == rows, order[at], -1).astype(np.int64)
-        source = self.source
-        chunked = sub._chunked and self.kernel.name in PRODUCT_KERNELS
-        scratch, wides = {}, {}  # per thread: the chunk, and the chunk widened to float64
-
-        def work(p0, p1, worker):
-            r = rows[p0:p1]
-            same = same_rows[p0:p1].copy()
-            if chunked:  # rows of X as prepared here, against the prepared columns
-                def consume(c0, c1, piece):
-                    wide = wides.get(worker)
-                    if wide is None or wide.size < piece.size:
-                        wide = wides[worker] = np.empty(piece.size)
-                    wide = wide[: piece.size].reshape(piece.shape)
-                    np.copyto(wide, piece)
-                    out[p0:p1] += wide @ V[c0:c1]
-
-                sub._chunks_into(None, source.X[r], source.sq[r], same, None, None, scratch,
-                                 worker, consume=consume)
-                return
-            # sparse X or laplacian: unshifted values, the float64 block in the rows' dtype
-            block = self.kernel.block_into(source.X[r], sub.source.X, np.empty((r.size, sub.n)),
-                                           same_rows=same)
-            out[p0:p1] = block.astype(self.dtype).astype(np.float64) @ V
-
-        run_panels(rows.size, self.block_rows, work, n_threads=self.n_threads)
-        self.products += 1
-        self.seconds += time.perf_counter() - t
-        return out
+        return cross_matmul(self, rows, cols, V)
 
     def stats(self) -> dict:
         """Counters for progress reports."""

@@ -24,7 +24,6 @@ import math
 import os
 import sys
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from muflow.exceptions import MuflowInputError
@@ -395,103 +394,7 @@ def blas_single_threaded() -> _OneBlasThread:
     return _ONE_BLAS_THREAD
 
 
-# -- the persistent pool ----------------------------------------------------------------------
-class _Pool:
-    """One thread pool per process, made on first use and grown when a caller asks for
-    more threads; a forked child makes its own (the parent's threads do not exist there).
-
-    A call from one of the pool's own threads runs its parts in that thread: a part that
-    waited on parts queued behind it in the same pool could wait for ever."""
-
-    def __init__(self):
-        self._local = threading.local()
-        self.forget()
-
-    def forget(self):
-        """No pool (a forked child: the parent's threads do not exist here, and its lock
-        may have been held by one of them at the fork)."""
-        self._lock = threading.Lock()
-        self._executor = None
-        self._size = 0
-
-    def _mark(self):
-        self._local.in_pool = True
-
-    def in_pool(self) -> bool:
-        return getattr(self._local, "in_pool", False)
-
-    def executor(self, size: int) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._executor is None or self._size < size:
-                # the smaller pool is dropped, not shut down: a caller may be submitting to
-                # it now; its threads end once it is collected and its queue is empty
-                self._executor = ThreadPoolExecutor(size, thread_name_prefix="muflow",
-                                                    initializer=self._mark)
-                self._size = size
-            return self._executor
-
-
-_POOL = _Pool()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_POOL.forget)
-
-_BEHIND = _Pool()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_BEHIND.forget)
-
-
-def behind_thread() -> ThreadPoolExecutor:
-    """The process's one thread for work begun behind an answer (a Dask partition's rows,
-    :meth:`muflow.dask.working_set.PartitionColumn.prefetch`), shared by all its partitions:
-    fits that come and go leave no thread behind. It may use :func:`run_on_threads`."""
-    return _BEHIND.executor(1)
-
-
-def run_on_threads(part, n_parts: int) -> None:
-    """``part(0), ..., part(n_parts - 1)`` side by side, on the calling thread and
-    ``n_parts - 1`` threads of the process's persistent pool; returns when all have
-    finished and raises the first part's exception, if any.
-
-    Called from a thread of the pool itself, the parts run one after the other in it.
-    """
-    n_parts = int(n_parts)
-    if n_parts <= 1 or _POOL.in_pool():
-        for k in range(n_parts):
-            part(k)
-        return
-    pool = _POOL.executor(n_parts - 1)
-    futures = [pool.submit(part, k) for k in range(1, n_parts)]
-    error = None
-    try:
-        part(0)
-    except BaseException as exc:  # noqa: BLE001 (re-raised once the others are done)
-        error = exc
-    for future in futures:
-        try:
-            future.result()
-        except BaseException as exc:  # noqa: BLE001
-            error = error or exc
-    if error is not None:
-        raise error
-
-
-def deal(piece, n_pieces: int, n_workers: int) -> None:
-    """``piece(k, worker)`` for ``k = 0, ..., n_pieces - 1`` on ``n_workers`` threads
-    (:func:`run_on_threads`), each taking the next piece when it is free: a thread that
-    shares its core with other work (the subproblem solved beside the rows, another
-    process) takes fewer pieces, where a fixed share would hold up the others until it
-    ends. ``worker`` (0 to ``n_workers - 1``) names the thread, for its scratch buffers."""
-    import itertools
-
-    taken = itertools.count()  # next() on it is atomic under the GIL
-
-    def work(worker):
-        for k in iter(taken.__next__, None):
-            if k >= n_pieces:
-                return
-            piece(k, worker)
-
-    run_on_threads(work, max(1, min(int(n_workers), int(n_pieces))))
+from muflow.thread_pool import deal, run_on_threads  # noqa: E402  (re-exported)
 
 
 __all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",

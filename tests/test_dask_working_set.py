@@ -304,18 +304,20 @@ def test_rows_begun_behind_the_subproblem_are_those_the_step_reads():
     np.testing.assert_allclose(part.G, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_a_failure_behind_an_answer_is_raised_by_the_next_call(monkeypatch):
-    """Rows that fail on the background thread leave the cache and their error reaches the
-    client with the partition's next call, not lost with the thread."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_failure_of_rows_begun_before_the_subproblem_is_raised_by_the_step(monkeypatch, threads):
+    """Rows begun on the other threads (prefetch) that fail there leave the cache, and
+    their error reaches the client with the step that joins them, not lost with a thread."""
     rng = np.random.default_rng(9)
     part, X, y = _partition(rng)
+    part.rows_op.n_threads = threads
     B = np.sort(rng.choice(3000, 20, replace=False))
 
     def fail(*args, **kwargs):
         raise MemoryError("no room for the rows")
 
-    monkeypatch.setattr(part.rows_op, "foreign_rows_into", fail)
-    part.prefetch(X[B], B)
+    monkeypatch.setattr(part.rows_op, "_chunks_into", fail)
+    part.prefetch(X[B], B)  # begun: nothing raised yet
     with pytest.raises(MemoryError, match="no room"):
         part.iterate(B, np.ones(20), B, np.zeros(20), None, False, 8)
     assert np.all(part.cache.slot_of[B] < 0)

@@ -173,10 +173,12 @@ def test_run_on_threads_runs_every_part_side_by_side():
 
 
 def test_run_on_threads_reuses_its_pool_and_raises():
+    from muflow import thread_pool
+
     th.run_on_threads(lambda k: None, 2)
-    pool = th._POOL._executor
+    pool = thread_pool._POOL._executor
     th.run_on_threads(lambda k: None, 2)
-    assert th._POOL._executor is pool
+    assert thread_pool._POOL._executor is pool
 
     def fail(k):
         if k == 1:
@@ -364,3 +366,44 @@ def test_deal_raises_a_pieces_error_after_the_others_finish():
 
     with pytest.raises(ValueError, match="piece 3"):
         deal(piece, 8, 2)
+
+
+def test_begun_pieces_run_on_the_other_threads_until_the_caller_joins():
+    """begin_dealing: the pool's threads take pieces while the caller does other work (the
+    subproblem); the caller, joining, takes the pieces left; ``after`` runs once, the
+    ``then`` callbacks after it."""
+    import threading
+
+    from muflow.thread_pool import begin_dealing
+
+    started, release = threading.Event(), threading.Event()
+    seen, order = [], []
+
+    def piece(k, worker):
+        if worker != 0:
+            started.set()
+            release.wait(5)  # held until the caller has done its own work
+        seen.append((k, worker))
+
+    begun = begin_dealing(piece, 6, 2, after=lambda: order.append("after"))
+    assert started.wait(5)  # a pool thread began before any join
+    assert all(w != 0 for _, w in seen)
+    begun.then(lambda: order.append("then"))
+    release.set()
+    begun.join()
+    assert sorted(k for k, _ in seen) == list(range(6))
+    assert order == ["after", "then"]
+
+
+def test_a_begun_pieces_error_is_raised_at_the_join_and_after_still_runs():
+    from muflow.thread_pool import begin_dealing
+
+    def piece(k, worker):
+        if k == 2:
+            raise ValueError("piece 2")
+
+    done = []
+    begun = begin_dealing(piece, 8, 2, after=lambda: done.append("after")).then(lambda: done.append("then"))
+    with pytest.raises(ValueError, match="piece 2"):
+        begun.join()
+    assert done == ["after"]  # released, but not counted as done

@@ -95,7 +95,7 @@ class RowPartition(PartitionColumn):
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         self.threads = Threads(self.n_threads)
-        self._pending = None  # rows begun behind an answer (PartitionColumn.prefetch)
+        self._pending = None  # rows begun on the other threads (PartitionColumn.prefetch)
         self._K_BB = np.empty(0, dtype=self.dtype)  # the subproblem's block, reused
         self.seconds = dict.fromkeys(("rows", "rows_behind", "gradient", "candidates", "iterate",
                                       "subproblem"), 0.0)
@@ -200,12 +200,18 @@ class _OfferedRows:
         self._order = order
 
     def rows_into(self, idx, data, slots) -> None:
+        self.begin_rows_into(idx, data, slots).join()
+
+    def begin_rows_into(self, idx, data, slots):
+        """:meth:`rows_into` begun on the worker's other threads (its
+        :meth:`~muflow.thread_pool.Begun.join` takes the caller's share)."""
         p = self.partition
         idx = np.asarray(idx, dtype=np.int64)
         at = self._order[np.searchsorted(self._ids, idx)]
         same = np.where((idx >= p.lo) & (idx < p.lo + p.n), idx - p.lo, -1)
-        p.rows_op.foreign_rows_into(self._X[at], data, slots, same, scratch=self._scratch)
         self.rows_computed += idx.size
+        return p.rows_op.begin_foreign_rows_into(self._X[at], data, slots, same,
+                                                 scratch=self._scratch)
 
 
 def check_finite_blocks(X) -> None:

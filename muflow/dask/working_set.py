@@ -62,7 +62,7 @@ from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              projected_gradient, select_working_set,
                                              solve_subproblem, step_of)
-from muflow.threads import behind_thread, blas_single_threaded
+from muflow.threads import blas_single_threaded
 
 
 def held(B, lo, hi) -> np.ndarray:
@@ -207,27 +207,27 @@ class PartitionColumn:
 
     def prefetch(self, XB, B):
         """Begin computing this partition's columns of the rows of B (``XB``) that its row
-        cache lacks, K(X_B, X_p), on the worker's thread for work behind an answer
-        (:func:`muflow.threads.behind_thread`), and return, so that the subproblem is
-        solved meanwhile (:meth:`solve_and_step`); :meth:`iterate` finds the rows cached
-        (:meth:`settle` waits for them). Which of B will move is not known yet: all of B's
+        cache lacks, K(X_B, X_p), on the worker's other threads
+        (:meth:`muflow.solvers.rowcache.RowCache.begin_write`), and return, so that this
+        thread solves the subproblem meanwhile (:meth:`solve_and_step`) and then takes the
+        rows left (:meth:`settle`). Which of B will move is not known yet: all of B's
         missing rows are computed, still cached when a later working set asks for them."""
         self.settle()
         rows, slots = self.cache.reserve_missing(np.asarray(B, dtype=np.int64))
         if rows.size:
             self.offered.offer(XB, B)
-            self._pending = behind_thread().submit(self._write_rows, rows, slots)
-
-    def _write_rows(self, rows, slots):
-        t = time.perf_counter()
-        self.cache.write(rows, slots)
-        self.seconds["rows_behind"] += time.perf_counter() - t
+            self._pending = (self.cache.begin_write(rows, slots), time.perf_counter())
 
     def settle(self):
-        """Wait for the rows begun by :meth:`prefetch`; their error, if any, is raised here."""
+        """Take this thread's share of the rows begun by :meth:`prefetch` and wait for the
+        rest; their error, if any, is raised here."""
         pending, self._pending = self._pending, None
         if pending is not None:
-            pending.result()
+            writing, started = pending
+            try:
+                writing.join()
+            finally:
+                self.seconds["rows_behind"] += time.perf_counter() - started
 
     def gradient(self):
         """G of the slice: the certificate's pull (alpha is whole on the client)."""

@@ -255,9 +255,23 @@ class RowCache:
     def write(self, idx, slots) -> None:
         """Compute the reserved rows ``idx`` into their ``slots`` (:meth:`reserve`); rows
         that fail leave the cache (:meth:`forget`)."""
+        self.begin_write(idx, slots).join()
+
+    def begin_write(self, idx, slots) -> "_Writing":
+        """:meth:`write` begun on the other threads of an operator that computes rows in the
+        cache's dtype (``begin_rows_into``: :class:`muflow.kernel_rows.KernelRows`), the
+        caller's share left for the :meth:`_Writing.join` that ends it; at once otherwise."""
         t = time.perf_counter()
-        self._write_or_forget(idx, slots)
-        self.seconds += time.perf_counter() - t
+        begin = getattr(self.operator, "begin_rows_into", None)
+        try:
+            if begin is not None and self.operator.dtype == self.dtype:
+                return _Writing(self, idx, begin(idx, self.data, slots), t)
+            self._write(idx, slots)
+        except BaseException:
+            self.forget(idx)  # reserved rows whose computation failed are not taken for computed ones
+            self.seconds += time.perf_counter() - t
+            raise
+        return _Writing(self, idx, None, t)
 
     def _write_or_forget(self, idx, slots) -> None:
         try:
@@ -304,6 +318,28 @@ class RowCache:
         return {"cache_slots": self.slots, "row_fetches": self.fetches,
                 "rows_fetched": self.rows_fetched, "fetch_seconds": self.seconds,
                 "rows_in_place": self.in_place}
+
+
+class _Writing:
+    """Rows being written into a cache (:meth:`RowCache.begin_write`): :meth:`join` takes
+    the caller's share, waits for the rest and counts the seconds since they began; rows
+    that failed leave the cache."""
+
+    def __init__(self, cache, idx, begun, started):
+        self.cache, self.idx, self.begun, self.started = cache, idx, begun, started
+
+    def join(self) -> None:
+        begun, self.begun = self.begun, None
+        try:
+            if begun is not None:
+                begun.join()
+        except BaseException:
+            self.cache.forget(self.idx)
+            raise
+        finally:
+            if self.started is not None:
+                self.cache.seconds += time.perf_counter() - self.started
+                self.started = None
 
 
 def keep_row_cache(operator):

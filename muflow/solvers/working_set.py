@@ -56,7 +56,6 @@ one product ``K @ V`` is taken only for a warm start (the start's gradient).
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -162,13 +161,9 @@ class InProcessState(HostActiveSet):
     threads : Threads
     timings : dict
         Receives counts and seconds.
-    background : concurrent.futures.Executor, optional
-        Where a working set's missing rows are computed while this thread solves its
-        subproblem (None: at once, in this thread).
     """
 
-    def __init__(self, col, cache: RowCache, alpha, G, QD, threads: Threads, timings: dict,
-                 background=None):
+    def __init__(self, col, cache: RowCache, alpha, G, QD, threads: Threads, timings: dict):
         self.col = col
         self.y, self.U, self.p = col.y, col.U, col.p
         self.equality = col.equality
@@ -188,7 +183,6 @@ class InProcessState(HostActiveSet):
         self._block = np.empty(0)
         self._pending = None
         self._entries = np.empty(0)
-        self.background = background
         # (ku, kl) while the pool's first act.size entries hold the violations at the
         # current alpha, G and active set (left there by extremes, the gradient update or
         # a shrink)
@@ -261,9 +255,9 @@ class InProcessState(HostActiveSet):
         """K_BB computed from X (``operator.square_entries``, blocks of :data:`ENTRY_BLOCK`
         rows of B on the home's threads) in the cache's dtype, not gathered from the cached
         rows, so that it does not depend on what the cache holds (a row cache kept along a C
-        path, a fresh one) nor on the threads; B's missing rows are computed whole on the
-        home's threads while this thread solves the subproblem (:meth:`_settle` waits for
-        them). The subproblem reads a float32 K_BB as it is (each entry widened as it is
+        path, a fresh one) nor on the threads; B's missing rows begin on the home's other
+        threads while this one solves the subproblem, and it takes the rows left once it
+        has solved (:meth:`_settle`): never more busy threads than the budget. The subproblem reads a float32 K_BB as it is (each entry widened as it is
         read). None where the operator cannot (rows copied from a stored K, K read in
         place)."""
         cache = self.cache
@@ -273,7 +267,7 @@ class InProcessState(HostActiveSet):
         cached = cache.slot_of[B] >= 0
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
-        # K_BB first, on every thread; then the missing rows, while this thread solves
+        # K_BB first, on every thread; then the missing rows, on the others while this one solves
         if self._entries.size < B.size * B.size:
             self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
         entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
@@ -288,18 +282,16 @@ class InProcessState(HostActiveSet):
         self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
         rows, slots = cache.reserve_missing(B)
         if rows.size:
-            if self.background is None:
-                cache.write(rows, slots)
-            else:
-                self._pending = self.background.submit(cache.write, rows, slots)
+            self._pending = cache.begin_write(rows, slots)
         self._slots = np.ascontiguousarray(cache.slot_of[B])
         return entries
 
     def _settle(self) -> None:
-        """Wait for the rows computed while the subproblem was solved."""
+        """Take this thread's share of the rows begun while the subproblem was solved, and
+        wait for the rest."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
-            pending.result()
+            pending.join()
 
     def step(self, B, gap, gap_tol, timings) -> bool:
         try:
@@ -373,9 +365,6 @@ class InProcessHome(ColumnHome):
         self.cache = row_cache(operator, cache_mb, working_set_rows(q))
         self.QD = np.ascontiguousarray(operator.diagonal(), dtype=np.float64)
         self.threads = Threads(n_threads)
-        # one more thread, mostly waiting: it hands a working set's missing rows to the
-        # threads above while this one solves the subproblem
-        self.background = ThreadPoolExecutor(1) if self.threads.n_threads > 1 else None
         self.gradients = []
 
     def q_limit(self, q: int) -> int:
@@ -401,7 +390,7 @@ class InProcessHome(ColumnHome):
 
     def open(self, j, col, alpha, q, timings) -> InProcessState:
         return InProcessState(col, self.cache, alpha, self.gradients[j], self.QD, self.threads,
-                              timings, self.background)
+                              timings)
 
     def progress(self, state, timings) -> dict:
         return {"rows_computed": self.cache.rows_fetched,
@@ -410,8 +399,6 @@ class InProcessHome(ColumnHome):
 
     def finish(self, timings) -> None:
         self.threads.close()
-        if self.background is not None:
-            self.background.shutdown()
         timings.update(self.cache.stats())
         self.cache.release()
 

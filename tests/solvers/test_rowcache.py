@@ -131,3 +131,31 @@ def test_storage_that_serves_several_solves_in_turn_is_not_bounded(gram):
     with reused_storage():
         assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8).slots == K.shape[0]
     assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8).slots == 8
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rows_begun_that_fail_leave_the_cache_when_joined(threads, monkeypatch):
+    """RowCache.begin_write: rows computed on the other threads are in the cache once
+    joined; rows whose computation failed there leave it, and the join raises."""
+    from muflow.kernel_rows import KernelRows
+
+    X = np.random.default_rng(3).normal(size=(600, 8))
+    op = KernelRows(X, Kernel("rbf", gamma=0.2), n_threads=threads)
+    cache = RowCache(op, cache_mb=1.0, dtype=np.float32)
+    idx = np.arange(0, 40, 2)
+    rows, slots = cache.reserve_missing(idx)
+    cache.begin_write(rows, slots).join()
+    np.testing.assert_array_equal(cache.data[cache.slot_of[idx]], op.rows_native(idx))
+
+    def fail(*args, **kwargs):
+        raise MemoryError("no room")
+
+    monkeypatch.setattr(op, "_chunks_into", fail)  # rows for scattered slots
+    monkeypatch.setattr(op, "_panel", fail)  # rows for consecutive slots
+    more = np.arange(100, 120)
+    rows, slots = cache.reserve_missing(more)
+    writing = cache.begin_write(rows, slots)
+    with pytest.raises(MemoryError, match="no room"):
+        writing.join()
+    assert np.all(cache.slot_of[more] < 0)
+    assert np.all(cache.slot_of[idx] >= 0)
