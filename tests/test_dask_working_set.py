@@ -288,9 +288,9 @@ def _partition(rng, n=3000, lo=1000):
 
 
 def test_rows_begun_behind_the_subproblem_are_those_the_step_reads():
-    """A partition sent B with the subproblem (prefetch) computes its rows of B on its
-    background thread; the step that follows reads them from the cache, computes no row,
-    and updates G as K(X_B, X_p)' (y_B delta_B) does."""
+    """A partition sent B with the subproblem (prefetch) begins its rows of B on its other
+    threads; the step that follows reads them from the cache, computes no row, and updates
+    G as K(X_B, X_p)' (y_B delta_B) does."""
     rng = np.random.default_rng(8)
     part, X, y = _partition(rng)
     B = np.sort(rng.choice(3000, 40, replace=False))
@@ -321,6 +321,30 @@ def test_a_failure_of_rows_begun_before_the_subproblem_is_raised_by_the_step(mon
     with pytest.raises(MemoryError, match="no room"):
         part.iterate(B, np.ones(20), B, np.zeros(20), None, False, 8)
     assert np.all(part.cache.slot_of[B] < 0)
+
+
+def test_a_failed_solve_ends_the_rows_it_began(monkeypatch):
+    """A subproblem that fails while the partition's rows of B are begun on its other
+    threads joins them before the error goes back: no rows left running for a call that
+    may never come, and BLAS's one-thread hold released."""
+    from muflow.threads import blas_single_threaded
+
+    rng = np.random.default_rng(11)
+    part, X, y = _partition(rng)
+    part.n_threads = part.rows_op.n_threads = 2
+    B = np.sort(rng.choice(3000, 20, replace=False))
+
+    def fail(*args, **kwargs):
+        raise FloatingPointError("the subproblem failed")
+
+    monkeypatch.setattr(part, "_solve", fail)
+    with pytest.raises(FloatingPointError, match="subproblem failed"):
+        part.solve_and_step(X[B], B, y[B], np.ones(20), np.zeros(20), -np.ones(20), True, 1.0,
+                            1e-3, np.float64, None, 8)
+    assert part._pending is None
+    assert np.all(part.cache.slot_of[B] >= 0)  # the rows begun were finished and kept
+    with blas_single_threaded().steady() as held_from:
+        assert held_from is None  # nobody holds BLAS to one thread any more
 
 
 class _InProcessActor:

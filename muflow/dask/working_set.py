@@ -34,9 +34,9 @@ the active set: each partition sent its own best of each side, so the maximal vi
 the stopping gap are the global ones; the violators' rows over the pool are computed on the
 client from the candidates' rows of X (second order on both sides).
 
-A worker of several threads begins its rows of B on them while its actor's thread solves
-the subproblem (:meth:`PartitionColumn.prefetch`), as in process B's rows are computed
-while the subproblem is solved and as oneDAL's solver computes them; a worker of one thread
+A worker of several threads begins its rows of B on the others while its actor's thread
+solves the subproblem, which then takes the rows left (:meth:`PartitionColumn.prefetch`),
+as in process and as oneDAL's solver computes them; a worker of one thread
 computes the rows of the variables that moved once it has solved. The first candidates, and
 those after a reactivation, come with a call that carries no step
 (:meth:`PartitionedState.extremes`). Nothing of size n crosses the network per iteration; G
@@ -45,6 +45,7 @@ is pulled once per certificate.
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -160,11 +161,10 @@ class PartitionColumn:
         partition: the subproblem on B solved here (:meth:`_solve`: every partition solves
         it from the same data with the same code, so that none waits for another's step),
         the step applied to this slice, the shrink when due, and the next candidates
-        (:meth:`iterate`). A worker of several threads begins its rows of B on them while
-        its actor's thread solves (:meth:`prefetch`), as in process B's rows are computed
-        while the subproblem is solved; a worker of one thread computes the rows of the
-        variables that moved after it has solved. Returns ``((new, change, steps),
-        candidates)``."""
+        (:meth:`iterate`). A worker of several threads begins its rows of B on the others
+        while its actor's thread solves (:meth:`prefetch`), as in process; a worker of one
+        thread computes the rows of the variables that moved after it has solved. Returns
+        ``((new, change, steps), candidates)``."""
         B = np.asarray(B, dtype=np.int64)
         XB = self._whole(XB, B)
         self.settle()
@@ -172,7 +172,14 @@ class PartitionColumn:
             self.prefetch(XB, B)
         else:
             self.offered.offer(XB, B)
-        new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+        try:
+            new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+        except BaseException:
+            # the rows begun end here, not with a next call that may never come (the BLAS
+            # hold they keep is released when they are joined); the solve's error is raised
+            with contextlib.suppress(BaseException):
+                self.settle()
+            raise
         moved, coef = step_of(new, aB, yB)
         answer = self.iterate(B[moved], coef, B, new, shrink_with, False, k)
         return (new, change, steps), answer

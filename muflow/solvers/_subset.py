@@ -81,8 +81,11 @@ class Column:
         """A feasible start: clipped to the box and, with the sum constraint, balanced.
 
         A warm start from another C (or a multiplicative iterate) may break
-        sum_i y_i alpha_i = 0; the heavier class is scaled down to restore it, which keeps
-        the box.
+        sum_i y_i alpha_i = 0, and a solution's own sums differ by rounding; the heavier
+        class is scaled down to restore it, which keeps the box: its free variables alone
+        where they hold the excess, so that a variable at its bound stays there (scaled by
+        1 - 1e-16 it would be free, with a gradient that points out of the box: a
+        violation as large as the problem's, where the start was a solution).
         """
         if alpha0 is None:
             return np.zeros(self.problem.n)
@@ -94,10 +97,15 @@ class Column:
             pos = self.y > 0
             s_pos = alpha[pos].sum()
             s_neg = alpha[~pos].sum()
-            if s_pos > s_neg and s_pos > 0:
-                alpha[pos] *= s_neg / s_pos
-            elif s_neg > s_pos and s_neg > 0:
-                alpha[~pos] *= s_pos / s_neg
+            if s_pos != s_neg:
+                heavy = pos if s_pos > s_neg else ~pos
+                excess = abs(s_pos - s_neg)
+                free = heavy & (alpha > 0) & (alpha < self.U)
+                s_free = alpha[free].sum()
+                if s_free >= excess:
+                    alpha[free] *= (s_free - excess) / s_free
+                else:
+                    alpha[heavy] *= min(s_pos, s_neg) / max(s_pos, s_neg)
         return np.ascontiguousarray(alpha)
 
 
