@@ -33,7 +33,7 @@ from muflow import kernel_entries
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import (PRODUCT_KERNELS, Columns, begin_panels, begin_ranges,
                              column_ranges, contiguous_run, default_threads, gram_dtype,
-                             pieces_for, row_source, run_panels, run_ranges)
+                             pieces_for, row_source, run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.thread_pool import Begun
@@ -253,10 +253,13 @@ class KernelRows(GramOperator):
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
             begun = Begun(None, [])
+        return self._counted(begun, slots.size, t)
 
+    def _counted(self, begun, rows: int, started: float):
+        """``begun`` with its rows and seconds added to the counters once it is joined."""
         def count():
-            self.rows_computed += slots.size
-            self.row_seconds += time.perf_counter() - t
+            self.rows_computed += rows
+            self.row_seconds += time.perf_counter() - started
 
         return begun.then(count)
 
@@ -298,14 +301,12 @@ class KernelRows(GramOperator):
             panel = self._panel(index, buf[: rows.size])
             data[slots[p0:p1]] = panel
 
-        def count():
-            self.rows_computed += idx.size
-            self.row_seconds += time.perf_counter() - t
-
         threads = max(1, self.n_threads or default_threads())
         if chunked and threads > 1 and -(-idx.size // block) < pieces_for(threads):
-            return self._rows_by_columns(idx, data, slots, threads).then(count)
-        return begin_panels(idx.size, block, work, n_threads=self.n_threads).then(count)
+            begun = self._rows_by_columns(idx, data, slots, threads)
+        else:
+            begun = begin_panels(idx.size, block, work, n_threads=self.n_threads)
+        return self._counted(begun, idx.size, t)
 
     def _rows_by_columns(self, idx, data, slots, threads: int):
         """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than

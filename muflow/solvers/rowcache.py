@@ -169,9 +169,9 @@ class RowCache:
             self.seconds += time.perf_counter() - t
             return
         idx, slots = self.reserve(idx)
-        if idx.size:
-            self._write_or_forget(idx, slots)
         self.seconds += time.perf_counter() - t
+        if idx.size:
+            self.write(idx, slots)  # counts its own seconds
 
     def forget(self, idx) -> None:
         """Rows ``idx`` leave the cache (their slots free for the next fetch): reserved rows
@@ -272,13 +272,6 @@ class RowCache:
             self.seconds += time.perf_counter() - t
             raise
         return _Writing(self, idx, None, t)
-
-    def _write_or_forget(self, idx, slots) -> None:
-        try:
-            self._write(idx, slots)
-        except BaseException:
-            self.forget(idx)  # reserved rows whose computation failed are not taken for computed ones
-            raise
 
     def _fetch_one(self, i: int) -> None:
         if self.slot_of[i] >= 0:

@@ -257,9 +257,9 @@ class InProcessState(HostActiveSet):
         rows, so that it does not depend on what the cache holds (a row cache kept along a C
         path, a fresh one) nor on the threads; B's missing rows begin on the home's other
         threads while this one solves the subproblem, and it takes the rows left once it
-        has solved (:meth:`_settle`): never more busy threads than the budget. The subproblem reads a float32 K_BB as it is (each entry widened as it is
-        read). None where the operator cannot (rows copied from a stored K, K read in
-        place)."""
+        has solved (:meth:`_settle`): never more busy threads than the budget. The
+        subproblem reads a float32 K_BB as it is (each entry widened as it is read). None
+        where the operator cannot (rows copied from a stored K, K read in place)."""
         cache = self.cache
         square_entries = getattr(cache.operator, "square_entries", None)
         if square_entries is None or cache.in_place or cache.operator.dtype != cache.dtype:
@@ -267,7 +267,8 @@ class InProcessState(HostActiveSet):
         cached = cache.slot_of[B] >= 0
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
-        # K_BB first, on every thread; then the missing rows, on the others while this one solves
+        # K_BB first, on every thread; then the missing rows, on the others while this
+        # one solves
         if self._entries.size < B.size * B.size:
             self._entries = np.empty(B.size * B.size, dtype=cache.dtype)
         entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
