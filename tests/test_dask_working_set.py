@@ -426,7 +426,11 @@ def test_a_partition_whose_step_differs_is_sent_the_difference(rounds_otherwise)
 
     state = PartitionedState.__new__(PartitionedState)
     state.timings = {}
-    state.parts = SimpleNamespace(actors=[_InProcessActor(p) for p in parts],
+    from muflow.dask.calls import ActorCall
+
+    actors = [_InProcessActor(p) for p in parts]
+    state.parts = SimpleNamespace(actors=actors,
+                                  send=lambda i, method, *args: ActorCall(actors[i], method, *args),
                                   wait=lambda calls: asyncio.run(await_answers(calls)))
     _, B, yB = step[:3]
     (new, _, _), candidates = state._agree(got, B, yB, 8)

@@ -28,6 +28,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
+from muflow.dask.channels import Channel, ChannelCall, channels_wanted, serve
+from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message)
 from muflow.dask.candidates import stack_rows
@@ -39,6 +41,7 @@ from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, working_set_rows
+from muflow.threads import dask_worker_threads
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
 BLOCK_BYTES = 64 << 20
@@ -91,7 +94,7 @@ class RowPartition(PartitionColumn):
                                   n_threads=self.n_threads)
         self.dtype = self.rows_op.dtype
         self.n_total = int(n_total)
-        self.offered = _OfferedRows(self)
+        self.offered = OfferedRows(self)
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows)
         self.threads = Threads(self.n_threads)
@@ -163,6 +166,11 @@ class RowPartition(PartitionColumn):
     def diagonal(self):
         return self.QD
 
+    def open_channel(self):
+        """A direct channel from the client to this partition (:mod:`muflow.dask.channels`):
+        ``(host, port, key)``; its calls run under the worker's threads."""
+        return serve(self, self.n_threads)
+
     def rows(self, local):
         return self.X[np.asarray(local, dtype=np.int64)]
 
@@ -171,47 +179,7 @@ def worker_threads() -> int:
     """The threads of the Dask worker this runs on (its ``nthreads``): a partition computes
     its rows, updates its gradient and scans its candidates on all of them, a range of its
     columns each; 1 outside a worker."""
-    try:
-        from distributed import get_worker
-
-        return max(1, int(get_worker().state.nthreads))
-    except (ImportError, ValueError, AttributeError):
-        return 1
-
-
-class _OfferedRows:
-    """The row source of a partition's :class:`~muflow.solvers.rowcache.RowCache`: rows
-    K(x_b, X_p) of the samples b whose rows of X the client sent with the call
-    (:meth:`offer`), computed as in process
-    (:meth:`muflow.kernel_rows.KernelRows.foreign_rows_into`)."""
-
-    def __init__(self, partition):
-        self.partition = partition
-        self.n = partition.n
-        self.dtype = partition.dtype
-        self.rows_computed = 0
-        self._scratch = {}
-        self._X = None
-        self._ids = np.zeros(0, dtype=np.int64)
-
-    def offer(self, XB, ids) -> None:
-        order = np.argsort(ids, kind="stable")
-        self._X, self._ids = XB, np.asarray(ids, dtype=np.int64)[order]
-        self._order = order
-
-    def rows_into(self, idx, data, slots) -> None:
-        self.begin_rows_into(idx, data, slots).join()
-
-    def begin_rows_into(self, idx, data, slots):
-        """:meth:`rows_into` begun on the worker's other threads (its
-        :meth:`~muflow.thread_pool.Begun.join` takes the caller's share)."""
-        p = self.partition
-        idx = np.asarray(idx, dtype=np.int64)
-        at = self._order[np.searchsorted(self._ids, idx)]
-        same = np.where((idx >= p.lo) & (idx < p.lo + p.n), idx - p.lo, -1)
-        self.rows_computed += idx.size
-        return p.rows_op.begin_foreign_rows_into(self._X[at], data, slots, same,
-                                                 scratch=self._scratch)
+    return max(1, dask_worker_threads() or 1)
 
 
 def check_finite_blocks(X) -> None:
@@ -266,6 +234,8 @@ class DaskRowPartitions(GramOperator):
         with self.client.as_current():
             self.actors = self.client.gather(futures)
         self._futures = futures
+        self.channels = [None] * len(self.actors)
+        self._open_channels(range(len(self.actors)))
         self.nonnegative = kernel.name in ("rbf", "laplacian") and kernel.offset >= 0
 
     def _start(self, i):
@@ -296,6 +266,7 @@ class DaskRowPartitions(GramOperator):
             self._futures[i] = self._start(i)
             with self.client.as_current():
                 self.actors[i] = self._futures[i].result()
+        self._open_channels(lost)
 
     def retrying(self, call, *, restart=None, again=None):
         """``call()``; when partitions are lost with their workers, start them again from
@@ -368,14 +339,53 @@ class DaskRowPartitions(GramOperator):
             lo += int(s)
         return blocks, bounds
 
+    def _open_channels(self, which) -> None:
+        """Direct channels to the partitions ``which`` (:mod:`muflow.dask.channels`), where
+        the cluster allows them; a partition whose channel does not open keeps
+        ``distributed``'s calls."""
+        for i in which:
+            if self.channels[i] is not None:
+                self.channels[i].close()
+                self.channels[i] = None
+        addresses = [self.actors[i]._address for i in which]
+        if not which or not channels_wanted(self.client, addresses):
+            return
+        opened = self.wait([ActorCall(self.actors[i], "open_channel") for i in which])
+        for i, address, (host, port, key) in zip(which, addresses, opened):
+            try:
+                self.channels[i] = Channel(host, port, key, alive=self._alive(address))
+            except OSError:  # not reachable from here: distributed's calls stay
+                self.channels[i] = None
+
+    def _alive(self, address):
+        """Whether the worker at ``address`` is still in the cluster (asked of the
+        scheduler while a channel's answer is slow to come)."""
+        def alive() -> bool:
+            try:
+                return address in self.client.scheduler_info()["workers"]
+            except Exception:  # noqa: BLE001  no scheduler to ask: nothing to wait for
+                return False
+        return alive
+
+    def send(self, i, method, *args):
+        """Call ``method(*args)`` on partition i, on its channel where it has one, else as
+        an actor call; :meth:`wait` takes the answers."""
+        channel = self.channels[i]
+        if channel is not None:
+            return ChannelCall(channel, method, *args)
+        return ActorCall(self.actors[i], method, *args)
+
     def call(self, method, *args):
-        """``method(*args)`` on every actor in one round trip; answers in partition order."""
-        return self.wait([ActorCall(actor, method, *args) for actor in self.actors])
+        """``method(*args)`` on every partition in one round trip; answers in partition
+        order."""
+        return self.wait([self.send(i, method, *args) for i in range(len(self.actors))])
 
     def wait(self, calls) -> list:
-        """The answers of actor calls (:class:`muflow.dask.calls.ActorCall`), awaited together
-        in the client's event loop (each call's own ``result()`` keeps the client's thread
-        busy, taking a core from the workers); the arrays they sent are let go then.
+        """The answers of calls made by :meth:`send`: actor calls
+        (:class:`muflow.dask.calls.ActorCall`) awaited together in the client's event loop
+        (each call's own ``result()`` keeps the client's thread busy, taking a core from
+        the workers; the arrays they sent are let go then), and channel calls read on this
+        thread.
 
         Raises
         ------
@@ -385,7 +395,9 @@ class DaskRowPartitions(GramOperator):
         """
         from muflow.exceptions import lost_scheduler_error
 
-        got = self.client.sync(answers, calls)
+        by_actor = [c for c in calls if not isinstance(c, ChannelCall)]
+        from_actors = iter(self.client.sync(answers, by_actor) if by_actor else ())
+        got = [c.receive() if isinstance(c, ChannelCall) else next(from_actors) for c in calls]
         lost = [i for i, a in enumerate(got) if isinstance(a, BaseException)]
         if lost:
             if getattr(self.client, "status", "running") != "running":
@@ -413,10 +425,10 @@ class DaskRowPartitions(GramOperator):
         if self.rows_here:
             return np.ascontiguousarray(self._source[idx], dtype=np.float64)
         futures = []
-        for actor, (lo, hi) in zip(self.actors, self.bounds):
+        for i, (lo, hi) in enumerate(self.bounds):
             where = np.flatnonzero((idx >= lo) & (idx < hi))
             if where.size or not futures:
-                futures.append((where, ActorCall(actor, "rows", idx[where] - lo)))
+                futures.append((where, self.send(i, "rows", idx[where] - lo)))
         answers = self.wait([f for _, f in futures])
         if any(sp.issparse(r) for r in answers):
             got = stack_rows(answers)  # row k is idx[positions[k]]
@@ -435,11 +447,11 @@ class DaskRowPartitions(GramOperator):
         each partition's ``product_end`` gives its part."""
         which = range(len(self.actors)) if which is None else which
         coef = np.asarray(coef, dtype=np.float64)
-        self.wait([ActorCall(self.actors[i], "product_start", coef.shape[1:]) for i in which])
+        self.wait([self.send(i, "product_start", coef.shape[1:]) for i in which])
         piece = max(1, PRODUCT_BYTES // (8 * max(self.d, 1)))
         for s in range(0, len(idx), piece):
             XS = self.take(idx[s:s + piece])
-            self.wait([ActorCall(self.actors[i], "product_add", XS, coef[s:s + piece]) for i in which])
+            self.wait([self.send(i, "product_add", XS, coef[s:s + piece]) for i in which])
             del XS  # one piece held at a time, not the last while the next comes
 
     def matmul(self, V):
@@ -459,6 +471,10 @@ class DaskRowPartitions(GramOperator):
         return np.concatenate([np.asarray(d) for d in self.call("diagonal")])
 
     def close(self):
+        for channel in self.channels:
+            if channel is not None:
+                channel.close()
+        self.channels = [None] * len(self.channels)
         for f in self._futures:
             f.release()
         self._futures, self.actors = [], []

@@ -8,7 +8,8 @@ alpha, G and the active set and a row cache over its columns; the client keeps a
 (O(n), the answer and what a lost slice is rebuilt from) and chooses the working set.
 
 One outer iteration is one round trip, a call to every partition
-(:meth:`PartitionColumn.solve_and_step`, on the partition's actor):
+(:meth:`PartitionColumn.solve_and_step`, on the partition's actor, through its channel
+where it has one, :mod:`muflow.dask.channels`):
 
 - the client sends the working set B with its rows of X (dense X: less the partition's own,
   which it holds), y, bounds, alpha and G, and, when due, the extremes to shrink with:
@@ -34,8 +35,8 @@ the active set: each partition sent its own best of each side, so the maximal vi
 the stopping gap are the global ones; the violators' rows over the pool are computed on the
 client from the candidates' rows of X (second order on both sides).
 
-A worker of several threads begins its rows of B on the others while its actor's thread
-solves the subproblem, which then takes the rows left (:meth:`PartitionColumn.prefetch`),
+A worker of several threads begins its rows of B on the others while the thread that serves
+its calls solves the subproblem, then takes the rows left (:meth:`PartitionColumn.prefetch`),
 as in process and as oneDAL's solver computes them; a worker of one thread
 computes the rows of the variables that moved once it has solved. The first candidates, and
 those after a reactivation, come with a call that carries no step
@@ -51,7 +52,6 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.dask.calls import ActorCall
 from muflow.dask.candidates import CandidatePool, row_bytes, stack_rows
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
@@ -162,8 +162,8 @@ class PartitionColumn:
         it from the same data with the same code, so that none waits for another's step),
         the step applied to this slice, the shrink when due, and the next candidates
         (:meth:`iterate`). A worker of several threads begins its rows of B on the others
-        while its actor's thread solves (:meth:`prefetch`), as in process; a worker of one
-        thread computes the rows of the variables that moved after it has solved. Returns
+        while the thread serving the call solves (:meth:`prefetch`), as in process; a worker of
+        one thread computes the rows of the variables that moved after it has solved. Returns
         ``((new, change, steps), candidates)``."""
         B = np.asarray(B, dtype=np.int64)
         XB = self._whole(XB, B)
@@ -297,20 +297,20 @@ class PartitionedState(ColumnState):
         yB, UB, aB, GB = pool.y[at], pool.U[at], self.alpha[B].copy(), pool.G[at]
         shrink_with, self._shrink_with = self._shrink_with, None
         k = self._k()
-        actors = self.parts.actors
-        sent = [self._rows_for(i, XB, B) for i in range(len(actors))]
+        parts = self.parts
+        sent = [self._rows_for(i, XB, B) for i in range(len(parts.actors))]
 
         def call():
-            answers = self.parts.wait([
-                ActorCall(actor, "solve_and_step", rows, B, yB, UB, aB, GB, self.equality, gap,
-                          gap_tol, self.parts.dtype, shrink_with, k)
-                for actor, rows in zip(actors, sent)])
+            answers = parts.wait([
+                parts.send(i, "solve_and_step", rows, B, yB, UB, aB, GB, self.equality, gap,
+                           gap_tol, parts.dtype, shrink_with, k)
+                for i, rows in enumerate(sent)])
             return self._agree(answers, B, yB, k)
 
         t = time.perf_counter()
         # a lost partition: all of them begin again at alpha before the step, and solve again
         (new, change, steps), candidates = self._recovering(
-            call, restart=lambda lost: self._begin(range(len(actors))))
+            call, restart=lambda lost: self._begin(range(len(parts.actors))))
         self._answered(candidates)
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
@@ -340,8 +340,8 @@ class PartitionedState(ColumnState):
             for i in differ:
                 other = answers[i][0][0]
                 at = np.flatnonzero(other != new)
-                calls.append(ActorCall(self.parts.actors[i], "iterate", B[at],
-                                       yB[at] * (new[at] - other[at]), B, new, None, False, k))
+                calls.append(self.parts.send(i, "iterate", B[at], yB[at] * (new[at] - other[at]),
+                                             B, new, None, False, k))
             for i, answer in zip(differ, self.parts.wait(calls)):
                 candidates[i] = answer
             self.timings["steps_corrected"] = self.timings.get("steps_corrected", 0) + len(differ)
@@ -391,9 +391,8 @@ class PartitionedState(ColumnState):
         calls = []
         for i in which:
             lo, hi = parts.bounds[i]
-            calls.append(ActorCall(parts.actors[i], "begin", col.y[lo:hi], col.U[lo:hi],
-                                   col.p[lo:hi], alpha[lo:hi], col.equality,
-                                   not parts.rows_here))
+            calls.append(parts.send(i, "begin", col.y[lo:hi], col.U[lo:hi], col.p[lo:hi],
+                                    alpha[lo:hi], col.equality, not parts.rows_here))
         parts.wait(calls)
 
     def _recovering(self, call, again=None, restart=None):
@@ -415,8 +414,9 @@ class PartitionedState(ColumnState):
     def _call(self, shrink_with, reactivate):
         t = time.perf_counter()
         none = np.zeros(0, dtype=np.int64)
-        futures = [ActorCall(actor, "iterate", none, np.zeros(0), none, np.zeros(0), shrink_with,
-                             reactivate, self._k()) for actor in self.parts.actors]
+        futures = [self.parts.send(i, "iterate", none, np.zeros(0), none, np.zeros(0),
+                                   shrink_with, reactivate, self._k())
+                   for i in range(len(self.parts.actors))]
         answers = self.parts.wait(futures)
         timings = self.timings
         timings["calls"] += time.perf_counter() - t
