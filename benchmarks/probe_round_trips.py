@@ -1,6 +1,7 @@
 """Where a Dask working-set iteration's time goes beyond the workers' own work.
 
-    python benchmarks/probe_round_trips.py --workers 2 --n 60000
+    python benchmarks/probe_round_trips.py --workers 1,2 --n 60000
+    python benchmarks/probe_round_trips.py --workers 1,2 --transport actors
 
 One fit of the distributed working-set solver (60,000 x 50 generated rows, rbf gamma 0.02,
 C = 1, as ``bench_scaling.py --cases dask``) on a LocalCluster of single-threaded worker
@@ -15,9 +16,12 @@ through ``client.run``); the client records every round trip. Printed per fit:
   event loops' hand-offs), and the imbalance per call, the slowest worker less the fastest;
 - the time outside the calls (the client's selection of the next working set);
 - the first worker's median times along one call: the client's preparation (to its send),
-  the send to the worker's ``actor_execute`` handler (the client's serialisation, the
-  transfer, the worker's reading), the handler to the method, and the method's end to the
-  answer read on the client.
+  the send to the method's start (on actor calls split at the worker's ``actor_execute``
+  handler: the client's serialisation, the transfer, the worker's reading, then the hand-off
+  to the actor's thread), and the method's end to the answer read on the client.
+
+``--transport`` (default ``channels``) sends the calls on muflow's channels
+(:mod:`muflow.dask.channels`) or as ``distributed``'s actor calls.
 """
 
 from __future__ import annotations
@@ -62,9 +66,13 @@ def _record_arrivals(dask_worker) -> None:
 
 
 def _calls() -> list:
+    """Each call's (wall, CPU, start) and its arrival at the actor handler (NaN on a
+    channel, whose calls no handler of distributed's sees)."""
     import builtins
 
-    return list(zip(builtins._muflow_calls, builtins._muflow_arrivals))
+    arrivals = builtins._muflow_arrivals
+    return [(c, arrivals[i] if i < len(arrivals) else float("nan"))
+            for i, c in enumerate(builtins._muflow_calls)]
 
 
 def probe(workers: int, n: int) -> dict:
@@ -98,6 +106,22 @@ def probe(workers: int, n: int) -> dict:
         mark[1] = time.perf_counter()
         return out
 
+    from muflow.dask import channels
+
+    channel_send, channel_receive = channels.Channel.send, channels.Channel.receive
+
+    def sent_on_channel(self, method, args):  # the same marks for calls on a channel
+        self._probe_mark = [time.perf_counter(), np.nan]
+        if method == "solve_and_step":
+            sends.append(self._probe_mark)
+        return channel_send(self, method, args)
+
+    def answered_on_channel(self):
+        out = channel_receive(self)
+        self._probe_mark[1] = time.perf_counter()
+        return out
+
+    channels.Channel.send, channels.Channel.receive = sent_on_channel, answered_on_channel
     ws.PartitionedState.solve_on, distributed.core.send_recv = timed, sent
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       dashboard_address=None, memory_limit="6GiB") as cluster, Client(cluster) as client:
@@ -110,6 +134,7 @@ def probe(workers: int, n: int) -> dict:
         calls = list(client.run(_calls).values())
         parts.close()
     ws.PartitionedState.solve_on, distributed.core.send_recv = solve_on, send_recv
+    channels.Channel.send, channels.Channel.receive = channel_send, channel_receive
     k = min(len(trips), *(len(c) for c in calls))
     start = np.array([t for t, _ in trips[:k]])
     trip = np.array([d for _, d in trips[:k]])
@@ -130,6 +155,7 @@ def probe(workers: int, n: int) -> dict:
             "steps_ms": {"prepare": 1e3 * np.median(send[:, 0] - start),
                          "send_to_handler": 1e3 * np.median(arrived - send[:, 0]),
                          "handler_to_method": 1e3 * np.median(began - arrived),
+                         "send_to_method": 1e3 * np.median(began - send[:, 0]),
                          "method_end_to_answer": 1e3 * np.median(send[:, 1] - ended)}}
 
 
@@ -137,17 +163,26 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--workers", default="1,2", help="comma list of worker counts (default: 1,2)")
     p.add_argument("--n", type=int, default=60000, help="training rows (default: 60000)")
+    p.add_argument("--transport", choices=("channels", "actors"), default="channels",
+                   help="the partitions' calls on muflow's channels (default) or as distributed's "
+                        "actor calls (MUFLOW_DASK_CHANNELS=0)")
     args = p.parse_args(argv)
+    import os
+
+    from muflow.dask.channels import ENV_VAR
+
+    os.environ[ENV_VAR] = "1" if args.transport == "channels" else "0"
     for w in [int(v) for v in args.workers.split(",")]:
         r = probe(w, args.n)
-        print(f"{r['workers']} worker(s), n={r['n']}: wall {r['wall']:.2f} s, {r['calls']} calls, "
+        print(f"{r['workers']} worker(s), {args.transport}, n={r['n']}: wall {r['wall']:.2f} s, {r['calls']} calls, "
               f"round trips {r['trips']:.2f} s, slowest worker's calls {r['slowest_workers']:.2f} s")
         print(f"  workers in their calls: wall {np.round(r['worker_wall'], 2).tolist()} s, "
               f"CPU {np.round(r['worker_cpu'], 2).tolist()} s")
         print(f"  per call: gap {r['gap_median_ms']:.1f} ms median, {r['gap_mean_ms']:.1f} ms mean; "
               f"imbalance {r['imbalance_mean_ms']:.1f} ms mean; outside the calls {r['outside']:.2f} s")
         print("  along a call to the first worker (medians): "
-              + ", ".join(f"{k} {v:.2f} ms" for k, v in r["steps_ms"].items()), flush=True)
+              + ", ".join(f"{k} {v:.2f} ms" for k, v in r["steps_ms"].items() if np.isfinite(v)),
+              flush=True)
 
 
 if __name__ == "__main__":
