@@ -151,7 +151,7 @@ def small_per_pass(client, repeats=5):
         t = time.perf_counter()
         fits["panels"] = muflow.SVC(client=client, **params).fit(X, y)
         times["panels"] = time.perf_counter() - t
-        with _setting(muflow.dask.panels, "PANEL_FRACTION", 0.0), warnings.catch_warnings():
+        with _setting(muflow.routing, "PANEL_FRACTION", 0.0), warnings.catch_warnings():
             # the store is float32 (the in-process K and the panels are float64 up to 4096
             # samples): there m3 stalls above tol (KKT 0.014 after 200,000 passes in
             # process), so it runs the in-process fit's passes
