@@ -189,3 +189,35 @@ def test_a_method_error_on_a_channel_is_raised_as_itself(client):
         np.testing.assert_allclose(parts.diagonal(), np.ones(200))
     finally:
         parts.close()
+
+
+def test_the_gram_stores_products_on_channels_are_those_on_actor_calls(client, monkeypatch,
+                                                                      tmp_path):
+    """DaskGram's panel servers answer on their channels what they answer as actors, to the
+    bit; a server whose worker is killed is restarted with a channel of its own."""
+    import os
+    import signal
+
+    from muflow.dask.store_operator import DaskGram
+    from muflow.gram import ensure_gram
+    from muflow.kernels import Kernel
+
+    X = np.random.default_rng(5).standard_normal((600, 6))
+    gram, _ = ensure_gram(X, Kernel("rbf", gamma=0.3), client=client,
+                          store=str(tmp_path / "K.zarr"), tile=128)
+    V = np.random.default_rng(6).standard_normal((600, 3))
+    monkeypatch.setenv(channels.ENV_VAR, "0")
+    with DaskGram(gram, client) as op:
+        assert op._channels == {}
+        on_actors = (op.matmul(V), op.rows(np.arange(0, 600, 7)), op.diagonal())
+    monkeypatch.delenv(channels.ENV_VAR)
+    with DaskGram(gram, client) as op:
+        assert len(op._channels) == len(op._actors) == 2
+        on_channels = (op.matmul(V), op.rows(np.arange(0, 600, 7)), op.diagonal())
+        for got, expected in zip(on_channels, on_actors):
+            np.testing.assert_array_equal(got, expected)
+        first = sorted(op._actors)[0]
+        os.kill(client.run(os.getpid)[op._actors[first][2]], signal.SIGKILL)
+        np.testing.assert_array_equal(op.matmul(V), on_actors[0])
+        assert op.recoveries >= 1 and len(op._channels) == len(op._actors)
+    client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker

@@ -271,6 +271,27 @@ class Channel:
         self._sock.close()
 
 
+def alive_in(client, address):
+    """``alive()`` for a :class:`Channel` to the worker at ``address``: whether the
+    scheduler still lists it (False when there is no scheduler to ask)."""
+    def alive() -> bool:
+        try:
+            return address in client.scheduler_info()["workers"]
+        except Exception:  # noqa: BLE001  no scheduler to ask: nothing to wait for
+            return False
+    return alive
+
+
+def connect(client, served, address):
+    """A :class:`Channel` to what :func:`serve` answered on the worker at ``address``, or
+    None where this process cannot reach it (the caller keeps ``distributed``'s calls)."""
+    host, port, key = served
+    try:
+        return Channel(host, port, key, alive=alive_in(client, address))
+    except OSError:
+        return None
+
+
 class ChannelCall:
     """``method(*args)`` sent on a channel at once; :meth:`receive` its answer (the value,
     or the exception the method raised, or :class:`LostChannel`)."""
@@ -286,4 +307,4 @@ class ChannelCall:
 
 
 __all__ = ["ALIVE_SECONDS", "CONNECT_SECONDS", "ENV_VAR", "Channel", "ChannelCall",
-           "ChannelServer", "LostChannel", "channels_wanted", "serve"]
+           "ChannelServer", "LostChannel", "alive_in", "channels_wanted", "connect", "serve"]

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
-from muflow.dask.channels import Channel, ChannelCall, channels_wanted, serve
+from muflow.dask.channels import ChannelCall, channels_wanted, connect, serve
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message)
@@ -351,21 +351,8 @@ class DaskRowPartitions(GramOperator):
         if not which or not channels_wanted(self.client, addresses):
             return
         opened = self.wait([ActorCall(self.actors[i], "open_channel") for i in which])
-        for i, address, (host, port, key) in zip(which, addresses, opened):
-            try:
-                self.channels[i] = Channel(host, port, key, alive=self._alive(address))
-            except OSError:  # not reachable from here: distributed's calls stay
-                self.channels[i] = None
-
-    def _alive(self, address):
-        """Whether the worker at ``address`` is still in the cluster (asked of the
-        scheduler while a channel's answer is slow to come)."""
-        def alive() -> bool:
-            try:
-                return address in self.client.scheduler_info()["workers"]
-            except Exception:  # noqa: BLE001  no scheduler to ask: nothing to wait for
-                return False
-        return alive
+        for i, address, served in zip(which, addresses, opened):
+            self.channels[i] = connect(self.client, served, address)
 
     def send(self, i, method, *args):
         """Call ``method(*args)`` on partition i, on its channel where it has one, else as

@@ -33,6 +33,7 @@ import uuid
 import numpy as np
 
 from muflow.dask.calls import ActorCall
+from muflow.dask.channels import ChannelCall, channels_wanted, connect, serve
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import split_rows
@@ -133,6 +134,13 @@ class PanelServer:
         self.panels.clear()
         return True
 
+    def open_channel(self):
+        """A direct channel from the client to this server (:mod:`muflow.dask.channels`):
+        ``(host, port, key)``."""
+        from muflow.threads import dask_worker_threads
+
+        return serve(self, dask_worker_threads() or 1)
+
 
 class DaskGram(GramOperator):
     """K @ V on a Dask cluster, K's row panels resident on (or streamed by) the workers.
@@ -190,6 +198,7 @@ class DaskGram(GramOperator):
         self.products = 0
         self.recoveries = 0
         self._actors = {}  # shard -> (future, actor, address)
+        self._channels = {}  # shard -> its actor's channel (muflow.dask.channels), where open
         self._resident_of = {}
         limits = worker_memory_limits(client)
         if not limits:
@@ -256,21 +265,46 @@ class DaskGram(GramOperator):
                 lost.add(shard)
                 continue
             # the scheduler may have placed it elsewhere when the chosen worker went away
-            self._actors[shard] = (future, actor, getattr(actor, "_address", address))
+            address = getattr(actor, "_address", address)
+            self._actors[shard] = (future, actor, address)
+            self._open_channel(shard, actor, address)
         if lost:
             self._recover(lost, attempts=attempts - 1)
+
+    def _open_channel(self, shard, actor, address):
+        """The shard's channel (:mod:`muflow.dask.channels`), where the cluster allows one;
+        its calls go there instead of through ``distributed``'s event loops."""
+        old = self._channels.pop(shard, None)
+        if old is not None:
+            old.close()
+        if channels_wanted(self.client, [address]):
+            channel = connect(self.client, ActorCall(actor, "open_channel").result(), address)
+            if channel is not None:
+                self._channels[shard] = channel
 
     # -- calls with recovery ----------------------------------------------------------------
     def _gather(self, method, *args):
         """Call ``method`` on every actor, one round trip; recover lost shards and retry."""
         for attempt in range(self.max_retries + 1):
-            calls, lost = {}, set()
+            calls, on_channels, lost = {}, {}, set()
             for shard, (_, actor, _) in self._actors.items():
+                channel = self._channels.get(shard)
                 try:
-                    calls[shard] = ActorCall(actor, method, *args)
+                    if channel is not None:
+                        on_channels[shard] = ChannelCall(channel, method, *args)
+                    else:
+                        calls[shard] = ActorCall(actor, method, *args)
                 except Exception:  # "Worker holding Actor was lost"
                     lost.add(shard)
-            failed, results = self._collect(calls)
+            failed, results = self._collect(calls) if calls else (set(), [])
+            for shard, call in on_channels.items():
+                answer = call.receive()
+                if isinstance(answer, StoreCorruptError):
+                    raise answer
+                if isinstance(answer, BaseException):
+                    failed.add(shard)
+                else:
+                    results.extend(answer)
             failed |= lost
             if not failed:
                 return results
@@ -318,6 +352,9 @@ class DaskGram(GramOperator):
         for shard in failed:
             future, _, _ = self._actors.pop(shard)
             future.release()
+            channel = self._channels.pop(shard, None)
+            if channel is not None:
+                channel.close()
         deadline = time.monotonic() + 60
         while True:
             limits = worker_memory_limits(self.client)
@@ -408,6 +445,9 @@ class DaskGram(GramOperator):
 
     def close(self):
         """Release the panel servers, and the client when the operator owns it."""
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
         for future, _, _ in self._actors.values():
             try:
                 future.release()
