@@ -221,3 +221,29 @@ def test_the_gram_stores_products_on_channels_are_those_on_actor_calls(client, m
         np.testing.assert_array_equal(op.matmul(V), on_actors[0])
         assert op.recoveries >= 1 and len(op._channels) == len(op._actors)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker
+
+
+def test_a_worker_address_it_cannot_listen_on_opens_no_channel(monkeypatch):
+    """A worker whose contact address is not its own (behind a NAT) opens no port: serve
+    answers None and the client keeps distributed's calls."""
+    from types import SimpleNamespace
+
+    import distributed
+
+    monkeypatch.setattr(distributed, "get_worker",
+                        lambda: SimpleNamespace(address="tcp://192.0.2.1:8786"))
+    assert channels.serve(Target(), 1) is None
+    assert channels.connect(None, None, "tcp://192.0.2.1:8786") is None
+
+
+def test_a_channel_over_ipv6_loopback():
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6 here")
+    try:
+        server = ChannelServer(Target(), "::1", 1)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    host, port = server.address
+    channel = Channel(host, port, server.key, lambda: True)
+    assert ChannelCall(channel, "add", 1, 2).receive() == 3
+    channel.close()

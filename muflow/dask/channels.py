@@ -153,9 +153,10 @@ class ChannelServer:
         self.target, self.threads = target, int(threads)
         self._loop = None  # runs the target's async methods (:meth:`_run`)
         self.key = secrets.token_bytes(KEY_BYTES)
-        self._listening = socket.create_server((host, 0))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._listening = socket.create_server((host, 0), family=family)
         self._listening.settimeout(CONNECT_SECONDS)
-        self.address = self._listening.getsockname()[:2]
+        self.address = self._listening.getsockname()[:2]  # (host, port), IPv4 or IPv6
         self._thread = threading.Thread(target=self._serve, name="muflow-channel", daemon=True)
         self._thread.start()
 
@@ -198,15 +199,20 @@ class ChannelServer:
             return "error", exc
 
 
-def serve(target, threads: int) -> tuple:
+def serve(target, threads: int):
     """Open a channel to ``target`` (a partition on a Dask worker, called on its actor's
-    thread): ``(host, port, key)`` for :class:`Channel`; its server thread waits for the
-    client for at most :data:`CONNECT_SECONDS`."""
+    thread): ``(host, port, key)`` for :class:`Channel`, or None where no port can be
+    opened on the worker's address (one the worker does not own, behind a NAT: the calls
+    stay ``distributed``'s). Its server thread waits for the client for at most
+    :data:`CONNECT_SECONDS`."""
     from distributed import get_worker
     from distributed.comm.addressing import get_address_host
 
-    server = ChannelServer(target, get_address_host(get_worker().address), threads)
-    host, port = server.address
+    try:
+        server = ChannelServer(target, get_address_host(get_worker().address), threads)
+    except OSError:
+        return None
+    host, port = server.address[:2]
     return host, port, server.key
 
 
@@ -284,7 +290,10 @@ def alive_in(client, address):
 
 def connect(client, served, address):
     """A :class:`Channel` to what :func:`serve` answered on the worker at ``address``, or
-    None where this process cannot reach it (the caller keeps ``distributed``'s calls)."""
+    None where the worker opened none or this process cannot reach it (the caller keeps
+    ``distributed``'s calls)."""
+    if served is None:
+        return None
     host, port, key = served
     try:
         return Channel(host, port, key, alive=alive_in(client, address))
