@@ -247,3 +247,26 @@ def test_a_channel_over_ipv6_loopback():
     channel = Channel(host, port, server.key, lambda: True)
     assert ChannelCall(channel, "add", 1, 2).receive() == 3
     channel.close()
+
+
+def test_a_client_whose_connection_timed_out_tries_no_more_channels(monkeypatch):
+    """Behind a firewall that lets only Dask's ports through, each connection would wait
+    CONNECT_SECONDS: after the first timeout the client's other partitions keep
+    distributed's calls without trying."""
+    tried = []
+
+    def filtered(*args, **kwargs):
+        tried.append(args)
+        raise TimeoutError("timed out")
+
+    class FakeClient:
+        pass
+
+    client = FakeClient()
+    monkeypatch.setattr(channels, "Channel", filtered)
+    served = ("10.0.0.2", 40000, b"k" * channels.KEY_BYTES)
+    assert channels.connect(client, served, "tcp://10.0.0.2:1") is None
+    assert channels.connect(client, served, "tcp://10.0.0.3:1") is None
+    assert len(tried) == 1
+    assert channels.connect(FakeClient(), served, "tcp://10.0.0.2:1") is None
+    assert len(tried) == 2  # another client tries for itself

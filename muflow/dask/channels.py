@@ -45,6 +45,7 @@ import select
 import socket
 import struct
 import threading
+import weakref
 
 from muflow.exceptions import MuflowError
 
@@ -64,6 +65,10 @@ CONNECT_SECONDS = 5.0
 ALIVE_SECONDS = 5.0
 
 _LENGTH = struct.Struct("!Q")
+
+#: Clients whose connection to a worker's channel timed out: their later channels are not
+#: tried (a firewall that lets only Dask's ports through would cost each one the wait).
+_UNREACHED = weakref.WeakSet()
 
 
 class LostChannel(ConnectionError):
@@ -292,11 +297,14 @@ def connect(client, served, address):
     """A :class:`Channel` to what :func:`serve` answered on the worker at ``address``, or
     None where the worker opened none or this process cannot reach it (the caller keeps
     ``distributed``'s calls)."""
-    if served is None:
+    if served is None or client in _UNREACHED:
         return None
     host, port, key = served
     try:
         return Channel(host, port, key, alive=alive_in(client, address))
+    except TimeoutError:  # filtered: the other workers' ports are not tried (5 s each)
+        _UNREACHED.add(client)
+        return None
     except OSError:
         return None
 
