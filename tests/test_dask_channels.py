@@ -232,7 +232,7 @@ def test_a_worker_address_it_cannot_listen_on_opens_no_channel(monkeypatch):
 
     monkeypatch.setattr(distributed, "get_worker",
                         lambda: SimpleNamespace(address="tcp://192.0.2.1:8786"))
-    assert channels.serve(Target(), 1) is None
+    assert channels.serve(Target()) is None
     assert channels.connect(None, None, "tcp://192.0.2.1:8786") is None
 
 

@@ -204,17 +204,20 @@ class ChannelServer:
             return "error", exc
 
 
-def serve(target, threads: int):
+def serve(target):
     """Open a channel to ``target`` (a partition on a Dask worker, called on its actor's
-    thread): ``(host, port, key)`` for :class:`Channel`, or None where no port can be
-    opened on the worker's address (one the worker does not own, behind a NAT: the calls
-    stay ``distributed``'s). Its server thread waits for the client for at most
-    :data:`CONNECT_SECONDS`."""
+    thread; its methods run under the worker's threads): ``(host, port, key)`` for
+    :class:`Channel`, or None where no port can be opened on the worker's address (one the
+    worker does not own, behind a NAT: the calls stay ``distributed``'s). Its server
+    thread waits for the client for at most :data:`CONNECT_SECONDS`."""
     from distributed import get_worker
     from distributed.comm.addressing import get_address_host
 
+    from muflow.threads import dask_worker_threads
+
     try:
-        server = ChannelServer(target, get_address_host(get_worker().address), threads)
+        server = ChannelServer(target, get_address_host(get_worker().address),
+                               dask_worker_threads() or 1)
     except OSError:
         return None
     host, port = server.address[:2]
@@ -309,6 +312,21 @@ def connect(client, served, address):
         return None
 
 
+def open_channels(client, actors) -> list:
+    """Channels to ``actors`` (each has an ``open_channel`` method that calls
+    :func:`serve`), asked for together: a :class:`Channel` each, or None where the cluster
+    allows none (:func:`channels_wanted`), the actor could not open one or this process
+    cannot reach it; those keep ``distributed``'s calls, which find a lost worker."""
+    from muflow.dask.calls import ActorCall, answers
+
+    addresses = [actor._address for actor in actors]
+    if not actors or not channels_wanted(client, addresses):
+        return [None] * len(actors)
+    served = client.sync(answers, [ActorCall(actor, "open_channel") for actor in actors])
+    return [None if isinstance(answer, BaseException) else connect(client, answer, address)
+            for answer, address in zip(served, addresses)]
+
+
 class ChannelCall:
     """``method(*args)`` sent on a channel at once; :meth:`receive` its answer (the value,
     or the exception the method raised, or :class:`LostChannel`)."""
@@ -324,4 +342,5 @@ class ChannelCall:
 
 
 __all__ = ["ALIVE_SECONDS", "CONNECT_SECONDS", "ENV_VAR", "Channel", "ChannelCall",
-           "ChannelServer", "LostChannel", "alive_in", "channels_wanted", "connect", "serve"]
+           "ChannelServer", "LostChannel", "alive_in", "channels_wanted", "connect", "open_channels",
+           "serve"]

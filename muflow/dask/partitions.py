@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
-from muflow.dask.channels import ChannelCall, channels_wanted, connect, serve
+from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message)
@@ -169,7 +169,7 @@ class RowPartition(PartitionColumn):
     def open_channel(self):
         """A direct channel from the client to this partition (:mod:`muflow.dask.channels`):
         ``(host, port, key)``; its calls run under the worker's threads."""
-        return serve(self, self.n_threads)
+        return serve(self)
 
     def rows(self, local):
         return self.X[np.asarray(local, dtype=np.int64)]
@@ -343,16 +343,13 @@ class DaskRowPartitions(GramOperator):
         """Direct channels to the partitions ``which`` (:mod:`muflow.dask.channels`), where
         the cluster allows them; a partition whose channel does not open keeps
         ``distributed``'s calls."""
+        which = list(which)
         for i in which:
             if self.channels[i] is not None:
                 self.channels[i].close()
-                self.channels[i] = None
-        addresses = [self.actors[i]._address for i in which]
-        if not which or not channels_wanted(self.client, addresses):
-            return
-        opened = self.wait([ActorCall(self.actors[i], "open_channel") for i in which])
-        for i, address, served in zip(which, addresses, opened):
-            self.channels[i] = connect(self.client, served, address)
+        opened = open_channels(self.client, [self.actors[i] for i in which])
+        for i, channel in zip(which, opened):
+            self.channels[i] = channel
 
     def send(self, i, method, *args):
         """Call ``method(*args)`` on partition i, on its channel where it has one, else as

@@ -33,7 +33,7 @@ import uuid
 import numpy as np
 
 from muflow.dask.calls import ActorCall
-from muflow.dask.channels import ChannelCall, channels_wanted, connect, serve
+from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import split_rows
@@ -137,9 +137,7 @@ class PanelServer:
     def open_channel(self):
         """A direct channel from the client to this server (:mod:`muflow.dask.channels`):
         ``(host, port, key)``."""
-        from muflow.threads import dask_worker_threads
-
-        return serve(self, dask_worker_threads() or 1)
+        return serve(self)
 
 
 class DaskGram(GramOperator):
@@ -267,20 +265,19 @@ class DaskGram(GramOperator):
             # the scheduler may have placed it elsewhere when the chosen worker went away
             address = getattr(actor, "_address", address)
             self._actors[shard] = (future, actor, address)
-            self._open_channel(shard, actor, address)
+            self._open_channel(shard, actor)
         if lost:
             self._recover(lost, attempts=attempts - 1)
 
-    def _open_channel(self, shard, actor, address):
+    def _open_channel(self, shard, actor):
         """The shard's channel (:mod:`muflow.dask.channels`), where the cluster allows one;
         its calls go there instead of through ``distributed``'s event loops."""
         old = self._channels.pop(shard, None)
         if old is not None:
             old.close()
-        if channels_wanted(self.client, [address]):
-            channel = connect(self.client, ActorCall(actor, "open_channel").result(), address)
-            if channel is not None:
-                self._channels[shard] = channel
+        channel, = open_channels(self.client, [actor])
+        if channel is not None:
+            self._channels[shard] = channel
 
     # -- calls with recovery ----------------------------------------------------------------
     def _gather(self, method, *args):
