@@ -69,7 +69,7 @@ def test_a_signal_stops_the_run_and_everything_it_started(slow_config, tmp_path,
     env = {k: v for k, v in _env().items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(tmp_path / ".prefect"))
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "muflow", "run", str(slow_config), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "muflow", "run", str(slow_config), "--out", str(out)],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
