@@ -29,7 +29,9 @@ Cases (``--cases``, comma list; default ``a8a,gen100k,multiclass,dask``):
   ``SVC(client=client)`` on a LocalCluster of W worker processes x ``--threads-per-worker``
   threads (default 1) for each W in ``--workers`` (default ``1,2``); every configuration's
   process (client and workers) pinned to the same cores, W_max x threads per worker of
-  them (2 here). The cluster is warmed by a 5,000-row fit first.
+  them (2 here). The cluster is muflow's LocalCluster, the one ``python -m muflow run``
+  starts (:func:`muflow.dask.cluster.local_cluster`), or with ``--plain-cluster``
+  distributed's with its default settings. It is warmed by a 5,000-row fit first.
 
 ``--cache-mb`` (default 2000, as the other fit benchmarks) is every fit's ``cache_size``;
 ``--gram rows`` forces kernel rows on demand (default ``auto``: muflow's routing).
@@ -281,8 +283,13 @@ def worker(args) -> None:
     else:
         from distributed import Client, LocalCluster
 
-        with LocalCluster(n_workers=config.workers, threads_per_worker=config.threads,
-                          processes=True, dashboard_address=None, memory_limit="4GiB") as cluster, \
+        from muflow.dask.cluster import local_cluster
+
+        # the LocalCluster `python -m muflow run` starts (distributed's periodic chores less
+        # often, muflow.dask.cluster.housekeeping), or distributed's own with --plain-cluster
+        start = LocalCluster if args.plain_cluster else local_cluster
+        with start(n_workers=config.workers, threads_per_worker=config.threads,
+                   dashboard_address=None, memory_limit="4GiB") as cluster, \
                 Client(cluster) as client:
             Xw, yw, _, _ = load_case("gen100k", DASK_WARM_ROWS)
             muflow.SVC(client=client, **params).fit(Xw, yw)
@@ -315,6 +322,8 @@ def run_fresh(case: str, config: Config, cpus: list[int], args, record: Path) ->
            "--cache-mb", str(args.cache_mb), "--gram", args.gram, "--record", str(record)]
     if config.workers is not None:
         cmd += ["--config-workers", str(config.workers)]
+        if args.plain_cluster:
+            cmd += ["--plain-cluster"]
     if args.n is not None:
         cmd += ["--n", str(args.n)]
     preexec = None
@@ -597,6 +606,10 @@ def parse_args(argv=None):
                    help="Dask worker counts (default 1,2; in --mode iteration 2,4)")
     p.add_argument("--threads-per-worker", type=int, default=1,
                    help="threads of each Dask worker in the dask case (default: 1)")
+    p.add_argument("--plain-cluster", action="store_true",
+                   help="dask case: distributed's LocalCluster with its default settings, "
+                        "instead of muflow's (muflow.dask.cluster.local_cluster, the one "
+                        "`python -m muflow run` starts)")
     p.add_argument("--repeats", type=int, default=5,
                    help="fresh-process runs per configuration, the median reported (default: 5)")
     p.add_argument("--n", type=int, default=None,

@@ -31,6 +31,28 @@ def machine_resources() -> tuple[int, int]:
     return max(1, cores), int(memory)
 
 
+#: distributed's periodic chores that muflow's own LocalCluster runs less often, as
+#: ``key: (distributed's default, muflow's)``: the workers' profiler sampling their task
+#: threads, every server's event-loop health tick and its system monitor of CPU, memory and
+#: network. A fit's workers, one per core, share their cores with them (docs/dask.md,
+#: "distributed's housekeeping"; their cost in docs/benchmarks.md).
+HOUSEKEEPING = {
+    "distributed.worker.profile.interval": ("10ms", "100ms"),
+    "distributed.admin.tick.interval": ("20ms", "500ms"),
+    "distributed.admin.system-monitor.interval": ("500ms", "2s"),
+}
+
+
+def housekeeping() -> dict:
+    """The Dask settings of :data:`HOUSEKEEPING` that muflow's LocalCluster takes: those
+    still at distributed's default (a value the user set, in a Dask configuration file, a
+    ``DASK_*`` variable or ``dask.config.set``, is kept)."""
+    import dask
+
+    return {key: ours for key, (default, ours) in HOUSEKEEPING.items()
+            if str(dask.config.get(key, default)) == default}
+
+
 def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | None = None,
                   memory_limit="auto", memory_fraction: float = 0.8, **kwargs):
     """A ``LocalCluster`` of worker processes sized to the machine's cores.
@@ -43,10 +65,12 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | Non
     task's solve on its worker's threads. BLAS inside a worker keeps one thread (the
     nanny's ``OMP_NUM_THREADS=1``), so workers do not oversubscribe the cores;
     ``memory_fraction`` of the machine's memory is split evenly between them, unless
-    ``memory_limit`` says otherwise.
+    ``memory_limit`` says otherwise. distributed's periodic chores run less often
+    (:func:`housekeeping`).
     """
     import logging
 
+    import dask
     from distributed import LocalCluster
 
     # a task that fails (a full disk, say) reaches the caller as one exception, which the
@@ -67,7 +91,9 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | Non
     # the workers ignore Ctrl-C: one to the terminal's process group reaches this process,
     # which closes the cluster in order (each worker's own KeyboardInterrupt printed a
     # traceback, and the run waited on workers that were gone)
-    with sigint_ignored():
+    # the scheduler and the nannies read the settings as they start, and each nanny hands
+    # them to its worker process (and to a worker it restarts)
+    with sigint_ignored(), dask.config.set(housekeeping()):
         return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
                             processes=True, memory_limit=memory_limit,
                             dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)

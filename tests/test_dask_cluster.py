@@ -1,0 +1,42 @@
+"""muflow's own LocalCluster (:func:`muflow.dask.cluster.local_cluster`, the one ``python -m
+muflow run`` starts): distributed's periodic chores run less often on its scheduler and in
+its worker processes, and a value the user set is kept."""
+
+from __future__ import annotations
+
+import dask
+
+from muflow.dask.cluster import HOUSEKEEPING, housekeeping, local_cluster
+
+TICK = "distributed.admin.tick.interval"
+
+
+def _settings():
+    return {key: dask.config.get(key) for key in HOUSEKEEPING}
+
+
+def test_housekeeping_takes_only_the_settings_left_at_distributeds_default():
+    assert housekeeping() == {key: ours for key, (_, ours) in HOUSEKEEPING.items()}
+    with dask.config.set({TICK: "50ms"}):
+        assert TICK not in housekeeping()
+        assert set(housekeeping()) == set(HOUSEKEEPING) - {TICK}
+
+
+def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often():
+    from distributed import Client
+
+    with dask.config.set({TICK: "50ms"}):  # the user's own value
+        with local_cluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB",
+                           dashboard_address=None) as cluster, Client(cluster) as client:
+            [seen] = client.run(_settings).values()
+            [(tick, monitor)] = client.run(
+                lambda dask_worker: (dask_worker._tick_interval,
+                                     dask_worker.periodic_callbacks["monitor"].callback_time)
+            ).values()
+            scheduler = cluster.scheduler
+            assert scheduler.periodic_callbacks["monitor"].callback_time == 2000
+    assert seen == {"distributed.worker.profile.interval": "100ms", TICK: "50ms",
+                    "distributed.admin.system-monitor.interval": "2s"}
+    assert (tick, monitor) == (0.05, 2000)
+    # nothing of it stays in this process's configuration
+    assert _settings()[TICK] == HOUSEKEEPING[TICK][0]
