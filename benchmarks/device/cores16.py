@@ -138,11 +138,14 @@ def dask_fit(n, workers, threads):
     if workers == 0:
         return one_fit("muflow", data, params)
     import muflow
-    from distributed import Client, LocalCluster
+    from distributed import Client
+
+    from muflow.dask.cluster import local_cluster
 
     Xtr, ytr, Xte, yte = data
-    with LocalCluster(n_workers=workers, threads_per_worker=threads, processes=True,
-                      dashboard_address=None, memory_limit=0) as cluster, Client(cluster) as client:
+    # the LocalCluster `python -m muflow run` starts, as benchmarks/bench_scaling.py's dask case
+    with local_cluster(workers, threads_per_worker=threads, dashboard_address=None,
+                       memory_limit=0) as cluster, Client(cluster) as client:
         client.wait_for_workers(workers)
         muflow.SVC(client=client, **params).fit(Xtr[:5000], ytr[:5000])  # workers' imports, loops
         t = time.perf_counter()
