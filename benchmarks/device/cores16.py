@@ -13,7 +13,11 @@ scikit-learn-intelex's oneDAL on TBB (every core). Rows:
   ``GridSearchCV(sklearnex SVC(), n_jobs=1)`` (oneDAL threads each fit), at ``--big-cores``;
 - 120,000 generated: muflow in process against ``SVC(client=...)`` on a LocalCluster of
   8 workers x 2 threads, and 1 worker x 2 threads (the workers' speed-up), at
-  ``--big-cores``.
+  ``--big-cores``;
+- the working-set size at many cores (case ``q``, muflow alone): the a8a fit at
+  ``--big-cores`` with q of :func:`muflow.solvers.working_set_loop.default_q` (512 for
+  a8a), twice and four times it. muflow chooses q by n alone, so that a fit's result does
+  not depend on its threads; these rows say what a q chosen by the threads would gain.
 
 Cases that would not end within ``--budget`` seconds (by the issue's own figures, scaled)
 are skipped and say so. The accuracy (held-out for fits, best mean CV for the sweep) is
@@ -45,7 +49,7 @@ GAMMAS = [0.01, 0.05]
 FOLDS, SEED = 5, 0
 #: Seconds each case took on the issue's 16-core Xeon (both sides, process starts
 #: included, roughly): the budget check skips a case that would not fit.
-EXPECTED_S = {"a8a": 15, "gen": 60, "sweep": 230, "dask8": 100, "dask1": 90}
+EXPECTED_S = {"a8a": 15, "gen": 60, "sweep": 230, "dask8": 100, "dask1": 90, "q": 30}
 
 
 def data_dir() -> Path:
@@ -98,8 +102,12 @@ def warm_fit(side, X, y, n, params):
     estimator(side, **params, **extra).fit(X[:m], y[:m])
 
 
-def one_fit(side, data, params):
+def one_fit(side, data, params, q=None):
     Xtr, ytr, Xte, yte = data
+    if q:  # the in-process working set's size, in place of default_q(n)
+        import muflow.solvers.working_set as working_set
+
+        working_set.default_q = lambda n: q
     warm_fit(side, Xtr, ytr, Xtr.shape[0], params)
     t = time.perf_counter()
     model = estimator(side, **params).fit(Xtr, ytr)
@@ -157,7 +165,7 @@ def dask_fit(n, workers, threads):
 def measure(args) -> dict:
     case, side = args.case, args.side
     if case == "a8a":
-        return one_fit(side, load_a8a(args.rows), {"gamma": 0.05, "C": 1.0})
+        return one_fit(side, load_a8a(args.rows), {"gamma": 0.05, "C": 1.0}, q=args.q)
     if case == "gen":
         return one_fit(side, generated(args.n), {"gamma": 0.02, "C": 1.0})
     if case == "sweep":
@@ -194,7 +202,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cores", default="2,8,16", help="a8a fit at each of these core counts")
     p.add_argument("--big-cores", type=int, default=16, help="cores of the other rows")
-    p.add_argument("--cases", default="a8a,gen,sweep,dask")
+    p.add_argument("--cases", default="a8a,gen,sweep,dask,q")
     p.add_argument("--rows", type=int, default=0, help="a8a training rows (0: all 22,696)")
     p.add_argument("--n-gen", type=int, default=100_000)
     p.add_argument("--n-dask", type=int, default=120_000)
@@ -203,6 +211,7 @@ def main():
     # the measured side
     p.add_argument("--case"), p.add_argument("--side"), p.add_argument("--n", type=int)
     p.add_argument("--workers", type=int, default=0), p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--q", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.case:
         print(json.dumps(measure(args)))
@@ -259,6 +268,16 @@ def main():
             print(f"| {args.n_dask:,} generated, 1 worker x 2 threads vs {workers} workers x 2 "
                   f"threads | {cell(one)} | {cell(spread)} | {ratio(spread, one)} (speed-up) |",
                   flush=True)
+    if "q" in cases and fits("q", EXPECTED_S["q"] * scale):
+        from muflow.solvers.working_set_loop import default_q
+
+        q0 = default_q(args.rows or 22_696)
+        argv = ["--case", "a8a", "--rows", str(args.rows), "--side", "muflow"]
+        base = pinned(big, argv, timeout)
+        for q in (2 * q0, 4 * q0):
+            other = pinned(big, argv + ["--q", str(q)], timeout)
+            print(f"| a8a fit, {big} cores, working set q = {q0} (default) vs {q} | {cell(base)} | "
+                  f"{cell(other)} | {ratio(other, base)} (q {q0} / q {q}) |", flush=True)
     print(f"total {time.perf_counter() - t0:.0f} s; ratio = scikit-learn-intelex's time / "
           "muflow's (above 1: muflow faster); (accuracy) held-out, or best mean CV for sweeps")
 
