@@ -305,16 +305,24 @@ _blas_single_threaded = blas_single_threaded
 default_threads = thread_budget
 
 
+#: A batch of fewer than ``PANELS_A_BATCH * block_rows`` rows is cut into this many panels
+#: (:func:`run_panels`), so that a small batch spreads over the threads (a panel reads all
+#: of the columns' data: smaller panels would read it more often).
+PANELS_A_BATCH = 8
+
+
 def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None) -> None:
     """Call ``work(p0, p1, worker)`` for consecutive panels ``[p0, p1)`` covering
     ``n_items`` rows on ``n_threads`` threads (default the process's budget,
     :func:`muflow.threads.thread_budget`), BLAS on one thread each.
 
-    Panels have at most ``block_rows`` rows, fewer when that spreads a small batch over
-    every thread (a panel reads all of the columns' data: more panels than that would read
-    it more often); each thread takes the next panel when it is free
-    (:func:`muflow.threads.deal`) and ``worker`` names the thread's scratch buffers. A
-    single panel runs in the calling thread.
+    Panels have at most ``block_rows`` rows, fewer when that cuts a small batch into
+    :data:`PANELS_A_BATCH` panels; they depend on ``n_items`` and ``block_rows`` alone,
+    never on the threads, so that each value is computed by the same BLAS calls whatever
+    the number of threads (BLAS rounds a row by the shape of the product it is computed
+    in). Each thread takes the next panel when it is free (:func:`muflow.threads.deal`) and
+    ``worker`` names the thread's scratch buffers. A single panel runs in the calling
+    thread.
     """
     begin_panels(n_items, block_rows, work, n_threads=n_threads).join()
 
@@ -324,7 +332,7 @@ def begin_panels(n_items: int, block_rows: int, work, *, n_threads: int | None =
     :meth:`~muflow.thread_pool.Begun.join` that ends it (:func:`begin_held`)."""
     # a forked child's share holds whatever count its caller carries from the parent
     n_threads = min(n_threads, thread_cap() or n_threads) if n_threads else thread_budget()
-    block = max(1, min(int(block_rows), -(-n_items // n_threads)))
+    block = max(1, min(int(block_rows), -(-n_items // PANELS_A_BATCH)))
     starts = list(range(0, n_items, block))
 
     def panel(k, worker):
@@ -345,52 +353,10 @@ def begin_held(piece, n_pieces: int, n_workers: int):
         raise
 
 
-#: Ranges of columns a thread's share of a row batch is cut into (:func:`pieces_for`), so
-#: that a thread slowed by other work takes fewer of them.
-PIECES_PER_THREAD = 4
-
-
-#: A piece of a row batch shared out by columns (:func:`pieces_for`) has at least this many
-#: entries of K: below it, handing the piece to another thread costs more than computing it.
+#: A tile of a row batch (:meth:`muflow.kernel_rows.KernelRows._begin_tiles`) is handed to
+#: another thread only where the batch has this many entries a thread: below it, handing a
+#: tile over costs more than computing it.
 MIN_PIECE_ENTRIES = 32768
-
-
-def pieces_for(n_threads: int, entries: int | None = None) -> int:
-    """How many pieces a batch shared out over ``n_threads`` threads is cut into: one for
-    one thread, :data:`PIECES_PER_THREAD` a thread otherwise, and no more than pieces of
-    :data:`MIN_PIECE_ENTRIES` each where the batch has ``entries`` entries in all (a
-    working set's last few missing rows: one piece, in the calling thread). Only a batch
-    whose values do not depend on where the pieces end may be given ``entries`` (the
-    sparse rows' compiled loop; BLAS rounds a product of a few rows by its width)."""
-    pieces = int(n_threads) * PIECES_PER_THREAD if n_threads > 1 else 1
-    if entries is not None:
-        pieces = min(pieces, max(1, int(entries) // MIN_PIECE_ENTRIES))
-    return pieces
-
-
-def column_ranges(n: int, parts: int, align: int = 16) -> np.ndarray:
-    """Edges of ``parts`` near-equal ranges of [0, n) (fewer when n is small), every inner
-    edge a multiple of ``align``: ``edges[w] <= ... < edges[w + 1]`` is part w."""
-    parts = max(1, min(int(parts), -(-int(n) // align)))
-    edges = np.linspace(0, n, parts + 1)
-    edges[1:-1] = np.round(edges[1:-1] / align) * align
-    return np.unique(edges.astype(np.int64))
-
-
-def run_ranges(edges, work, n_threads: int | None = None) -> None:
-    """Call ``work(lo, hi, worker)`` for each range ``[edges[k], edges[k + 1])`` on
-    ``n_threads`` threads (default one a range), each taking the next range when it is free
-    (:func:`muflow.threads.deal`; ``worker`` names the thread), BLAS on one thread each."""
-    begin_ranges(edges, work, n_threads).join()
-
-
-def begin_ranges(edges, work, n_threads: int | None = None):
-    """:func:`run_ranges` begun on the other threads, the caller's share left for the join
-    (:func:`begin_held`)."""
-    edges = [int(e) for e in edges]
-    n_ranges = len(edges) - 1
-    return begin_held(lambda k, worker: work(edges[k], edges[k + 1], worker), n_ranges,
-                      n_ranges if n_threads is None else n_threads)
 
 
 def contiguous_run(index: np.ndarray) -> int | None:
@@ -489,4 +455,4 @@ def gram_rows_into(X, kernel: Kernel, out, start: int = 0, block_rows: int = 256
 
 
 __all__ = ["block_input", "numpy_gram", "gram_rows_into", "gram_dtype", "row_source", "RowSource", "Columns",
-           "run_panels", "pieces_for", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]
+           "run_panels", "DENSIFY_MAX_FEATURES", "FLOAT64_GRAM_MAX_SAMPLES"]

@@ -31,21 +31,24 @@ import numpy as np
 
 from muflow import kernel_entries
 from muflow.exceptions import MuflowInputError
-from muflow.inmemory import (PRODUCT_KERNELS, Columns, begin_panels, begin_ranges,
-                             column_ranges, contiguous_run, default_threads, gram_dtype,
-                             pieces_for, row_source, run_panels)
+from muflow.inmemory import (MIN_PIECE_ENTRIES, PRODUCT_KERNELS, Columns, begin_held,
+                             begin_panels, contiguous_run, default_threads, gram_dtype,
+                             row_source, run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.thread_pool import Begun
 
 #: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
 PRODUCT_PANEL_BYTES = 32 * 2**20
-#: Rows bound for non-consecutive cache slots are computed this many bytes of columns at a
-#: time (:meth:`KernelRows._panel_by_chunks`; a chunk's scratch block stays in the CPU's
+#: Rows of dense X (a product kernel) are computed this many bytes of columns at a
+#: time (:meth:`KernelRows._begin_tiles`; a chunk's scratch block stays in the CPU's
 #: cache, and the chunk is long enough that a BLAS call's setup is small next to it).
 CHUNK_BYTES = 2 * 2**20
 #: ... and at least this many columns a chunk (a BLAS call per chunk costs its setup).
 MIN_CHUNK_COLUMNS = 256
+#: ... and at most n / COLUMN_TILES columns, so that a batch of a few rows (a working set's
+#: missing rows) is cut into enough tiles for many threads to share.
+COLUMN_TILES = 32
 
 
 class KernelRows(GramOperator):
@@ -171,33 +174,67 @@ class KernelRows(GramOperator):
         """rbf on sparse float32 rows: one compiled call a range of columns."""
         return self.kernel.name == "rbf" and self.source.csr is not None and self.dtype == np.float32
 
-    def _panel_by_chunks(self, rows, data, target, scratch, worker) -> None:
-        """``K(X[rows], X)`` into ``data[target]`` (rows of non-consecutive cache slots),
-        :data:`CHUNK_BYTES` of columns at a time.
+    def _chunk_width(self, k: int) -> int:
+        """Columns of a chunk of ``k`` rows (:meth:`_chunks_into`): :data:`CHUNK_BYTES` of
+        them, no more than n / :data:`COLUMN_TILES`, no fewer than
+        :data:`MIN_CHUNK_COLUMNS`, a multiple of 16. It depends on k, n and the dtype
+        alone, never on the threads."""
+        width = min(CHUNK_BYTES // (k * self.dtype.itemsize), -(-self.n // COLUMN_TILES))
+        return min(self.n, max(MIN_CHUNK_COLUMNS, -(-width // 16) * 16))
 
-        Each chunk's product and finish stay in the CPU's cache until they reach their rows:
-        the rows cross memory once, where a panel computed whole and then scattered crosses
-        it three times (written, read back, written again)."""
-        source = self.source
-        A = None if self._sparse_rbf else source.X[rows]  # the sparse call reads X's CSR
-        self._chunks_into(rows, A, source.sq[rows], rows, data, target, scratch, worker)
+    def _row_groups(self, k: int) -> np.ndarray:
+        """Edges of the groups a batch of ``k`` rows is computed in: ``ceil(k /
+        block_rows)`` groups of near-equal size, whatever the threads."""
+        groups = max(1, -(-k // self.block_rows))
+        return np.arange(groups + 1, dtype=np.int64) * k // groups
+
+    def _begin_tiles(self, rows, A, sq_A, same_rows, data, slots, threads: int):
+        """Rows A (``rows``: their indices in X, or None for rows that need not be rows of
+        X) into ``data[slots]``, as the tiles of one grid, row groups
+        (:meth:`_row_groups`) by column chunks (:meth:`_chunk_width`), dealt to
+        ``threads`` threads as they come free.
+
+        The grid depends on the rows, n and the dtype alone: every entry is computed by the
+        same BLAS call, of the same shape, whatever the number of threads (BLAS rounds an
+        entry by the shape of the product it is computed in: OpenBLAS's AVX2 kernels
+        round a row of an odd number of rows, or the last columns of a product, otherwise
+        than inside a larger one), so the rows are the same to the bit on 1 thread or 16.
+        A thread's tile reads only its columns of X; a tile's product and finish stay in
+        the CPU's cache until they reach their rows. A small batch is not handed to other
+        threads (below :data:`muflow.inmemory.MIN_PIECE_ENTRIES` entries a thread)."""
+        k = sq_A.size
+        edges = self._row_groups(k)
+        tiles = []
+        for g in range(edges.size - 1):
+            width = self._chunk_width(int(edges[g + 1] - edges[g]))
+            tiles += [(g, c0, min(self.n, c0 + width)) for c0 in range(0, self.n, width)]
+        scratch = {}
+
+        def tile(i, worker):
+            g, c0, c1 = tiles[i]
+            r0, r1 = int(edges[g]), int(edges[g + 1])
+            self._chunks_into(None if rows is None else rows[r0:r1],
+                              None if A is None else A[r0:r1], sq_A[r0:r1],
+                              same_rows[r0:r1], data, slots[r0:r1], scratch, worker,
+                              columns=(c0, c1))
+
+        workers = max(1, min(int(threads), k * self.n // MIN_PIECE_ENTRIES))
+        return begin_held(tile, len(tiles), workers)
 
     def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,
                      consume=None, columns=None) -> None:
-        """The chunk loop of :meth:`_panel_by_chunks` for prepared rows A (``rows``: their
+        """The chunk loop of :meth:`_begin_tiles` for prepared rows A (``rows``: their
         indices in X for the sparse-row product, or None); ``same_rows[r] = c >= 0`` where
         A[r] is row c of X. ``consume(c0, c1, piece)``, when given, takes each chunk of
         columns while it is in the CPU's cache instead of its being written to ``data``.
-        ``columns = (lo, hi)`` limits the loop to those columns (a thread's share of the
-        rows, :meth:`rows_into`); chunks start at multiples of 16 columns whatever the
-        range, so every entry is computed by the same instructions however the columns are
-        shared out."""
+        ``columns = (lo, hi)`` limits the loop to those columns (one tile of
+        :meth:`_begin_tiles`); chunks of :meth:`_chunk_width` columns start at ``lo``."""
         source = self.source
         lo, hi = (0, self.n) if columns is None else columns
         if rows is not None and consume is None and self._sparse_rbf:
             return source.sparse_rbf_rows(self.kernel, rows, sq_A, same_rows, data, target)(lo, hi)
         k = A.shape[0]
-        width = min(self.n, max(MIN_CHUNK_COLUMNS, CHUNK_BYTES // (k * self.dtype.itemsize) // 16 * 16))
+        width = self._chunk_width(k)
         buf = scratch.get(worker)
         if buf is None or buf.size < k * width:
             buf = scratch[worker] = np.empty(k * width, dtype=self.dtype)
@@ -241,14 +278,8 @@ class KernelRows(GramOperator):
                      else np.asarray(same_rows, dtype=np.int64))
         if self._chunked:
             A, sq_A = self.source.prepare(A)
-            scratch = {} if scratch is None else scratch
-
-            def work(c0, c1, worker):
-                self._chunks_into(None, A, sq_A, same_rows, data, slots, scratch, worker,
-                                  columns=(c0, c1))
-
             threads = max(1, self.n_threads or default_threads())
-            begun = begin_ranges(column_ranges(self.n, pieces_for(threads)), work, threads)
+            begun = self._begin_tiles(None, A, sq_A, same_rows, data, slots, threads)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
@@ -265,8 +296,9 @@ class KernelRows(GramOperator):
 
     def rows_into(self, idx, data: np.ndarray, slots) -> None:
         """Write ``K[idx[r], :]`` into ``data[slots[r]]`` (the row cache's storage, C-ordered,
-        the operator's dtype): panels whose slots are consecutive are computed in place,
-        the others through one panel of scratch per thread."""
+        the operator's dtype): dense X's rows of a product kernel as the tiles of
+        :meth:`_begin_tiles`; the others by panels of ``block_rows`` rows, computed in place
+        where their slots are consecutive."""
         self.begin_rows_into(idx, data, slots).join()
 
     def begin_rows_into(self, idx, data: np.ndarray, slots):
@@ -280,11 +312,16 @@ class KernelRows(GramOperator):
             raise MuflowInputError("rows_into needs one slot per row and data of shape (slots, n)")
         if data.dtype != self.dtype or not data.flags.c_contiguous:
             raise MuflowInputError(f"rows_into writes into a C-ordered {self.dtype} array, got {data.dtype}")
+        if self._chunked:
+            threads = max(1, self.n_threads or default_threads())
+            source = self.source
+            A = None if self._sparse_rbf else source.X[idx]  # the sparse call reads X's CSR
+            begun = self._begin_tiles(idx, A, source.sq[idx], idx, data, slots, threads)
+            return self._counted(begun, idx.size, t)
         block = self.block_rows
         scratch = {}
-        chunked = self._chunked
 
-        def work(p0, p1, worker):
+        def work(p0, p1, worker):  # sparse X, laplacian: entries that no blocking rounds
             rows = idx[p0:p1]
             first = contiguous_run(rows)
             index = slice(first, first + rows.size) if first is not None else rows
@@ -292,41 +329,13 @@ class KernelRows(GramOperator):
             if start is not None:
                 self._panel(index, data[start:start + rows.size])
                 return
-            if chunked:
-                self._panel_by_chunks(rows, data, slots[p0:p1], scratch, worker)
-                return
             buf = scratch.get(worker)
             if buf is None:
                 buf = scratch[worker] = np.empty((min(block, idx.size), self.n), dtype=self.dtype)
-            panel = self._panel(index, buf[: rows.size])
-            data[slots[p0:p1]] = panel
+            data[slots[p0:p1]] = self._panel(index, buf[: rows.size])
 
-        threads = max(1, self.n_threads or default_threads())
-        if chunked and threads > 1 and -(-idx.size // block) < pieces_for(threads):
-            begun = self._rows_by_columns(idx, data, slots, threads)
-        else:
-            begun = begin_panels(idx.size, block, work, n_threads=self.n_threads)
+        begun = begin_panels(idx.size, block, work, n_threads=self.n_threads)
         return self._counted(begun, idx.size, t)
-
-    def _rows_by_columns(self, idx, data, slots, threads: int):
-        """Rows ``idx`` into ``data[slots]`` with the columns shared out: fewer panels than
-        :func:`muflow.inmemory.pieces_for` the threads (a working set's missing rows), so each
-        range of columns computes every row and reads only its part of X (split by rows,
-        each thread would stream all of X); the ranges go to the threads as they come free."""
-        source = self.source
-        if self._sparse_rbf:  # entries that do not depend on the ranges: few go unshared
-            into = source.sparse_rbf_rows(self.kernel, idx, source.sq[idx], idx, data, slots)
-            return begin_ranges(column_ranges(self.n, pieces_for(threads, idx.size * self.n)),
-                                lambda c0, c1, worker: into(c0, c1), threads)
-        edges = column_ranges(self.n, pieces_for(threads))
-        A, sq_A = source.X[idx], source.sq[idx]
-        scratch = {}
-
-        def work(c0, c1, worker):
-            self._chunks_into(idx, A, sq_A, idx, data, slots, scratch, worker,
-                              columns=(int(c0), int(c1)))
-
-        return begin_ranges(edges, work, threads)
 
     def entries_into(self, rows, cols, out: np.ndarray) -> np.ndarray:
         """``K[rows][:, cols]`` into ``out`` (:func:`muflow.kernel_entries.entries_into`)."""

@@ -24,6 +24,7 @@ from muflow.solvers.problem import DualProblem
 from muflow.solvers.rowcache import RowCache
 from muflow.solvers.smo import solve_smo
 from muflow.solvers.working_set import solve_working_set
+from muflow.thread_pool import Begun
 from tests._references import KERNELS, a8a, mostly_zeros
 
 #: float32 rows are one sgemm: errors of about 6e-8 ||a|| ||b|| per product
@@ -211,15 +212,61 @@ def test_sparse_rbf_rows_in_one_call_equal_the_product_finish_and_copy(mostly_ze
             assert np.array_equal(fused[slots, rows], np.float32(np.full(k, 1.0 + offset)))
 
 
-def test_a_batch_of_few_entries_is_not_shared_out():
-    """A few rows are one piece (the calling thread); more are :data:`PIECES_PER_THREAD` a
-    thread, never pieces below :data:`MIN_PIECE_ENTRIES` entries."""
-    from muflow.inmemory import MIN_PIECE_ENTRIES, PIECES_PER_THREAD, pieces_for
+def test_a_batch_of_few_entries_is_not_shared_out(monkeypatch):
+    """A batch's tiles go to other threads only where it has
+    :data:`~muflow.inmemory.MIN_PIECE_ENTRIES` entries a thread; the tiles are the same
+    whatever the threads."""
+    import muflow.kernel_rows as kernel_rows
+    from muflow.inmemory import MIN_PIECE_ENTRIES
 
-    assert pieces_for(1) == 1 and pieces_for(4) == 4 * PIECES_PER_THREAD
-    assert pieces_for(4, MIN_PIECE_ENTRIES - 1) == 1
-    assert pieces_for(4, 3 * MIN_PIECE_ENTRIES) == 3
-    assert pieces_for(4, 10**9) == 4 * PIECES_PER_THREAD
+    X = np.random.default_rng(3).normal(size=(2000, 8))
+    dealt = []
+
+    def record(piece, n_pieces, n_workers):
+        dealt.append((n_pieces, n_workers))
+        for k in range(n_pieces):
+            piece(k, 0)
+        return Begun(None, [])
+
+    monkeypatch.setattr(kernel_rows, "begin_held", record)
+    for threads in (1, 4):
+        op = KernelRows(X, Kernel("rbf", gamma=0.1), dtype="float32", n_threads=threads)
+        few = MIN_PIECE_ENTRIES // 2000  # rows whose entries make one thread's worth
+        for k in (few, 3 * few, 40 * few):
+            op.rows_into(np.arange(k), np.empty((k, 2000), np.float32), np.arange(k))
+    tiles = [n for n, _ in dealt]
+    assert tiles[:3] == tiles[3:] and tiles[0] > 1  # the same tiles on 1 and 4 threads
+    assert [w for _, w in dealt] == [1, 1, 1, 1, 2, 4]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kernel", [Kernel("rbf", gamma=0.1), Kernel("linear")], ids=["rbf", "linear"])
+def test_rows_are_the_same_to_the_bit_on_any_number_of_threads(dtype, kernel, monkeypatch):
+    """Rows of dense X are computed by the same BLAS calls whatever the threads
+    (:meth:`~muflow.kernel_rows.KernelRows._begin_tiles`): odd numbers of rows, rows in
+    scattered slots and foreign rows, on 1, 2 and 3 threads, equal to the bit. BLAS rounds a
+    row by the shape of the product (OpenBLAS's AVX2 kernels: an odd row count, the last
+    columns of a call), so a split by the threads would not give this."""
+    import muflow.kernel_rows as kernel_rows
+
+    monkeypatch.setattr(kernel_rows, "MIN_PIECE_ENTRIES", 1)  # share even small batches
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(1500, 13))
+    foreign = rng.normal(size=(7, 13))
+    ops = [KernelRows(X, kernel, dtype=dtype, block_rows=16, n_threads=t) for t in (1, 2, 3)]
+    for k in (1, 3, 5, 37):
+        idx = rng.permutation(1500)[:k]
+        slots = rng.permutation(64)[:k]
+        rows = []
+        for op in ops:
+            data = np.full((64, 1500), np.nan, dtype=dtype)
+            op.rows_into(idx, data, slots)
+            other = np.full((64, 1500), np.nan, dtype=dtype)
+            op.foreign_rows_into(foreign[: min(k, 7)], other, slots[: min(k, 7)])
+            rows.append((data, other))
+        for data, other in rows[1:]:
+            assert np.array_equal(data, rows[0][0], equal_nan=True)
+            assert np.array_equal(other, rows[0][1], equal_nan=True)
 
 
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
@@ -502,9 +549,10 @@ def test_laplacian_rows_into_scattered_slots_are_the_kernel_block():
 def test_a_working_sets_square_block_is_the_same_entries_by_any_blocks(X, mostly_zero_X, kernel,
                                                                          dtype, form, monkeypatch):
     """``square_entries(B)`` (the working set's K_BB, prepared once and computed a block of
-    rows at a time): bit for bit the entries :meth:`entries_into` gives, whatever the blocks,
-    and the values of the rows' own panels (the solver's K_BB must not depend on whether the
-    rows were cached)."""
+    rows at a time): bit for bit the entries :meth:`entries_into` gives for the same rows,
+    whatever the blocks, and within round-off of the whole block and of the rows' own panels
+    (BLAS may round a row by the number of rows it is computed with: the solver cuts K_BB
+    into blocks of a fixed size, :data:`muflow.solvers.working_set.ENTRY_BLOCK`)."""
     X = mostly_zero_X if form == "mostly-zero" else X
     op = KernelRows(as_input(X, "dense" if form == "mostly-zero" else form, monkeypatch), kernel,
                     dtype=dtype, block_rows=3)
@@ -517,5 +565,8 @@ def test_a_working_sets_square_block_is_the_same_entries_by_any_blocks(X, mostly
         got = np.full((B.size, B.size), np.nan, dtype=op.dtype)
         for r0, r1 in zip(edges[:-1], edges[1:]):
             part(r0, r1, got[r0:r1])
-        np.testing.assert_array_equal(got, whole)
+            same = op.entries_into(B[r0:r1], B, np.empty((r1 - r0, B.size), dtype=op.dtype))
+            np.testing.assert_array_equal(got[r0:r1], same)
+        np.testing.assert_allclose(got, whole, rtol=1e-6 if dtype == "float32" else 1e-14,
+                                   atol=1e-6 if dtype == "float32" else 1e-13)
     np.testing.assert_allclose(whole, op.rows_native(B)[:, B], **TOLERANCE[dtype])

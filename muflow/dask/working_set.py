@@ -37,8 +37,9 @@ client from the candidates' rows of X (second order on both sides).
 
 A worker of several threads begins its rows of B on the others while the thread that serves
 its calls solves the subproblem, then takes the rows left (:meth:`PartitionColumn.prefetch`),
-as in process and as oneDAL's solver computes them; a worker of one thread
-computes the rows of the variables that moved once it has solved. The first candidates, and
+as in process and as oneDAL's solver computes them; a worker of one thread computes the
+same rows once it has solved (the same rows on any number of threads, so that each is
+computed by the same BLAS calls and the step is the same to the bit). The first candidates, and
 those after a reactivation, come with a call that carries no step
 (:meth:`PartitionedState.extremes`). Nothing of size n crosses the network per iteration; G
 is pulled once per certificate.
@@ -163,15 +164,12 @@ class PartitionColumn:
         the step applied to this slice, the shrink when due, and the next candidates
         (:meth:`iterate`). A worker of several threads begins its rows of B on the others
         while the thread serving the call solves (:meth:`prefetch`), as in process; a worker of
-        one thread computes the rows of the variables that moved after it has solved. Returns
+        one thread computes the same rows after it has solved. Returns
         ``((new, change, steps), candidates)``."""
         B = np.asarray(B, dtype=np.int64)
         XB = self._whole(XB, B)
         self.settle()
-        if self.n_threads > 1:
-            self.prefetch(XB, B)
-        else:
-            self.offered.offer(XB, B)
+        self.prefetch(XB, B)
         try:
             new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
         except BaseException:
