@@ -30,7 +30,8 @@ def test_a_scheduler_closed_mid_fit_gives_a_muflow_error_naming_it(tmp_path, mon
     outcome = {}
 
     def fit():
-        client = Client(address)
+        # distributed gives up reconnecting after the client's timeout (30 s by default)
+        client = Client(address, timeout=5)
         try:
             model = muflow.SVC(gamma=0.5, solver="m3", max_iter=10**7, tol=1e-12, client=client)
             outcome["model"] = model.fit(X, y)
