@@ -188,17 +188,18 @@ class KernelRows(GramOperator):
         groups = max(1, -(-k // self.block_rows))
         return np.arange(groups + 1, dtype=np.int64) * k // groups
 
-    def _begin_tiles(self, rows, A, sq_A, same_rows, data, slots, threads: int):
+    def _begin_tiles(self, rows, A, sq_A, same_rows, data, slots, scratch=None):
         """Rows A (``rows``: their indices in X, or None for rows that need not be rows of
         X) into ``data[slots]``, as the tiles of one grid, row groups
-        (:meth:`_row_groups`) by column chunks (:meth:`_chunk_width`), dealt to
-        ``threads`` threads as they come free.
+        (:meth:`_row_groups`) by column chunks (:meth:`_chunk_width`), dealt to the
+        operator's threads as they come free. ``scratch``: a dict kept by the caller, whose
+        chunk buffers are reused across calls.
 
         The grid depends on the rows, n and the dtype alone: every entry is computed by the
         same BLAS call, of the same shape, whatever the number of threads (BLAS rounds an
         entry by the shape of the product it is computed in: OpenBLAS's AVX2 kernels
         round a row of an odd number of rows, or the last columns of a product, otherwise
-        than inside a larger one), so the rows are the same to the bit on 1 thread or 16.
+        than inside a larger one), so the rows are the same to the bit on any number of threads.
         A thread's tile reads only its columns of X; a tile's product and finish stay in
         the CPU's cache until they reach their rows. A small batch is not handed to other
         threads (below :data:`muflow.inmemory.MIN_PIECE_ENTRIES` entries a thread)."""
@@ -208,7 +209,7 @@ class KernelRows(GramOperator):
         for g in range(edges.size - 1):
             width = self._chunk_width(int(edges[g + 1] - edges[g]))
             tiles += [(g, c0, min(self.n, c0 + width)) for c0 in range(0, self.n, width)]
-        scratch = {}
+        scratch = {} if scratch is None else scratch
 
         def tile(i, worker):
             g, c0, c1 = tiles[i]
@@ -218,7 +219,8 @@ class KernelRows(GramOperator):
                               same_rows[r0:r1], data, slots[r0:r1], scratch, worker,
                               columns=(c0, c1))
 
-        workers = max(1, min(int(threads), k * self.n // MIN_PIECE_ENTRIES))
+        threads = max(1, self.n_threads or default_threads())
+        workers = max(1, min(threads, k * self.n // MIN_PIECE_ENTRIES))
         return begin_held(tile, len(tiles), workers)
 
     def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,
@@ -278,8 +280,7 @@ class KernelRows(GramOperator):
                      else np.asarray(same_rows, dtype=np.int64))
         if self._chunked:
             A, sq_A = self.source.prepare(A)
-            threads = max(1, self.n_threads or default_threads())
-            begun = self._begin_tiles(None, A, sq_A, same_rows, data, slots, threads)
+            begun = self._begin_tiles(None, A, sq_A, same_rows, data, slots, scratch)
         else:  # sparse X or laplacian: the float64 block, stored in the operator's dtype
             data[slots] = self.kernel.block_into(A, self.source.X, np.empty((slots.size, self.n)),
                                                  same_rows=same_rows)
@@ -313,10 +314,9 @@ class KernelRows(GramOperator):
         if data.dtype != self.dtype or not data.flags.c_contiguous:
             raise MuflowInputError(f"rows_into writes into a C-ordered {self.dtype} array, got {data.dtype}")
         if self._chunked:
-            threads = max(1, self.n_threads or default_threads())
             source = self.source
             A = None if self._sparse_rbf else source.X[idx]  # the sparse call reads X's CSR
-            begun = self._begin_tiles(idx, A, source.sq[idx], idx, data, slots, threads)
+            begun = self._begin_tiles(idx, A, source.sq[idx], idx, data, slots)
             return self._counted(begun, idx.size, t)
         block = self.block_rows
         scratch = {}
