@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.prefect_home import prefect_home
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -19,16 +21,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def muflow_env(cwd) -> dict:
-    """The environment of a run: no Prefect setting of this shell, its own PREFECT_HOME."""
+def muflow_env(cwd, *, first_run: bool = False) -> dict:
+    """The environment of a run: no Prefect setting of this shell, its own PREFECT_HOME,
+    whose database Prefect has already created (:mod:`tests.prefect_home`) unless
+    ``first_run``: then an empty home, as on a person's first run."""
+    home = Path(cwd) / ".prefect"
+    if not first_run:
+        prefect_home(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(Path(cwd) / ".prefect"),
-               COLUMNS="120")
+    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(home), COLUMNS="120")
     return env
 
 
-def muflow(*args, cwd, env_extra=None, timeout=300):
-    env = muflow_env(cwd)
+def muflow(*args, cwd, env_extra=None, timeout=300, first_run=False):
+    env = muflow_env(cwd, first_run=first_run)
     env.update(env_extra or {})
     return subprocess.run([sys.executable, "-m", "muflow", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -37,7 +43,7 @@ def muflow(*args, cwd, env_extra=None, timeout=300):
 @pytest.mark.slow
 def test_default_run_prints_the_summary_and_writes_the_report(tmp_path):
     out = tmp_path / "run"
-    res = muflow("run", "--out", str(out), cwd=tmp_path)
+    res = muflow("run", "--out", str(out), cwd=tmp_path, first_run=True)
     assert res.returncode == 0, res.stderr[-4000:]
     for row in ("bundled breast cancer (683 x 9", "configurations", "best CV accuracy",
                 "best configuration", "test accuracy", "wall time (s)"):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.prefect_home import prefect_home
+
 httpx = pytest.importorskip("httpx")
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,8 +85,7 @@ def test_nightly_retrain_deployment_runs_on_a_real_server(tmp_path):
     t_start = time.monotonic()
     port = _free_port()
     api = f"http://127.0.0.1:{port}/api"
-    home = tmp_path / "prefect-home"
-    home.mkdir()
+    home = prefect_home(tmp_path / "prefect-home")  # its database made once a session
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update(PREFECT_HOME=str(home), PREFECT_API_URL=api, PREFECT_SERVER_ANALYTICS_ENABLED="false",
                PREFECT_WORKER_QUERY_SECONDS="1", PREFECT_WORKER_PREFETCH_SECONDS="5",
