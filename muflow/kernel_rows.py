@@ -210,9 +210,17 @@ class KernelRows(GramOperator):
             width = self._chunk_width(int(edges[g + 1] - edges[g]))
             tiles += [(g, c0, min(self.n, c0 + width)) for c0 in range(0, self.n, width)]
         scratch = {} if scratch is None else scratch
+        # sparse rbf rows: each row group's compiled call prepared once here, so that a
+        # tile holds the GIL only for the call itself, not to prepare its group's arguments
+        groups = [self.source.sparse_rbf_rows(self.kernel, rows[r0:r1], sq_A[r0:r1],
+                                              same_rows[r0:r1], data, slots[r0:r1])
+                  for r0, r1 in zip(edges[:-1].tolist(), edges[1:].tolist())
+                  ] if rows is not None and self._sparse_rbf else None
 
         def tile(i, worker):
             g, c0, c1 = tiles[i]
+            if groups is not None:
+                return groups[g](c0, c1)
             r0, r1 = int(edges[g]), int(edges[g + 1])
             self._chunks_into(None if rows is None else rows[r0:r1],
                               None if A is None else A[r0:r1], sq_A[r0:r1],
@@ -233,8 +241,6 @@ class KernelRows(GramOperator):
         :meth:`_begin_tiles`); chunks of :meth:`_chunk_width` columns start at ``lo``."""
         source = self.source
         lo, hi = (0, self.n) if columns is None else columns
-        if rows is not None and consume is None and self._sparse_rbf:
-            return source.sparse_rbf_rows(self.kernel, rows, sq_A, same_rows, data, target)(lo, hi)
         k = A.shape[0]
         width = self._chunk_width(k)
         buf = scratch.get(worker)
