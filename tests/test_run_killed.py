@@ -3,23 +3,20 @@ temporary Prefect server and its Dask workers end within 10 s."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.prefect_home import prefect_home
+from tests.test_run_command import muflow_env
 
 
 @pytest.mark.slow
 def test_a_sigkilled_run_leaves_no_process_behind(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(prefect_home(tmp_path / ".prefect")))
+    env = muflow_env(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "muflow", "run", "--out", str(tmp_path / "run")],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parent = psutil.Process(proc.pid)

@@ -16,7 +16,7 @@ import psutil
 import pytest
 from sklearn.datasets import make_classification
 
-from tests.prefect_home import prefect_home
+from tests.test_run_command import muflow_env
 from tests.test_signals import _env, _kill_all, assert_gone, stop
 
 CONFIG = """\
@@ -67,8 +67,7 @@ def _sweeping_on_workers(parent, out) -> bool:
                          ids=["Ctrl-C-to-the-group", "SIGTERM"])
 def test_a_signal_stops_the_run_and_everything_it_started(slow_config, tmp_path, signum,
                                                            whole_group):
-    env = {k: v for k, v in _env().items() if not k.startswith("PREFECT_")}
-    env.update(PREFECT_SERVER_ANALYTICS_ENABLED="false", PREFECT_HOME=str(prefect_home(tmp_path / ".prefect")))
+    env = dict(muflow_env(tmp_path), PYTHONPATH=_env()["PYTHONPATH"])
     out = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "muflow", "run", str(slow_config), "--out", str(out)],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
