@@ -152,18 +152,23 @@ class RowSource:
             np.matmul(self.X[rows] if A is None else A, BT[:, c0:c1], out=out)
         return out
 
-    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots):
+    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots, *,
+                        XT=None, sq=None):
         """``into(c0, c1)``, which writes ``data[slots[r], c0:c1] <- K(X[rows[r]],
         X[c0:c1])`` for rbf over the sparse rows (``csr``) in one compiled call
         (:func:`muflow._kernel_compiled.sparse_rbf_rows_into`): the same values as
         :meth:`product_into` followed by ``kernel.block_into``'s finish and the copy into
         ``data``; ``same_rows[r] = c >= 0`` where rows[r] is column c. The arguments are
-        prepared once here for every range of columns."""
+        prepared once here for every range of columns. ``XT`` and ``sq``, when given, are
+        the columns' X^T and squared norms in place of all of X's (the columns of a
+        subset, such as a working set's: :mod:`muflow.kernel_entries`)."""
         from muflow import _kernel_compiled as kc
 
-        args = (*self.csr, np.ascontiguousarray(rows, dtype=np.int64), self.XT,
-                np.ascontiguousarray(sq_rows, dtype=np.float64), self.sq, float(kernel.gamma),
-                np.float32(kernel.offset), np.ascontiguousarray(same_rows, dtype=np.int64),
+        args = (*self.csr, np.ascontiguousarray(rows, dtype=np.int64),
+                self.XT if XT is None else XT,
+                np.ascontiguousarray(sq_rows, dtype=np.float64), self.sq if sq is None else sq,
+                float(kernel.gamma), np.float32(kernel.offset),
+                np.ascontiguousarray(same_rows, dtype=np.int64),
                 kernel.diagonal_from_sq(sq_rows).astype(np.float32), data,
                 np.ascontiguousarray(slots, dtype=np.int64))
 

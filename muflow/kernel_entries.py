@@ -53,8 +53,16 @@ def _against(op, cols):
     source = op.source
     BT = np.ascontiguousarray(source.X[cols].T)
     sq_B = source.sq[cols]
+    one_call = source.csr is not None and op.kernel.name == "rbf"
 
     def part(rows, same, out):
+        if one_call and out.flags.c_contiguous and out.dtype == np.float32:
+            # product and finish in one compiled call, as the rows' (their entries to
+            # the bit): a block holds the GIL for a few small gathers alone
+            rows = np.asarray(rows, dtype=np.int64)
+            source.sparse_rbf_rows(op.kernel, rows, source.sq[rows], same, out,
+                                   np.arange(rows.size), XT=BT, sq=sq_B)(0, BT.shape[1])
+            return out
         if source.csr is not None and out.flags.c_contiguous:
             source.product_into(rows, BT, out)
             return op.kernel.block_into(None, None, out, sq_A=source.sq[rows], sq_B=sq_B,
