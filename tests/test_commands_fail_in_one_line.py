@@ -103,7 +103,7 @@ def test_predict_given_a_bad_file_fails_in_one_line(tmp_path):
                                (narrow, tmp_path / "model", "features"),
                                (data, tmp_path / "no-model", "no-model")):
         _, err = (proc := _muflow("predict", "--model", model, "--data", data)).communicate(
-            timeout=60)
+            timeout=180)
         assert proc.returncode == 2, err
         lines = _stderr_lines(err)
         assert len(lines) == 1 and lines[0].startswith("muflow predict: error: "), err
@@ -114,7 +114,7 @@ def test_gram_given_a_bad_file_fails_in_one_line(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("1.0,2.0,1\n1.0,oops,-1\n")
     proc = _muflow("gram", "--data", bad, "--out", tmp_path / "K.zarr")
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=180)
     assert proc.returncode == 2, err
     lines = _stderr_lines(err)
     assert len(lines) == 1 and lines[0].startswith("muflow gram: error: "), err
