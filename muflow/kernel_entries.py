@@ -53,7 +53,7 @@ def _against(op, cols):
     source = op.source
     BT = np.ascontiguousarray(source.X[cols].T)
     sq_B = source.sq[cols]
-    one_call = source.csr is not None and op.kernel.name == "rbf"
+    one_call = op._sparse_rbf  # the rows' own compiled call (KernelRows._begin_tiles)
 
     def part(rows, same, out):
         if one_call and out.flags.c_contiguous and out.dtype == np.float32:

@@ -73,7 +73,7 @@ def _config(tmp_path, text) -> Path:
 ])
 def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, text, key):
     out = tmp_path / "run"
-    res = muflow("run", str(_config(tmp_path, text)), "--out", str(out), cwd=tmp_path, timeout=180)
+    res = muflow("run", str(_config(tmp_path, text)), "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2, res.stderr
     assert key in res.stderr and "Traceback" not in res.stderr  # quoted or not
     assert not out.exists()
@@ -81,7 +81,7 @@ def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, text, 
 
 def test_a_missing_data_file_exits_2(tmp_path):
     cfg = _config(tmp_path, "[data]\npath = \"no-such.csv\"\n")
-    res = muflow("run", str(cfg), "--out", str(tmp_path / "run"), cwd=tmp_path, timeout=180)
+    res = muflow("run", str(cfg), "--out", str(tmp_path / "run"), cwd=tmp_path)
     assert res.returncode == 2 and "data.path" in res.stderr and "no-such.csv" in res.stderr
     assert not (tmp_path / "run").exists()
 
@@ -90,7 +90,7 @@ def test_an_unreachable_scheduler_exits_1_with_a_clear_message(tmp_path):
     cfg = _config(tmp_path, "[cluster]\ntimeout = 2.0\n")
     address = f"tcp://127.0.0.1:{_free_port()}"
     res = muflow("run", str(cfg), "--scheduler", address, "--out", str(tmp_path / "run"),
-                 cwd=tmp_path, timeout=180)
+                 cwd=tmp_path)
     assert res.returncode == 1, res.stderr
     assert f"no Dask scheduler answered at {address}" in res.stderr and "dask scheduler" in res.stderr
     assert not (tmp_path / "run").exists()
@@ -109,14 +109,14 @@ def test_a_non_empty_out_dir_needs_resume(tmp_path):
     out = tmp_path / "run"
     out.mkdir()
     (out / "something").write_text("x")
-    res = muflow("run", "--out", str(out), cwd=tmp_path, timeout=180)
+    res = muflow("run", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 2 and "--resume" in res.stderr
-    res = muflow("run", "--resume", "--out", str(tmp_path / "nothing"), cwd=tmp_path, timeout=180)
+    res = muflow("run", "--resume", "--out", str(tmp_path / "nothing"), cwd=tmp_path)
     assert res.returncode == 2 and "no muflow run to resume" in res.stderr
 
 
 def test_help_explains_the_options(tmp_path):
-    res = muflow("run", "--help", cwd=tmp_path, timeout=180)
+    res = muflow("run", "--help", cwd=tmp_path)
     assert res.returncode == 0
     for option in ("CONFIG.toml", "--scheduler", "--out", "--resume", "Exit codes"):
         assert option in res.stdout
