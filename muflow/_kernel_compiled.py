@@ -257,15 +257,31 @@ def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
 @njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy", boundscheck=False)
 def _sparse_row_chunk(indptr, indices, values, i, XT, s0, acc):
     """acc <- X[i, :] @ X^T[:, s0:s0 + acc.size] for the sparse row i: one AXPY a stored
-    entry, in the order of the features (:func:`sparse_rows_product`)."""
+    entry, in the order of the features (:func:`sparse_rows_product`).
+
+    Four stored entries go through the accumulator in one pass: each entry of ``acc`` is
+    still the chain of fused multiply-adds, one feature after the other, that four passes
+    of one AXPY each make (the same value to the bit), for one load and one store of
+    ``acc`` where four passes made four of each."""
     w = acc.shape[0]
     for c in range(w):
         acc[c] = np.float32(0.0)
-    for p in range(indptr[i], indptr[i + 1]):
+    p, stop = indptr[i], indptr[i + 1]
+    while p + 4 <= stop:
+        v0, v1, v2, v3 = values[p], values[p + 1], values[p + 2], values[p + 3]
+        x0 = XT[indices[p], s0:s0 + w]
+        x1 = XT[indices[p + 1], s0:s0 + w]
+        x2 = XT[indices[p + 2], s0:s0 + w]
+        x3 = XT[indices[p + 3], s0:s0 + w]
+        for c in range(w):
+            acc[c] = (((acc[c] + v0 * x0[c]) + v1 * x1[c]) + v2 * x2[c]) + v3 * x3[c]
+        p += 4
+    while p < stop:
         v = values[p]
         x = XT[indices[p], s0:s0 + w]
         for c in range(w):
             acc[c] += v * x[c]
+        p += 1
 
 
 @njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy")

@@ -180,6 +180,44 @@ def test_mostly_zero_rows_are_multiplied_as_sparse_rows_with_the_same_values(mos
     assert np.array_equal(data[slots], K[rows])
 
 
+def test_sparse_rows_take_four_entries_a_pass_with_the_bits_of_one_axpy_each():
+    """The sparse rows' product adds four stored entries of a row in one pass over the
+    accumulator (:func:`muflow._kernel_compiled._sparse_row_chunk`): each entry is the same
+    chain of fused multiply-adds, feature after feature, as one AXPY a stored entry, for
+    rows of 0 to 11 stored entries (the four-at-a-time passes and the ones left)."""
+    from numba import njit
+
+    from muflow import _kernel_compiled as kc
+
+    @njit(fastmath=kc._FLAGS, error_model="numpy")
+    def one_axpy_an_entry(indptr, indices, values, rows, XT, out):
+        for r in range(rows.shape[0]):
+            i = rows[r]
+            acc = out[r]
+            acc[:] = np.float32(0.0)
+            for p in range(indptr[i], indptr[i + 1]):
+                v = values[p]
+                for c in range(acc.shape[0]):
+                    acc[c] += v * XT[indices[p], c]
+
+    rng = np.random.default_rng(3)
+    d, n = 24, 3000
+    X = np.zeros((n, d), dtype=np.float32)
+    for i in range(n):
+        X[i, rng.choice(d, i % 12, replace=False)] = rng.standard_normal(i % 12)
+    csr = sp.csr_matrix(X)
+    parts = (csr.indptr.astype(np.int64), csr.indices.astype(np.int64), csr.data)
+    XT = np.ascontiguousarray(X.T)
+    rows = np.arange(0, n, 7, dtype=np.int64)
+    reference = np.empty((rows.size, n), dtype=np.float32)
+    one_axpy_an_entry(*parts, rows, XT, reference)
+    out = np.full((rows.size, n), np.nan, dtype=np.float32)
+    kc.sparse_rows_product(*parts, rows, XT, 0, n, out)
+    assert {int(np.diff(csr.indptr)[i]) for i in rows} == set(range(12))
+    assert np.array_equal(out, reference)
+    np.testing.assert_allclose(out, X[rows] @ X.T, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("n_threads", [1, 2, 3])
 @pytest.mark.parametrize("offset", [0.0, 0.25])
 def test_sparse_rbf_rows_in_one_call_equal_the_product_finish_and_copy(mostly_zero_X, n_threads,
