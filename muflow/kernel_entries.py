@@ -36,12 +36,23 @@ def square_entries(op, idx):
     of its rows, each entry the same as :func:`entries_into` gives, with X_B's columns, norms
     and diagonal positions prepared once for all the blocks instead of once a block. A
     block's call is compiled loops but for a few small gathers, so that threads computing
-    blocks side by side do not queue for the GIL."""
+    blocks side by side do not queue for the GIL.
+
+    Where the entries are exactly symmetric (sparse rows, rbf, float32: one compiled call
+    a block), ``part.upper(r0, r1, out)`` writes only the columns from r0 on, the block on
+    the diagonal and those right of it; the caller mirrors the rest
+    (:func:`muflow.solvers._working_set_compiled.mirror_right_of`)."""
     if not op._chunked:  # sparse X, laplacian: the general path
         return lambda r0, r1, out: entries_into(op, idx[r0:r1], idx, out)
     against = _against(op, idx)
     positions = np.arange(idx.size, dtype=np.int64)  # row r of idx is column r
-    return lambda r0, r1, out: against(idx[r0:r1], positions[r0:r1], out)
+
+    def part(r0, r1, out):
+        return against(idx[r0:r1], positions[r0:r1], out)
+
+    if getattr(against, "symmetric", False):
+        part.upper = lambda r0, r1, out: against(idx[r0:r1], positions[r0:r1], out, first=r0)
+    return part
 
 
 def _against(op, cols):
@@ -55,13 +66,13 @@ def _against(op, cols):
     sq_B = source.sq[cols]
     one_call = op._sparse_rbf  # the rows' own compiled call (KernelRows._begin_tiles)
 
-    def part(rows, same, out):
+    def part(rows, same, out, first=0):
         if one_call and out.flags.c_contiguous and out.dtype == np.float32:
             # product and finish in one compiled call, as the rows' (their entries to
             # the bit): a block holds the GIL for a few small gathers alone
             rows = np.asarray(rows, dtype=np.int64)
             source.sparse_rbf_rows(op.kernel, rows, source.sq[rows], same, out,
-                                   np.arange(rows.size), XT=BT, sq=sq_B)(0, BT.shape[1])
+                                   np.arange(rows.size), XT=BT, sq=sq_B)(first, BT.shape[1])
             return out
         if source.csr is not None and out.flags.c_contiguous:
             source.product_into(rows, BT, out)
@@ -70,4 +81,8 @@ def _against(op, cols):
         return op.kernel.block_into(source.X[rows], None, out, BT=BT, sq_A=source.sq[rows],
                                     sq_B=sq_B, same_rows=same)
 
+    # the sparse rows' entry (i, j) adds the same terms in the same order as (j, i)
+    # (:func:`muflow._kernel_compiled.sparse_rows_product`) and the finish is symmetric in
+    # the two norms: K_BB is exactly symmetric, and its columns from ``first`` on suffice
+    part.symmetric = one_call
     return part
