@@ -177,6 +177,29 @@ class RowSource:
 
         return into
 
+    def sparse_rbf_blocks(self, kernel: Kernel, rows, same_rows, *, XT=None, sq=None):
+        """``block(r0, r1, out, c0=0)``, which writes ``out[r - r0, c0:] <- K(X[rows[r]],
+        the columns c0:)`` for r0 <= r < r1 by :meth:`sparse_rbf_rows`' compiled call (the
+        same values), the rows' arguments prepared once here for every block: a block holds
+        the GIL for its call alone. ``same_rows``, ``XT`` and ``sq`` as there."""
+        from muflow import _kernel_compiled as kc
+
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        sq_rows = np.ascontiguousarray(self.sq[rows], dtype=np.float64)
+        same = np.ascontiguousarray(same_rows, dtype=np.int64)
+        diag = kernel.diagonal_from_sq(sq_rows).astype(np.float32)
+        slots = np.arange(rows.size, dtype=np.int64)
+        XT = self.XT if XT is None else XT
+        sq = self.sq if sq is None else sq
+        gamma, offset = float(kernel.gamma), np.float32(kernel.offset)
+
+        def block(r0: int, r1: int, out, c0: int = 0) -> None:
+            kc.sparse_rbf_rows_into(*self.csr, rows[r0:r1], XT, sq_rows[r0:r1], sq, gamma,
+                                    offset, same[r0:r1], diag[r0:r1], out, slots[: r1 - r0],
+                                    int(c0), XT.shape[1])
+
+        return block
+
     @property
     def n(self) -> int:
         return self.X.shape[0]

@@ -50,9 +50,23 @@ def square_entries(op, idx):
     def part(r0, r1, out):
         return against(idx[r0:r1], positions[r0:r1], out)
 
-    if getattr(against, "symmetric", False):
-        part.upper = lambda r0, r1, out: against(idx[r0:r1], positions[r0:r1], out, first=r0)
-    return part
+    if not op._sparse_rbf:
+        return part
+    # the rows' compiled call with every block's arguments sliced from one preparation; the
+    # sparse rows' entry (i, j) adds the same terms in the same order as (j, i)
+    # (:func:`muflow._kernel_compiled.sparse_rows_product`) and the finish is symmetric in
+    # the two norms: K_BB is exactly symmetric, and a block's columns from its own suffice
+    blocks = op.source.sparse_rbf_blocks(op.kernel, idx, positions, XT=against.BT,
+                                         sq=against.sq_B)
+
+    def one_call(r0, r1, out, first=0):
+        if out.flags.c_contiguous and out.dtype == np.float32:
+            blocks(r0, r1, out, first)
+        else:
+            part(r0, r1, out)
+
+    one_call.upper = lambda r0, r1, out: one_call(r0, r1, out, r0)
+    return one_call
 
 
 def _against(op, cols):
@@ -66,13 +80,13 @@ def _against(op, cols):
     sq_B = source.sq[cols]
     one_call = op._sparse_rbf  # the rows' own compiled call (KernelRows._begin_tiles)
 
-    def part(rows, same, out, first=0):
+    def part(rows, same, out):
         if one_call and out.flags.c_contiguous and out.dtype == np.float32:
             # product and finish in one compiled call, as the rows' (their entries to
             # the bit): a block holds the GIL for a few small gathers alone
             rows = np.asarray(rows, dtype=np.int64)
             source.sparse_rbf_rows(op.kernel, rows, source.sq[rows], same, out,
-                                   np.arange(rows.size), XT=BT, sq=sq_B)(first, BT.shape[1])
+                                   np.arange(rows.size), XT=BT, sq=sq_B)(0, BT.shape[1])
             return out
         if source.csr is not None and out.flags.c_contiguous:
             source.product_into(rows, BT, out)
@@ -81,8 +95,5 @@ def _against(op, cols):
         return op.kernel.block_into(source.X[rows], None, out, BT=BT, sq_A=source.sq[rows],
                                     sq_B=sq_B, same_rows=same)
 
-    # the sparse rows' entry (i, j) adds the same terms in the same order as (j, i)
-    # (:func:`muflow._kernel_compiled.sparse_rows_product`) and the finish is symmetric in
-    # the two norms: K_BB is exactly symmetric, and its columns from ``first`` on suffice
-    part.symmetric = one_call
+    part.BT, part.sq_B = BT, sq_B
     return part
