@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers._subset_compiled import _TAU, leaves_active_set
 from muflow.solvers._working_set_compiled import BLOCK, add_block
 
 #: A pass's work an item, in the multiply-adds that
@@ -148,6 +148,21 @@ def compact_pool(drop, v_up, v_low, a_pool, U_pool, best):
             kept += 1
     range_maxima(v_up, v_low, 0, kept, best, 0)
     return kept
+
+
+@njit(cache=True, nogil=True)
+def leaving_pool(y, act, v_up, v_low, a_pool, U_pool, gmax1, gmax2):
+    """Which of the pool's variables leave the active set (libsvm's rule, the one copy:
+    :func:`muflow.solvers._subset_compiled.leaves_active_set`), read from the pool that
+    :func:`side_pass` or :func:`add_rows_sides` left at the current point instead of from
+    alpha, U and G through ``act``: y_t G_t is ``v_low`` where the variable is in I_low,
+    else ``-v_up`` (the same value: a negation is exact); a free variable, on both sides,
+    never leaves whichever it is given."""
+    drop = np.zeros(v_up.shape[0], dtype=np.bool_)
+    for p in range(v_up.shape[0]):
+        yG = v_low[p] if v_low[p] > -np.inf else -v_up[p]
+        drop[p] = leaves_active_set(y[act[p]], a_pool[p], U_pool[p], yG, gmax1, gmax2)
+    return drop
 
 
 @njit(cache=True, nogil=True)

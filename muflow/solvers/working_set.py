@@ -66,7 +66,7 @@ from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
 from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, compact_pool,
-                                               merge_maxima, side_pass)
+                                               leaving_pool, merge_maxima, side_pass)
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              previous_positions, projected_gradient,
                                              select_working_set, solve_columns)
@@ -88,10 +88,7 @@ ENTRY_BLOCK = 64
 def folded_order(k: int) -> np.ndarray:
     """0, k - 1, 1, k - 2, ...: the rows of an upper triangle in pairs of equal total
     length, so that contiguous ranges of the order hold near-equal work."""
-    order = np.empty(k, dtype=np.int64)
-    order[0::2] = np.arange((k + 1) // 2)
-    order[1::2] = np.arange(k - 1, (k + 1) // 2 - 1, -1)
-    return order
+    return np.stack([np.arange(k), np.arange(k)[::-1]], axis=1).ravel()[:k]
 
 
 class HostActiveSet(ColumnState):
@@ -111,6 +108,11 @@ class HostActiveSet(ColumnState):
         """The active set is now ``act``: after a shrink, the previous one less the
         variables where ``dropped`` is set."""
         self.act = act
+
+    def _leaving(self, gmax1, gmax2) -> np.ndarray:
+        """Which active variables the shrink drops (libsvm's rule, :func:`shrink_mask`)."""
+        return shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
+                           gmax2, self.equality)
 
     def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
         """The working set's positions in the active set by second-order selection
@@ -134,9 +136,7 @@ class HostActiveSet(ColumnState):
 
     def shrink(self) -> None:
         t = time.perf_counter()
-        gmax1, gmax2 = self._view.extremes
-        drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
-                           gmax2, self.equality)
+        drop = self._leaving(*self._view.extremes)
         self.cache.retire(self.act[drop])  # their rows' slots go first to the next rows fetched
         self._set_active(self.act[~drop], dropped=drop)
         self._view = None
@@ -227,6 +227,12 @@ class InProcessState(HostActiveSet):
             self._view = PairView(a, U, projected=np.abs(projected_gradient(a, U, g)))
         return self._view.gap
 
+    def _leaving(self, gmax1, gmax2) -> np.ndarray:
+        if not (self.equality and self._maxima is not None):
+            return super()._leaving(gmax1, gmax2)
+        # the pool holds the current violations: the same rule read from it, in address order
+        return leaving_pool(self.y, self.act, *self._pool_arrays(self.act.size), gmax1, gmax2)
+
     def _pool_arrays(self, size: int):
         """(v_up, v_low, a, U) over the first ``size`` active variables, in buffers kept for
         the solve (a fresh array of n a pass costs its page faults each iteration)."""
@@ -283,9 +289,7 @@ class InProcessState(HostActiveSet):
         entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
         blocks = -(-B.size // ENTRY_BLOCK)
         part = square_entries(B)
-        # exactly symmetric entries: a block's columns from its own on, the rest mirrored;
-        # block k then costs as blocks - k do, and ranges of the order first, last, second,
-        # second last, ... share the work out evenly
+        # exactly symmetric entries: a block's columns from its own on, the rest mirrored
         upper = getattr(part, "upper", None)
         order = np.arange(blocks) if upper is None else folded_order(blocks)
 

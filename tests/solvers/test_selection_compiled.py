@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from muflow.solvers._selection_compiled import (add_rows_sides, compact_pool, merge_maxima,
-                                               pair_gains, side_pass)
+from muflow.solvers._selection_compiled import (add_rows_sides, compact_pool, leaving_pool,
+                                               merge_maxima, pair_gains, side_pass)
 from muflow.solvers._working_set_compiled import BLOCK, add_rows
-from muflow.solvers._subset_compiled import _TAU
+from muflow.solvers._subset_compiled import _TAU, shrink_mask
 from muflow.solvers.working_set_loop import side_violations
 
 
@@ -131,3 +131,22 @@ def test_a_compacted_pool_is_the_kept_variables_pool(seed):
     for got, ref in zip(pool, [v_up, v_low, alpha[act], U[act]]):
         assert np.array_equal(got[:kept], ref[keep])
     assert merge_maxima(best) == (int(np.argmax(v_up[keep])), int(np.argmax(v_low[keep])))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_pool_drops_the_variables_the_shrink_rule_drops(seed):
+    """:func:`leaving_pool` reads libsvm's shrinking rule from the pool (violations, alpha,
+    bounds) where :func:`shrink_mask` reads it from alpha, U and G through the active set:
+    the same variables, at gaps that drop none, some or most of those at a bound."""
+    y, alpha, U, G, act = _state(1000, seed)
+    v_up, v_low, a, u = (np.empty(act.size) for _ in range(4))
+    side_pass(y, alpha, U, G, act, v_up, v_low, a, u, 0, act.size)
+    gmax1, gmax2 = float(v_up.max()), float(v_low.max())
+    dropped = set()
+    for scale in (10.0, 1.0, 0.0, -1.0):
+        ref = shrink_mask(y, alpha, U, G, act, scale * gmax1, scale * gmax2, True)
+        got = leaving_pool(y, act, v_up, v_low, a, u, scale * gmax1, scale * gmax2)
+        assert np.array_equal(got, ref)
+        dropped.add(int(ref.sum()))
+    free = (alpha[act] > 0) & (alpha[act] < U[act])
+    assert 0 in dropped and max(dropped) > act.size // 3 and not got[free].any()
