@@ -198,3 +198,26 @@ def collect_at_most(values, bound, out, starts, counts, k, lo, hi):
             c += 1
     starts[k] = lo
     counts[k] = c - lo
+
+
+@njit(cache=True, nogil=True)
+def smallest_in_one(values, k, sample):
+    """:func:`muflow.solvers.top_k.smallest` on this thread in one call (a pool too short to
+    share out): the bound from ``sample`` entries (:func:`sampled_bound`), the positions of
+    the finite entries at most it (:func:`collect_at_most`), every finite one where the
+    bound was low, and of those the k first in the order of (value, position) by a stable
+    sort, ascending. The same positions as the threaded path, step for step."""
+    n = values.shape[0]
+    if k <= 0 or n == 0:
+        return np.zeros(0, dtype=np.int64)
+    bound = np.inf if n < sample else sampled_bound(values, k, sample)
+    out = np.empty(n, dtype=np.int64)
+    starts, counts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    collect_at_most(values, bound, out, starts, counts, 0, 0, n)
+    if counts[0] < k and bound < np.inf:
+        collect_at_most(values, np.inf, out, starts, counts, 0, 0, n)
+    pos = out[: counts[0]]
+    if pos.size > k:
+        pos = np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])
+    return pos
+

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.solvers._selection_compiled import collect_at_most, sampled_bound
+from muflow.solvers._selection_compiled import collect_at_most, sampled_bound, smallest_in_one
 from muflow.solvers._working_set_compiled import Threads
 
 #: Entries the bound is read from; below ``SAMPLE`` entries every finite one is sorted.
@@ -50,6 +50,8 @@ def smallest(values: np.ndarray, k: int, threads=None) -> np.ndarray:
     if k <= 0 or n == 0:
         return np.zeros(0, dtype=np.int64)
     threads = Threads(1) if threads is None else threads
+    if threads.parts(n, WORK_PER_ENTRY) == 1:  # the same steps in one compiled call
+        return smallest_in_one(values, k, SAMPLE)
     bound = np.inf if n < SAMPLE else sampled_bound(values, k, SAMPLE)
     pos = _collect(values, bound, threads)
     if pos.size < k and bound < np.inf:  # the sample's bound was low: every finite entry
