@@ -256,8 +256,8 @@ def sparse_rows_product(indptr, indices, values, rows, XT, c0, c1, out):
 
 @njit(cache=True, inline="always", fastmath=_FLAGS, error_model="numpy", boundscheck=False)
 def _sparse_row_chunk(indptr, indices, values, i, XT, s0, acc):
-    """acc <- X[i, :] @ X^T[:, s0:s0 + acc.size] for the sparse row i: one AXPY a stored
-    entry, in the order of the features (:func:`sparse_rows_product`).
+    """acc <- X[i, :] @ X^T[:, s0:s0 + acc.size] for the sparse row i: the sum of one AXPY a
+    stored entry, in the order of the features (:func:`sparse_rows_product`).
 
     Four stored entries go through the accumulator in one pass: each entry of ``acc`` is
     still the chain of fused multiply-adds, one feature after the other, that four passes

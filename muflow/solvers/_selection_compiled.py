@@ -220,4 +220,3 @@ def smallest_in_one(values, k, sample):
     if pos.size > k:
         pos = np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])
     return pos
-
