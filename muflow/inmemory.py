@@ -152,28 +152,22 @@ class RowSource:
             np.matmul(self.X[rows] if A is None else A, BT[:, c0:c1], out=out)
         return out
 
-    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots, *,
-                        XT=None, sq=None):
+    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots):
         """``into(c0, c1)``, which writes ``data[slots[r], c0:c1] <- K(X[rows[r]],
         X[c0:c1])`` for rbf over the sparse rows (``csr``) in one compiled call
         (:func:`muflow._kernel_compiled.sparse_rbf_rows_into`): the same values as
         :meth:`product_into` followed by ``kernel.block_into``'s finish and the copy into
         ``data``; ``same_rows[r] = c >= 0`` where rows[r] is column c. The arguments are
-        prepared once here for every range of columns. ``XT`` and ``sq``, when given, are
-        the columns' X^T and squared norms in place of all of X's (the columns of a
-        subset, such as a working set's: :mod:`muflow.kernel_entries`)."""
+        prepared once here for every range of columns."""
         from muflow import _kernel_compiled as kc
 
-        args = (*self.csr, np.ascontiguousarray(rows, dtype=np.int64),
-                self.XT if XT is None else XT,
-                np.ascontiguousarray(sq_rows, dtype=np.float64), self.sq if sq is None else sq,
-                float(kernel.gamma), np.float32(kernel.offset),
-                np.ascontiguousarray(same_rows, dtype=np.int64),
-                kernel.diagonal_from_sq(sq_rows).astype(np.float32), data,
-                np.ascontiguousarray(slots, dtype=np.int64))
+        rows, XT, sq_rows, sq, gamma, offset, same, diag = self._sparse_rbf_args(
+            kernel, rows, sq_rows, same_rows, None, None)
+        slots = np.ascontiguousarray(slots, dtype=np.int64)
 
         def into(c0: int, c1: int) -> None:
-            kc.sparse_rbf_rows_into(*args, int(c0), int(c1))
+            kc.sparse_rbf_rows_into(*self.csr, rows, XT, sq_rows, sq, gamma, offset, same, diag,
+                                    data, slots, int(c0), int(c1))
 
         return into
 
@@ -181,17 +175,14 @@ class RowSource:
         """``block(r0, r1, out, c0=0)``, which writes ``out[r - r0, c0:] <- K(X[rows[r]],
         the columns c0:)`` for r0 <= r < r1 by :meth:`sparse_rbf_rows`' compiled call (the
         same values), the rows' arguments prepared once here for every block: a block holds
-        the GIL for its call alone. ``same_rows``, ``XT`` and ``sq`` as there."""
+        the GIL for its call alone. ``same_rows`` as there; ``XT`` and ``sq``, when given,
+        are the columns' X^T and squared norms in place of all of X's (the columns of a
+        subset, such as a working set's: :mod:`muflow.kernel_entries`)."""
         from muflow import _kernel_compiled as kc
 
-        rows = np.ascontiguousarray(rows, dtype=np.int64)
-        sq_rows = np.ascontiguousarray(self.sq[rows], dtype=np.float64)
-        same = np.ascontiguousarray(same_rows, dtype=np.int64)
-        diag = kernel.diagonal_from_sq(sq_rows).astype(np.float32)
+        rows, XT, sq_rows, sq, gamma, offset, same, diag = self._sparse_rbf_args(
+            kernel, rows, self.sq[rows], same_rows, XT, sq)
         slots = np.arange(rows.size, dtype=np.int64)
-        XT = self.XT if XT is None else XT
-        sq = self.sq if sq is None else sq
-        gamma, offset = float(kernel.gamma), np.float32(kernel.offset)
 
         def block(r0: int, r1: int, out, c0: int = 0) -> None:
             kc.sparse_rbf_rows_into(*self.csr, rows[r0:r1], XT, sq_rows[r0:r1], sq, gamma,
@@ -199,6 +190,16 @@ class RowSource:
                                     int(c0), XT.shape[1])
 
         return block
+
+    def _sparse_rbf_args(self, kernel: Kernel, rows, sq_rows, same_rows, XT, sq) -> tuple:
+        """The rows' arguments of :func:`muflow._kernel_compiled.sparse_rbf_rows_into` in its
+        types: ``(rows, XT, sq_rows, sq, gamma, offset, same_rows, diag)``, X^T and the
+        norms of all of X where ``XT`` and ``sq`` are None."""
+        sq_rows = np.ascontiguousarray(sq_rows, dtype=np.float64)
+        return (np.ascontiguousarray(rows, dtype=np.int64), self.XT if XT is None else XT,
+                sq_rows, self.sq if sq is None else sq, float(kernel.gamma),
+                np.float32(kernel.offset), np.ascontiguousarray(same_rows, dtype=np.int64),
+                kernel.diagonal_from_sq(sq_rows).astype(np.float32))
 
     @property
     def n(self) -> int:

@@ -44,7 +44,8 @@ def square_entries(op, idx):
     (:func:`muflow.solvers._working_set_compiled.mirror_right_of`)."""
     if not op._chunked:  # sparse X, laplacian: the general path
         return lambda r0, r1, out: entries_into(op, idx[r0:r1], idx, out)
-    against = _against(op, idx)
+    BT, sq_B = columns = _columns(op, idx)
+    against = _against(op, idx, columns)
     positions = np.arange(idx.size, dtype=np.int64)  # row r of idx is column r
 
     def part(r0, r1, out):
@@ -56,8 +57,7 @@ def square_entries(op, idx):
     # sparse rows' entry (i, j) adds the same terms in the same order as (j, i)
     # (:func:`muflow._kernel_compiled.sparse_rows_product`) and the finish is symmetric in
     # the two norms: K_BB is exactly symmetric, and a block's columns from its own suffice
-    blocks = op.source.sparse_rbf_blocks(op.kernel, idx, positions, XT=against.BT,
-                                         sq=against.sq_B)
+    blocks = op.source.sparse_rbf_blocks(op.kernel, idx, positions, XT=BT, sq=sq_B)
 
     def one_call(r0, r1, out, first=0):
         if out.flags.c_contiguous and out.dtype == np.float32:
@@ -69,15 +69,20 @@ def square_entries(op, idx):
     return one_call
 
 
-def _against(op, cols):
+def _columns(op, cols) -> tuple[np.ndarray, np.ndarray]:
+    """``(X^T, squared norms)`` of the columns ``cols``, gathered once for every block of
+    rows against them (dense X in the operator's dtype: ``op._chunked``)."""
+    return np.ascontiguousarray(op.source.X[cols].T), op.source.sq[cols]
+
+
+def _against(op, cols, columns=None):
     """A callable ``part(rows, same, out)`` that writes ``K[rows][:, cols]`` into ``out``
     (``same[r] = c >= 0`` where row r is column c: its diagonal entry), with the columns'
-    X^T and norms gathered here once (dense X in the operator's dtype: ``op._chunked``), by
-    the product and finish of the rows' panels (sparse rows against X^T where X is mostly
-    zeros, else one BLAS product)."""
+    X^T and norms (``columns``, default :func:`_columns`) gathered once, by the product and
+    finish of the rows' panels (sparse rows against X^T where X is mostly zeros, else one
+    BLAS product)."""
     source = op.source
-    BT = np.ascontiguousarray(source.X[cols].T)
-    sq_B = source.sq[cols]
+    BT, sq_B = _columns(op, cols) if columns is None else columns
     one_call = op._sparse_rbf  # the rows' own compiled call (KernelRows._begin_tiles)
 
     def part(rows, same, out):
@@ -85,8 +90,7 @@ def _against(op, cols):
             # product and finish in one compiled call, as the rows' (their entries to
             # the bit): a block holds the GIL for a few small gathers alone
             rows = np.asarray(rows, dtype=np.int64)
-            source.sparse_rbf_rows(op.kernel, rows, source.sq[rows], same, out,
-                                   np.arange(rows.size), XT=BT, sq=sq_B)(0, BT.shape[1])
+            source.sparse_rbf_blocks(op.kernel, rows, same, XT=BT, sq=sq_B)(0, rows.size, out)
             return out
         if source.csr is not None and out.flags.c_contiguous:
             source.product_into(rows, BT, out)
@@ -95,5 +99,4 @@ def _against(op, cols):
         return op.kernel.block_into(source.X[rows], None, out, BT=BT, sq_A=source.sq[rows],
                                     sq_B=sq_B, same_rows=same)
 
-    part.BT, part.sq_B = BT, sq_B
     return part

@@ -205,18 +205,22 @@ def smallest_in_one(values, k, sample):
     """:func:`muflow.solvers.top_k.smallest` on this thread in one call (a pool too short to
     share out): the bound from ``sample`` entries (:func:`sampled_bound`), the positions of
     the finite entries at most it (:func:`collect_at_most`), every finite one where the
-    bound was low, and of those the k first in the order of (value, position) by a stable
-    sort, ascending. The same positions as the threaded path, step for step."""
+    bound was low, and of those the k first (:func:`first_k`). The same steps as the
+    threaded path."""
     n = values.shape[0]
-    if k <= 0 or n == 0:
-        return np.zeros(0, dtype=np.int64)
     bound = np.inf if n < sample else sampled_bound(values, k, sample)
     out = np.empty(n, dtype=np.int64)
     starts, counts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
     collect_at_most(values, bound, out, starts, counts, 0, 0, n)
     if counts[0] < k and bound < np.inf:
         collect_at_most(values, np.inf, out, starts, counts, 0, 0, n)
-    pos = out[: counts[0]]
-    if pos.size > k:
-        pos = np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])
-    return pos
+    return first_k(values, out[: counts[0]], k)
+
+
+@njit(cache=True, nogil=True)
+def first_k(values, pos, k):
+    """Of the ascending positions ``pos``, the (at most) k first in the order of (value,
+    position), ascending: a stable sort of their values keeps equal ones in position order."""
+    if pos.size <= k:
+        return pos
+    return np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.solvers._selection_compiled import collect_at_most, sampled_bound, smallest_in_one
+from muflow.solvers._selection_compiled import (collect_at_most, first_k, sampled_bound,
+                                               smallest_in_one)
 from muflow.solvers._working_set_compiled import Threads
 
 #: Entries the bound is read from; below ``SAMPLE`` entries every finite one is sorted.
@@ -56,9 +57,7 @@ def smallest(values: np.ndarray, k: int, threads=None) -> np.ndarray:
     pos = _collect(values, bound, threads)
     if pos.size < k and bound < np.inf:  # the sample's bound was low: every finite entry
         pos = _collect(values, np.inf, threads)
-    if pos.size > k:
-        pos = np.sort(pos[np.argsort(values[pos], kind="stable")[:k]])
-    return pos
+    return first_k(values, pos, k)
 
 
 def _collect(values, bound, threads) -> np.ndarray:
