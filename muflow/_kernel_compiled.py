@@ -26,6 +26,8 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from muflow._atomic_compiled import take_next
+
 # Cephes expf: ln 2 = _LN2_HI + _LN2_LO with _LN2_HI exact in a few bits, so that
 # x - n ln2 loses nothing for |n| <= 126
 _LOG2E = np.float32(1.44269504088896341)
@@ -344,6 +346,25 @@ def sparse_rbf_rows_into(indptr, indices, values, rows, XT, sq_rows, sq, gamma, 
             _sparse_row_chunk(indptr, indices, values, rows[r], XT, s0, acc)
             _finish_row_into(acc, sq_rows[r], sq[s0:s0 + w], gamma, offset,
                              data[slots[r], s0:s0 + w], same[r] - s0, diag[r])
+
+
+@njit(cache=True, nogil=True)
+def sparse_rbf_tiles(indptr, indices, values, rows, XT, sq_rows, sq, gamma, offset, same, diag,
+                     data, slots, edges, tiles, counter):
+    """The tiles of a batch of rows, each thread calling this loop taking the next tile
+    from the shared ``counter`` (:func:`muflow._atomic_compiled.take_next`) until none is
+    left: tile t is row group g = ``tiles[t, 0]`` (rows ``edges[g]`` to ``edges[g + 1]`` of
+    the batch) against the columns ``tiles[t, 1]`` to ``tiles[t, 2]``, written by
+    :func:`sparse_rbf_rows_into` (so the rows are the same bit for bit, whoever computes a
+    tile). The other arguments are that function's, for the whole batch."""
+    while True:
+        t = take_next(counter)
+        if t >= tiles.shape[0]:
+            return
+        r0, r1 = edges[tiles[t, 0]], edges[tiles[t, 0] + 1]
+        sparse_rbf_rows_into(indptr, indices, values, rows[r0:r1], XT, sq_rows[r0:r1], sq,
+                             gamma, offset, same[r0:r1], diag[r0:r1], data, slots[r0:r1],
+                             tiles[t, 1], tiles[t, 2])
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

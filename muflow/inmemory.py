@@ -152,28 +152,32 @@ class RowSource:
             np.matmul(self.X[rows] if A is None else A, BT[:, c0:c1], out=out)
         return out
 
-    def sparse_rbf_rows(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots):
-        """``into(c0, c1)``, which writes ``data[slots[r], c0:c1] <- K(X[rows[r]],
-        X[c0:c1])`` for rbf over the sparse rows (``csr``) in one compiled call
-        (:func:`muflow._kernel_compiled.sparse_rbf_rows_into`): the same values as
+    def sparse_rbf_tiles(self, kernel: Kernel, rows, sq_rows, same_rows, data, slots, edges,
+                         tiles):
+        """``deal()``, which writes ``data[slots[r], c0:c1] <- K(X[rows[r]], X[c0:c1])`` for
+        rbf over the sparse rows (``csr``), tile by tile: a tile is a row group g of the
+        batch (rows ``edges[g]`` to ``edges[g + 1]``) against a range of columns, one row
+        ``(g, c0, c1)`` of ``tiles``. Each thread that calls ``deal`` runs one compiled
+        loop (:func:`muflow._kernel_compiled.sparse_rbf_tiles`) that takes the next tile
+        until none is left, without the GIL between tiles. The values are those of
         :meth:`product_into` followed by ``kernel.block_into``'s finish and the copy into
         ``data``; ``same_rows[r] = c >= 0`` where rows[r] is column c. The arguments are
-        prepared once here for every range of columns."""
+        prepared once here for every tile."""
         from muflow import _kernel_compiled as kc
 
-        rows, XT, sq_rows, sq, gamma, offset, same, diag = self._sparse_rbf_args(
-            kernel, rows, sq_rows, same_rows, None, None)
-        slots = np.ascontiguousarray(slots, dtype=np.int64)
+        args = (*self.csr, *self._sparse_rbf_args(kernel, rows, sq_rows, same_rows, None, None),
+                data, np.ascontiguousarray(slots, dtype=np.int64),
+                np.ascontiguousarray(edges, dtype=np.int64),
+                np.ascontiguousarray(tiles, dtype=np.int64), np.zeros(1, dtype=np.int64))
 
-        def into(c0: int, c1: int) -> None:
-            kc.sparse_rbf_rows_into(*self.csr, rows, XT, sq_rows, sq, gamma, offset, same, diag,
-                                    data, slots, int(c0), int(c1))
+        def deal() -> None:
+            kc.sparse_rbf_tiles(*args)
 
-        return into
+        return deal
 
     def sparse_rbf_blocks(self, kernel: Kernel, rows, same_rows, *, XT=None, sq=None):
         """``block(r0, r1, out, c0=0)``, which writes ``out[r - r0, c0:] <- K(X[rows[r]],
-        the columns c0:)`` for r0 <= r < r1 by :meth:`sparse_rbf_rows`' compiled call (the
+        the columns c0:)`` for r0 <= r < r1 by the rows' compiled call (the
         same values), the rows' arguments prepared once here for every block: a block holds
         the GIL for its call alone. ``same_rows`` as there; ``XT`` and ``sq``, when given,
         are the columns' X^T and squared norms in place of all of X's (the columns of a

@@ -36,7 +36,7 @@ from muflow.inmemory import (MIN_PIECE_ENTRIES, PRODUCT_KERNELS, Columns, begin_
                              row_source, run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
-from muflow.thread_pool import Begun
+from muflow.thread_pool import Begun, begin_on_threads
 
 #: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
 PRODUCT_PANEL_BYTES = 32 * 2**20
@@ -202,33 +202,33 @@ class KernelRows(GramOperator):
         than inside a larger one), so the rows are the same to the bit on any number of threads.
         A thread's tile reads only its columns of X; a tile's product and finish stay in
         the CPU's cache until they reach their rows. A small batch is not handed to other
-        threads (below :data:`muflow.inmemory.MIN_PIECE_ENTRIES` entries a thread)."""
+        threads (below :data:`muflow.inmemory.MIN_PIECE_ENTRIES` entries a thread). Sparse
+        rbf rows are dealt by one compiled loop a thread (:meth:`RowSource.sparse_rbf_tiles
+        <muflow.inmemory.RowSource.sparse_rbf_tiles>`), the others by Python a tile."""
         k = sq_A.size
         edges = self._row_groups(k)
         tiles = []
         for g in range(edges.size - 1):
             width = self._chunk_width(int(edges[g + 1] - edges[g]))
             tiles += [(g, c0, min(self.n, c0 + width)) for c0 in range(0, self.n, width)]
+        threads = max(1, self.n_threads or default_threads())
+        workers = max(1, min(threads, k * self.n // MIN_PIECE_ENTRIES, len(tiles)))
+        if rows is not None and self._sparse_rbf:
+            # sparse rbf rows: one compiled loop a thread takes tile after tile, the GIL
+            # held only to start it
+            deal = self.source.sparse_rbf_tiles(self.kernel, rows, sq_A, same_rows, data, slots,
+                                                edges, tiles)
+            return begin_on_threads(lambda worker: deal(), workers)
         scratch = {} if scratch is None else scratch
-        # sparse rbf rows: each row group's compiled call prepared once here, so that a
-        # tile holds the GIL only for the call itself, not to prepare its group's arguments
-        groups = [self.source.sparse_rbf_rows(self.kernel, rows[r0:r1], sq_A[r0:r1],
-                                              same_rows[r0:r1], data, slots[r0:r1])
-                  for r0, r1 in zip(edges[:-1].tolist(), edges[1:].tolist())
-                  ] if rows is not None and self._sparse_rbf else None
 
         def tile(i, worker):
             g, c0, c1 = tiles[i]
-            if groups is not None:
-                return groups[g](c0, c1)
             r0, r1 = int(edges[g]), int(edges[g + 1])
             self._chunks_into(None if rows is None else rows[r0:r1],
                               None if A is None else A[r0:r1], sq_A[r0:r1],
                               same_rows[r0:r1], data, slots[r0:r1], scratch, worker,
                               columns=(c0, c1))
 
-        threads = max(1, self.n_threads or default_threads())
-        workers = max(1, min(threads, k * self.n // MIN_PIECE_ENTRIES))
         return begin_held(tile, len(tiles), workers)
 
     def _chunks_into(self, rows, A, sq_A, same_rows, data, target, scratch, worker,

@@ -222,8 +222,9 @@ def test_sparse_rows_take_four_entries_a_pass_with_the_bits_of_one_axpy_each():
 @pytest.mark.parametrize("offset", [0.0, 0.25])
 def test_sparse_rbf_rows_in_one_call_equal_the_product_finish_and_copy(mostly_zero_X, n_threads,
                                                                         offset, monkeypatch):
-    """rbf on sparse rows goes in one compiled call a range of columns
-    (``RowSource.sparse_rbf_rows``); its rows equal, bit for bit, the product, the finish
+    """rbf on sparse rows goes in one compiled call a range of columns, each thread
+    taking tiles in one compiled loop (``RowSource.sparse_rbf_tiles``); its rows equal, bit
+    for bit, the product, the finish
     and the copy done one after the other, for batches of one row to many, the columns
     shared out in pieces of any size, on real values and on a8a's binary ones."""
     from muflow import inmemory as im
