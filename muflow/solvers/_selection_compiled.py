@@ -224,3 +224,69 @@ def first_k(values, pos, k):
     if pos.size <= k:
         return pos
     return np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])
+
+
+@njit(cache=True, nogil=True)
+def _smallest(values, k, sample):
+    """:func:`smallest_in_one`, none where k <= 0 (:func:`muflow.solvers.top_k.smallest`)."""
+    if k <= 0 or values.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    return smallest_in_one(values, k, sample)
+
+
+@njit(cache=True, nogil=True)
+def choose_working_set(v_up, v_low, a, U, previous, ku, kl, gmax, gmax2, gain_up, gain_low, q,
+                       sample):
+    """The working set's positions in the pool with the sum constraint, in the order chosen
+    (:func:`muflow.solvers.working_set_loop.select_working_set`, whose steps these are, in
+    one call): the maximal violators ``ku`` and ``kl``; then the previous set's useful
+    variables (``previous``, positions ascending: violating, max(v_up + gmax2, v_low + gmax)
+    > 0, or free), at most q // 2, most violating first, equal ones in position order; then
+    need // 2 of I_up with the smallest ``gain_up`` (:func:`pair_gains`), the rest of I_low
+    by ``gain_low``, the first side filling what the second lacks. The gains of the
+    variables taken are set to +inf in place."""
+    m = previous.shape[0]
+    useful = np.empty(m, dtype=np.int64)
+    score = np.empty(m)
+    c = 0
+    for r in range(m):
+        p = previous[r]
+        s = max(v_up[p] + gmax2, v_low[p] + gmax)
+        if s > 0 or (a[p] > 0 and a[p] < U[p]):
+            useful[c] = p
+            score[c] = -s
+            c += 1
+    kept = useful[:c][np.argsort(score[:c], kind="mergesort")[: q // 2]]
+    anchors = np.array([ku, kl], dtype=np.int64)
+    seen = np.zeros(v_up.shape[0], dtype=np.bool_)
+    taken = 0
+    for part in (anchors, kept):
+        for p in part:
+            if not seen[p]:
+                seen[p] = True
+                taken += 1
+            gain_up[p] = np.inf
+            gain_low[p] = np.inf
+    need = q - taken
+    new_up = _smallest(gain_up, need // 2, sample)
+    for p in new_up:
+        gain_low[p] = np.inf
+    new_low = _smallest(gain_low, need - new_up.size, sample)
+    if new_up.size + new_low.size < need:  # one side ran short: the other fills B
+        for p in new_low:
+            gain_up[p] = np.inf
+        for p in new_up:
+            gain_up[p] = np.inf
+        extra = _smallest(gain_up, need - new_up.size - new_low.size, sample)
+        new_up = np.concatenate((new_up, extra))
+    # each once, in order of first appearance, at most q
+    out = np.empty(q, dtype=np.int64)
+    seen[:] = False
+    c = 0
+    for part in (anchors, kept, new_up, new_low):
+        for p in part:
+            if not seen[p] and c < q:
+                seen[p] = True
+                out[c] = p
+                c += 1
+    return out[:c]

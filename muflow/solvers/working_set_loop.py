@@ -36,10 +36,10 @@ import numpy as np
 from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
-from muflow.solvers._selection_compiled import WORK_PER_ITEM, pair_gains
+from muflow.solvers._selection_compiled import WORK_PER_ITEM, choose_working_set, pair_gains
 from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
-from muflow.solvers.top_k import smallest
+from muflow.solvers.top_k import SAMPLE, smallest
 
 def default_q(n: int) -> int:
     """The working-set size for n samples: the power of two nearest 4 sqrt(n), in [64, 2048]
@@ -164,17 +164,14 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     a, U = view.a, view.U
     size = a.size
     threads = Threads(1) if threads is None else threads
-    useful = previous[(view.score_at(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
-    kept = useful[np.argsort(-view.score_at(useful), kind="stable")[: q // 2]]
     if not view.equality:
+        useful = previous[(view.score_at(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
+        kept = useful[np.argsort(-view.score_at(useful), kind="stable")[: q // 2]]
         gain = np.where(view.score > 0, -view.score, np.inf)
         gain[kept] = np.inf
         new = smallest(gain, q - kept.size, threads)
         return ordered_unique([new, kept])[:q]
     ku, kl = view.ku, view.kl
-    anchors = np.array([ku, kl], dtype=np.int64)
-    taken = np.union1d(kept, anchors)
-    need = q - taken.size
     gmax, gmax2 = view.extremes
     at = np.arange(size, dtype=np.int64) if at is None else at
     QD = np.asarray(QD, dtype=np.float64)
@@ -186,17 +183,12 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     threads.split(pair_gains, size, WORK_PER_ITEM, view.v_up, view.v_low, QD, at, float(QD[at[ku]]), float(QD[at[kl]]),
           none if row_i is None else row_i, none if row_j is None else row_j,
           float(gmax), float(gmax2), gain_up, gain_low)
-    gain_up[taken] = np.inf
-    gain_low[taken] = np.inf
-    new_up = smallest(gain_up, need // 2, threads)
-    gain_low[new_up] = np.inf
-    new_low = smallest(gain_low, need - new_up.size, threads)
-    if new_up.size + new_low.size < need:  # one side ran short: the other fills B
-        gain_up[new_low] = np.inf
-        gain_up[new_up] = np.inf
-        extra = smallest(gain_up, need - new_up.size - new_low.size, threads)
-        new_up = np.concatenate([new_up, extra])
-    return ordered_unique([anchors, kept, new_up, new_low])[:q]
+    # the rest in one compiled call: the previous set's useful part, the sides' smallest
+    # gains (top_k.smallest's steps) and the order chosen
+    v_up, v_low, a, U = (np.ascontiguousarray(v, dtype=np.float64)
+                         for v in (view.v_up, view.v_low, a, U))
+    return choose_working_set(v_up, v_low, a, U, np.ascontiguousarray(previous, dtype=np.int64),
+                              int(ku), int(kl), float(gmax), float(gmax2), gain_up, gain_low, int(q), SAMPLE)
 
 
 def solve_subproblem(K_BB, yB, UB, aB, GB, *, equality: bool, gap: float, gap_tol: float):

@@ -150,3 +150,63 @@ def test_the_pool_drops_the_variables_the_shrink_rule_drops(seed):
         dropped.add(int(ref.sum()))
     free = (alpha[act] > 0) & (alpha[act] < U[act])
     assert 0 in dropped and max(dropped) > act.size // 3 and not got[free].any()
+
+
+def _choose_in_numpy(v_up, v_low, a, U, previous, ku, kl, gmax, gmax2, gain_up, gain_low, q):
+    """The working set's choice in NumPy, step by step (WSS 2 of Fan, Chen & Lin 2005 with
+    the previous set's useful part kept), as the selection did before the compiled call."""
+    from muflow.solvers.top_k import smallest
+
+    score = lambda pos: np.maximum(v_up[pos] + gmax2, v_low[pos] + gmax)  # noqa: E731
+    useful = previous[(score(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
+    kept = useful[np.argsort(-score(useful), kind="stable")[: q // 2]]
+    anchors = np.array([ku, kl], dtype=np.int64)
+    taken = np.union1d(kept, anchors)
+    need = q - taken.size
+    gain_up[taken] = np.inf
+    gain_low[taken] = np.inf
+    new_up = smallest(gain_up, need // 2)
+    gain_low[new_up] = np.inf
+    new_low = smallest(gain_low, need - new_up.size)
+    if new_up.size + new_low.size < need:
+        gain_up[new_low] = np.inf
+        gain_up[new_up] = np.inf
+        new_up = np.concatenate([new_up, smallest(gain_up, need - new_up.size - new_low.size)])
+    idx = np.concatenate([anchors, kept, new_up, new_low])
+    _, first = np.unique(idx, return_index=True)
+    return idx[np.sort(first)][:q]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("q", [2, 3, 16, 64, 600])
+def test_the_compiled_choice_is_the_numpy_steps(seed, q):
+    """:func:`choose_working_set` picks the positions the NumPy steps pick, in the same
+    order, and leaves the same gains: pools of 5 to 3,000 variables with ties (gains rounded
+    to a few values), sides too short to fill B, a previous set of any size, equal maximal
+    violators, and pools above top_k's sample."""
+    from muflow.solvers._selection_compiled import choose_working_set
+    from muflow.solvers.top_k import SAMPLE
+
+    rng = np.random.default_rng(seed)
+    n = [5, 40, 300, 3000, 2500, 1200][seed]
+    y, alpha, U, G, act = _state(n * 4 // 3 + 1, seed)
+    _, _, _, v_up, v_low = side_violations(y[act], alpha[act], U[act], G[act])
+    a, u = alpha[act], U[act]
+    size = act.size
+    ku, kl = int(np.argmax(v_up)), int(np.argmax(v_low))
+    if seed == 4:
+        kl = ku
+    gmax, gmax2 = float(v_up[ku]), float(v_low[kl])
+    gain_up = np.round(rng.standard_normal(size), 1) - 1.0
+    gain_low = np.round(rng.standard_normal(size), 1) - 1.0
+    # variables off a side have +inf gains; one side nearly empty in two of the pools
+    gain_up[rng.random(size) < (0.97 if seed in (1, 5) else 0.3)] = np.inf
+    gain_low[rng.random(size) < 0.3] = np.inf
+    previous = np.sort(rng.choice(size, min(size, q), replace=False)).astype(np.int64)
+    ref_up, ref_low = gain_up.copy(), gain_low.copy()
+    expected = _choose_in_numpy(v_up, v_low, a, u, previous, ku, kl, gmax, gmax2, ref_up,
+                                ref_low, q)
+    got = choose_working_set(v_up, v_low, a, u, previous, ku, kl, gmax, gmax2, gain_up,
+                             gain_low, q, SAMPLE)
+    assert np.array_equal(got, expected)
+    assert np.array_equal(gain_up, ref_up) and np.array_equal(gain_low, ref_low)
