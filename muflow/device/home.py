@@ -105,7 +105,7 @@ class DeviceState(HostActiveSet):
         self._view = None
         self.reactivate()
 
-    def _set_active(self, act, dropped=None) -> None:
+    def _set_active(self, act) -> None:
         self.act = act
         self.act_d = self.xp.asarray(act)
 

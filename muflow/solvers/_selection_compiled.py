@@ -6,7 +6,8 @@ iteration: once for the violations of eq. (9) (:func:`side_pass`), once for the 
 eq. (14) against the maximal violators (:func:`pair_gains`). After a gradient update the
 first is fused with it (:func:`add_rows_sides`): each block of the gradient is read for
 the violations while it is still in the CPU's cache, and each range hands back its maximal
-violators for the caller to merge (:func:`merge_maxima`). Each is one fused loop over a
+violators for the caller to merge (:func:`merge_maxima`). libsvm's shrinking reads the same
+pool (:func:`shrink_pool`). Each is one fused loop over a
 range ``[lo, hi)`` of the pool, so that a thread takes a range
 (:meth:`muflow.solvers._working_set_compiled.Threads.split`) and the NumPy expressions they
 replace (:func:`muflow.solvers.working_set_loop.side_violations` and the gains of
@@ -36,16 +37,16 @@ def side_pass(y, alpha, U, G, act, v_up, v_low, a_pool, U_pool, lo, hi):
     I_up = {y = +1, a < U} u {y = -1, a > 0}, ``v_low[p] = y_t G_t`` on I_low (the mirror),
     -inf outside (eq. (9)); ``a_pool[p]``, ``U_pool[p]``: alpha_t and its bound."""
     for p in range(lo, hi):
+        # the sides by logic, not branches: y and the bounds come in no order a branch
+        # predictor could learn
         t = act[p]
         a = alpha[t]
         u = U[t]
         yG = y[t] * G[t]
-        if y[t] > 0:
-            up = a < u
-            low = a > 0
-        else:
-            up = a > 0
-            low = a < u
+        pos = y[t] > 0
+        below, above = a < u, a > 0
+        up = (pos & below) | ((not pos) & above)
+        low = (pos & above) | ((not pos) & below)
         v_up[p] = -yG if up else -np.inf
         v_low[p] = yG if low else -np.inf
         a_pool[p] = a
@@ -65,23 +66,15 @@ def pair_gains(v_up, v_low, QD, at, QD_i, QD_j, row_i, row_j, gmax, gmax2, gain_
     has_i = row_i.shape[0] > 0
     has_j = row_j.shape[0] > 0
     for p in range(lo, hi):
+        # each gain computed whatever the side, then kept or not: no branch on the
+        # variables' sides (a side's -inf gives b = -inf, never > 0)
         t = at[p]
-        vu = v_up[p]
-        vl = v_low[p]
-        gu = np.inf
-        if vu > -np.inf:
-            b = vu + gmax2
-            if b > 0:
-                a = max(QD[t] + QD_j - 2.0 * np.float64(row_j[t]), tau) if has_j else 1.0
-                gu = -(b * b) / a
-        gl = np.inf
-        if vl > -np.inf:
-            b = vl + gmax
-            if b > 0:
-                a = max(QD_i + QD[t] - 2.0 * np.float64(row_i[t]), tau) if has_i else 1.0
-                gl = -(b * b) / a
-        gain_up[p] = gu
-        gain_low[p] = gl
+        b_up = v_up[p] + gmax2
+        b_low = v_low[p] + gmax
+        a_up = max(QD[t] + QD_j - 2.0 * np.float64(row_j[t]), tau) if has_j else 1.0
+        a_low = max(QD_i + QD[t] - 2.0 * np.float64(row_i[t]), tau) if has_i else 1.0
+        gain_up[p] = -(b_up * b_up) / a_up if b_up > 0 else np.inf
+        gain_low[p] = -(b_low * b_low) / a_low if b_low > 0 else np.inf
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -136,33 +129,34 @@ def merge_maxima(best: np.ndarray) -> tuple[int, int]:
 
 
 @njit(cache=True, nogil=True)
-def compact_pool(drop, v_up, v_low, a_pool, U_pool, best):
-    """The pool's entries that ``drop`` keeps moved to its front, in order (a shrink that
-    leaves the kept variables' violations as they were); row 0 of ``best`` receives their
-    maximal violators (:func:`range_maxima`). Returns how many are kept."""
+def shrink_pool(y, act, v_up, v_low, a_pool, U_pool, gmax1, gmax2, best):
+    """libsvm's shrinking (the rule's one copy:
+    :func:`muflow.solvers._subset_compiled.leaves_active_set`) read from the pool that
+    :func:`side_pass` or :func:`add_rows_sides` left at the current point, in one pass: y_t
+    G_t is ``v_low`` where the variable is in I_low, else ``-v_up`` (the same value: a
+    negation is exact; a free variable, on both sides, never leaves whichever it is given).
+    The variables kept move to the front of ``act`` and of the pool, in order, so that the
+    next selection reads their violations without a pass; row 0 of ``best`` receives their
+    maximal violators (:func:`range_maxima`). Returns how many are kept and the variables
+    that left (their indices, ascending as in ``act``)."""
+    n = act.shape[0]
+    dropped = np.empty(n, dtype=np.int64)
     kept = 0
-    for p in range(drop.shape[0]):
-        if not drop[p]:
-            v_up[kept], v_low[kept] = v_up[p], v_low[p]
-            a_pool[kept], U_pool[kept] = a_pool[p], U_pool[p]
-            kept += 1
+    left = 0
+    for p in range(n):
+        # every entry is written to both ends and the counts say which write stays: no
+        # branch on the rule's answer (kept <= p, so nothing unread is overwritten)
+        t = act[p]
+        vu, vl, a, u = v_up[p], v_low[p], a_pool[p], U_pool[p]
+        leave = np.int64(leaves_active_set(y[t], a, u, vl if vl > -np.inf else -vu, gmax1,
+                                           gmax2))
+        act[kept] = t
+        v_up[kept], v_low[kept], a_pool[kept], U_pool[kept] = vu, vl, a, u
+        dropped[left] = t
+        kept += 1 - leave
+        left += leave
     range_maxima(v_up, v_low, 0, kept, best, 0)
-    return kept
-
-
-@njit(cache=True, nogil=True)
-def leaving_pool(y, act, v_up, v_low, a_pool, U_pool, gmax1, gmax2):
-    """Which of the pool's variables leave the active set (libsvm's rule, the one copy:
-    :func:`muflow.solvers._subset_compiled.leaves_active_set`), read from the pool that
-    :func:`side_pass` or :func:`add_rows_sides` left at the current point instead of from
-    alpha, U and G through ``act``: y_t G_t is ``v_low`` where the variable is in I_low,
-    else ``-v_up`` (the same value: a negation is exact); a free variable, on both sides,
-    never leaves whichever it is given."""
-    drop = np.zeros(v_up.shape[0], dtype=np.bool_)
-    for p in range(v_up.shape[0]):
-        yG = v_low[p] if v_low[p] > -np.inf else -v_up[p]
-        drop[p] = leaves_active_set(y[act[p]], a_pool[p], U_pool[p], yG, gmax1, gmax2)
-    return drop
+    return kept, dropped[:left]
 
 
 @njit(cache=True, nogil=True)

@@ -84,12 +84,16 @@ def leaves_active_set(yk, ak, uk, ygk, gmax1, gmax2):
     the largest projected gradient: a variable at 0 leaves when G_k > gmax, one at U_k when
     -G_k > gmax.
     """
+    # at U_k: leaves when y = +1 and -y G > gmax1, or y = -1 and y G > gmax2; at 0 the
+    # mirror; free: never. Written without branches (the bounds and signs of a pool's
+    # variables come in no order a branch predictor could learn), the same truth table.
     pos = yk > 0
-    if ak >= uk:
-        return (-ygk > gmax1) if pos else (ygk > gmax2)
-    if ak <= 0.0:
-        return (ygk > gmax2) if pos else (-ygk > gmax1)
-    return False
+    out_up = -ygk > gmax1
+    out_low = ygk > gmax2
+    upper = ak >= uk
+    lower = (ak <= 0.0) & (not upper)
+    return ((upper & ((pos & out_up) | ((not pos) & out_low)))
+            | (lower & ((pos & out_low) | ((not pos) & out_up))))
 
 
 @njit(cache=True)

@@ -65,8 +65,8 @@ from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block, mirror_right_of
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
-from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, compact_pool,
-                                               leaving_pool, merge_maxima, side_pass)
+from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, merge_maxima,
+                                               shrink_pool, side_pass)
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
                                              previous_positions, projected_gradient,
                                              select_working_set, solve_columns)
@@ -95,8 +95,9 @@ class HostActiveSet(ColumnState):
     """Working-set selection and libsvm's shrinking (Chang & Lin 2011, section 5.1) over an
     active set whose indices, alpha, y and U this process holds: the in-process home's and
     the device's (:class:`muflow.device.home.DeviceState`), which differ only in where the
-    gradient and the cached rows live (:meth:`_host_gradient`, :meth:`_second_order`) and
-    in what a new active set updates (:meth:`_set_active`). Needs ``y``, ``alpha``, ``U``,
+    gradient and the cached rows live (:meth:`_host_gradient`, :meth:`_second_order`),
+    in what a new active set updates (:meth:`_set_active`) and in how the shrink reads the
+    rule (:meth:`_drop_leaving`). Needs ``y``, ``alpha``, ``U``,
     ``valid``, ``act``, ``previous``, ``equality``, ``cache``, ``timings`` and the view of
     the last :meth:`extremes`."""
 
@@ -104,15 +105,18 @@ class HostActiveSet(ColumnState):
         """G = Q alpha + p of the column, in this process."""
         raise NotImplementedError
 
-    def _set_active(self, act, dropped=None) -> None:
-        """The active set is now ``act``: after a shrink, the previous one less the
-        variables where ``dropped`` is set."""
+    def _set_active(self, act) -> None:
+        """The active set is now ``act``."""
         self.act = act
 
-    def _leaving(self, gmax1, gmax2) -> np.ndarray:
-        """Which active variables the shrink drops (libsvm's rule, :func:`shrink_mask`)."""
-        return shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
+    def _drop_leaving(self, gmax1, gmax2) -> np.ndarray:
+        """Drop the active variables that libsvm's rule drops (:func:`shrink_mask`, at the
+        extremes ``gmax1``, ``gmax2``) from the active set; returns them."""
+        drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
                            gmax2, self.equality)
+        dropped = self.act[drop]
+        self._set_active(self.act[~drop])
+        return dropped
 
     def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
         """The working set's positions in the active set by second-order selection
@@ -136,9 +140,8 @@ class HostActiveSet(ColumnState):
 
     def shrink(self) -> None:
         t = time.perf_counter()
-        drop = self._leaving(*self._view.extremes)
-        self.cache.retire(self.act[drop])  # their rows' slots go first to the next rows fetched
-        self._set_active(self.act[~drop], dropped=drop)
+        dropped = self._drop_leaving(*self._view.extremes)
+        self.cache.retire(dropped)  # their rows' slots go first to the next rows fetched
         self._view = None
         self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
         self.timings["shrink"] += time.perf_counter() - t
@@ -198,15 +201,9 @@ class InProcessState(HostActiveSet):
         self._maxima = None
         self._best = np.empty((self.threads.n_threads, 4))
 
-    def _set_active(self, act, dropped=None) -> None:
-        # after a shrink the pool's violations of the variables kept are still theirs:
-        # moved to its front (compact_pool), the next extremes reads them without a pass
-        current = self._maxima is not None and dropped is not None
+    def _set_active(self, act) -> None:
         self.act = act
         self._maxima = None
-        if current:
-            compact_pool(dropped, *self._pool_arrays(dropped.size), self._best)
-            self._maxima = merge_maxima(self._best[:1])
 
     def extremes(self) -> float:
         act = self.act
@@ -227,11 +224,17 @@ class InProcessState(HostActiveSet):
             self._view = PairView(a, U, projected=np.abs(projected_gradient(a, U, g)))
         return self._view.gap
 
-    def _leaving(self, gmax1, gmax2) -> np.ndarray:
+    def _drop_leaving(self, gmax1, gmax2) -> np.ndarray:
         if not (self.equality and self._maxima is not None):
-            return super()._leaving(gmax1, gmax2)
-        # the pool holds the current violations: the same rule read from it, in address order
-        return leaving_pool(self.y, self.act, *self._pool_arrays(self.act.size), gmax1, gmax2)
+            return super()._drop_leaving(gmax1, gmax2)
+        # the pool holds the current violations: the rule read from it in one pass, which
+        # moves the variables kept to the front of the active set and of the pool, so that
+        # the next extremes reads their violations without a pass of its own
+        kept, dropped = shrink_pool(self.y, self.act, *self._pool_arrays(self.act.size), gmax1,
+                                    gmax2, self._best)
+        self.act = self.act[:kept]
+        self._maxima = merge_maxima(self._best[:1])
+        return dropped
 
     def _pool_arrays(self, size: int):
         """(v_up, v_low, a, U) over the first ``size`` active variables, in buffers kept for

@@ -5,9 +5,11 @@
 :func:`~muflow.solvers._selection_compiled.pair_gains` against WSS 2's gains (eq. (14))
 written in NumPy, on random states with variables at both bounds and free; bit for bit, since
 a thread's range must not change a number. The gradient update fused with the first pass
-(:func:`~muflow.solvers._selection_compiled.add_rows_sides`) and the pool compacted after a
-shrink (:func:`~muflow.solvers._selection_compiled.compact_pool`) against the passes they
-replace, with ``np.argmax``'s maximal violators (ties and an empty side included).
+(:func:`~muflow.solvers._selection_compiled.add_rows_sides`) and the shrink read from the
+pool (:func:`~muflow.solvers._selection_compiled.shrink_pool`) against the passes they
+replace, with ``np.argmax``'s maximal violators (ties and an empty side included); the
+working set's choice (:func:`~muflow.solvers._selection_compiled.choose_working_set`) against
+its NumPy steps.
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from muflow.solvers._selection_compiled import (add_rows_sides, compact_pool, leaving_pool,
-                                               merge_maxima, pair_gains, side_pass)
+from muflow.solvers._selection_compiled import (add_rows_sides, merge_maxima, pair_gains,
+                                               shrink_pool, side_pass)
 from muflow.solvers._working_set_compiled import BLOCK, add_rows
 from muflow.solvers._subset_compiled import _TAU, shrink_mask
 from muflow.solvers.working_set_loop import side_violations
@@ -117,27 +119,13 @@ def test_merge_maxima_of_ranges_without_a_violator_is_argmax_of_the_whole():
     assert merge_maxima(best[:1]) == (0, 0)  # np.argmax of an all -inf side
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_compacted_pool_is_the_kept_variables_pool(seed):
-    y, alpha, U, G, act = _state(1000, seed)
-    _, _, _, v_up, v_low = side_violations(y[act], alpha[act], U[act], G[act])
-    drop = np.random.default_rng(seed).random(act.size) < 0.4
-    drop[int(np.argmax(v_up))] = True  # the maximal violator may leave: found again
-    pool = [v_up.copy(), v_low.copy(), alpha[act], U[act]]
-    best = np.empty((1, 4))
-    kept = compact_pool(drop, *pool, best)
-    keep = ~drop
-    assert kept == keep.sum()
-    for got, ref in zip(pool, [v_up, v_low, alpha[act], U[act]]):
-        assert np.array_equal(got[:kept], ref[keep])
-    assert merge_maxima(best) == (int(np.argmax(v_up[keep])), int(np.argmax(v_low[keep])))
-
-
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_pool_drops_the_variables_the_shrink_rule_drops(seed):
-    """:func:`leaving_pool` reads libsvm's shrinking rule from the pool (violations, alpha,
+    """:func:`shrink_pool` reads libsvm's shrinking rule from the pool (violations, alpha,
     bounds) where :func:`shrink_mask` reads it from alpha, U and G through the active set:
-    the same variables, at gaps that drop none, some or most of those at a bound."""
+    the same variables leave, at gaps that drop none, some or most of those at a bound; the
+    kept ones' indices and pool entries move to the front in order, and their maximal
+    violators are np.argmax's over what is kept (the old maximal violator may have left)."""
     y, alpha, U, G, act = _state(1000, seed)
     v_up, v_low, a, u = (np.empty(act.size) for _ in range(4))
     side_pass(y, alpha, U, G, act, v_up, v_low, a, u, 0, act.size)
@@ -145,11 +133,18 @@ def test_the_pool_drops_the_variables_the_shrink_rule_drops(seed):
     dropped = set()
     for scale in (10.0, 1.0, 0.0, -1.0):
         ref = shrink_mask(y, alpha, U, G, act, scale * gmax1, scale * gmax2, True)
-        got = leaving_pool(y, act, v_up, v_low, a, u, scale * gmax1, scale * gmax2)
-        assert np.array_equal(got, ref)
+        pool = [act.copy(), v_up.copy(), v_low.copy(), a.copy(), u.copy()]
+        best = np.empty((1, 4))
+        kept, left = shrink_pool(y, *pool, scale * gmax1, scale * gmax2, best)
+        keep = ~ref
+        assert np.array_equal(left, act[ref]) and kept == keep.sum()
+        for got, before in zip(pool, [act, v_up, v_low, a, u]):
+            assert np.array_equal(got[:kept], before[keep])
+        if kept:
+            assert merge_maxima(best) == (int(np.argmax(v_up[keep])), int(np.argmax(v_low[keep])))
         dropped.add(int(ref.sum()))
     free = (alpha[act] > 0) & (alpha[act] < U[act])
-    assert 0 in dropped and max(dropped) > act.size // 3 and not got[free].any()
+    assert 0 in dropped and max(dropped) > act.size // 3 and not ref[free].any()
 
 
 def _choose_in_numpy(v_up, v_low, a, U, previous, ku, kl, gmax, gmax2, gain_up, gain_low, q):
