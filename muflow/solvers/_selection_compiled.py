@@ -24,11 +24,12 @@ from muflow.solvers._subset_compiled import _TAU, leaves_active_set
 from muflow.solvers._working_set_compiled import BLOCK, add_block
 
 #: A pass's work an item, in the multiply-adds that
-#: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in: inside a fit
-#: the pass's arrays are out of the CPU's cache (a working set's rows went through it), so
-#: an item costs as much as a few dozen of the gradient's multiply-adds, and a pass is
-#: shared out from about 8,000 variables on (docs/benchmarks.md, "Threads and workers").
-WORK_PER_ITEM = 32
+#: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in. Written
+#: without data-dependent branches, a pass costs a few nanoseconds an item even with its
+#: arrays out of the CPU's cache (where mispredicted branches made it 9-16 ns), so it is
+#: shared out from 32,768 variables on, where each thread's part outweighs its hand-off
+#: (docs/benchmarks.md, "Threads and workers").
+WORK_PER_ITEM = 8
 
 
 @njit(cache=True, nogil=True)
