@@ -367,6 +367,53 @@ def sparse_rbf_tiles(indptr, indices, values, rows, XT, sq_rows, sq, gamma, offs
                              tiles[t, 1], tiles[t, 2])
 
 
+#: Side of the tiles :func:`mirror_right_of` copies: a tile's rows and its transpose's stay
+#: in L1 while it is copied.
+MIRROR_TILE = 16
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def mirror_right_of(out, r0, r1):
+    """``out[c, r0:r1] = out[r0:r1, c]`` for every column c >= r1 of the square ``out``:
+    the entries below a block of rows r0:r1 of a symmetric K_BB from those right of it,
+    which only that block's rows wrote; by tiles of :data:`MIRROR_TILE` squared."""
+    q = out.shape[0]
+    for c0 in range(r1, q, MIRROR_TILE):
+        c1 = min(c0 + MIRROR_TILE, q)
+        for i0 in range(r0, r1, MIRROR_TILE):
+            i1 = min(i0 + MIRROR_TILE, r1)
+            for c in range(c0, c1):
+                for i in range(i0, i1):
+                    out[c, i] = out[i, c]
+
+
+@njit(cache=True, nogil=True)
+def sparse_rbf_square(indptr, indices, values, rows, XT, sq_rows, sq, gamma, offset, same, diag,
+                      out, block, counter):
+    """The exactly symmetric ``out = K(X[rows], X[rows])`` (sparse rbf rows against their
+    own columns ``XT``, norms ``sq``) by blocks of ``block`` rows, each thread calling this
+    loop taking the next block from the shared ``counter``
+    (:func:`muflow._atomic_compiled.take_next`), the longest first: a block's entries
+    from its own diagonal on by :func:`sparse_rbf_rows_into` (the rows' entries to the bit:
+    entry (i, j) adds the same terms in the same order as (j, i)), then the block's part
+    below the diagonal mirrored (:func:`mirror_right_of`; only that block's rows are read
+    and only entries no block computes are written, so the threads never write one entry
+    twice)."""
+    q = rows.shape[0]
+    slots = np.arange(block)
+    n_blocks = (q + block - 1) // block
+    while True:
+        k = take_next(counter)
+        if k >= n_blocks:
+            return
+        r0 = k * block
+        r1 = min(q, r0 + block)
+        sparse_rbf_rows_into(indptr, indices, values, rows[r0:r1], XT, sq_rows[r0:r1], sq,
+                             gamma, offset, same[r0:r1], diag[r0:r1], out[r0:r1],
+                             slots[: r1 - r0], r0, q)
+        mirror_right_of(out, r0, r1)
+
+
 @njit(cache=True, nogil=True, boundscheck=False)
 def dense_to_csr(X):
     """``(indptr, indices, values)`` (int64, int64, X's dtype) of the non-zero entries of the

@@ -165,10 +165,9 @@ class RowSource:
         prepared once here for every tile."""
         from muflow import _kernel_compiled as kc
 
-        args = (*self.csr, *self._sparse_rbf_args(kernel, rows, sq_rows, same_rows, None, None),
-                data, np.ascontiguousarray(slots, dtype=np.int64),
-                np.ascontiguousarray(edges, dtype=np.int64),
-                np.ascontiguousarray(tiles, dtype=np.int64), np.zeros(1, dtype=np.int64))
+        args = (*self.sparse_rbf_args(kernel, rows, sq_rows, same_rows), data,
+                *(np.ascontiguousarray(a, dtype=np.int64) for a in (slots, edges, tiles)),
+                np.zeros(1, dtype=np.int64))
 
         def deal() -> None:
             kc.sparse_rbf_tiles(*args)
@@ -184,25 +183,28 @@ class RowSource:
         subset, such as a working set's: :mod:`muflow.kernel_entries`)."""
         from muflow import _kernel_compiled as kc
 
-        rows, XT, sq_rows, sq, gamma, offset, same, diag = self._sparse_rbf_args(
-            kernel, rows, self.sq[rows], same_rows, XT, sq)
+        csr, rows, XT, sq_rows, sq, gamma, offset, same, diag = (
+            self.csr, *self.sparse_rbf_args(kernel, rows, self.sq[rows], same_rows, XT, sq)[3:])
         slots = np.arange(rows.size, dtype=np.int64)
 
         def block(r0: int, r1: int, out, c0: int = 0) -> None:
-            kc.sparse_rbf_rows_into(*self.csr, rows[r0:r1], XT, sq_rows[r0:r1], sq, gamma,
-                                    offset, same[r0:r1], diag[r0:r1], out, slots[: r1 - r0],
-                                    int(c0), XT.shape[1])
+            kc.sparse_rbf_rows_into(*csr, rows[r0:r1], XT, sq_rows[r0:r1], sq, gamma, offset,
+                                    same[r0:r1], diag[r0:r1], out, slots[: r1 - r0], int(c0),
+                                    XT.shape[1])
 
         return block
 
-    def _sparse_rbf_args(self, kernel: Kernel, rows, sq_rows, same_rows, XT, sq) -> tuple:
-        """The rows' arguments of :func:`muflow._kernel_compiled.sparse_rbf_rows_into` in its
-        types: ``(rows, XT, sq_rows, sq, gamma, offset, same_rows, diag)``, X^T and the
-        norms of all of X where ``XT`` and ``sq`` are None."""
+    def sparse_rbf_args(self, kernel: Kernel, rows, sq_rows, same_rows, XT=None, sq=None
+                        ) -> tuple:
+        """The leading arguments of :func:`muflow._kernel_compiled.sparse_rbf_rows_into`
+        (and of the loops built on it) in their types: ``(indptr, indices, values, rows, XT,
+        sq_rows, sq, gamma, offset, same_rows, diag)``; X^T and the norms of all of X where
+        ``XT`` and ``sq`` are None, else those of the columns of a subset."""
         sq_rows = np.ascontiguousarray(sq_rows, dtype=np.float64)
-        return (np.ascontiguousarray(rows, dtype=np.int64), self.XT if XT is None else XT,
-                sq_rows, self.sq if sq is None else sq, float(kernel.gamma),
-                np.float32(kernel.offset), np.ascontiguousarray(same_rows, dtype=np.int64),
+        return (*self.csr, np.ascontiguousarray(rows, dtype=np.int64),
+                self.XT if XT is None else XT, sq_rows, self.sq if sq is None else sq,
+                float(kernel.gamma), np.float32(kernel.offset),
+                np.ascontiguousarray(same_rows, dtype=np.int64),
                 kernel.diagonal_from_sq(sq_rows).astype(np.float32))
 
     @property

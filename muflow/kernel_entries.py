@@ -39,9 +39,9 @@ def square_entries(op, idx):
     blocks side by side do not queue for the GIL.
 
     Where the entries are exactly symmetric (sparse rows, rbf, float32: one compiled call
-    a block), ``part.upper(r0, r1, out)`` writes only the columns from r0 on, the block on
-    the diagonal and those right of it; the caller mirrors the rest
-    (:func:`muflow.solvers._working_set_compiled.mirror_right_of`)."""
+    a block), ``part.symmetric(out, block)`` returns ``deal()``, which threads call side by
+    side to fill all of ``out``, each block of rows computed from its diagonal on and
+    mirrored (:func:`muflow._kernel_compiled.sparse_rbf_square`)."""
     if not op._chunked:  # sparse X, laplacian: the general path
         return lambda r0, r1, out: entries_into(op, idx[r0:r1], idx, out)
     BT, sq_B = columns = _columns(op, idx)
@@ -65,7 +65,17 @@ def square_entries(op, idx):
         else:
             part(r0, r1, out)
 
-    one_call.upper = lambda r0, r1, out: one_call(r0, r1, out, r0)
+    def symmetric(out, block):
+        # the whole K_BB into ``out``: each thread that calls the ``deal`` returned takes
+        # blocks of ``block`` rows in one compiled loop, each block's entries from its own
+        # diagonal on, the rest mirrored (:func:`muflow._kernel_compiled.sparse_rbf_square`)
+        from muflow import _kernel_compiled as kc
+
+        args = (*op.source.sparse_rbf_args(op.kernel, idx, sq_B, positions, BT, sq_B), out,
+                int(block), np.zeros(1, dtype=np.int64))
+        return lambda: kc.sparse_rbf_square(*args)
+
+    one_call.symmetric = symmetric
     return one_call
 
 

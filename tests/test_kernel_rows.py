@@ -612,17 +612,16 @@ def test_a_working_sets_square_block_is_the_same_entries_by_any_blocks(X, mostly
     if op.source.csr is not None and kernel.name == "rbf":
         # sparse rbf rows and K_BB take the same compiled call: the same entries to the bit
         np.testing.assert_array_equal(whole, op.rows_native(B)[:, B])
-    upper = getattr(part, "upper", None)
-    assert (upper is not None) == (op.source.csr is not None and kernel.name == "rbf"
-                                   and dtype == "float32")
-    if upper is not None:
-        # exactly symmetric: each block's columns from its own on, the rest mirrored
-        from muflow.solvers._working_set_compiled import mirror_right_of
+    symmetric = getattr(part, "symmetric", None)
+    assert (symmetric is not None) == (op.source.csr is not None and kernel.name == "rbf"
+                                       and dtype == "float32")
+    if symmetric is not None:
+        # exactly symmetric: each block's columns from its own diagonal on, the rest
+        # mirrored, the blocks taken by 1 to 3 threads side by side
+        from muflow.thread_pool import run_on_threads
 
-        got = np.full((B.size, B.size), np.nan, dtype=op.dtype)
-        edges = [0, 5, 16, 30, 37]
-        for r0, r1 in reversed(list(zip(edges[:-1], edges[1:]))):
-            upper(r0, r1, got[r0:r1])
-            assert np.isnan(got[r0:r1, :r0]).all()  # nothing left of the block's own columns
-            mirror_right_of(got, r0, r1)
-        np.testing.assert_array_equal(got, whole)
+        for threads, block in ((1, 37), (1, 5), (2, 5), (3, 4), (3, 16)):
+            got = np.full((B.size, B.size), np.nan, dtype=op.dtype)
+            deal = symmetric(got, block)
+            run_on_threads(lambda worker: deal(), threads)
+            np.testing.assert_array_equal(got, whole)

@@ -10,7 +10,6 @@ K of the working set B that moved:
   on a range of targets so that the driver splits one update over threads
   (:meth:`Threads.split`) and a worker holding a slice of G updates just that slice;
 - :func:`gather_block`: K_BB, the subproblem's matrix, from the cached rows of B;
-- :func:`mirror_right_of`: the lower part of a symmetric K_BB from its upper part.
 
 Arrays: G, y, coef float64; slots, cols int64; data the cache's (slots, n) storage, float32
 or float64; all C-contiguous.
@@ -77,26 +76,6 @@ def gather_block(data, slots, cols, out, lo, hi):
         row = data[slots[a]]
         for b in range(cols.shape[0]):
             out[a, b] = row[cols[b]]
-
-
-#: Side of the tiles :func:`mirror_right_of` copies: a tile's rows and its transpose's stay
-#: in L1 while it is copied.
-MIRROR_TILE = 16
-
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def mirror_right_of(out, r0, r1):
-    """``out[c, r0:r1] = out[r0:r1, c]`` for every column c >= r1 of the square ``out``:
-    the entries below a block of rows r0:r1 of a symmetric K_BB from those right of it,
-    which only that block's rows wrote; by tiles of :data:`MIRROR_TILE` squared."""
-    q = out.shape[0]
-    for c0 in range(r1, q, MIRROR_TILE):
-        c1 = min(c0 + MIRROR_TILE, q)
-        for i0 in range(r0, r1, MIRROR_TILE):
-            i1 = min(i0 + MIRROR_TILE, r1)
-            for c in range(c0, c1):
-                for i in range(i0, i1):
-                    out[c, i] = out[i, c]
 
 
 #: Below this many multiply-adds an update runs in the calling thread (a thread hand-off

@@ -62,9 +62,10 @@ import numpy as np
 from muflow.exceptions import MuflowInputError
 from muflow.operators import require_rows
 from muflow.solvers._subset_compiled import shrink_mask
-from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block, mirror_right_of
+from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
+from muflow.thread_pool import run_on_threads
 from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, merge_maxima,
                                                shrink_pool, side_pass)
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
@@ -83,12 +84,6 @@ def check_q(q) -> None:
 #: Rows of K_BB a block (:meth:`InProcessState._rows_while_solving`): fixed, so that each
 #: entry is computed by the same product whatever the number of threads.
 ENTRY_BLOCK = 64
-
-
-def folded_order(k: int) -> np.ndarray:
-    """0, k - 1, 1, k - 2, ...: the rows of an upper triangle in pairs of equal total
-    length, so that contiguous ranges of the order hold near-equal work."""
-    return np.stack([np.arange(k), np.arange(k)[::-1]], axis=1).ravel()[:k]
 
 
 class HostActiveSet(ColumnState):
@@ -292,20 +287,19 @@ class InProcessState(HostActiveSet):
         entries = self._entries[: B.size * B.size].reshape(B.size, B.size)
         blocks = -(-B.size // ENTRY_BLOCK)
         part = square_entries(B)
-        # exactly symmetric entries: a block's columns from its own on, the rest mirrored
-        upper = getattr(part, "upper", None)
-        order = np.arange(blocks) if upper is None else folded_order(blocks)
-
-        def block(lo, hi):
-            for k in order[lo:hi].tolist():
-                r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
-                if upper is None:
+        symmetric = getattr(part, "symmetric", None)
+        if symmetric is not None:
+            # exactly symmetric entries, a block from its diagonal on and mirrored: one
+            # compiled loop a thread, taking blocks without the GIL between them
+            deal = symmetric(entries, ENTRY_BLOCK)
+            run_on_threads(lambda worker: deal(), self.threads.parts(blocks, ENTRY_BLOCK * B.size))
+        else:
+            def block(lo, hi):
+                for k in range(lo, hi):
+                    r0, r1 = k * ENTRY_BLOCK, min(B.size, (k + 1) * ENTRY_BLOCK)
                     part(r0, r1, entries[r0:r1])
-                else:
-                    upper(r0, r1, entries[r0:r1])
-                    mirror_right_of(entries, r0, r1)
 
-        self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
+            self.threads.split(block, blocks, ENTRY_BLOCK * B.size)
         rows, slots = cache.reserve_missing(B)
         if rows.size:
             self._pending = cache.begin_write(rows, slots)
