@@ -437,3 +437,16 @@ def dense_to_csr(X):
                 values[p] = X[i, j]
                 p += 1
     return indptr, indices, values
+
+
+@njit(cache=True, nogil=True)
+def csr_columns_T(indptr, indices, values, cols, out):
+    """``out <- X[cols].T`` (``out`` of shape (n_features, cols.size), float32) from X's
+    CSR: zeros, then each stored entry of the rows ``cols`` in its place, where gathering
+    the dense rows and transposing them reads and writes every feature of every row. The
+    same values: an entry the CSR does not store is a zero of X."""
+    out[:] = 0
+    for b in range(cols.shape[0]):
+        i = cols[b]
+        for p in range(indptr[i], indptr[i + 1]):
+            out[indices[p], b] = values[p]

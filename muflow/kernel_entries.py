@@ -81,8 +81,16 @@ def square_entries(op, idx):
 
 def _columns(op, cols) -> tuple[np.ndarray, np.ndarray]:
     """``(X^T, squared norms)`` of the columns ``cols``, gathered once for every block of
-    rows against them (dense X in the operator's dtype: ``op._chunked``)."""
-    return np.ascontiguousarray(op.source.X[cols].T), op.source.sq[cols]
+    rows against them (dense X in the operator's dtype: ``op._chunked``; from its CSR
+    where X is mostly zeros, the same values)."""
+    source = op.source
+    if source.csr is None:
+        return np.ascontiguousarray(source.X[cols].T), source.sq[cols]
+    from muflow import _kernel_compiled as kc
+
+    BT = np.empty((source.X.shape[1], len(cols)), dtype=source.X.dtype)
+    kc.csr_columns_T(*source.csr, np.ascontiguousarray(cols, dtype=np.int64), BT)
+    return BT, source.sq[cols]
 
 
 def _against(op, cols, columns=None):

@@ -625,3 +625,17 @@ def test_a_working_sets_square_block_is_the_same_entries_by_any_blocks(X, mostly
             deal = symmetric(got, block)
             run_on_threads(lambda worker: deal(), threads)
             np.testing.assert_array_equal(got, whole)
+
+
+def test_columns_from_the_csr_are_the_dense_rows_transposed(mostly_zero_X):
+    """K_BB's columns X[B].T built from X's CSR (``csr_columns_T``) equal the dense rows
+    gathered and transposed, for columns unsorted, repeated and of empty rows."""
+    from muflow import _kernel_compiled as kc
+
+    X = np.asarray(mostly_zero_X, dtype=np.float32).copy()
+    X[3] = 0.0
+    csr = kc.dense_to_csr(X)
+    cols = np.array([7, 3, 0, 7, X.shape[0] - 1, 12], dtype=np.int64)
+    out = np.full((X.shape[1], cols.size), np.nan, dtype=np.float32)
+    kc.csr_columns_T(*csr, cols, out)
+    np.testing.assert_array_equal(out, X[cols].T)
