@@ -57,11 +57,14 @@ def square_entries(op, idx):
     # sparse rows' entry (i, j) adds the same terms in the same order as (j, i)
     # (:func:`muflow._kernel_compiled.sparse_rows_product`) and the finish is symmetric in
     # the two norms: K_BB is exactly symmetric, and a block's columns from its own suffice
-    blocks = op.source.sparse_rbf_blocks(op.kernel, idx, positions, XT=BT, sq=sq_B)
+    blocks = []  # prepared on the first block asked for (a solve asks for the whole)
 
-    def one_call(r0, r1, out, first=0):
+    def one_call(r0, r1, out):
         if out.flags.c_contiguous and out.dtype == np.float32:
-            blocks(r0, r1, out, first)
+            if not blocks:
+                blocks.append(op.source.sparse_rbf_blocks(op.kernel, idx, positions, XT=BT,
+                                                          sq=sq_B))
+            blocks[0](r0, r1, out)
         else:
             part(r0, r1, out)
 
