@@ -25,10 +25,10 @@ from muflow.solvers._working_set_compiled import BLOCK, add_block
 
 #: A pass's work an item, in the multiply-adds that
 #: :meth:`muflow.solvers._working_set_compiled.Threads.split` weighs work in. Written
-#: without data-dependent branches, a pass costs a few nanoseconds an item even with its
-#: arrays out of the CPU's cache (where mispredicted branches made it 9-16 ns), so it is
-#: shared out from 32,768 variables on, where each thread's part outweighs its hand-off
-#: (docs/benchmarks.md, "Threads and workers").
+#: without data-dependent branches, a pass costs a few of the gradient's multiply-adds an
+#: item even with its arrays out of the CPU's cache (mispredicted branches cost several
+#: times that), so it is shared out from 32,768 variables on, where each thread's part
+#: outweighs its hand-off (docs/benchmarks.md, "Threads and workers").
 WORK_PER_ITEM = 8
 
 
