@@ -175,22 +175,22 @@ class RowSource:
         return deal
 
     def sparse_rbf_blocks(self, kernel: Kernel, rows, same_rows, *, XT=None, sq=None):
-        """``block(r0, r1, out, c0=0)``, which writes ``out[r - r0, c0:] <- K(X[rows[r]],
-        the columns c0:)`` for r0 <= r < r1 by the rows' compiled call (the
-        same values), the rows' arguments prepared once here for every block: a block holds
-        the GIL for its call alone. ``same_rows`` as there; ``XT`` and ``sq``, when given,
-        are the columns' X^T and squared norms in place of all of X's (the columns of a
-        subset, such as a working set's: :mod:`muflow.kernel_entries`)."""
+        """``block(r0, r1, out)``, which writes ``out[r - r0] <- K(X[rows[r]], the columns)``
+        for r0 <= r < r1 by the rows' compiled call (the same values), the rows' arguments
+        prepared once here for every block: a block holds the GIL for its call alone.
+        ``same_rows`` as there; ``XT`` and ``sq``, when given, are the columns' X^T and
+        squared norms in place of all of X's (the columns of a subset, such as a working
+        set's: :mod:`muflow.kernel_entries`)."""
         from muflow import _kernel_compiled as kc
 
-        csr, rows, XT, sq_rows, sq, gamma, offset, same, diag = (
-            self.csr, *self.sparse_rbf_args(kernel, rows, self.sq[rows], same_rows, XT, sq)[3:])
+        (indptr, indices, values, rows, XT, sq_rows, sq, gamma, offset, same,
+         diag) = self.sparse_rbf_args(kernel, rows, self.sq[rows], same_rows, XT, sq)
         slots = np.arange(rows.size, dtype=np.int64)
 
-        def block(r0: int, r1: int, out, c0: int = 0) -> None:
-            kc.sparse_rbf_rows_into(*csr, rows[r0:r1], XT, sq_rows[r0:r1], sq, gamma, offset,
-                                    same[r0:r1], diag[r0:r1], out, slots[: r1 - r0], int(c0),
-                                    XT.shape[1])
+        def block(r0: int, r1: int, out) -> None:
+            kc.sparse_rbf_rows_into(indptr, indices, values, rows[r0:r1], XT, sq_rows[r0:r1],
+                                    sq, gamma, offset, same[r0:r1], diag[r0:r1], out,
+                                    slots[: r1 - r0], 0, XT.shape[1])
 
         return block
 

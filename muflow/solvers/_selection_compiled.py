@@ -201,8 +201,10 @@ def smallest_in_one(values, k, sample):
     share out): the bound from ``sample`` entries (:func:`sampled_bound`), the positions of
     the finite entries at most it (:func:`collect_at_most`), every finite one where the
     bound was low, and of those the k first (:func:`first_k`). The same steps as the
-    threaded path."""
+    threaded path; none where k <= 0."""
     n = values.shape[0]
+    if k <= 0 or n == 0:
+        return np.zeros(0, dtype=np.int64)
     bound = np.inf if n < sample else sampled_bound(values, k, sample)
     out = np.empty(n, dtype=np.int64)
     starts, counts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
@@ -219,14 +221,6 @@ def first_k(values, pos, k):
     if pos.size <= k:
         return pos
     return np.sort(pos[np.argsort(values[pos], kind="mergesort")[:k]])
-
-
-@njit(cache=True, nogil=True)
-def _smallest(values, k, sample):
-    """:func:`smallest_in_one`, none where k <= 0 (:func:`muflow.solvers.top_k.smallest`)."""
-    if k <= 0 or values.shape[0] == 0:
-        return np.zeros(0, dtype=np.int64)
-    return smallest_in_one(values, k, sample)
 
 
 @njit(cache=True, nogil=True)
@@ -263,16 +257,16 @@ def choose_working_set(v_up, v_low, a, U, previous, ku, kl, gmax, gmax2, gain_up
             gain_up[p] = np.inf
             gain_low[p] = np.inf
     need = q - taken
-    new_up = _smallest(gain_up, need // 2, sample)
+    new_up = smallest_in_one(gain_up, need // 2, sample)
     for p in new_up:
         gain_low[p] = np.inf
-    new_low = _smallest(gain_low, need - new_up.size, sample)
+    new_low = smallest_in_one(gain_low, need - new_up.size, sample)
     if new_up.size + new_low.size < need:  # one side ran short: the other fills B
         for p in new_low:
             gain_up[p] = np.inf
         for p in new_up:
             gain_up[p] = np.inf
-        extra = _smallest(gain_up, need - new_up.size - new_low.size, sample)
+        extra = smallest_in_one(gain_up, need - new_up.size - new_low.size, sample)
         new_up = np.concatenate((new_up, extra))
     # each once, in order of first appearance, at most q
     out = np.empty(q, dtype=np.int64)

@@ -48,11 +48,11 @@ def smallest(values: np.ndarray, k: int, threads=None) -> np.ndarray:
     values = np.ascontiguousarray(values, dtype=np.float64)
     n = values.shape[0]
     k = int(k)
-    if k <= 0 or n == 0:
-        return np.zeros(0, dtype=np.int64)
     threads = Threads(1) if threads is None else threads
     if threads.parts(n, WORK_PER_ENTRY) == 1:  # the same steps in one compiled call
         return smallest_in_one(values, k, SAMPLE)
+    if k <= 0:
+        return np.zeros(0, dtype=np.int64)
     bound = np.inf if n < SAMPLE else sampled_bound(values, k, SAMPLE)
     pos = _collect(values, bound, threads)
     if pos.size < k and bound < np.inf:  # the sample's bound was low: every finite entry

@@ -73,22 +73,14 @@ def previous_positions(act: np.ndarray, previous: np.ndarray) -> np.ndarray:
     return pos[act[pos] == previous]
 
 
-def ordered_unique(parts) -> np.ndarray:
-    """The indices of ``parts`` in order of first appearance, each once."""
-    idx = np.concatenate([np.asarray(p, dtype=np.int64) for p in parts])
-    _, first = np.unique(idx, return_index=True)
-    return idx[np.sort(first)]
-
-
 class PairView:
     """The violations of a pool of variables (the active set in process, the workers' merged
     candidates on a cluster) and what selection and shrinking read of them.
 
     With the sum constraint the gap is m(alpha) - M(alpha) = max_{I_up} -y G +
     max_{I_low} y G (Fan, Chen & Lin 2005, eq. (9)), its maximal violators ``ku`` and ``kl``
-    (positions in the pool); without it the largest projected gradient. :meth:`score_at`
-    ranks how much each variable violates (the previous working set's useful part is kept
-    by it).
+    (positions in the pool); without it the largest projected gradient, whose size
+    (``score``) ranks how much each variable violates.
 
     Parameters
     ----------
@@ -122,14 +114,6 @@ class PairView:
         gmax, gmax2 = v_up[self.ku], v_low[self.kl]
         self.extremes = (float(gmax), float(gmax2))
         self.gap = float(gmax + gmax2)
-
-    def score_at(self, pos) -> np.ndarray:
-        """How much the variables at positions ``pos`` violate: with the sum constraint
-        max(v_up + gmax2, v_low + gmax), positive for a variable of a violating pair."""
-        if not self.equality:
-            return self.score[pos]
-        gmax, gmax2 = self.extremes
-        return np.maximum(self.v_up[pos] + gmax2, self.v_low[pos] + gmax)
 
 
 def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
@@ -165,12 +149,13 @@ def select_working_set(view: PairView, q: int, previous, *, QD=None, row_i=None,
     size = a.size
     threads = Threads(1) if threads is None else threads
     if not view.equality:
-        useful = previous[(view.score_at(previous) > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
-        kept = useful[np.argsort(-view.score_at(useful), kind="stable")[: q // 2]]
-        gain = np.where(view.score > 0, -view.score, np.inf)
+        score = view.score
+        useful = previous[(score[previous] > 0) | ((a[previous] > 0) & (a[previous] < U[previous]))]
+        kept = useful[np.argsort(-score[useful], kind="stable")[: q // 2]]
+        gain = np.where(score > 0, -score, np.inf)
         gain[kept] = np.inf
-        new = smallest(gain, q - kept.size, threads)
-        return ordered_unique([new, kept])[:q]
+        # kept's gains are +inf, so the new ones are others: at most q in all, each once
+        return np.concatenate([smallest(gain, q - kept.size, threads), kept])
     ku, kl = view.ku, view.kl
     gmax, gmax2 = view.extremes
     at = np.arange(size, dtype=np.int64) if at is None else at
