@@ -14,7 +14,7 @@ import os
 import sys
 
 # the division of cores among children is the thread budget's (one rule, one place)
-from muflow.threads import makespan, pool_size  # noqa: F401
+from muflow.threads import blas_single_threaded, makespan, pool_size  # noqa: F401
 
 _PR_SET_PDEATHSIG = 1
 
@@ -106,7 +106,7 @@ def _killed_child(exc: BaseException, children: dict):
 
 
 def _task_in_child(k):
-    from muflow.threads import blas_single_threaded, cap_threads
+    from muflow.threads import cap_threads
 
     global _IN_CHILD
     run, threads = _FORK_STATE
@@ -139,25 +139,29 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
 
     global _FORK_STATE
     _FORK_STATE = (run, threads)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_child_starts,
-                                   initargs=(os.getpid(),))
-        children = {}
+    # BLAS on one thread while the children are forked: they inherit the count, so that
+    # their own hold (_task_in_child) has nothing to set; set there, OpenBLAS starts
+    # its threads in the child, and they spin on the cores of the child's siblings
+    with blas_single_threaded():
         try:
-            futures = [pool.submit(_task_in_child, k) for k in range(n_tasks)]
-            children = dict(getattr(pool, "_processes", None) or {})  # forked at the submits
-            return [f.result() for f in futures]
-        except BaseException as exc:  # Ctrl-C, SIGTERM (muflow.cli), a failed task: stop the others
-            killed = _killed_child(exc, children)  # before the others are killed below
-            _stop_children(pool)
-            if killed is not None:
-                raise killed from exc
-            raise
+            ctx = multiprocessing.get_context("fork")
+            pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_child_starts,
+                                       initargs=(os.getpid(),))
+            children = {}
+            try:
+                futures = [pool.submit(_task_in_child, k) for k in range(n_tasks)]
+                children = dict(getattr(pool, "_processes", None) or {})  # forked at the submits
+                return [f.result() for f in futures]
+            except BaseException as exc:  # Ctrl-C, SIGTERM (muflow.cli), a failed task: stop the others
+                killed = _killed_child(exc, children)  # before the others are killed below
+                _stop_children(pool)
+                if killed is not None:
+                    raise killed from exc
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-    finally:
-        _FORK_STATE = None
+            _FORK_STATE = None
 
 
 __all__ = ["die_with_parent", "forked_map", "in_forked_child", "makespan", "pool_size"]

@@ -26,7 +26,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel, _row_sq_norms, integer_center, rbf_center
 from muflow import threads as _threads
 from muflow.thread_pool import begin_dealing
-from muflow.threads import blas_single_threaded, thread_budget, thread_cap
+from muflow.threads import blas_single_threaded, threads_for
 
 #: Sparse data with at most this many features are densified once before the build: a
 #: dense BLAS product per tile is much faster than a sparse-sparse product whose result is
@@ -337,7 +337,6 @@ class Columns:
 # import them from here.
 _OneBlasThread = _threads._OneBlasThread
 _blas_single_threaded = blas_single_threaded
-default_threads = thread_budget
 
 
 #: A batch of fewer than ``PANELS_A_BATCH * block_rows`` rows is cut into this many panels
@@ -365,8 +364,7 @@ def run_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = N
 def begin_panels(n_items: int, block_rows: int, work, *, n_threads: int | None = None):
     """:func:`run_panels` begun on the other threads, the caller's share left for the
     :meth:`~muflow.thread_pool.Begun.join` that ends it (:func:`begin_held`)."""
-    # a forked child's share holds whatever count its caller carries from the parent
-    n_threads = min(n_threads, thread_cap() or n_threads) if n_threads else thread_budget()
+    n_threads = threads_for(n_threads)
     block = max(1, min(int(block_rows), -(-n_items // PANELS_A_BATCH)))
     starts = list(range(0, n_items, block))
 

@@ -32,11 +32,12 @@ import numpy as np
 from muflow import kernel_entries
 from muflow.exceptions import MuflowInputError
 from muflow.inmemory import (MIN_PIECE_ENTRIES, PRODUCT_KERNELS, Columns, begin_held,
-                             begin_panels, contiguous_run, default_threads, gram_dtype,
+                             begin_panels, contiguous_run, gram_dtype,
                              row_source, run_panels)
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.thread_pool import Begun, begin_on_threads
+from muflow.threads import threads_for
 
 #: A panel of a product ``K @ V`` (per thread) takes at most this many bytes.
 PRODUCT_PANEL_BYTES = 32 * 2**20
@@ -211,7 +212,7 @@ class KernelRows(GramOperator):
         for g in range(edges.size - 1):
             width = self._chunk_width(int(edges[g + 1] - edges[g]))
             tiles += [(g, c0, min(self.n, c0 + width)) for c0 in range(0, self.n, width)]
-        threads = max(1, self.n_threads or default_threads())
+        threads = threads_for(self.n_threads)
         workers = max(1, min(threads, k * self.n // MIN_PIECE_ENTRIES, len(tiles)))
         if rows is not None and self._sparse_rbf:
             # sparse rbf rows: one compiled loop a thread takes tile after tile, the GIL

@@ -192,6 +192,16 @@ def thread_cap() -> int | None:
     return _CAP
 
 
+def threads_for(n_threads: int | None) -> int:
+    """The threads a call may use when its object carries ``n_threads`` (None: the
+    budget, :func:`thread_budget`): the count held to this process's cap. An operator or a
+    solver made in a parent and inherited by a forked child carries the parent's count,
+    while the child may use only its share (:func:`cap_threads`)."""
+    if not n_threads:
+        return thread_budget()
+    return max(1, min(int(n_threads), _CAP or int(n_threads)))
+
+
 #: The budget of the call in progress in this thread (:func:`budget_scope`).
 _SCOPE: contextvars.ContextVar = contextvars.ContextVar("muflow_thread_budget", default=None)
 
@@ -361,7 +371,11 @@ class _OneBlasThread:
                 counts = [lib.num_threads for lib in self._blas.lib_controllers
                           if getattr(lib, "threading_layer", None) not in _SERIAL_LAYERS]
                 self._held_from = min((c for c in counts if c), default=None)
-                self._limiter = self._blas.limit(limits=1)
+                # already one thread each (a child forked under the hold, forked_map): no
+                # call, for OpenBLAS in a forked child starts its threads to be told the
+                # count, and they spin a while on the cores the child's siblings use
+                if any(lib.num_threads != 1 for lib in self._blas.lib_controllers):
+                    self._limiter = self._blas.limit(limits=1)
             self._inside += 1
         return self
 
@@ -369,7 +383,8 @@ class _OneBlasThread:
         with self._lock:
             self._inside -= 1
             if self._inside == 0:
-                self._limiter.restore_original_limits()
+                if self._limiter is not None:
+                    self._limiter.restore_original_limits()
                 self._limiter = None
                 self._held_from = None
 
@@ -399,4 +414,4 @@ from muflow.thread_pool import deal, run_on_threads  # noqa: E402  (re-exported)
 
 __all__ = ["ENV_VAR", "Share", "blas_single_threaded", "budget_scope", "cap_threads", "check_n_jobs",
            "dask_worker_threads", "deal", "divide_budget", "makespan", "pool_size", "run_on_threads",
-           "scoped_budget", "thread_budget", "thread_cap", "usable_cores"]
+           "scoped_budget", "thread_budget", "thread_cap", "threads_for", "usable_cores"]

@@ -407,3 +407,90 @@ def test_a_begun_pieces_error_is_raised_at_the_join_and_after_still_runs():
     with pytest.raises(ValueError, match="piece 2"):
         begun.join()
     assert done == ["after"]  # released, but not counted as done
+
+
+def test_an_explicit_count_is_held_to_a_forked_childs_share(eight_cores):
+    """An object made in the parent carries the parent's count into a forked child; the
+    child uses its share of it, and no more."""
+    assert th.threads_for(None) == 8
+    assert th.threads_for(3) == 3
+    eight_cores.setattr(th, "_CAP", 1)
+    assert th.threads_for(3) == 1 and th.threads_for(None) == 1
+    eight_cores.setattr(th, "_CAP", 4)
+    assert th.threads_for(3) == 3 and th.threads_for(6) == 4
+
+
+def test_rows_of_an_operator_made_in_the_parent_run_on_the_childs_share(monkeypatch):
+    """A row operator made for 2 threads, inherited by a child forked with a share of 1
+    thread, deals its batch to 1 thread there (2 here): never more busy threads than the
+    budget in all."""
+    import scipy.sparse as sp
+
+    import muflow.kernel_rows as kernel_rows
+    from muflow.forking import forked_map
+    from muflow.kernels import Kernel
+
+    X = sp.random(3000, 40, density=0.2, format="csr", random_state=0)
+    op = kernel_rows.KernelRows(X, Kernel("rbf", gamma=0.1), dtype="float32", n_threads=2)
+    dealt = []
+    original = kernel_rows.begin_on_threads
+
+    def recording(part, n_parts, *args):
+        dealt.append(n_parts)
+        return original(part, n_parts, *args)
+
+    monkeypatch.setattr(kernel_rows, "begin_on_threads", recording)
+    rows = np.arange(0, 3000, 25)
+    data = np.empty((rows.size, 3000), dtype=np.float32)
+
+    def batch(k):
+        dealt.clear()
+        op.rows_into(rows, data, np.arange(rows.size))
+        return list(dealt), data.copy()
+
+    here, expected = batch(0)
+    [(there, got)] = forked_map(batch, 1, 1, threads=1)
+    assert here == [2] and there == [1]
+    assert np.array_equal(got, expected)
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads in /proc")
+def test_a_child_forked_under_the_hold_starts_no_blas_threads(threaded_blas):
+    """BLAS is held to one thread while forked_map forks: a child's own hold then sets
+    nothing, and a product there starts none of BLAS's threads (set in the child, OpenBLAS
+    starts them, and they spin on the cores of the child's siblings)."""
+    from muflow.forking import forked_map
+
+    A = np.random.default_rng(0).normal(size=(400, 400))
+    A @ A  # the parent's BLAS threads exist
+
+    def in_child(k):  # run under the child's own hold (forking._task_in_child)
+        with th.blas_single_threaded():
+            A @ A
+        return _os_threads()
+
+    # fork copies only the forking thread: the child's main thread is its one thread
+    assert forked_map(in_child, 1, 1, threads=1) == [1]
+
+
+def test_a_column_opens_and_runs_with_blas_held(monkeypatch):
+    """The working-set state opens (its objective is a dot product over n, which OpenBLAS
+    threads from 10,000 entries) under the same hold of BLAS to one thread as its loop:
+    BLAS's idle threads would spin into the loop's first iterations otherwise."""
+    from muflow.solvers import working_set
+
+    held = []
+    original = working_set.InProcessHome.open
+
+    def recording(self, *args):
+        held.append(th._ONE_BLAS_THREAD._inside > 0)
+        return original(self, *args)
+
+    monkeypatch.setattr(working_set.InProcessHome, "open", recording)
+    X, y = _four_classes(200)
+    muflow.SVC(gram="rows", solver="working_set", n_jobs=1).fit(X, y < 2)
+    assert held == [True]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from muflow.threads import run_on_threads, thread_budget
+from muflow.threads import run_on_threads, threads_for
 
 #: Targets per block: the block's partial sums (128 KB) stay in the L2 cache while every
 #: row streams through it, and each row is read in runs of 64 KB, long enough for the
@@ -93,7 +93,7 @@ class Threads:
     """
 
     def __init__(self, n_threads: int | None = None):
-        self.n_threads = max(1, n_threads or thread_budget())
+        self.n_threads = threads_for(n_threads)
 
     def parts(self, total: int, work_per_item: int) -> int:
         """How many pieces :meth:`split` cuts a pass of ``total`` items into."""

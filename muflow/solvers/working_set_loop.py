@@ -407,11 +407,14 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
         for j, col in enumerate(cols):
             n_free = int((col.U > 0).sum())
             qj = max(2, min(q, n_free + n_free % 2))
-            state = home.open(j, col, starts[j], qj, timings)
-            curve = [state.F]
-            on_iter = column_callback(callback, problem, alphas, curves, j, state.alpha)
-            report = _reporter(progress, home, state, timings, n=n, column=j, columns=m)
+            # the hold begins before the state opens: its objective's dot product over n
+            # (OpenBLAS threads it from 10,000 entries) would leave BLAS's idle threads
+            # spinning into the loop's first iterations
             with _blas_single_threaded():
+                state = home.open(j, col, starts[j], qj, timings)
+                curve = [state.F]
+                on_iter = column_callback(callback, problem, alphas, curves, j, state.alpha)
+                report = _reporter(progress, home, state, timings, n=n, column=j, columns=m)
                 v, it = run_column(state, q=qj, n=n, tol=tol, max_iter=max(0, int(max_iter)),
                                    shrinking=shrinking, timings=timings, on_iter=on_iter,
                                    curve=curve, report=report)
