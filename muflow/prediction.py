@@ -176,7 +176,10 @@ class Predictor:
         predictor = cls(kernel, W, center=center, support_T={np.dtype(np.float64): ST64},
                         sq_support={np.dtype(np.float64): sq64}, sq_limit=float(sq64.max(initial=0.0)))
         if dtype == "auto":
-            dtype = predictor.choose_dtype(shifted)
+            # a small product on one BLAS thread: OpenBLAS's threads, idle after a product
+            # of theirs, would spin on the cores that the blocks' threads then use
+            with blas_single_threaded():
+                dtype = predictor.choose_dtype(shifted)
         predictor.use(dtype)
         return predictor
 
@@ -231,9 +234,11 @@ class Predictor:
         starts = range(0, n, step)
         scores = np.empty((n, self.weights.shape[1]))
         small = n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT
-        threads = 1 if small else min(len(starts), thread_budget())
+        budget = thread_budget()
+        threads = 1 if small else min(len(starts), budget)
         if threads < 2:
-            with blas_single_threaded() if small else contextlib.nullcontext():
+            # one block: BLAS's threads where the budget has several
+            with blas_single_threaded() if small or budget == 1 else contextlib.nullcontext():
                 for start in starts:
                     self._decision_block(X, start, step, scores)
             return scores

@@ -218,3 +218,44 @@ def test_overlapping_one_blas_thread_sections_restore_the_threads_once_all_have_
     finally:
         for lib, n in zip(blas.lib_controllers, before):
             lib.set_num_threads(n)
+
+
+def test_the_precision_probe_runs_on_one_blas_thread(a8a_model, monkeypatch):
+    """The float32 check's products are small: on one BLAS thread, whose idle siblings
+    would otherwise spin on the cores the prediction's blocks then use."""
+    import pickle
+
+    from muflow import threads
+
+    model, X_test = a8a_model
+    held = []
+    choose = Predictor.choose_dtype
+
+    def recording(self, shifted):
+        held.append(threads._ONE_BLAS_THREAD._inside > 0)
+        return choose(self, shifted)
+
+    monkeypatch.setattr(Predictor, "choose_dtype", recording)
+    pickle.loads(pickle.dumps(model)).predict(X_test[:10])
+    assert held == [True]
+
+
+def test_a_budget_of_one_thread_predicts_on_one_blas_thread(a8a_model, monkeypatch):
+    """MUFLOW_NUM_THREADS=1: even a product too large for the small-product rule runs on
+    one BLAS thread, not on every core BLAS would take."""
+    import muflow.prediction as prediction
+    from muflow import threads
+
+    model, X_test = a8a_model
+    held = []
+    block = Predictor._decision_block
+
+    def recording(self, *args):
+        held.append(threads._ONE_BLAS_THREAD._inside > 0)
+        return block(self, *args)
+
+    monkeypatch.setattr(Predictor, "_decision_block", recording)
+    monkeypatch.setattr(prediction, "SMALL_PRODUCT", 0)
+    monkeypatch.setenv("MUFLOW_NUM_THREADS", "1")
+    model.decision_function(X_test[:500])
+    assert held and all(held)
