@@ -234,11 +234,11 @@ class Predictor:
         starts = range(0, n, step)
         scores = np.empty((n, self.weights.shape[1]))
         small = n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT
-        budget = thread_budget()
-        threads = 1 if small else min(len(starts), budget)
+        budget = 1 if small else thread_budget()  # the budget costs a one-row call its time
+        threads = min(len(starts), budget)
         if threads < 2:
             # one block: BLAS's threads where the budget has several
-            with blas_single_threaded() if small or budget == 1 else contextlib.nullcontext():
+            with blas_single_threaded() if budget == 1 else contextlib.nullcontext():
                 for start in starts:
                     self._decision_block(X, start, step, scores)
             return scores
