@@ -343,19 +343,23 @@ class _OneBlasThread:
     overlapping in two threads (a threaded server, a Dask worker, prediction blocks) would
     leave BLAS on one thread for good when the first in is not the last out. Here the first
     caller in takes the limit and the last one out restores it. A forked child starts
-    afresh (the parent's count is not its own).
+    afresh (the parent's count is not its own); one forked under the hold
+    (:func:`muflow.forking.forked_map`) inherits BLAS on one thread, and the count the
+    parent's hold found stands for its libraries (:meth:`steady`).
     """
 
     def __init__(self):
         self._reset()
 
     def _reset(self):
+        inherited = getattr(self, "_held_from", None) if getattr(self, "_inside", 0) else None
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._inside = 0
         self._limiter = None
         self._blas = None
         self._held_from = None
+        self._inherited = inherited
 
     def __enter__(self):
         if self._pid != os.getpid():
@@ -376,6 +380,8 @@ class _OneBlasThread:
                 # count, and they spin a while on the cores the child's siblings use
                 if any(lib.num_threads != 1 for lib in self._blas.lib_controllers):
                     self._limiter = self._blas.limit(limits=1)
+                elif self._inherited is not None:
+                    self._held_from = self._inherited
             self._inside += 1
         return self
 
@@ -390,12 +396,13 @@ class _OneBlasThread:
 
     @contextlib.contextmanager
     def steady(self):
-        """The fewest threads BLAS had before the hold (None when not held), and no thread
-        entering the hold while the caller reads the libraries' counts (it would read 1)."""
+        """The fewest threads BLAS had before the hold (None when not held; in a child
+        forked under the hold, the count the parent's hold found), and no thread entering
+        the hold while the caller reads the libraries' counts (it would read 1)."""
         if self._pid != os.getpid():
             self._reset()
         with self._lock:
-            yield self._held_from if self._inside else None
+            yield self._held_from if self._inside else self._inherited
 
 
 _ONE_BLAS_THREAD = _OneBlasThread()

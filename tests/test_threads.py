@@ -494,3 +494,15 @@ def test_a_column_opens_and_runs_with_blas_held(monkeypatch):
     X, y = _four_classes(200)
     muflow.SVC(gram="rows", solver="working_set", n_jobs=1).fit(X, y < 2)
     assert held == [True]
+
+
+def test_a_child_forked_under_the_hold_keeps_the_budget_blas_had(threaded_blas):
+    """A child forked without a share of its own (``threads=None``) has this process's
+    budget, although BLAS reaches it on one thread: the count the parent's hold found
+    stands for it, as in the parent while held."""
+    from muflow.forking import forked_map
+
+    budget = th.thread_budget()
+    assert forked_map(lambda k: th.thread_budget(), 2, 1) == [budget, budget]
+    with th.blas_single_threaded():
+        assert th.thread_budget() == budget
