@@ -7,7 +7,10 @@
 #
 # What to carry to the machine (the device run's `carry`), all ignored by git:
 #   benchmarks/device/wheels  the wheels this script installs with
-#                             `pip install --no-index --no-deps --prefix $PREFIX`:
+#                             `pip install --no-index --no-deps --ignore-installed
+#                             --prefix $PREFIX` (a copy the Python already holds, such as
+#                             an older tbb, would otherwise keep its libraries out of
+#                             $PREFIX/lib, where daal looks for libtbb.so.12):
 #                             scikit-learn-intelex, daal, tbb and tcmlib (for the machine's
 #                             Python: cp311 and cp312 are both there, pip takes the one that
 #                             fits), plus what muflow needs and the machine lacks (dask,
@@ -36,7 +39,7 @@ command -v taskset >/dev/null || { echo "taskset (util-linux) is needed to pin t
 
 # one version of each distribution, the one pip finds fits this Python
 names=$(ls "$WHEELS"/*.whl | sed 's#.*/##; s/-.*//' | tr '_' '-' | sort -u | tr '\n' ' ')
-"$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \
+"$PY" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check --ignore-installed \
   --prefix "$PREFIX" --find-links "$WHEELS" $names
 site=$("$PY" -c "import sysconfig; print(sysconfig.get_path('purelib', vars={'base': '$PREFIX', 'platbase': '$PREFIX'}))")
 export PYTHONPATH="$PWD:$site${PYTHONPATH:+:$PYTHONPATH}"
