@@ -134,34 +134,40 @@ def forked_map(run, n_tasks: int, processes: int, *, threads: int | None = None)
         process's budget (:func:`muflow.threads.divide_budget`), which caps the child's
         :func:`muflow.threads.thread_budget`; default the CPUs it may use.
     """
+    global _FORK_STATE
+    _FORK_STATE = (run, threads)
+    try:
+        # BLAS on one thread while the children are forked: they inherit the count, so that
+        # their own hold (_task_in_child) has nothing to set; set there, OpenBLAS starts
+        # its threads in the child, and they spin on the cores of the child's siblings
+        with blas_single_threaded():
+            return _map_in_children(n_tasks, processes)
+    finally:
+        _FORK_STATE = None
+
+
+def _map_in_children(n_tasks: int, processes: int) -> list:
+    """:func:`forked_map`'s pool: the tasks of :data:`_FORK_STATE` in ``processes`` forked
+    children; on any failure the others are stopped and a child the kernel killed is named."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    global _FORK_STATE
-    _FORK_STATE = (run, threads)
-    # BLAS on one thread while the children are forked: they inherit the count, so that
-    # their own hold (_task_in_child) has nothing to set; set there, OpenBLAS starts
-    # its threads in the child, and they spin on the cores of the child's siblings
-    with blas_single_threaded():
-        try:
-            ctx = multiprocessing.get_context("fork")
-            pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_child_starts,
-                                       initargs=(os.getpid(),))
-            children = {}
-            try:
-                futures = [pool.submit(_task_in_child, k) for k in range(n_tasks)]
-                children = dict(getattr(pool, "_processes", None) or {})  # forked at the submits
-                return [f.result() for f in futures]
-            except BaseException as exc:  # Ctrl-C, SIGTERM (muflow.cli), a failed task: stop the others
-                killed = _killed_child(exc, children)  # before the others are killed below
-                _stop_children(pool)
-                if killed is not None:
-                    raise killed from exc
-                raise
-            finally:
-                pool.shutdown(wait=True, cancel_futures=True)
-        finally:
-            _FORK_STATE = None
+    ctx = multiprocessing.get_context("fork")
+    pool = ProcessPoolExecutor(processes, mp_context=ctx, initializer=_child_starts,
+                               initargs=(os.getpid(),))
+    children = {}
+    try:
+        futures = [pool.submit(_task_in_child, k) for k in range(n_tasks)]
+        children = dict(getattr(pool, "_processes", None) or {})  # forked at the submits
+        return [f.result() for f in futures]
+    except BaseException as exc:  # Ctrl-C, SIGTERM (muflow.cli), a failed task: stop the others
+        killed = _killed_child(exc, children)  # before the others are killed below
+        _stop_children(pool)
+        if killed is not None:
+            raise killed from exc
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 __all__ = ["die_with_parent", "forked_map", "in_forked_child", "makespan", "pool_size"]

@@ -372,13 +372,14 @@ class _OneBlasThread:
                     from threadpoolctl import ThreadpoolController
 
                     self._blas = ThreadpoolController().select(user_api="blas")
-                counts = [lib.num_threads for lib in self._blas.lib_controllers
-                          if getattr(lib, "threading_layer", None) not in _SERIAL_LAYERS]
-                self._held_from = min((c for c in counts if c), default=None)
+                libs = [(lib.num_threads, getattr(lib, "threading_layer", None))
+                        for lib in self._blas.lib_controllers]  # each count read once
+                self._held_from = min((c for c, layer in libs
+                                       if c and layer not in _SERIAL_LAYERS), default=None)
                 # already one thread each (a child forked under the hold, forked_map): no
                 # call, for OpenBLAS in a forked child starts its threads to be told the
                 # count, and they spin a while on the cores the child's siblings use
-                if any(lib.num_threads != 1 for lib in self._blas.lib_controllers):
+                if any(c != 1 for c, _ in libs):
                     self._limiter = self._blas.limit(limits=1)
                 elif self._inherited is not None:
                     self._held_from = self._inherited
