@@ -96,10 +96,15 @@ class Threads:
         self.n_threads = threads_for(n_threads)
 
     def parts(self, total: int, work_per_item: int) -> int:
-        """How many pieces :meth:`split` cuts a pass of ``total`` items into."""
-        if self.n_threads == 1 or total * max(work_per_item, 1) < _SPLIT_MIN_WORK:
+        """How many pieces :meth:`split` cuts a pass of ``total`` items into: one below
+        :data:`_SPLIT_MIN_WORK`, else one a thread, but no piece under half of that work
+        (two pieces from the threshold on, as many as the threads only where the pass
+        fills them): each piece is a hand-off to a thread of the pool, and sixteen threads
+        woken for a pass of a q x q block would spend more in the hand-offs than in it."""
+        work = total * max(work_per_item, 1)
+        if self.n_threads == 1 or work < _SPLIT_MIN_WORK:
             return 1
-        return self.n_threads
+        return int(min(self.n_threads, work // max(1, _SPLIT_MIN_WORK // 2)))
 
     def split(self, fn, total: int, work_per_item: int, *args) -> None:
         """``fn(*args, lo, hi)`` over [0, total), in one piece per thread when worth it."""

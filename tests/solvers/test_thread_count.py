@@ -42,3 +42,20 @@ def test_one_two_and_three_threads_give_the_same_alpha(data, monkeypatch):
     for other in solutions[1:]:
         assert np.array_equal(other.alpha, first.alpha)
         assert other.n_iter == first.n_iter
+
+
+def test_a_pass_is_cut_into_no_more_pieces_than_its_work_fills():
+    """Each piece of a split pass is a hand-off to a thread of the pool: a pass is split
+    from :data:`_SPLIT_MIN_WORK` on, into pieces of at least half of it, so that sixteen
+    threads are woken only for a pass that fills them; two threads split as before."""
+    from muflow.solvers._working_set_compiled import _SPLIT_MIN_WORK, Threads
+
+    half = _SPLIT_MIN_WORK // 2
+    sixteen = Threads(16)
+    assert sixteen.n_threads == 16
+    assert sixteen.parts(_SPLIT_MIN_WORK - 1, 1) == 1
+    assert sixteen.parts(_SPLIT_MIN_WORK, 1) == 2
+    assert sixteen.parts(512, 512) == 2  # K_BB gathered for q = 512
+    assert sixteen.parts(5 * half + 1, 1) == 5
+    assert sixteen.parts(100 * half, 1) == 16
+    assert [Threads(2).parts(w, 1) for w in (_SPLIT_MIN_WORK - 1, _SPLIT_MIN_WORK, 10**9)] == [1, 2, 2]
