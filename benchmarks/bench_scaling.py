@@ -46,7 +46,10 @@ one-vs-one, the pairs' seconds summed over their forked "processes", so that the
 the wall time, and "total" the wall time of the pairs; "outside": the fit's wall time less
 "total"), and digests of the solution (dual coefficients, intercepts, support) and of the
 held-out predictions. Then a table per case: per configuration the median wall seconds, the
-speed-up S against the first configuration, the Karp-Flatt serial fraction
+speed-up S against the first configuration (medians of each configuration's walls), "S
+pair" the same speed-up round by round (the median over rounds of the ratio of the two runs
+of one round, which ran one after the other: a slow or fast spell of a shared machine
+moves it less; the targets show it beside S, and are decided on S), the Karp-Flatt serial fraction
 ``e = (1/S - 1/p) / (1 - 1/p)`` (Karp & Flatt, CACM 33(5), 1990; p the cores, or the
 workers, relative to the first configuration's), the per-phase medians, and the agreement
 with the first configuration's first run: the largest relative difference of the objective,
@@ -373,15 +376,19 @@ def summarise(case: str, configs: list[Config], runs: dict[Config, list[dict]]) 
     reference = runs[base][0]
     shown = [(label, key) for label, key in PHASES
              if any(key in r["phases"] for c in ran for r in runs[c])]
+    base_rounds = {r["repeat"]: r["wall_s"] for r in runs[base]}
     rows = []
     for c in ran:
         walls = [r["wall_s"] for r in runs[c]]
         wall = float(np.median(walls))
         S = base_wall / wall
+        rounds = {r["repeat"]: r["wall_s"] for r in runs[c]}
         p = c.units / base.units
         used = {r["n_threads_used"] for r in runs[c]}
         rows.append({"config": c.label, "threads": c.threads, "cores": c.cores, "workers": c.workers,
-                     "runs": len(walls), "wall_s": wall, "wall_runs": walls, "speedup": S, "p": p,
+                     "runs": len(walls), "wall_s": wall, "wall_runs": walls, "speedup": S,
+                     "wall_by_round": rounds, "speedup_paired": paired_ratio(base_rounds, rounds),
+                     "p": p,
                      "karp_flatt": karp_flatt(S, p),
                      "phases": {label: float(np.median([r["phases"].get(key, np.nan) for r in runs[c]]))
                                 for label, key in shown},
@@ -391,15 +398,16 @@ def summarise(case: str, configs: list[Config], runs: dict[Config, list[dict]]) 
     print(f"\n{case}: n_train={first['n_train']}, n_test={first['n_test']}, solver "
           f"{first['solver']}, median of {min(r['runs'] for r in rows)}-{max(r['runs'] for r in rows)} "
           f"fresh processes; speed-up and agreement against {base.label}")
-    head = (f"{'configuration':<24}{'wall s':>8}{'S':>6}{'e':>7}"
+    head = (f"{'configuration':<24}{'wall s':>8}{'S':>6}{'S pair':>7}{'e':>7}"
             + "".join(f"{label:>{max(8, len(label) + 1)}}" for label, _ in shown)
             + f"{'obj rel':>9}{'same pred':>10}{'bitwise':>8}{'budget':>8}")
     print(head)
     print("-" * len(head))
     for row in rows:
         e = "" if row["karp_flatt"] is None else f"{row['karp_flatt']:.2f}"
+        pair = "" if row["speedup_paired"] is None else f"{row['speedup_paired']:.2f}"
         budget = ",".join("?" if u is None else str(u) for u in row["n_threads_used"])
-        print(f"{row['config']:<24}{row['wall_s']:>8.2f}{row['speedup']:>6.2f}{e:>7}"
+        print(f"{row['config']:<24}{row['wall_s']:>8.2f}{row['speedup']:>6.2f}{pair:>7}{e:>7}"
               + "".join(f"{_fmt(row['phases'][label]):>{max(8, len(label) + 1)}}" for label, _ in shown)
               + f"{row['objective_rel']:>9.1e}{100 * row['predictions_identical']:>9.2f}%"
               + f"{'yes' if row['bit_identical'] else 'no':>8}{budget:>8}")
@@ -419,6 +427,20 @@ def _fmt(value: float) -> str:
     return f"{value:.0f}" if value >= 100 or float(value).is_integer() else f"{value:.2f}"
 
 
+def paired_ratio(numerator: dict, denominator: dict) -> float | None:
+    """The median over the rounds both ran of ``numerator[r] / denominator[r]`` (walls by
+    round): each round runs every configuration one after the other (round-robin), so a
+    slow or fast spell of the machine moves a round's ratio less than it moves the medians
+    of each configuration's runs apart."""
+    ratios = [numerator[r] / denominator[r] for r in numerator if r in denominator]
+    return float(np.median(ratios)) if ratios else None
+
+
+def _paired(value: float | None, digits: int = 2) -> str:
+    """The paired estimate (:func:`paired_ratio`) beside a target's figure."""
+    return "" if value is None else f" (round by round: {value:.{digits}f}x)"
+
+
 def check_targets(case: str, rows: list[dict], n_train: int) -> list[tuple[str, bool]]:
     """The issue's targets that this case's rows can decide, each with met or not."""
     out = []
@@ -433,13 +455,15 @@ def check_targets(case: str, rows: list[dict], n_train: int) -> list[tuple[str, 
             what = "workers" if case == "dask" else "threads"
             note = f" (set for {size:,} rows; this run {n_train:,})" if size and size != n_train else ""
             out.append((f"{units} {what} >= {minimum}x of the first configuration, "
-                        f"{row['speedup']:.2f}x{note}", row["speedup"] >= minimum))
+                        f"{row['speedup']:.2f}x{_paired(row['speedup_paired'])}{note}",
+                        row["speedup"] >= minimum))
     for row in rows:
         if row["workers"] is None and row["threads"] > row["cores"] and row["cores"] in by_units:
             ref = by_units[row["cores"]]
             ratio = row["wall_s"] / ref["wall_s"]
+            paired = paired_ratio(row["wall_by_round"], ref["wall_by_round"])
             out.append((f"{row['config']} within {100 * OVERSUBSCRIBED_SLACK:.0f} % of "
-                        f"{ref['config']}, {ratio:.3f}x its time",
+                        f"{ref['config']}, {ratio:.3f}x its time{_paired(paired, 3)}",
                         ratio <= 1 + OVERSUBSCRIBED_SLACK))
     if case in AGREEMENT_CASES and len(rows) > 1:
         rel = max(r["objective_rel"] for r in rows)
