@@ -40,7 +40,8 @@ from muflow.kernel_rows import KernelRows
 from muflow.kernels import Kernel
 from muflow.operators import GramOperator
 from muflow.solvers._working_set_compiled import Threads
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, working_set_rows
+from muflow.solvers.rowcache import (DEFAULT_CACHE_MB, RowCache, working_set_first_rows,
+                                     working_set_rows)
 from muflow.threads import dask_worker_threads
 
 #: Largest kernel block K(X_B, X_p) an actor holds at once in a product (bytes, float64).
@@ -73,10 +74,12 @@ class RowPartition(PartitionColumn):
     n_total : int
         Samples over all partitions.
     cache_mb : float
-        The row cache's memory; ``max_rows``, its most rows (:meth:`set_cache_mb`).
+        The row cache's memory; ``max_rows``, its most rows, ``first_rows`` the rows it
+        holds at first (:meth:`set_cache_mb`).
     """
 
-    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB, max_rows=None):
+    def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB, max_rows=None,
+                 first_rows=None):
         self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.lo = int(lo)
         self.n = self.X.shape[0]
@@ -96,7 +99,7 @@ class RowPartition(PartitionColumn):
         self.n_total = int(n_total)
         self.offered = OfferedRows(self)
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
-                              max_rows=max_rows)
+                              max_rows=max_rows, first_rows=first_rows)
         self.threads = Threads(self.n_threads)
         self._pending = None  # rows begun on the other threads (PartitionColumn.prefetch)
         self._K_BB = np.empty(0, dtype=self.dtype)  # the subproblem's block, reused
@@ -149,12 +152,13 @@ class RowPartition(PartitionColumn):
         block = np.empty((XR.shape[0], self.n))
         return self.kernel.block_into(XR, self.X, block)
 
-    def set_cache_mb(self, cache_mb, max_rows=None) -> int:
-        """Size the row cache anew (``SVC(cache_size=...)``, at most ``max_rows`` rows:
-        :func:`muflow.solvers.rowcache.working_set_rows`); its slots."""
+    def set_cache_mb(self, cache_mb, max_rows=None, first_rows=None) -> int:
+        """Size the row cache anew (``SVC(cache_size=...)``, at most ``max_rows`` rows,
+        ``first_rows`` at first: :func:`muflow.solvers.rowcache.working_set_rows` and
+        :func:`~muflow.solvers.rowcache.working_set_first_rows`); its slots."""
         self.settle()
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
-                              max_rows=max_rows)
+                              max_rows=max_rows, first_rows=first_rows)
         return self.cache.slots
 
     def info(self):
@@ -219,7 +223,7 @@ class DaskRowPartitions(GramOperator):
         self.owns_client = bool(owns_client)
         self.kernel = kernel
         self.cache_mb = float(cache_mb)
-        self._max_rows = None  # the working sets' bound on the row caches (working_set_home)
+        self._rows_bound = (None, None)  # the working sets' (most, first) rows of the row caches
         self._source = X
         self.d = int(X.shape[1]) if len(X.shape) > 1 else 1
         self._blocks_of, bounds = self._blocks(X)
@@ -243,7 +247,7 @@ class DaskRowPartitions(GramOperator):
         scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
         lo, hi = self.bounds[i]
         return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
-                                  self.cache_mb, self._max_rows, actor=True, pure=False,
+                                  self.cache_mb, *self._rows_bound, actor=True, pure=False,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
 
     def _block(self, i):
@@ -300,12 +304,13 @@ class DaskRowPartitions(GramOperator):
         """The home of the working-set loop's state on these partitions
         (:func:`muflow.solvers.working_set.solve_working_set` asks for it); ``cache_mb``,
         when given, resizes every partition's row cache, and working sets of ``q`` bound
-        it (:func:`muflow.solvers.rowcache.working_set_rows`)."""
+        it (:func:`muflow.solvers.rowcache.working_set_rows`,
+        :func:`~muflow.solvers.rowcache.working_set_first_rows`)."""
         cache_mb = self.cache_mb if cache_mb is None else float(cache_mb)
-        max_rows = working_set_rows(q)
-        if (cache_mb, max_rows) != (self.cache_mb, self._max_rows):
-            self.cache_mb, self._max_rows = cache_mb, max_rows
-            self.call("set_cache_mb", self.cache_mb, max_rows)
+        bound = (working_set_rows(q), working_set_first_rows(q))
+        if (cache_mb, bound) != (self.cache_mb, self._rows_bound):
+            self.cache_mb, self._rows_bound = cache_mb, bound
+            self.call("set_cache_mb", self.cache_mb, *bound)
         return PartitionedHome(self)
 
     def _blocks(self, X):

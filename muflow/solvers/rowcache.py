@@ -31,7 +31,7 @@ from muflow.memory import cache_allocation_error, cache_rows_that_fit
 #: Default cache size, as libsvm's ``cache_size``.
 DEFAULT_CACHE_MB = 256.0
 
-#: The rows a one-solve cache of the working-set loop holds, in working sets (q rows each):
+#: The most rows a one-solve cache of the working-set loop holds, in working sets (q rows each):
 #: rows beyond the last few working sets' are seldom asked again, and a slot never written
 #: costs its first write a page fault per page, which costs more than computing the row
 #: again (docs/benchmarks.md, "Threads and workers"), so the cache stays at what the loop reuses
@@ -40,11 +40,30 @@ DEFAULT_CACHE_MB = 256.0
 #: held to it: its memory is first written once for them all.
 ROWS_PER_WORKING_SET = 4
 
+#: The rows such a cache holds at first, in working sets: it grows by one working set at a
+#: time, up to :data:`ROWS_PER_WORKING_SET`, while rows come back soon after they were
+#: evicted (:data:`GROW_AT_RETURNS`). Where the working sets draw from a large active set,
+#: an evicted row comes back only after many others, which a few more working sets of
+#: slots would not have kept either, and the cache stays at this size.
+FIRST_ROWS_PER_WORKING_SET = 2
+
+#: A bounded cache grows when, over a window of ``limit`` misses, at least this share were
+#: rows evicted within the last working set's worth of misses: rows that one more working
+#: set of slots would have kept (a "ghost" hit, as adaptive caches count them).
+GROW_AT_RETURNS = 0.05
+
 
 def working_set_rows(q: int | None) -> int | None:
     """The most rows the working-set loop's cache holds for working sets of ``q``
     (:data:`ROWS_PER_WORKING_SET`); None: no bound."""
     return None if q is None else ROWS_PER_WORKING_SET * int(q)
+
+
+def working_set_first_rows(q: int | None) -> int | None:
+    """The rows the working-set loop's cache holds at first for working sets of ``q``
+    (:data:`FIRST_ROWS_PER_WORKING_SET`), grown by ``q`` at a time while evicted rows come
+    back soon (:data:`GROW_AT_RETURNS`); None: all it may hold from the start."""
+    return None if q is None else FIRST_ROWS_PER_WORKING_SET * int(q)
 
 
 class RowCache:
@@ -69,10 +88,17 @@ class RowCache:
     max_rows : int, optional
         At most this many rows whatever ``cache_mb`` allows (see :func:`row_cache`);
         not within :func:`reused_storage`, whose storage serves several solves in turn.
+    first_rows : int, optional
+        With ``max_rows``: hold this many rows at first, and grow by half of it at a time,
+        up to ``max_rows``, while evicted rows come back soon (:data:`GROW_AT_RETURNS`);
+        a slot never used is never written, so its memory is never touched.
 
     Attributes
     ----------
     data : ndarray of shape (slots, n), float32 or float64
+    limit : int
+        The slots in use now (the first ``limit`` rows of ``data``): ``slots`` unless
+        ``first_rows`` was given.
     slot_of : ndarray of shape (n,), int64
         Slot of each row, -1 when not cached.
     stamp : ndarray of shape (slots,), int64
@@ -89,7 +115,7 @@ class RowCache:
 
     def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None, *,
                  n_keys: int | None = None, reuse_storage: bool = True,
-                 max_rows: int | None = None):
+                 max_rows: int | None = None, first_rows: int | None = None):
         if not np.isfinite(cache_mb) or cache_mb <= 0:
             raise MuflowInputError(f"cache_mb must be a positive number of megabytes, got {cache_mb!r}")
         n = operator.n
@@ -110,7 +136,8 @@ class RowCache:
             self.row_of = self.slot_of.copy()
             self.stamp = np.zeros(n, dtype=np.int64)
             self.clock = np.zeros(1, dtype=np.int64)
-            self.used = n
+            self.used = self.limit = n
+            self._growth = None
             self.in_place = True
             self.retiring = self.kept = False
             return
@@ -129,6 +156,11 @@ class RowCache:
             max_rows = None
         self.slots = max(2, min(keys, slots, keys if max_rows is None else int(max_rows)))
         self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
+        self.limit = self.slots
+        self._growth = None
+        if max_rows is not None and first_rows is not None and int(first_rows) < self.slots:
+            self.limit = max(2, int(first_rows))
+            self._growth = _Growth(keys, step=max(1, self.limit // 2))
         # a cache that outlives its solve (keep_row_cache) keeps its own memory: storage
         # lent by reused_storage goes back to the next cache when a solve ends
         try:
@@ -200,11 +232,13 @@ class RowCache:
         them), the least recently used evicted, as if fetched: ``(rows, slots)``, rows
         ascending. The caller writes them (:meth:`write`) before anything reads them."""
         idx = np.unique(np.asarray(idx, dtype=np.int64))
-        idx = idx[self.slot_of[idx] < 0][: self.slots]
+        idx = idx[self.slot_of[idx] < 0][: self.limit]
         k = idx.size
         if k == 0:
             return idx, idx
-        free = self.slots - self.used
+        if self._growth is not None:
+            self.limit = self._growth.grown(idx, self.limit, self.slots)
+        free = self.limit - self.used
         retired = np.flatnonzero(self.stamp[: self.used] < 0)[:k] if self.retiring else idx[:0]
         if free >= k - retired.size:
             # retired rows' slots first (pages already written), then never used ones
@@ -213,13 +247,17 @@ class RowCache:
             self.used += fresh
         else:
             # retired (stamp -1) and free slots (stamp 0) go first, then the least recently used
-            slots = np.argpartition(self.stamp, k - 1)[:k] if k < self.slots else np.arange(self.slots)
-            self.used = self.slots
+            limit = self.limit
+            slots = np.argpartition(self.stamp[:limit], k - 1)[:k] if k < limit else np.arange(limit)
+            self.used = limit
         # ascending slots: a batch written over slots that an earlier batch filled together
         # lands in runs that an operator computing rows can fill in place
         slots = np.sort(slots)
         evicted = self.row_of[slots]
-        self.slot_of[evicted[evicted >= 0]] = -1
+        evicted = evicted[evicted >= 0]
+        self.slot_of[evicted] = -1
+        if self._growth is not None:
+            self._growth.evicted(evicted)
         self.row_of[slots] = idx
         self.slot_of[idx] = slots
         self.clock[0] += 1
@@ -276,12 +314,18 @@ class RowCache:
     def _fetch_one(self, i: int) -> None:
         if self.slot_of[i] >= 0:
             return
-        if self.used < self.slots and not (self.retiring and self.stamp[: self.used].min() < 0):
+        if self._growth is not None:
+            self.limit = self._growth.grown(np.array([i]), self.limit, self.slots)
+        if self.used < self.limit and not (self.retiring and self.stamp[: self.used].min() < 0):
             slot = self.used
             self.used += 1
         else:
-            slot = int(np.argmin(self.stamp))
-            self.slot_of[self.row_of[slot]] = -1
+            slot = int(np.argmin(self.stamp[: self.limit]))
+            evicted = self.row_of[slot]
+            if evicted >= 0:
+                self.slot_of[evicted] = -1
+                if self._growth is not None:
+                    self._growth.evicted(np.array([evicted]))
         self._write(np.array([i]), np.array([slot]))
         self.row_of[slot] = i
         self.slot_of[i] = slot
@@ -308,9 +352,43 @@ class RowCache:
             _STORAGE.lent = False
 
     def stats(self) -> dict:
-        return {"cache_slots": self.slots, "row_fetches": self.fetches,
+        return {"cache_slots": self.limit, "row_fetches": self.fetches,
                 "rows_fetched": self.rows_fetched, "fetch_seconds": self.seconds,
                 "rows_in_place": self.in_place}
+
+
+class _Growth:
+    """When a bounded cache grows (:class:`RowCache` with ``first_rows``): it counts, over
+    each ``limit`` misses, the rows that had been evicted within the last ``step`` misses,
+    which ``step`` more slots would have kept (an LRU cache of more slots holds everything
+    one of fewer holds; a row evicted after ``m`` later misses is held by one of ``m`` more
+    slots, as the "ghost" entries of adaptive caches measure it). Where that share reaches
+    :data:`GROW_AT_RETURNS`, the cache grows by ``step`` slots. The counts follow the rows
+    asked, not the threads that compute them: a solve grows its cache at the same misses
+    on any number of threads or workers."""
+
+    def __init__(self, keys: int, step: int):
+        self.step = int(step)
+        self.missed = 0  # misses so far
+        self.evicted_at = np.full(keys, np.iinfo(np.int64).min // 2, dtype=np.int64)
+        self.window = self.returned = 0
+
+    def grown(self, missing, limit: int, most: int) -> int:
+        """Count the misses ``missing`` (rows not cached, about to be fetched); the limit
+        after them: ``limit``, or ``limit + step`` (at most ``most``) where a window of
+        ``limit`` misses saw enough rows come back."""
+        self.returned += int(np.count_nonzero(self.evicted_at[missing] > self.missed - self.step))
+        self.missed += missing.size
+        self.window += missing.size
+        if self.window < limit:
+            return limit
+        grow = self.returned >= GROW_AT_RETURNS * self.window
+        self.window = self.returned = 0
+        return min(most, limit + self.step) if grow else limit
+
+    def evicted(self, rows) -> None:
+        """Rows ``rows`` left the cache now."""
+        self.evicted_at[rows] = self.missed
 
 
 class _Writing:
@@ -345,15 +423,16 @@ def keep_row_cache(operator):
     return operator
 
 
-def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None) -> RowCache:
+def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None,
+              first_rows: int | None = None) -> RowCache:
     """The row cache of one solve over ``operator``: a fresh :class:`RowCache` of at most
-    ``max_rows`` rows, or, over an operator that keeps one (:func:`keep_row_cache`), the
+    ``max_rows`` rows (``first_rows`` at first, grown while rows come back), or, over an operator that keeps one (:func:`keep_row_cache`), the
     one kept for ``cache_mb`` with its rows and its counters reset (so a solve's timings
     report that solve's fetches); a kept cache serves several solves and takes all of
     ``cache_mb``."""
     kept = getattr(operator, "kept_row_caches", None)
     if kept is None:
-        return RowCache(operator, cache_mb, max_rows=max_rows)
+        return RowCache(operator, cache_mb, max_rows=max_rows, first_rows=first_rows)
     cache = kept.get(float(cache_mb))
     if cache is None:
         cache = kept[float(cache_mb)] = RowCache(operator, cache_mb, reuse_storage=False)

@@ -64,7 +64,8 @@ from muflow.operators import require_rows
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache, working_set_rows
+from muflow.solvers.rowcache import (DEFAULT_CACHE_MB, RowCache, row_cache,
+                                     working_set_first_rows, working_set_rows)
 from muflow.thread_pool import run_on_threads
 from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, merge_maxima,
                                                shrink_pool, side_pass)
@@ -382,7 +383,7 @@ class InProcessHome(ColumnHome):
                  q: int | None = None):
         require_rows(operator, "working_set")
         self.operator = operator
-        self.cache = row_cache(operator, cache_mb, working_set_rows(q))
+        self.cache = row_cache(operator, cache_mb, working_set_rows(q), working_set_first_rows(q))
         self.QD = np.ascontiguousarray(operator.diagonal(), dtype=np.float64)
         self.threads = Threads(n_threads)
         self.gradients = []

@@ -113,6 +113,67 @@ def test_max_rows_holds_a_one_solve_cache_and_a_kept_cache_takes_all_of_cache_mb
     assert row_cache(kept, 1.0, max_rows=8).slots == K.shape[0]
 
 
+def _ask(cache, K, batches):
+    """Ask the cache for each batch of rows in turn (the working-set loop's reserve and
+    write), checking every row it then holds against K and that no slot at or past its
+    limit was ever used (those pages are never written)."""
+    limits = []
+    for batch in batches:
+        cache.slots_for(np.asarray(batch))
+        held = np.flatnonzero(cache.slot_of >= 0)
+        np.testing.assert_array_equal(cache.data[cache.slot_of[held]], K[held])
+        assert cache.slot_of.max() < cache.limit and np.all(cache.row_of[cache.limit:] == -1)
+        limits.append(cache.limit)
+    return limits
+
+
+def test_a_bounded_cache_grows_while_evicted_rows_come_back_soon(gram):
+    """Working sets of 2 rows that cycle through a cache of 4 rows first, 8 at most: over
+    6 rows, each batch asks for rows evicted a batch before, which 2 more slots would have
+    kept, and the cache grows to 6; then over 8 rows, to 8; then every row is a hit. (8
+    rows cycled through 4 slots would not grow it: 2 more slots would keep none of them.)"""
+    from muflow.solvers.rowcache import row_cache
+
+    K = gram[0]
+    cache = row_cache(RowsOnlyGram(K), 1.0, max_rows=8, first_rows=4)
+    assert (cache.slots, cache.limit) == (8, 4)
+    six, eight = [[0, 1], [2, 3], [4, 5]] * 4, [[0, 1], [2, 3], [4, 5], [6, 7]] * 4
+    limits = _ask(cache, K, six)
+    assert limits[0] == 4 and limits[-1] == 6 and limits == sorted(limits)
+    assert _ask(cache, K, eight)[-1] == 8
+    fetched = cache.rows_fetched
+    _ask(cache, K, eight)
+    assert cache.rows_fetched == fetched  # eight rows in eight slots: no more misses
+
+
+def test_a_bounded_cache_stays_small_where_rows_come_back_only_late(gram):
+    """Working sets drawn from many more rows than the cache holds: an evicted row comes
+    back only after many other misses (more than one more working set of slots would
+    keep), and the cache stays at its first size, however many rows it is asked."""
+    from muflow.solvers.rowcache import row_cache
+
+    K = gram[0]
+    n = K.shape[0]
+    cache = row_cache(RowsOnlyGram(K), 1.0, max_rows=8, first_rows=4)
+    batches = [[(2 * b) % n, (2 * b + 1) % n] for b in range(3 * n)]
+    assert set(_ask(cache, K, batches)) == {4}
+    assert cache.rows_fetched == 2 * len(batches)  # every row computed anew
+    assert cache.stats()["cache_slots"] == 4
+    # 8 rows cycled through 4 slots: 2 more slots would keep none of them
+    cycled = row_cache(RowsOnlyGram(K), 1.0, max_rows=8, first_rows=4)
+    assert set(_ask(cycled, K, [[0, 1], [2, 3], [4, 5], [6, 7]] * 4)) == {4}
+
+
+def test_first_rows_above_the_bound_or_without_one_changes_nothing(gram):
+    from muflow.solvers.rowcache import reused_storage, row_cache
+
+    K = gram[0]
+    assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8, first_rows=16).limit == 8
+    assert row_cache(RowsOnlyGram(K), 1.0, first_rows=4).limit == K.shape[0]
+    with reused_storage():  # storage that serves several solves: no bound, all slots
+        assert row_cache(RowsOnlyGram(K), 1.0, max_rows=8, first_rows=4).limit == K.shape[0]
+
+
 def test_a_kept_cache_retires_nothing(gram):
     from muflow.solvers.rowcache import keep_row_cache, row_cache
 
