@@ -165,7 +165,8 @@ class RowPartition(PartitionColumn):
         self.settle()
         return {"lo": self.lo, "n": self.n, "products": self.products,
                 "rows_computed": self.offered.rows_computed, "cache_slots": self.cache.slots,
-                "seconds": dict(self.seconds), "row_seconds": self.rows_op.row_seconds}
+                "cache_limit": self.cache.limit, "seconds": dict(self.seconds),
+                "row_seconds": self.rows_op.row_seconds}
 
     def diagonal(self):
         return self.QD
