@@ -38,7 +38,7 @@ import numpy as np
 
 from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, bounds_hold
 from muflow.solvers.working_set import HostActiveSet
 from muflow.solvers.working_set_loop import (ColumnHome, PairView, projected_gradient,
                                              select_working_set, side_violations)
@@ -52,15 +52,20 @@ class DeviceRowCache(RowCache):
     ----------
     operator : DeviceRows
     cache_mb : float
-    max_rows : int, optional
+    max_rows, first_rows : int, optional
         As :class:`~muflow.solvers.rowcache.RowCache`'s.
     """
 
-    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None):
+    def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None,
+                 first_rows: int | None = None):
         # the base sizes the slots and lays out the bookkeeping; its host storage is never
-        # written (untouched pages cost no memory) and is dropped for the device's
+        # written (untouched pages cost no memory) and is dropped for the device's. Where
+        # the in-process cache would not be bounded (one-vs-one pairs, reused_storage),
+        # neither is this one, so that both take the same steps
+        if not bounds_hold():
+            max_rows = first_rows = None
         super().__init__(operator, cache_mb, dtype=operator.dtype, reuse_storage=False,
-                         max_rows=max_rows)
+                         max_rows=max_rows, first_rows=first_rows)
         self.xp = operator.xp
         self.data = self.xp.empty((self.slots, self.n), dtype=self.dtype)
 
@@ -188,11 +193,11 @@ class DeviceHome(ColumnHome):
 
     timing_keys = ("gradient", "shrink", "full_gradient", "violations", "transfer")
 
-    def __init__(self, operator, cache_mb=None, max_rows=None):
+    def __init__(self, operator, cache_mb=None, max_rows=None, first_rows=None):
         self.operator = operator
         self.xp = operator.xp
         self.cache, self.kept = _row_cache(operator, DEFAULT_CACHE_MB if cache_mb is None
-                                           else float(cache_mb), max_rows)
+                                           else float(cache_mb), max_rows, first_rows)
         self.QD = operator.diagonal()
         self.gradients = []
 
@@ -234,14 +239,16 @@ class DeviceHome(ColumnHome):
         self.gradients = []
 
 
-def _row_cache(operator, cache_mb: float, max_rows: int | None = None):
-    """``(cache, kept)``: a fresh :class:`DeviceRowCache` of at most ``max_rows`` rows, or
+def _row_cache(operator, cache_mb: float, max_rows: int | None = None,
+               first_rows: int | None = None):
+    """``(cache, kept)``: a fresh :class:`DeviceRowCache` of at most ``max_rows`` rows
+    (``first_rows`` at first, grown as in process), or
     the one an operator that keeps its caches holds for ``cache_mb``
     (:func:`muflow.solvers.rowcache.keep_row_cache`: a sweep's fold along its C path), its
     counters reset, as :func:`muflow.solvers.rowcache.row_cache` does in process."""
     kept = getattr(operator, "kept_row_caches", None)
     if kept is None:
-        return DeviceRowCache(operator, cache_mb, max_rows), False
+        return DeviceRowCache(operator, cache_mb, max_rows, first_rows), False
     cache = kept.get(cache_mb)
     if cache is None:
         cache = kept[cache_mb] = DeviceRowCache(operator, cache_mb)

@@ -244,15 +244,19 @@ class DeviceRows(GramOperator):
 
     def working_set_home(self, cache_mb, q=None):
         """The working-set loop's state on this device (:class:`muflow.device.home.DeviceHome`).
-        Under NumPy (the device's code on the CPU) its cache holds at most the rows that
-        working sets of ``q`` bound in process (:func:`muflow.solvers.rowcache.working_set_rows`),
-        so that the two homes take the same steps; a GPU's memory costs no page faults on
+        Under NumPy (the device's code on the CPU) its cache holds the rows that working sets
+        of ``q`` allow in process, at first and at most
+        (:func:`muflow.solvers.rowcache.working_set_first_rows`,
+        :func:`~muflow.solvers.rowcache.working_set_rows`), so that the two homes take the
+        same steps; a GPU's memory costs no page faults on
         first use, and there the cache takes all of :func:`device_cache_mb`."""
         from muflow.device.home import DeviceHome
-        from muflow.solvers.rowcache import working_set_rows
+        from muflow.solvers.rowcache import working_set_first_rows, working_set_rows
 
+        bounded = self.xp is np
         return DeviceHome(self, device_cache_mb(self.xp, cache_mb),
-                          working_set_rows(q) if self.xp is np else None)
+                          working_set_rows(q) if bounded else None,
+                          working_set_first_rows(q) if bounded else None)
 
     def close(self) -> None:
         self.X = self.XT = self.K = None

@@ -61,8 +61,7 @@ def working_set_rows(q: int | None) -> int | None:
 
 def working_set_first_rows(q: int | None) -> int | None:
     """The rows the working-set loop's cache holds at first for working sets of ``q``
-    (:data:`FIRST_ROWS_PER_WORKING_SET`), grown by ``q`` at a time while evicted rows come
-    back soon (:data:`GROW_AT_RETURNS`); None: all it may hold from the start."""
+    (:data:`FIRST_ROWS_PER_WORKING_SET`, grown by ``q`` at a time); None: all from the start."""
     return None if q is None else FIRST_ROWS_PER_WORKING_SET * int(q)
 
 
@@ -113,6 +112,8 @@ class RowCache:
     Memory use is ``slots * n * itemsize`` bytes, ``slots = clip(cache_mb * 2**20 / (itemsize n), 2, n)``.
     """
 
+    _growth = None  # a bounded cache's growth (_Growth), where it starts below its bound
+
     def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, dtype=None, *,
                  n_keys: int | None = None, reuse_storage: bool = True,
                  max_rows: int | None = None, first_rows: int | None = None):
@@ -137,7 +138,6 @@ class RowCache:
             self.stamp = np.zeros(n, dtype=np.int64)
             self.clock = np.zeros(1, dtype=np.int64)
             self.used = self.limit = n
-            self._growth = None
             self.in_place = True
             self.retiring = self.kept = False
             return
@@ -150,14 +150,13 @@ class RowCache:
         row_bytes = self.dtype.itemsize * max(n, 1)
         # no more than the process may hold (cgroup, ulimit -v, free memory): capped, with
         # a warning naming cache_size
-        if reuse_storage and _STORAGE.depth > 0:
+        if reuse_storage and not bounds_hold():
             # storage that the caches of several solves take in turn (reused_storage) is
             # first written once for them all: no bound
             max_rows = None
         self.slots = max(2, min(keys, slots, keys if max_rows is None else int(max_rows)))
         self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
         self.limit = self.slots
-        self._growth = None
         if max_rows is not None and first_rows is not None and int(first_rows) < self.slots:
             self.limit = max(2, int(first_rows))
             self._growth = _Growth(keys, step=max(1, self.limit // 2))
@@ -358,14 +357,11 @@ class RowCache:
 
 
 class _Growth:
-    """When a bounded cache grows (:class:`RowCache` with ``first_rows``): it counts, over
-    each ``limit`` misses, the rows that had been evicted within the last ``step`` misses,
-    which ``step`` more slots would have kept (an LRU cache of more slots holds everything
-    one of fewer holds; a row evicted after ``m`` later misses is held by one of ``m`` more
-    slots, as the "ghost" entries of adaptive caches measure it). Where that share reaches
-    :data:`GROW_AT_RETURNS`, the cache grows by ``step`` slots. The counts follow the rows
-    asked, not the threads that compute them: a solve grows its cache at the same misses
-    on any number of threads or workers."""
+    """When a bounded cache grows (:class:`RowCache` with ``first_rows``): over each window
+    of ``limit`` misses it counts the misses on rows evicted within the last ``step`` misses,
+    which ``step`` more slots would have kept (the "ghost" hits of adaptive caches), and
+    grows by ``step`` slots where they reach :data:`GROW_AT_RETURNS`. The counts follow the
+    rows asked, not the threads or workers that compute them."""
 
     def __init__(self, keys: int, step: int):
         self.step = int(step)
@@ -468,6 +464,12 @@ def reused_storage():
         _STORAGE.depth -= 1
         if _STORAGE.depth == 0:
             _STORAGE.buffer, _STORAGE.lent = None, False
+
+
+def bounds_hold() -> bool:
+    """Whether a one-solve cache made now is held to its ``max_rows``: not within
+    :func:`reused_storage`, whose storage serves several solves in turn."""
+    return _STORAGE.depth == 0
 
 
 def hold_storage() -> None:
