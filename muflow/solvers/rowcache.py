@@ -422,10 +422,10 @@ def keep_row_cache(operator):
 def row_cache(operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None,
               first_rows: int | None = None) -> RowCache:
     """The row cache of one solve over ``operator``: a fresh :class:`RowCache` of at most
-    ``max_rows`` rows (``first_rows`` at first, grown while rows come back), or, over an operator that keeps one (:func:`keep_row_cache`), the
-    one kept for ``cache_mb`` with its rows and its counters reset (so a solve's timings
-    report that solve's fetches); a kept cache serves several solves and takes all of
-    ``cache_mb``."""
+    ``max_rows`` rows (``first_rows`` at first, grown while rows come back), or, over an
+    operator that keeps one (:func:`keep_row_cache`), the one kept for ``cache_mb`` with its
+    rows and its counters reset (so a solve's timings report that solve's fetches); a kept
+    cache serves several solves and takes all of ``cache_mb``."""
     kept = getattr(operator, "kept_row_caches", None)
     if kept is None:
         return RowCache(operator, cache_mb, max_rows=max_rows, first_rows=first_rows)
