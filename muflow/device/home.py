@@ -38,7 +38,7 @@ import numpy as np
 
 from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
-from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, bounds_hold
+from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.working_set import HostActiveSet
 from muflow.solvers.working_set_loop import (ColumnHome, PairView, projected_gradient,
                                              select_working_set, side_violations)
@@ -59,11 +59,7 @@ class DeviceRowCache(RowCache):
     def __init__(self, operator, cache_mb: float = DEFAULT_CACHE_MB, max_rows: int | None = None,
                  first_rows: int | None = None):
         # the base sizes the slots and lays out the bookkeeping; its host storage is never
-        # written (untouched pages cost no memory) and is dropped for the device's. Where
-        # the in-process cache would not be bounded (one-vs-one pairs, reused_storage),
-        # neither is this one, so that both take the same steps
-        if not bounds_hold():
-            max_rows = first_rows = None
+        # written (untouched pages cost no memory) and is dropped for the device's
         super().__init__(operator, cache_mb, dtype=operator.dtype, reuse_storage=False,
                          max_rows=max_rows, first_rows=first_rows)
         self.xp = operator.xp

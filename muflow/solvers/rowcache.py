@@ -150,9 +150,10 @@ class RowCache:
         row_bytes = self.dtype.itemsize * max(n, 1)
         # no more than the process may hold (cgroup, ulimit -v, free memory): capped, with
         # a warning naming cache_size
-        if reuse_storage and not bounds_hold():
-            # storage that the caches of several solves take in turn (reused_storage) is
-            # first written once for them all: no bound
+        if _STORAGE.depth > 0:
+            # within reused_storage the caches of several solves take one storage in turn,
+            # first written once for them all: no bound (a device's cache, whose storage is
+            # its own, follows the same rule, so that it takes the in-process steps)
             max_rows = None
         self.slots = max(2, min(keys, slots, keys if max_rows is None else int(max_rows)))
         self.slots = max(2, min(self.slots, cache_rows_that_fit(self.slots, row_bytes, cache_mb)))
@@ -464,12 +465,6 @@ def reused_storage():
         _STORAGE.depth -= 1
         if _STORAGE.depth == 0:
             _STORAGE.buffer, _STORAGE.lent = None, False
-
-
-def bounds_hold() -> bool:
-    """Whether a one-solve cache made now is held to its ``max_rows``: not within
-    :func:`reused_storage`, whose storage serves several solves in turn."""
-    return _STORAGE.depth == 0
 
 
 def hold_storage() -> None:
