@@ -4,11 +4,15 @@ its worker processes, and a value the user set is kept."""
 
 from __future__ import annotations
 
+import os
+
 import dask
 
 from muflow.dask.cluster import HOUSEKEEPING, housekeeping, local_cluster
+from muflow.dask.worker_memory import MALLOC_THRESHOLDS
 
 TICK = "distributed.admin.tick.interval"
+ENVIRON = "distributed.nanny.pre-spawn-environ"
 
 
 def _settings():
@@ -16,10 +20,16 @@ def _settings():
 
 
 def test_housekeeping_takes_only_the_settings_left_at_distributeds_default():
-    assert housekeeping() == {key: ours for key, (_, ours) in HOUSEKEEPING.items()}
+    thresholds = {f"{ENVIRON}.{name}": value for name, value in MALLOC_THRESHOLDS.items()}
+    assert housekeeping() == {key: ours for key, (_, ours) in HOUSEKEEPING.items()} | thresholds
     with dask.config.set({TICK: "50ms"}):
         assert TICK not in housekeeping()
-        assert set(housekeeping()) == set(HOUSEKEEPING) - {TICK}
+        assert set(housekeeping()) == set(HOUSEKEEPING) - {TICK} | set(thresholds)
+    # the user's own allocator settings are kept
+    with dask.config.set({f"{ENVIRON}.MALLOC_TRIM_THRESHOLD_": 1 << 20}):
+        assert not set(housekeeping()) & set(thresholds)
+    with dask.config.set({f"{ENVIRON}.MALLOC_MMAP_THRESHOLD_": 1 << 20}):
+        assert not set(housekeeping()) & set(thresholds)
 
 
 def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often():
@@ -29,6 +39,8 @@ def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often(
         with local_cluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB",
                            dashboard_address=None) as cluster, Client(cluster) as client:
             [seen] = client.run(_settings).values()
+            [environ] = client.run(lambda: {name: os.environ.get(name)
+                                            for name in MALLOC_THRESHOLDS}).values()
             [(tick, monitor)] = client.run(
                 lambda dask_worker: (dask_worker._tick_interval,
                                      dask_worker.periodic_callbacks["monitor"].callback_time)
@@ -38,5 +50,7 @@ def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often(
     assert seen == {"distributed.worker.profile.interval": "100ms", TICK: "50ms",
                     "distributed.admin.system-monitor.interval": "2s"}
     assert (tick, monitor) == (0.05, 2000)
+    # the workers reuse the memory they free (muflow.dask.worker_memory)
+    assert environ == {name: str(value) for name, value in MALLOC_THRESHOLDS.items()}
     # nothing of it stays in this process's configuration
     assert _settings()[TICK] == HOUSEKEEPING[TICK][0]

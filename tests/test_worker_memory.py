@@ -1,6 +1,8 @@
 """Workers with little memory (issue 33, item 3): the row partitions fit their cache to the
 smallest worker's limit before they start, and refuse with the numbers when not even a few
-rows fit; a worker that keeps dying is reported as out of memory in one line."""
+rows fit; a worker that keeps dying is reported as out of memory in one line. And a worker
+that holds a partition reuses the memory it frees, where distributed's nanny told its
+allocator to give it back at once (issue 37)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ from sklearn.datasets import make_classification
 import muflow
 from muflow.dask.partitions import (DaskRowPartitions, MIN_CACHE_ROWS, WORKER_FRACTION,
                                     cache_to_fit_workers, lost_workers_message)
+from muflow.dask.worker_memory import (DASK_TRIM_THRESHOLD, MALLOC_THRESHOLDS,
+                                       thresholds_to_replace)
 from muflow.exceptions import MuflowError
 from muflow.kernels import Kernel
 from tests.dask_cluster import local_client
@@ -121,3 +125,49 @@ def test_a_cache_larger_than_the_workers_hold_is_shrunk_and_the_solve_completes(
     assert max(slots) < 8000 and remote.converged.all()
     local = solve_working_set(DualProblem(KernelRows(X, kernel), y, upper=1.0, equality=True))
     np.testing.assert_allclose(remote.objective, local.objective, rtol=1e-5)
+
+
+def test_the_allocators_thresholds_are_replaced_only_where_distributed_chose_them():
+    assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": str(DASK_TRIM_THRESHOLD)}) == MALLOC_THRESHOLDS
+    assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": DASK_TRIM_THRESHOLD}) == MALLOC_THRESHOLDS
+    # the user's own choice, or glibc's dynamic thresholds where nothing is set: kept
+    assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": "1000000"}) == {}
+    assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": str(DASK_TRIM_THRESHOLD),
+                                  "MALLOC_MMAP_THRESHOLD_": "131072"}) == {}
+    assert thresholds_to_replace({}) == {}
+
+
+def _pages_faulted_by_temporaries(count=40, nbytes=1 << 20):
+    """On a worker: the pages faulted in while ``count`` arrays of ``nbytes`` are made,
+    written and freed, one after the other (an iteration's temporaries)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(count):
+        np.empty(nbytes // 8).fill(1.0)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
+def _has_mallopt():
+    import ctypes
+    import sys
+
+    return sys.platform.startswith("linux") and hasattr(ctypes.CDLL(None), "mallopt")
+
+
+@pytest.mark.skipif(not _has_mallopt(), reason="glibc's mallopt (Linux)")
+def test_a_worker_holding_a_partition_reuses_the_memory_it_frees():
+    X, _ = make_classification(n_samples=600, n_features=8, random_state=0)
+    # distributed's own LocalCluster: its nanny sets MALLOC_TRIM_THRESHOLD_=65536
+    with local_client(n_workers=1) as client:
+        [before] = client.run(_pages_faulted_by_temporaries).values()
+        parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client)
+        try:
+            [info] = parts.call("info")
+            [after] = client.run(_pages_faulted_by_temporaries).values()
+        finally:
+            parts.close()
+    assert info["malloc_thresholds"] == MALLOC_THRESHOLDS
+    # each fresh megabyte was 256 pages faulted in; reused, one megabyte's pages at most twice
+    assert before >= 40 * 128, before
+    assert after <= 2 * 256, after

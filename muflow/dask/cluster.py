@@ -46,11 +46,21 @@ HOUSEKEEPING = {
 def housekeeping() -> dict:
     """The Dask settings of :data:`HOUSEKEEPING` that muflow's LocalCluster takes: those
     still at distributed's default (a value the user set, in a Dask configuration file, a
-    ``DASK_*`` variable or ``dask.config.set``, is kept)."""
+    ``DASK_*`` variable or ``dask.config.set``, is kept); and the allocator's thresholds of
+    :data:`muflow.dask.worker_memory.MALLOC_THRESHOLDS` in the environment the nannies give
+    their workers, where it holds distributed's trim threshold and no mmap threshold, so that
+    every task on the workers (not only a fit's partitions) reuses the memory it frees."""
     import dask
+    import distributed  # noqa: F401  (its defaults join dask's configuration on import)
 
-    return {key: ours for key, (default, ours) in HOUSEKEEPING.items()
-            if str(dask.config.get(key, default)) == default}
+    from muflow.dask.worker_memory import thresholds_to_replace
+
+    settings = {key: ours for key, (default, ours) in HOUSEKEEPING.items()
+                if str(dask.config.get(key, default)) == default}
+    environ = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    for name, value in thresholds_to_replace(environ).items():
+        settings[f"distributed.nanny.pre-spawn-environ.{name}"] = value
+    return settings
 
 
 def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | None = None,

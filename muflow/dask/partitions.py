@@ -31,7 +31,8 @@ from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
-                                      cache_to_fit_workers, lost_workers_message)
+                                      cache_to_fit_workers, lost_workers_message,
+                                      reuse_freed_memory)
 from muflow.dask.candidates import stack_rows
 from muflow.dask.working_set import PartitionColumn, PartitionedHome
 from muflow.exceptions import MuflowError, MuflowInputError
@@ -80,6 +81,8 @@ class RowPartition(PartitionColumn):
 
     def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB, max_rows=None,
                  first_rows=None):
+        # each iteration's temporaries reuse freed memory, on any cluster (worker_memory)
+        self.malloc_thresholds = reuse_freed_memory()
         self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.lo = int(lo)
         self.n = self.X.shape[0]
@@ -166,7 +169,8 @@ class RowPartition(PartitionColumn):
         return {"lo": self.lo, "n": self.n, "products": self.products,
                 "rows_computed": self.offered.rows_computed, "cache_slots": self.cache.slots,
                 "cache_limit": self.cache.limit, "seconds": dict(self.seconds),
-                "row_seconds": self.rows_op.row_seconds}
+                "row_seconds": self.rows_op.row_seconds,
+                "malloc_thresholds": self.malloc_thresholds}
 
     def diagonal(self):
         return self.QD

@@ -1,8 +1,11 @@
 """What the workers' memory allows a fit on X partitioned over them
 (:mod:`muflow.dask.partitions`): the row cache that fits the smallest worker's memory limit,
-and the one line for a fit whose workers kept dying."""
+the one line for a fit whose workers kept dying, and the C allocator's thresholds that let a
+worker reuse the memory it frees."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -16,6 +19,48 @@ WORKER_FRACTION = 0.6
 
 #: A row cache holds at least this many rows of a working set
 MIN_CACHE_ROWS = 64
+
+#: distributed's nanny starts its workers with this ``MALLOC_TRIM_THRESHOLD_`` (its
+#: ``distributed.nanny.pre-spawn-environ``), so that they hand freed memory back to the
+#: system at once. Setting it also pins glibc's mmap threshold at 128 KiB: every temporary
+#: array above that is mapped afresh and its pages faulted in again, on every iteration of
+#: a fit (docs/dask.md, "The workers' allocator").
+DASK_TRIM_THRESHOLD = 65536
+
+#: The thresholds (bytes) muflow's workers run with instead: the ceiling that glibc's own
+#: dynamic thresholds reach in a process that sets none (mmap at 32 MiB, trim at twice that).
+MALLOC_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": 32 << 20, "MALLOC_TRIM_THRESHOLD_": 64 << 20}
+
+#: ``mallopt``'s parameter numbers (glibc's malloc.h: M_TRIM_THRESHOLD, M_MMAP_THRESHOLD)
+_MALLOPT_PARAMS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
+
+
+def thresholds_to_replace(environ) -> dict:
+    """:data:`MALLOC_THRESHOLDS` where ``environ`` (a process's environment, or the one a
+    nanny gives its workers) holds distributed's trim threshold and no mmap threshold; empty
+    where the user chose either, or where neither is set (glibc's dynamic thresholds work)."""
+    trim = environ.get("MALLOC_TRIM_THRESHOLD_")
+    if trim is None or str(trim) != str(DASK_TRIM_THRESHOLD) or "MALLOC_MMAP_THRESHOLD_" in environ:
+        return {}
+    return dict(MALLOC_THRESHOLDS)
+
+
+def reuse_freed_memory() -> dict:
+    """On a worker: give this process's allocator :data:`MALLOC_THRESHOLDS` through
+    ``mallopt`` where its environment holds distributed's default
+    (:func:`thresholds_to_replace`), so that the temporaries of each iteration reuse freed
+    memory instead of faulting in fresh pages. For the worker process's lifetime; a no-op
+    without glibc. Returns what was set."""
+    wanted = thresholds_to_replace(os.environ)
+    if not wanted:
+        return {}
+    import ctypes
+
+    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
+    if mallopt is None:
+        return {}
+    return {name: value for name, value in wanted.items()
+            if mallopt(_MALLOPT_PARAMS[name], value) == 1}
 
 
 def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
