@@ -19,7 +19,10 @@ def _settings():
     return {key: dask.config.get(key) for key in HOUSEKEEPING}
 
 
-def test_housekeeping_takes_only_the_settings_left_at_distributeds_default():
+def test_housekeeping_takes_only_the_settings_left_at_distributeds_default(monkeypatch):
+    # a cluster started earlier in this process left its nannies' variables here
+    for name in MALLOC_THRESHOLDS:
+        monkeypatch.delenv(name, raising=False)
     thresholds = {f"{ENVIRON}.{name}": value for name, value in MALLOC_THRESHOLDS.items()}
     assert housekeeping() == {key: ours for key, (_, ours) in HOUSEKEEPING.items()} | thresholds
     with dask.config.set({TICK: "50ms"}):
@@ -30,10 +33,16 @@ def test_housekeeping_takes_only_the_settings_left_at_distributeds_default():
         assert not set(housekeeping()) & set(thresholds)
     with dask.config.set({f"{ENVIRON}.MALLOC_MMAP_THRESHOLD_": 1 << 20}):
         assert not set(housekeeping()) & set(thresholds)
+    # ... and in this process's environment, which the nannies take over their configuration
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(1 << 20))
+    assert not set(housekeeping()) & set(thresholds)
 
 
-def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often():
+def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often(monkeypatch):
     from distributed import Client
+
+    for name in MALLOC_THRESHOLDS:  # as the housekeeping test
+        monkeypatch.delenv(name, raising=False)
 
     with dask.config.set({TICK: "50ms"}):  # the user's own value
         with local_cluster(n_workers=1, threads_per_worker=1, memory_limit="1GiB",

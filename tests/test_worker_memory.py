@@ -171,3 +171,19 @@ def test_a_worker_holding_a_partition_reuses_the_memory_it_frees():
     # each fresh megabyte was 256 pages faulted in; reused, one megabyte's pages at most twice
     assert before >= 40 * 128, before
     assert after <= 2 * 256, after
+
+
+@pytest.mark.skipif(not _has_mallopt(), reason="glibc's mallopt (Linux)")
+def test_a_worker_predicting_a_dask_array_reuses_the_memory_it_frees():
+    import dask.array as da
+
+    X, y = make_classification(n_samples=400, n_features=8, random_state=0)
+    model = muflow.SVC(kernel="rbf", gamma=0.1).fit(X, y)
+    with local_client(n_workers=1) as client:
+        [before] = client.run(_pages_faulted_by_temporaries).values()
+        expected = model.predict(X)
+        got = model.predict(da.from_array(X, chunks=(100, -1))).compute()
+        [after] = client.run(_pages_faulted_by_temporaries).values()
+    np.testing.assert_array_equal(got, expected)
+    assert before >= 40 * 128, before
+    assert after <= 2 * 256, after

@@ -57,7 +57,11 @@ def housekeeping() -> dict:
 
     settings = {key: ours for key, (default, ours) in HOUSEKEEPING.items()
                 if str(dask.config.get(key, default)) == default}
-    environ = dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {}
+    environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
+    # the nannies take a variable of this process's environment over their configuration
+    environ.update({name: os.environ[name] for name in ("MALLOC_TRIM_THRESHOLD_",
+                                                        "MALLOC_MMAP_THRESHOLD_")
+                    if name in os.environ})
     for name, value in thresholds_to_replace(environ).items():
         settings[f"distributed.nanny.pre-spawn-environ.{name}"] = value
     return settings

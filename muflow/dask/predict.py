@@ -96,7 +96,12 @@ def map_rows(fn, X, *, n_outputs=None, dtype=np.float64):
 
 
 def predict_block(block, state, method):
-    """One task: ``state.<method>(block)`` on a NumPy block of rows (the in-memory path)."""
+    """One task: ``state.<method>(block)`` on a NumPy block of rows (the in-memory path), its
+    temporaries reusing the memory the worker frees
+    (:func:`muflow.dask.worker_memory.reuse_freed_memory`)."""
+    from muflow.dask.worker_memory import reuse_freed_memory
+
+    reuse_freed_memory()
     return getattr(state, method)(block)
 
 

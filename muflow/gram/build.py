@@ -69,7 +69,12 @@ def _open_for_write(url):
 
 
 def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, dtype: str):
-    """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I)."""
+    """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I); the
+    tile's blocks reuse the memory the worker frees
+    (:func:`muflow.dask.worker_memory.reuse_freed_memory`)."""
+    from muflow.dask.worker_memory import reuse_freed_memory
+
+    reuse_freed_memory()
     r0, r1 = tile_bounds(i, n, tile)
     c0, c1 = tile_bounds(j, n, tile)
     block = Kernel.from_dict(kernel).block_into(X[r0:r1], X[c0:c1], np.empty((r1 - r0, c1 - c0), dtype))
