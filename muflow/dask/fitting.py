@@ -16,6 +16,7 @@ import time
 import uuid
 
 from muflow.dask.calls import ActorCall
+from muflow.dask.worker_memory import reuse_freed_memory
 
 
 def fit_on_one_worker(estimator, client, X, y, sample_weight, offset):
@@ -61,6 +62,7 @@ class _Fitter:
     at work from a call or reply that was lost."""
 
     def __init__(self):
+        reuse_freed_memory()  # the fits' temporaries reuse freed memory (worker_memory)
         self.running = set()
         self.ended = collections.deque(maxlen=64)
 

@@ -43,6 +43,7 @@ import sys
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.worker_memory import reuse_freed_memory
 from muflow.exceptions import MuflowInputError
 
 #: The estimator methods that run blockwise on Dask input.
@@ -99,8 +100,6 @@ def predict_block(block, state, method):
     """One task: ``state.<method>(block)`` on a NumPy block of rows (the in-memory path), its
     temporaries reusing the memory the worker frees
     (:func:`muflow.dask.worker_memory.reuse_freed_memory`)."""
-    from muflow.dask.worker_memory import reuse_freed_memory
-
     reuse_freed_memory()
     return getattr(state, method)(block)
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from muflow.dask.calls import ActorCall
 from muflow.dask.channels import ChannelCall, open_channels, serve
+from muflow.dask.worker_memory import reuse_freed_memory
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
 from muflow.gram.tiling import split_rows
@@ -58,6 +59,7 @@ class PanelServer:
     """
 
     def __init__(self, url, shards, resident, tile):
+        reuse_freed_memory()  # the products' temporaries reuse freed memory (worker_memory)
         self.url = url
         self.store = GramStore.open(url, mode="r")
         self.array = self.store.array
