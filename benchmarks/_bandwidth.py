@@ -1,6 +1,9 @@
 """How much memory bandwidth a second core adds on this machine: the ceiling of every
 memory-bound pass's speed-up (the working-set loop's gradient update reads each moved row
-of K once; a row cache's writes stream too).
+of K once; a row cache's writes stream too). And how much a second core adds to the
+computation of kernel rows, the largest phase of a fit, when each core computes its own
+(:func:`rows_scaling`: the ceiling of that phase's speed-up, where cores that share a
+cache, a memory bus or a clock budget slow one another).
 
 :func:`memory_scaling` streams a 160 MB float64 array (a sum, read once per pass) in one
 process pinned to one CPU, then in one process per CPU at once, and returns the GB/s each
@@ -37,15 +40,46 @@ def _stream(cpu, start, answer) -> None:
     answer.send(PASSES * values.nbytes / (time.perf_counter() - t) / 1e9)
 
 
-def _together(cpus) -> list[float]:
-    """GB/s of one streaming process per CPU in ``cpus``, all started at once."""
+#: The rows timed per process: a working set's new rows (512) of rbf against 30,000 x 50
+#: columns (the Dask case's partition on 2 workers), float32 as a fit computes them.
+ROWS, COLUMNS, FEATURES, ROW_CALLS = 512, 30_000, 50, 20
+
+
+def _rows(cpu, start, answer) -> None:
+    """Pinned to ``cpu``, BLAS on one thread: wait for ``start``, then time
+    :data:`ROW_CALLS` batches of kernel rows (muflow's own code); million entries a second
+    to ``answer``."""
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, [cpu])
+    from threadpoolctl import threadpool_limits
+
+    from muflow.kernel_rows import KernelRows
+    from muflow.kernels import Kernel
+
+    rng = np.random.default_rng(cpu)
+    rows = KernelRows(rng.standard_normal((COLUMNS, FEATURES)), Kernel("rbf", gamma=0.02),
+                      dtype="float32", n_threads=1)
+    data = np.empty((ROWS, COLUMNS), dtype=np.float32)
+    idx, slots = rng.choice(COLUMNS, ROWS, replace=False), np.arange(ROWS)
+    with threadpool_limits(1):
+        rows.rows_into(idx, data, slots)  # compiled, and the pages touched
+        start.wait()
+        t = time.perf_counter()
+        for _ in range(ROW_CALLS):
+            rows.rows_into(idx, data, slots)
+        answer.send(ROW_CALLS * ROWS * COLUMNS / (time.perf_counter() - t) / 1e6)
+
+
+def _together(cpus, target=_stream) -> list[float]:
+    """The rates of one process per CPU in ``cpus`` running ``target``, all started at once
+    (GB/s streamed by default)."""
     ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods()
                                       else "spawn")
     start = ctx.Barrier(len(cpus))
     pipes, procs = [], []
     for cpu in cpus:
         here, there = ctx.Pipe(duplex=False)
-        proc = ctx.Process(target=_stream, args=(cpu, start, there), daemon=True)
+        proc = ctx.Process(target=target, args=(cpu, start, there), daemon=True)
         proc.start()
         pipes.append(here)
         procs.append(proc)
@@ -67,3 +101,19 @@ def memory_scaling(cpus) -> dict:
     each = _together(cpus)
     return {"one_process_gb_s": round(alone, 1), "each_of_all_gb_s": round(float(np.mean(each)), 1),
             "all_gb_s": round(float(np.sum(each)), 1), "cpus": len(cpus)}
+
+
+def rows_scaling(cpus) -> dict:
+    """``{"one_process_m_s", "each_of_all_m_s", "all_m_s", "cpus"}``: million kernel-row
+    entries a second computed by one process alone, by each of one process per CPU in
+    ``cpus`` at once, and their sum (at least two CPUs; None where fewer). Each process
+    computes the same amount, so ``all / one`` is what the cores together add to the rows of
+    a fit whose columns they share."""
+    cpus = list(cpus)
+    if len(cpus) < 2:
+        return {"one_process_m_s": None, "each_of_all_m_s": None, "all_m_s": None,
+                "cpus": len(cpus)}
+    alone = _together(cpus[:1], _rows)[0]
+    each = _together(cpus, _rows)
+    return {"one_process_m_s": round(alone), "each_of_all_m_s": round(float(np.mean(each))),
+            "all_m_s": round(float(np.sum(each))), "cpus": len(cpus)}

@@ -509,10 +509,12 @@ def _json_default(value):
 
 
 def machine(cpus) -> dict:
-    """The header line: the CPUs, their model, the load, and how much memory bandwidth the
+    """The header line: the CPUs, their model, the load, how much memory bandwidth the
     second and later cores add (:func:`_bandwidth.memory_scaling`: a memory-bound phase's
-    speed-up cannot exceed its ``all_gb_s / one_process_gb_s``)."""
-    from _bandwidth import memory_scaling
+    speed-up cannot exceed its ``all_gb_s / one_process_gb_s``) and how much they add to the
+    computation of kernel rows (:func:`_bandwidth.rows_scaling`: that phase's speed-up
+    cannot exceed ``all_m_s / one_process_m_s``)."""
+    from _bandwidth import memory_scaling, rows_scaling
 
     model = ""
     try:
@@ -523,7 +525,7 @@ def machine(cpus) -> dict:
     return {"kind": "machine", "cpus": len(usable_cpus()), "cpu_model": model or platform.processor(),
             "load_average": list(os.getloadavg()), "python": platform.python_version(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "memory_stream": memory_scaling(cpus)}
+            "memory_stream": memory_scaling(cpus), "rows_compute": rows_scaling(cpus)}
 
 
 def scaling(args) -> None:
@@ -545,6 +547,12 @@ def scaling(args) -> None:
               f"{stream['cpus']} together {stream['all_gb_s']} GB/s "
               f"({stream['all_gb_s'] / stream['one_process_gb_s']:.2f}x: the most a phase that "
               f"only streams memory, such as the gradient update, can gain)", flush=True)
+    rows = head["rows_compute"]
+    if rows["all_m_s"] is not None:
+        print(f"kernel rows: one core alone computes {rows['one_process_m_s']} million entries/s, "
+              f"all {rows['cpus']} at once, each on its own columns, {rows['all_m_s']} "
+              f"({rows['all_m_s'] / rows['one_process_m_s']:.2f}x: the most the row "
+              "computation can gain)", flush=True)
     if head["load_average"][0] > 0.5 * len(cpus):
         print(f"warning: load average {head['load_average'][0]:.1f} on {len(cpus)} CPUs: other "
               f"work shares these cores, and the timings measure it too", flush=True)

@@ -135,6 +135,16 @@ def test_the_allocators_thresholds_are_replaced_only_where_distributed_chose_the
     assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": str(DASK_TRIM_THRESHOLD),
                                   "MALLOC_MMAP_THRESHOLD_": "131072"}) == {}
     assert thresholds_to_replace({}) == {}
+    # muflow's own mmap threshold beside distributed's trim threshold: both are set
+    assert thresholds_to_replace({"MALLOC_TRIM_THRESHOLD_": str(DASK_TRIM_THRESHOLD),
+                                  "MALLOC_MMAP_THRESHOLD_": str(32 << 20)}) == MALLOC_THRESHOLDS
+
+
+def _as_distributed_starts_them(monkeypatch):
+    """This process's environment as a fresh one: a nanny takes its variables over its
+    configuration, and clusters started earlier in this process left theirs here."""
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", str(DASK_TRIM_THRESHOLD))
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
 
 
 def _pages_faulted_by_temporaries(count=40, nbytes=1 << 20):
@@ -156,7 +166,8 @@ def _has_mallopt():
 
 
 @pytest.mark.skipif(not _has_mallopt(), reason="glibc's mallopt (Linux)")
-def test_a_worker_holding_a_partition_reuses_the_memory_it_frees():
+def test_a_worker_holding_a_partition_reuses_the_memory_it_frees(monkeypatch):
+    _as_distributed_starts_them(monkeypatch)
     X, _ = make_classification(n_samples=600, n_features=8, random_state=0)
     # distributed's own LocalCluster: its nanny sets MALLOC_TRIM_THRESHOLD_=65536
     with local_client(n_workers=1) as client:
@@ -174,9 +185,10 @@ def test_a_worker_holding_a_partition_reuses_the_memory_it_frees():
 
 
 @pytest.mark.skipif(not _has_mallopt(), reason="glibc's mallopt (Linux)")
-def test_a_worker_predicting_a_dask_array_reuses_the_memory_it_frees():
+def test_a_worker_predicting_a_dask_array_reuses_the_memory_it_frees(monkeypatch):
     import dask.array as da
 
+    _as_distributed_starts_them(monkeypatch)
     X, y = make_classification(n_samples=400, n_features=8, random_state=0)
     model = muflow.SVC(kernel="rbf", gamma=0.1).fit(X, y)
     with local_client(n_workers=1) as client:

@@ -37,10 +37,14 @@ _MALLOPT_PARAMS = {"MALLOC_TRIM_THRESHOLD_": -1, "MALLOC_MMAP_THRESHOLD_": -3}
 
 def thresholds_to_replace(environ) -> dict:
     """:data:`MALLOC_THRESHOLDS` where ``environ`` (a process's environment, or the one a
-    nanny gives its workers) holds distributed's trim threshold and no mmap threshold; empty
+    nanny gives its workers) holds distributed's trim threshold and no mmap threshold but
+    muflow's own (a nanny takes the variables of the process that starts it over its
+    configuration, so muflow's mmap threshold can meet distributed's trim threshold); empty
     where the user chose either, or where neither is set (glibc's dynamic thresholds work)."""
-    trim = environ.get("MALLOC_TRIM_THRESHOLD_")
-    if trim is None or str(trim) != str(DASK_TRIM_THRESHOLD) or "MALLOC_MMAP_THRESHOLD_" in environ:
+    trim, mmap = environ.get("MALLOC_TRIM_THRESHOLD_"), environ.get("MALLOC_MMAP_THRESHOLD_")
+    if trim is None or str(trim) != str(DASK_TRIM_THRESHOLD):
+        return {}
+    if mmap is not None and str(mmap) != str(MALLOC_THRESHOLDS["MALLOC_MMAP_THRESHOLD_"]):
         return {}
     return dict(MALLOC_THRESHOLDS)
 
