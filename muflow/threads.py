@@ -102,25 +102,48 @@ def _positive_env(name: str, *, strict: bool) -> int | None:
     return None
 
 
-def _caller_omp_threads() -> int | None:
-    """``OMP_NUM_THREADS`` as the caller set it. A Dask Nanny started in this process (a
-    ``LocalCluster`` of worker processes: ``python -m muflow run``, a user's notebook)
-    writes its workers' settings, ``OMP_NUM_THREADS=1`` among them, into this process's
-    environment before it spawns them, and leaves them there: that value says nothing of
-    this process's threads and is not taken as a cap."""
-    value = _positive_env("OMP_NUM_THREADS", strict=False)
-    if value is None or "distributed.nanny" not in sys.modules:
-        return value
+def _set_by_nanny(name: str) -> bool:
+    """Whether this process's ``name`` is what a Dask Nanny started in this process (a
+    ``LocalCluster`` of worker processes: ``python -m muflow run``, a user's notebook) wrote
+    there for its workers (its ``distributed.nanny.pre-spawn-environ``, ``OMP_NUM_THREADS=1``
+    and the BLAS variables among them): it writes them into this process's environment
+    before it spawns them, and leaves them there. Such a value says nothing of this
+    process's threads."""
+    if "distributed.nanny" not in sys.modules or name not in os.environ:
+        return False
     try:
         import dask
 
-        spawned = (dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}).get(
-            "OMP_NUM_THREADS")
+        spawned = (dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}).get(name)
     except Exception:  # noqa: BLE001  a config that cannot be read changes nothing
-        return value
-    if spawned is not None and str(spawned).strip() == os.environ.get("OMP_NUM_THREADS", "").strip():
+        return False
+    return spawned is not None and str(spawned).strip() == os.environ[name].strip()
+
+
+def _caller_omp_threads() -> int | None:
+    """``OMP_NUM_THREADS`` as the caller set it; not a Nanny's (:func:`_set_by_nanny`)."""
+    value = _positive_env("OMP_NUM_THREADS", strict=False)
+    if value is None or _set_by_nanny("OMP_NUM_THREADS"):
         return None
     return value
+
+
+#: The variables a library's pool takes its threads from when it is loaded, by
+#: threadpoolctl's ``internal_api``.
+_POOL_VARIABLES = {"openmp": ("OMP_NUM_THREADS",),
+                   "openblas": ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"),
+                   "mkl": ("MKL_NUM_THREADS", "OMP_NUM_THREADS"),
+                   "blis": ("BLIS_NUM_THREADS", "OMP_NUM_THREADS")}
+
+
+def _count_from_nanny(lib) -> bool:
+    """Whether ``lib``'s thread count is what a Nanny's variables gave it (:func:`_set_by_nanny`):
+    a library loaded after a LocalCluster started in this process (scikit-learn's OpenMP,
+    SciPy's BLAS, first imported then) starts its pool at the workers' count. A limit of the
+    caller's own at that same count is not told apart, and not taken as a cap."""
+    count = getattr(lib, "num_threads", None)
+    return any(_set_by_nanny(name) and str(count) == os.environ[name].strip()
+               for name in _POOL_VARIABLES.get(getattr(lib, "internal_api", None), ()))
 
 
 _CONTROLLER = {}  # (pid, modules loaded) -> threadpoolctl controller
@@ -153,6 +176,8 @@ def _pool_limit(cores: int) -> int | None:
                 continue
             if lib.user_api == "blas" and held is not None:
                 counts.append(held)
+                continue
+            if _count_from_nanny(lib):
                 continue
             with contextlib.suppress(Exception):  # a library that cannot say sets no limit
                 if lib.num_threads:
@@ -372,14 +397,16 @@ class _OneBlasThread:
                     from threadpoolctl import ThreadpoolController
 
                     self._blas = ThreadpoolController().select(user_api="blas")
-                libs = [(lib.num_threads, getattr(lib, "threading_layer", None))
+                libs = [(lib.num_threads, getattr(lib, "threading_layer", None),
+                         _count_from_nanny(lib))
                         for lib in self._blas.lib_controllers]  # each count read once
-                self._held_from = min((c for c, layer in libs
-                                       if c and layer not in _SERIAL_LAYERS), default=None)
+                self._held_from = min((c for c, layer, nanny in libs
+                                       if c and layer not in _SERIAL_LAYERS and not nanny),
+                                      default=None)
                 # already one thread each (a child forked under the hold, forked_map): no
                 # call, for OpenBLAS in a forked child starts its threads to be told the
                 # count, and they spin a while on the cores the child's siblings use
-                if any(c != 1 for c, _ in libs):
+                if any(c != 1 for c, _, _ in libs):
                     self._limiter = self._blas.limit(limits=1)
                 elif self._inherited is not None:
                     self._held_from = self._inherited

@@ -337,6 +337,64 @@ def test_a_local_cluster_started_here_leaves_this_process_its_cores():
     assert th.thread_budget(-1) == before
 
 
+_LOADED_AFTER_A_CLUSTER = """
+import sys
+from distributed import LocalCluster
+from muflow import threads as th
+if __name__ == "__main__":
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None):
+        import sklearn.datasets  # scikit-learn's OpenMP and SciPy's BLAS load now
+        from threadpoolctl import threadpool_info
+        counts = [i["num_threads"] for i in threadpool_info()]
+        print(min(counts), th.thread_budget(), th.usable_cores())
+"""
+
+
+def test_libraries_loaded_after_a_local_cluster_started_leave_this_process_its_cores(tmp_path):
+    """A library loaded once a LocalCluster started in this process (scikit-learn's OpenMP,
+    SciPy's BLAS: a notebook that starts the cluster first) starts its pool at the Nanny's
+    OMP_NUM_THREADS=1; that count is not the caller's limit, and the budget stays every
+    core."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "after_cluster.py"
+    script.write_text(_LOADED_AFTER_A_CLUSTER)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                        th.ENV_VAR)}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         env=env, timeout=120, check=True).stdout.split()
+    pool, budget, cores = map(int, out[-3:])
+    assert pool == 1  # what distributed's variables gave the libraries loaded after it
+    assert budget == cores
+
+
+class _Pool:
+    """A threadpoolctl library controller's face (the rule's own logic)."""
+
+    def __init__(self, internal_api, num_threads, user_api="openmp"):
+        self.internal_api, self.num_threads, self.user_api = internal_api, num_threads, user_api
+
+
+def test_a_pool_counts_as_a_limit_unless_a_nannys_variable_gave_it(monkeypatch):
+    import dask
+    import distributed.nanny  # noqa: F401  (a Nanny could have started in this process)
+
+    pools = [_Pool("openmp", 1)]
+    monkeypatch.setattr(th, "_controller", lambda: type("C", (), {"lib_controllers": pools})())
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": 1}):
+        assert th._pool_limit(4) is None
+    # the caller's own variable, or a limit below the Nanny's value: a limit
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": 2}):
+        assert th._pool_limit(4) == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    pools[0].num_threads = 1
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS": 2}):
+        assert th._pool_limit(4) == 1
+
+
 def test_deal_runs_every_piece_once_and_a_slow_thread_takes_fewer():
     import threading
     import time
