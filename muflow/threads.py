@@ -108,8 +108,12 @@ def _set_by_nanny(name: str) -> bool:
     there for its workers (its ``distributed.nanny.pre-spawn-environ``, ``OMP_NUM_THREADS=1``
     and the BLAS variables among them): it writes them into this process's environment
     before it spawns them, and leaves them there. Such a value says nothing of this
-    process's threads."""
+    process's threads. In a Dask worker's own process they are the worker's settings, and
+    count."""
     if "distributed.nanny" not in sys.modules or name not in os.environ:
+        return False
+    worker = sys.modules.get("distributed.worker")
+    if worker is not None and getattr(getattr(worker, "Worker", None), "_instances", None):
         return False
     try:
         import dask

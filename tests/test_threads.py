@@ -370,6 +370,16 @@ def test_libraries_loaded_after_a_local_cluster_started_leave_this_process_its_c
     assert budget == cores
 
 
+def test_a_workers_own_process_keeps_its_nannys_variables_as_limits():
+    """Outside its tasks (its event loop, an actor's channel thread), a worker's process is
+    held by the variables its nanny gave it, as it was before libraries loaded late were
+    told apart (above)."""
+    from tests.dask_cluster import local_client
+
+    with local_client(n_workers=1) as client:
+        assert list(client.run(th.thread_budget).values()) == [1]
+
+
 class _Pool:
     """A threadpoolctl library controller's face (the rule's own logic)."""
 
