@@ -102,32 +102,34 @@ def _positive_env(name: str, *, strict: bool) -> int | None:
     return None
 
 
-def _set_by_nanny(name: str) -> bool:
-    """Whether this process's ``name`` is what a Dask Nanny started in this process (a
-    ``LocalCluster`` of worker processes: ``python -m muflow run``, a user's notebook) wrote
-    there for its workers (its ``distributed.nanny.pre-spawn-environ``, ``OMP_NUM_THREADS=1``
-    and the BLAS variables among them): it writes them into this process's environment
-    before it spawns them, and leaves them there. Such a value says nothing of this
-    process's threads. In a Dask worker's own process they are the worker's settings, and
-    count."""
-    if "distributed.nanny" not in sys.modules or name not in os.environ:
-        return False
+def _nanny_variables() -> dict:
+    """The variables of this process's environment that a Dask Nanny started in this
+    process (a ``LocalCluster`` of worker processes: ``python -m muflow run``, a user's
+    notebook) wrote there for its workers (its ``distributed.nanny.pre-spawn-environ``,
+    ``OMP_NUM_THREADS=1`` and the BLAS variables among them), ``{name: value}``: it writes
+    them into this process's environment before it spawns them, and leaves them there. Such
+    values say nothing of this process's threads. In a Dask worker's own process they are
+    the worker's settings, and count: none is returned there."""
+    if "distributed.nanny" not in sys.modules:
+        return {}
     worker = sys.modules.get("distributed.worker")
     if worker is not None and getattr(getattr(worker, "Worker", None), "_instances", None):
-        return False
+        return {}
     try:
         import dask
 
-        spawned = (dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}).get(name)
+        spawned = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
     except Exception:  # noqa: BLE001  a config that cannot be read changes nothing
-        return False
-    return spawned is not None and str(spawned).strip() == os.environ[name].strip()
+        return {}
+    return {name: os.environ[name].strip() for name, value in spawned.items()
+            if value is not None and name in os.environ
+            and str(value).strip() == os.environ[name].strip()}
 
 
 def _caller_omp_threads() -> int | None:
-    """``OMP_NUM_THREADS`` as the caller set it; not a Nanny's (:func:`_set_by_nanny`)."""
+    """``OMP_NUM_THREADS`` as the caller set it; not a Nanny's (:func:`_nanny_variables`)."""
     value = _positive_env("OMP_NUM_THREADS", strict=False)
-    if value is None or _set_by_nanny("OMP_NUM_THREADS"):
+    if value is None or "OMP_NUM_THREADS" in _nanny_variables():
         return None
     return value
 
@@ -140,13 +142,14 @@ _POOL_VARIABLES = {"openmp": ("OMP_NUM_THREADS",),
                    "blis": ("BLIS_NUM_THREADS", "OMP_NUM_THREADS")}
 
 
-def _count_from_nanny(lib) -> bool:
-    """Whether ``lib``'s thread count is what a Nanny's variables gave it (:func:`_set_by_nanny`):
-    a library loaded after a LocalCluster started in this process (scikit-learn's OpenMP,
-    SciPy's BLAS, first imported then) starts its pool at the workers' count. A limit of the
-    caller's own at that same count is not told apart, and not taken as a cap."""
-    count = getattr(lib, "num_threads", None)
-    return any(_set_by_nanny(name) and str(count) == os.environ[name].strip()
+def _count_from_nanny(lib, nanny: dict) -> bool:
+    """Whether ``lib``'s thread count is what a Nanny's variables ``nanny``
+    (:func:`_nanny_variables`) gave it: a library loaded after a LocalCluster started in
+    this process (scikit-learn's OpenMP, SciPy's BLAS, first imported then) starts its pool
+    at the workers' count. A limit of the caller's own at that same count is not told apart,
+    and not taken as a cap."""
+    count = str(getattr(lib, "num_threads", None))
+    return any(nanny.get(name) == count
                for name in _POOL_VARIABLES.get(getattr(lib, "internal_api", None), ()))
 
 
@@ -174,6 +177,7 @@ def _pool_limit(cores: int) -> int | None:
     neither does muflow's own hold of BLAS to one thread (:func:`blas_single_threaded`):
     the count found when it was taken stands for the BLAS libraries meanwhile."""
     counts = []
+    nanny = _nanny_variables()
     with _ONE_BLAS_THREAD.steady() as held:
         for lib in _controller().lib_controllers:
             if getattr(lib, "threading_layer", None) in _SERIAL_LAYERS:
@@ -181,7 +185,7 @@ def _pool_limit(cores: int) -> int | None:
             if lib.user_api == "blas" and held is not None:
                 counts.append(held)
                 continue
-            if _count_from_nanny(lib):
+            if _count_from_nanny(lib, nanny):
                 continue
             with contextlib.suppress(Exception):  # a library that cannot say sets no limit
                 if lib.num_threads:
@@ -401,8 +405,9 @@ class _OneBlasThread:
                     from threadpoolctl import ThreadpoolController
 
                     self._blas = ThreadpoolController().select(user_api="blas")
+                nanny = _nanny_variables()
                 libs = [(lib.num_threads, getattr(lib, "threading_layer", None),
-                         _count_from_nanny(lib))
+                         _count_from_nanny(lib, nanny))
                         for lib in self._blas.lib_controllers]  # each count read once
                 self._held_from = min((c for c, layer, nanny in libs
                                        if c and layer not in _SERIAL_LAYERS and not nanny),

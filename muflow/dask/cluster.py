@@ -53,15 +53,13 @@ def housekeeping() -> dict:
     import dask
     import distributed  # noqa: F401  (its defaults join dask's configuration on import)
 
-    from muflow.dask.worker_memory import thresholds_to_replace
+    from muflow.dask.worker_memory import MALLOC_THRESHOLDS, thresholds_to_replace
 
     settings = {key: ours for key, (default, ours) in HOUSEKEEPING.items()
                 if str(dask.config.get(key, default)) == default}
     environ = dict(dask.config.get("distributed.nanny.pre-spawn-environ", {}) or {})
     # the nannies take a variable of this process's environment over their configuration
-    environ.update({name: os.environ[name] for name in ("MALLOC_TRIM_THRESHOLD_",
-                                                        "MALLOC_MMAP_THRESHOLD_")
-                    if name in os.environ})
+    environ.update({name: os.environ[name] for name in MALLOC_THRESHOLDS if name in os.environ})
     for name, value in thresholds_to_replace(environ).items():
         settings[f"distributed.nanny.pre-spawn-environ.{name}"] = value
     return settings

@@ -5,6 +5,7 @@ worker reuse the memory it frees."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -53,8 +54,14 @@ def reuse_freed_memory() -> dict:
     """On a worker: give this process's allocator :data:`MALLOC_THRESHOLDS` through
     ``mallopt`` where its environment holds distributed's default
     (:func:`thresholds_to_replace`), so that the temporaries of each iteration reuse freed
-    memory instead of faulting in fresh pages. For the worker process's lifetime; a no-op
-    without glibc. Returns what was set."""
+    memory instead of faulting in fresh pages. For the worker process's lifetime (a forked
+    child inherits them), so done once however many tasks ask; a no-op without glibc.
+    Returns what was set."""
+    return dict(_set_thresholds())
+
+
+@functools.cache
+def _set_thresholds() -> dict:
     wanted = thresholds_to_replace(os.environ)
     if not wanted:
         return {}
