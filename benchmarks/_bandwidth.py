@@ -5,11 +5,14 @@ computation of kernel rows, the largest phase of a fit, when each core computes 
 (:func:`rows_scaling`: the ceiling of that phase's speed-up, where cores that share a
 cache, a memory bus or a clock budget slow one another).
 
-:func:`memory_scaling` streams a 160 MB float64 array (a sum, read once per pass) in one
-process pinned to one CPU, then in one process per CPU at once, and returns the GB/s each
-reached. Where one process alone nearly fills the memory bus, two processes each get about
-half of it, and a pass that only streams memory cannot run faster on two cores than on one,
-however its work is shared out (docs/benchmarks.md, "Threads and workers").
+:func:`memory_scaling` runs the gradient update's own pass
+(:func:`muflow.solvers._working_set_compiled.add_rows`, 256 float32 rows of 100,000 columns,
+each read once a pass) in one process pinned to one CPU, then in one process per CPU at
+once, and returns the GB/s of rows each read. Where one process alone nearly fills the
+memory bus, two processes each get about half of it, and a pass that only streams memory
+cannot run faster on two cores than on one, however its work is shared out
+(docs/benchmarks.md, "Threads and workers"). A plain NumPy sum is no measure of that
+ceiling: its own arithmetic caps it below what one core can read.
 """
 
 from __future__ import annotations
@@ -20,24 +23,30 @@ import time
 
 import numpy as np
 
-#: The streamed array: far larger than any cache (8 bytes x 20 million).
-STREAM_VALUES = 20_000_000
-#: Passes over it per measurement: 3.2 GB read, long enough that starting the processes
+#: The streamed rows: far larger than any cache (256 float32 rows of 100,000, 102 MB).
+STREAM_ROWS, STREAM_COLUMNS = 256, 100_000
+#: Passes over them per measurement: 3 GB read, long enough that starting the processes
 #: does not count.
-PASSES = 20
+PASSES = 30
 
 
 def _stream(cpu, start, answer) -> None:
-    """Pinned to ``cpu``: wait for ``start``, then time :data:`PASSES` sums; GB/s to ``answer``."""
+    """Pinned to ``cpu``: wait for ``start``, then time :data:`PASSES` gradient updates
+    (muflow's compiled pass, every row read once); GB/s of rows to ``answer``."""
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, [cpu])
-    values = np.ones(STREAM_VALUES)
-    values.sum()  # the pages are touched before the clock starts
+    from muflow.solvers._working_set_compiled import add_rows
+
+    rng = np.random.default_rng(cpu)
+    data = rng.random((STREAM_ROWS, STREAM_COLUMNS), dtype=np.float32)
+    G, y = np.zeros(STREAM_COLUMNS), np.ones(STREAM_COLUMNS)
+    slots, coef = np.arange(STREAM_ROWS, dtype=np.int64), rng.standard_normal(STREAM_ROWS)
+    add_rows(G, y, data, slots, coef, 0, STREAM_COLUMNS)  # compiled, the pages touched
     start.wait()
     t = time.perf_counter()
     for _ in range(PASSES):
-        values.sum()
-    answer.send(PASSES * values.nbytes / (time.perf_counter() - t) / 1e9)
+        add_rows(G, y, data, slots, coef, 0, STREAM_COLUMNS)
+    answer.send(PASSES * data.nbytes / (time.perf_counter() - t) / 1e9)
 
 
 #: The rows timed per process: a working set's new rows (512) of rbf against 30,000 x 50
@@ -90,8 +99,8 @@ def _together(cpus, target=_stream) -> list[float]:
 
 
 def memory_scaling(cpus) -> dict:
-    """``{"one_process_gb_s", "each_of_all_gb_s", "all_gb_s", "cpus"}``: the streaming rate
-    of one process alone, of each of one process per CPU in ``cpus`` at once, and their sum
+    """``{"one_process_gb_s", "each_of_all_gb_s", "all_gb_s", "cpus"}``: the rate at which
+    the gradient update reads rows in one process alone, of each of one process per CPU in ``cpus`` at once, and their sum
     (at least two CPUs; None where fewer)."""
     cpus = list(cpus)
     if len(cpus) < 2:

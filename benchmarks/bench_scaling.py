@@ -543,10 +543,10 @@ def scaling(args) -> None:
     log.write(head)
     stream = head["memory_stream"]
     if stream["all_gb_s"] is not None:
-        print(f"memory bandwidth: one core streams {stream['one_process_gb_s']} GB/s, all "
-              f"{stream['cpus']} together {stream['all_gb_s']} GB/s "
-              f"({stream['all_gb_s'] / stream['one_process_gb_s']:.2f}x: the most a phase that "
-              f"only streams memory, such as the gradient update, can gain)", flush=True)
+        print(f"memory bandwidth: the gradient update's pass reads {stream['one_process_gb_s']} "
+              f"GB/s of rows on one core, {stream['all_gb_s']} GB/s on all {stream['cpus']} "
+              f"together, each on its own rows ({stream['all_gb_s'] / stream['one_process_gb_s']:.2f}x: "
+              "the most that pass, or any phase that only streams memory, can gain)", flush=True)
     rows = head["rows_compute"]
     if rows["all_m_s"] is not None:
         print(f"kernel rows: one core alone computes {rows['one_process_m_s']} million entries/s, "
