@@ -455,7 +455,7 @@ def check_targets(case: str, rows: list[dict], n_train: int) -> list[tuple[str, 
             what = "workers" if case == "dask" else "threads"
             note = f" (set for {size:,} rows; this run {n_train:,})" if size and size != n_train else ""
             out.append((f"{units} {what} >= {minimum}x of the first configuration, "
-                        f"{row['speedup']:.2f}x{_paired(row['speedup_paired'])}{note}",
+                        f"{row['speedup']:.3f}x{_paired(row['speedup_paired'], 3)}{note}",
                         row["speedup"] >= minimum))
     for row in rows:
         if row["workers"] is None and row["threads"] > row["cores"] and row["cores"] in by_units:
