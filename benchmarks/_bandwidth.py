@@ -100,8 +100,8 @@ def _together(cpus, target=_stream) -> list[float]:
 
 def memory_scaling(cpus) -> dict:
     """``{"one_process_gb_s", "each_of_all_gb_s", "all_gb_s", "cpus"}``: the rate at which
-    the gradient update reads rows in one process alone, of each of one process per CPU in ``cpus`` at once, and their sum
-    (at least two CPUs; None where fewer)."""
+    the gradient update's pass reads rows in one process alone, in each of one process per
+    CPU in ``cpus`` at once, and the sum of those (at least two CPUs; None where fewer)."""
     cpus = list(cpus)
     if len(cpus) < 2:
         return {"one_process_gb_s": None, "each_of_all_gb_s": None, "all_gb_s": None,
