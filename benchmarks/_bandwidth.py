@@ -11,8 +11,8 @@ each read once a pass) in one process pinned to one CPU, then in one process per
 once, and returns the GB/s of rows each read. Where one process alone nearly fills the
 memory bus, two processes each get about half of it, and a pass that only streams memory
 cannot run faster on two cores than on one, however its work is shared out
-(docs/benchmarks.md, "Threads and workers"). A plain NumPy sum is no measure of that
-ceiling: its own arithmetic caps it below what one core can read.
+(docs/benchmarks.md, "Threads and workers"). A NumPy sum is no measure of that ceiling:
+on one core it can read well below what the pass reads (docs/benchmarks.md, session 35).
 """
 
 from __future__ import annotations
