@@ -98,31 +98,28 @@ def _together(cpus, target=_stream) -> list[float]:
     return rates
 
 
-def memory_scaling(cpus) -> dict:
-    """``{"one_process_gb_s", "each_of_all_gb_s", "all_gb_s", "cpus"}``: the rate at which
-    the gradient update's pass reads rows in one process alone, in each of one process per
-    CPU in ``cpus`` at once, and the sum of those (at least two CPUs; None where fewer)."""
+def _scaling(cpus, target, unit: str, digits: int | None) -> dict:
+    """``{"one_process_<unit>", "each_of_all_<unit>", "all_<unit>", "cpus"}``: the rate of
+    ``target`` in one process alone, in each of one process per CPU in ``cpus`` at once,
+    and the sum of those, rounded to ``digits`` (at least two CPUs; None where fewer)."""
     cpus = list(cpus)
+    keys = (f"one_process_{unit}", f"each_of_all_{unit}", f"all_{unit}")
     if len(cpus) < 2:
-        return {"one_process_gb_s": None, "each_of_all_gb_s": None, "all_gb_s": None,
-                "cpus": len(cpus)}
-    alone = _together(cpus[:1])[0]
-    each = _together(cpus)
-    return {"one_process_gb_s": round(alone, 1), "each_of_all_gb_s": round(float(np.mean(each)), 1),
-            "all_gb_s": round(float(np.sum(each)), 1), "cpus": len(cpus)}
+        return {**dict.fromkeys(keys), "cpus": len(cpus)}
+    alone = _together(cpus[:1], target)[0]
+    each = _together(cpus, target)
+    values = (alone, float(np.mean(each)), float(np.sum(each)))
+    return {**{key: round(v, digits) for key, v in zip(keys, values)}, "cpus": len(cpus)}
+
+
+def memory_scaling(cpus) -> dict:
+    """``{"one_process_gb_s", "each_of_all_gb_s", "all_gb_s", "cpus"}``: the GB/s at which
+    the gradient update's pass reads rows (:func:`_scaling`)."""
+    return _scaling(cpus, _stream, "gb_s", 1)
 
 
 def rows_scaling(cpus) -> dict:
     """``{"one_process_m_s", "each_of_all_m_s", "all_m_s", "cpus"}``: million kernel-row
-    entries a second computed by one process alone, by each of one process per CPU in
-    ``cpus`` at once, and their sum (at least two CPUs; None where fewer). Each process
-    computes the same amount, so ``all / one`` is what the cores together add to the rows of
-    a fit whose columns they share."""
-    cpus = list(cpus)
-    if len(cpus) < 2:
-        return {"one_process_m_s": None, "each_of_all_m_s": None, "all_m_s": None,
-                "cpus": len(cpus)}
-    alone = _together(cpus[:1], _rows)[0]
-    each = _together(cpus, _rows)
-    return {"one_process_m_s": round(alone), "each_of_all_m_s": round(float(np.mean(each))),
-            "all_m_s": round(float(np.sum(each))), "cpus": len(cpus)}
+    entries a second (:func:`_scaling`). Each process computes the same amount, so ``all /
+    one`` is what the cores together add to the rows of a fit whose columns they share."""
+    return _scaling(cpus, _rows, "m_s", None)

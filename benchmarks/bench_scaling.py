@@ -528,6 +528,15 @@ def machine(cpus) -> dict:
             "memory_stream": memory_scaling(cpus), "rows_compute": rows_scaling(cpus)}
 
 
+def print_ceiling(measured: dict, unit: str, text: str) -> None:
+    """One header line of :func:`machine`'s ceilings (``text`` with ``{one}``, ``{all}``,
+    ``{cpus}`` and ``{ratio}``), where there were at least two CPUs to measure."""
+    one, together = measured[f"one_process_{unit}"], measured[f"all_{unit}"]
+    if together is not None:
+        print(text.format(one=one, all=together, cpus=measured["cpus"],
+                          ratio=f"{together / one:.2f}x"), flush=True)
+
+
 def scaling(args) -> None:
     cpus = usable_cpus()
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -541,18 +550,14 @@ def scaling(args) -> None:
     log = Log(args.out)
     head = machine(cpus)
     log.write(head)
-    stream = head["memory_stream"]
-    if stream["all_gb_s"] is not None:
-        print(f"memory bandwidth: the gradient update's pass reads {stream['one_process_gb_s']} "
-              f"GB/s of rows on one core, {stream['all_gb_s']} GB/s on all {stream['cpus']} "
-              f"together, each on its own rows ({stream['all_gb_s'] / stream['one_process_gb_s']:.2f}x: "
-              "the most that pass, or any phase that only streams memory, can gain)", flush=True)
-    rows = head["rows_compute"]
-    if rows["all_m_s"] is not None:
-        print(f"kernel rows: one core alone computes {rows['one_process_m_s']} million entries/s, "
-              f"all {rows['cpus']} at once, each on its own columns, {rows['all_m_s']} "
-              f"({rows['all_m_s'] / rows['one_process_m_s']:.2f}x: the most the row "
-              "computation can gain)", flush=True)
+    print_ceiling(head["memory_stream"], "gb_s",
+                  "memory bandwidth: the gradient update's pass reads {one} GB/s of rows on one "
+                  "core, {all} GB/s on all {cpus} together, each on its own rows ({ratio}: the most "
+                  "that pass, or any phase that only streams memory, can gain)")
+    print_ceiling(head["rows_compute"], "m_s",
+                  "kernel rows: one core alone computes {one} million entries/s, all {cpus} at "
+                  "once, each on its own columns, {all} ({ratio}: the most the row computation "
+                  "can gain)")
     if head["load_average"][0] > 0.5 * len(cpus):
         print(f"warning: load average {head['load_average'][0]:.1f} on {len(cpus)} CPUs: other "
               f"work shares these cores, and the timings measure it too", flush=True)

@@ -409,8 +409,8 @@ class _OneBlasThread:
                 libs = [(lib.num_threads, getattr(lib, "threading_layer", None),
                          _count_from_nanny(lib, nanny))
                         for lib in self._blas.lib_controllers]  # each count read once
-                self._held_from = min((c for c, layer, nanny in libs
-                                       if c and layer not in _SERIAL_LAYERS and not nanny),
+                self._held_from = min((c for c, layer, from_nanny in libs
+                                       if c and layer not in _SERIAL_LAYERS and not from_nanny),
                                       default=None)
                 # already one thread each (a child forked under the hold, forked_map): no
                 # call, for OpenBLAS in a forked child starts its threads to be told the
