@@ -5,9 +5,10 @@
 
 One fit of the distributed working-set solver (60,000 x 50 generated rows, rbf gamma 0.02,
 C = 1, as ``bench_scaling.py --cases dask``) on a LocalCluster of single-threaded worker
-processes. Each worker records the wall and thread-CPU seconds of every
-``PartitionColumn.solve_and_step`` call (the method is wrapped in the worker processes,
-through ``client.run``); the client records every round trip. Printed per fit:
+processes. Each worker records the wall and thread-CPU seconds of its two calls of every
+iteration, ``PartitionColumn.solve`` (the solver's) or ``compute_rows`` (the others'), then
+``iterate`` with the step (the methods are wrapped in the worker processes, through
+``client.run``); the client records every iteration's calls. Printed per fit:
 
 - the wall time, the round trips' sum and the sum over calls of the slowest worker's time;
 - each worker's wall and CPU seconds in the calls (CPU below wall: the worker waited for a
@@ -15,7 +16,8 @@ through ``client.run``); the client records every round trip. Printed per fit:
 - the gap per call, the round trip less its slowest worker (serialisation, transfer, the
   event loops' hand-offs), and the imbalance per call, the slowest worker less the fastest;
 - the time outside the calls (the client's selection of the next working set);
-- the first worker's median times along one call: the client's preparation (to its send),
+- the first worker's (the solver's) median times along its ``solve`` call: the client's
+  preparation (to its send),
   the send to the method's start (on actor calls split at the worker's ``actor_execute``
   handler: the client's serialisation, the transfer, the worker's reading, then the hand-off
   to the actor's thread), and the method's end to the answer read on the client.
@@ -32,33 +34,49 @@ import time
 import numpy as np
 
 
+#: The calls of an iteration whose time a worker records: the first of each pair
+FIRST_CALLS = ("solve", "compute_rows")
+
+
 def _record_calls() -> None:
-    """In a worker process: wrap solve_and_step to record (wall, thread CPU) per call."""
+    """In a worker process: wrap an iteration's calls to record, per iteration, (wall and
+    thread CPU of both calls, the first's start, the first's wall)."""
     import builtins
 
     from muflow.dask.working_set import PartitionColumn
 
     builtins._muflow_calls = []
-    solve_and_step = PartitionColumn.solve_and_step
+    first = []
 
-    def recorded(self, *args, **kwargs):
-        t, c = time.perf_counter(), time.thread_time()
-        out = solve_and_step(self, *args, **kwargs)
-        builtins._muflow_calls.append((time.perf_counter() - t, time.thread_time() - c, t))
-        return out
+    def wrap(name):
+        method = getattr(PartitionColumn, name)
 
-    PartitionColumn.solve_and_step = recorded
+        def recorded(self, *args, **kwargs):
+            t, c = time.perf_counter(), time.thread_time()
+            out = method(self, *args, **kwargs)
+            wall, cpu = time.perf_counter() - t, time.thread_time() - c
+            if name in FIRST_CALLS:
+                first[:] = [(wall, cpu, t)]
+            elif first and len(args[2]):  # the step that follows (not a call without one)
+                w, cp, start = first.pop()
+                builtins._muflow_calls.append((w + wall, cp + cpu, start, w))
+            return out
+
+        setattr(PartitionColumn, name, recorded)
+
+    for name in FIRST_CALLS + ("iterate",):
+        wrap(name)
 
 
 def _record_arrivals(dask_worker) -> None:
-    """In a worker process: record when each solve_and_step message reaches the handler."""
+    """In a worker process: record when each solve message reaches the handler."""
     import builtins
 
     builtins._muflow_arrivals = []
     handler = dask_worker.handlers["actor_execute"]
 
     async def recorded(*args, **kwargs):
-        if kwargs.get("function") == "solve_and_step":
+        if kwargs.get("function") == "solve":
             builtins._muflow_arrivals.append(time.perf_counter())
         return await handler(*args, **kwargs)
 
@@ -100,8 +118,8 @@ def probe(workers: int, n: int) -> dict:
 
     async def sent(comm, **kwargs):  # the client's send and answer, per call and worker
         mark = [time.perf_counter(), np.nan]
-        if kwargs.get("function") == "solve_and_step":
-            sends.append(mark)  # in the order of the calls: worker 0's first
+        if kwargs.get("function") == "solve":
+            sends.append(mark)  # the solver's call, one an iteration
         out = await send_recv(comm, **kwargs)
         mark[1] = time.perf_counter()
         return out
@@ -112,7 +130,7 @@ def probe(workers: int, n: int) -> dict:
 
     def sent_on_channel(self, method, args):  # the same marks for calls on a channel
         self._probe_mark = [time.perf_counter(), np.nan]
-        if method == "solve_and_step":
+        if method == "solve":
             sends.append(self._probe_mark)
         return channel_send(self, method, args)
 
@@ -143,8 +161,8 @@ def probe(workers: int, n: int) -> dict:
     # along one call to the first worker (perf_counter is the machine's monotonic clock)
     first = calls[0][:k]
     began, arrived = np.array([c[0][2] for c in first]), np.array([c[1] for c in first])
-    ended = began + worker_wall[0]
-    send = np.array(sends[::len(calls)][:k])
+    ended = began + np.array([c[0][3] for c in first])  # the end of the solve
+    send = np.array(sends[:k])
     slowest = worker_wall.max(axis=0)
     gap, imbalance = trip - slowest, slowest - worker_wall.min(axis=0)
     return {"workers": workers, "n": n, "wall": wall, "calls": k, "trips": trip.sum(),

@@ -125,8 +125,9 @@ default="rbf"
         worker as one task, whatever the solver. Above, with ``solver="auto"`` or
         ``"working_set"``, X stays on the workers, split by rows (a NumPy or SciPy X is scattered once; the blocks of a
         dask.array or the partitions of a dask.dataframe are used where they are), and
-        the working-set solver runs one round trip per iteration sending O(q d)
-        (:mod:`muflow.dask.working_set`). A multiplicative solver ("m3", "munk", ...) runs
+        the working-set solver sends each worker O(q d) per iteration, in two calls: one
+        worker solves the subproblem while the others compute their kernel rows, then all
+        apply the step (:mod:`muflow.dask.working_set`). A multiplicative solver ("m3", "munk", ...) runs
         on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
         one round trip per pass sending V once (:mod:`muflow.dask.panels`), when an even
         share of K fits in half the smallest worker's memory limit

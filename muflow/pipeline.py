@@ -171,7 +171,7 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     :func:`muflow.selection.run_sweep` into ``sweep/``. The solves run on the cluster behind
     ``client`` only with ``sweep.on_cluster = true`` (X partitioned over the workers: the
     working-set solver, or the multiplicative solvers on kernel panels computed there, or on
-    the Dask Gram operator when those do not fit; one round trip per iteration, worth it
+    the Dask Gram operator when those do not fit; calls to the workers every iteration, worth it
     when K does not fit here); otherwise in this process, each kernel setting by its plan
     (:func:`kernel_plans`, the rule the Gram stage followed): K read from its Gram store
     into memory (SMO by default), which on small and medium data is much faster, or rows

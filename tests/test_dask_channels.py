@@ -82,6 +82,25 @@ def test_a_second_request_before_the_answer_is_refused():
     channel.close()
 
 
+def test_a_round_trip_given_up_leaves_no_answer_behind():
+    """A round trip given up when one of its calls failed takes the answers of the calls
+    still out (DaskRowPartitions.drain): the channel's next request reads its own answer,
+    not the one left behind."""
+    from muflow.dask.partitions import DaskRowPartitions
+
+    _, channel = _open()
+    parts = DaskRowPartitions.__new__(DaskRowPartitions)
+    parts.client, parts.channels, parts.actors = None, [channel], [None]
+    left = parts.send(0, "sleep", 0.1)
+    with pytest.raises(MuflowError, match="answer was not taken"):
+        parts.send(0, "add", 2, 3)
+    parts.drain([left])
+    assert parts.wait([parts.send(0, "add", 2, 3)]) == [5]
+    parts.drain([parts.send(0, "fail")])  # an error answered is let go as well
+    assert parts.wait([parts.send(0, "add", 1, 1)]) == [2]
+    channel.close()
+
+
 def test_a_client_without_the_secret_is_refused():
     target = Target()
     with pytest.raises((ConnectionError, EOFError, OSError)):

@@ -96,12 +96,12 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent to each worker: X_B, B and four vectors of B; received: the step (q numbers) and at
-    # most 2q candidates of each side plus the previous set from each worker, a row and 7
-    # numbers each
+    # sent: X_B and B to each worker, four vectors of B to the solver, the step to each;
+    # received: the step (q numbers) and at most 2q candidates of each side plus the
+    # previous set from each worker, a row and 7 numbers each
     assert t["bytes_sent"] / trips <= workers * q * (d + 5) * 8
     assert t["bytes_received"] / trips <= workers * (3 * q * (d + 7) + q) * 8
-    # one round trip an iteration, besides the calls without a step (the first candidates
+    # one exchange an iteration, besides the calls without a step (the first candidates
     # and those after a reactivation)
     assert int(np.sum(sol.n_iter)) <= trips <= int(np.sum(sol.n_iter)) + 4
     assert sol.converged.all()
@@ -275,6 +275,29 @@ def test_the_client_holds_no_q_by_q_block(client):
     assert peak < 1024 * 1024 * 4 / 2, f"the client allocated {peak / 1e6:.1f} MB"
 
 
+def test_one_partition_solves_the_subproblem_for_all(client):
+    """The subproblem is solved once an iteration, on the solver's worker; the other
+    partition computes its rows of B meanwhile and applies the step it is sent; the fit
+    reaches the in-process objective."""
+    X, y = make_classification(n_samples=3000, n_features=10, flip_y=0.05, random_state=4)
+    y = np.where(y > 0, 1.0, -1.0)
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client)
+    try:
+        assert parts.solver == 0
+        sol = solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True), q=64)
+        infos = parts.call("info")
+    finally:
+        parts.close()
+    assert sol.converged.all() and int(np.sum(sol.n_iter)) > 5
+    solver, other = (info["seconds"] for info in infos)
+    assert solver["subproblem"] > 0.0 and other["subproblem"] == 0.0
+    assert other["rows_behind"] > 0.0  # its rows of B, computed while the solver solved
+    assert infos[1]["rows_computed"] > 0
+    ref = solve_working_set(DualProblem(DenseGram(Kernel("rbf", gamma=0.1)(X, X)), y,
+                                        upper=1.0, equality=True), q=64)
+    np.testing.assert_allclose(sol.objective, ref.objective, rtol=1e-6)
+
+
 def _partition(rng, n=3000, lo=1000):
     from muflow.dask import partitions as dask_partitions
 
@@ -339,38 +362,12 @@ def test_a_failed_solve_ends_the_rows_it_began(monkeypatch):
 
     monkeypatch.setattr(part, "_solve", fail)
     with pytest.raises(FloatingPointError, match="subproblem failed"):
-        part.solve_and_step(X[B], B, y[B], np.ones(20), np.zeros(20), -np.ones(20), True, 1.0,
-                            1e-3, np.float64, None, 8)
+        part.solve(X[B], B, y[B], np.ones(20), np.zeros(20), -np.ones(20), True, 1.0, 1e-3,
+                   np.float64)
     assert part._pending is None
     assert np.all(part.cache.slot_of[B] >= 0)  # the rows begun were finished and kept
     with blas_single_threaded().steady() as held_from:
         assert held_from is None  # nobody holds BLAS to one thread any more
-
-
-class _InProcessActor:
-    """A partition called in this process as its actor would be: the arrays lent to the call
-    unwrapped, the answer at hand (a unit test of the client's own logic)."""
-
-    def __init__(self, part):
-        self.part = part
-
-    def __getattr__(self, name):
-        from muflow.dask.calls import Lent
-
-        method = getattr(self.part, name)
-
-        def call(*args):
-            return _Answered(method(*[a.value if isinstance(a, Lent) else a for a in args]))
-
-        return call
-
-
-class _Answered:
-    def __init__(self, value):
-        self.value = value
-
-    async def _result(self):
-        return self.value
 
 
 def _two_partitions(rng, n=3000):
@@ -393,57 +390,43 @@ def _two_partitions(rng, n=3000):
     return parts, step
 
 
-@pytest.mark.parametrize("rounds_otherwise", [False, True])
-def test_a_partition_whose_step_differs_is_sent_the_difference(rounds_otherwise):
-    """Every partition solves the subproblem itself. One whose step differs in a bit (a CPU
-    that rounds the subproblem's sums otherwise) is sent y_B (new - its new) and answers
-    anew: its alpha is the first partition's, its gradient that of the first's step within
-    rounding, its candidates those it would have answered; equal steps cost no call."""
-    from types import SimpleNamespace
+def _solve_and_step(part, step):
+    """One outer iteration on a partition that solves for itself: the subproblem, then the
+    step applied, as the client sends it (PartitionedState.solve_on)."""
+    from muflow.solvers.working_set_loop import step_of
 
-    from muflow.dask.calls import answers as await_answers
-    from muflow.dask.working_set import PartitionedState
+    XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype, shrink_with, k = step
+    new, change, steps = part.solve(XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+    moved, coef = step_of(new, aB, yB)
+    return (new, change, steps), part.iterate(B[moved], coef, B, new, shrink_with, False, k)
 
-    rng = np.random.default_rng(11)
-    parts, step = _two_partitions(rng)
+
+def test_the_solvers_step_is_applied_by_a_partition_that_computed_its_rows_meanwhile():
+    """The partition that does not solve computes its rows of B while the solver solves
+    (compute_rows); the solver's step, sent after, reads them from its cache and leaves
+    its slice as solving the subproblem itself would have, to the bit."""
+    from muflow.solvers.working_set_loop import step_of
+
+    parts, step = _two_partitions(np.random.default_rng(11))
     reference, _ = _two_partitions(np.random.default_rng(11))
-    expected = [part.solve_and_step(*step) for part in reference]
-    if rounds_otherwise:
-        solve = parts[1]._solve
-
-        def other_rounding(*args):
-            new, change, steps = solve(*args)
-            moved = np.flatnonzero(new != 0)
-            new = new.copy()
-            new[moved[:3]] = np.nextafter(new[moved[:3]], 2.0)
-            return new, change, steps
-
-        parts[1]._solve = other_rounding
-    got = [part.solve_and_step(*step) for part in parts]
-    assert np.array_equal(got[1][0][0], expected[1][0][0]) != rounds_otherwise
-
-    import asyncio
-
-    state = PartitionedState.__new__(PartitionedState)
-    state.timings = {}
-    from muflow.dask.calls import ActorCall
-
-    actors = [_InProcessActor(p) for p in parts]
-    state.parts = SimpleNamespace(actors=actors,
-                                  send=lambda i, method, *args: ActorCall(actors[i], method, *args),
-                                  wait=lambda calls: asyncio.run(await_answers(calls)))
-    _, B, yB = step[:3]
-    (new, _, _), candidates = state._agree(got, B, yB, 8)
-    assert np.array_equal(new, expected[0][0][0])
-    assert state.timings.get("steps_corrected", 0) == int(rounds_otherwise)
-    for part, ref, answer, (_, ref_answer) in zip(parts, reference, candidates, expected):
-        np.testing.assert_array_equal(part.alpha, ref.alpha)
-        np.testing.assert_allclose(part.G, ref.G, rtol=0, atol=1e-12)
-        np.testing.assert_array_equal(answer["idx"], ref_answer["idx"])
+    (ref_new, _, _), ref_answer = _solve_and_step(reference[1], step)
+    XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype, shrink_with, k = step
+    new, change, steps = parts[0].solve(XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+    parts[1].compute_rows(XB, B)
+    computed = parts[1].offered.rows_computed
+    assert computed == B.size
+    moved, coef = step_of(new, aB, yB)
+    answer = parts[1].iterate(B[moved], coef, B, new, shrink_with, False, k)
+    assert parts[1].offered.rows_computed == computed  # the step computed no row
+    assert parts[1].seconds["subproblem"] == 0.0
+    np.testing.assert_array_equal(new, ref_new)
+    np.testing.assert_array_equal(parts[1].alpha, reference[1].alpha)
+    np.testing.assert_array_equal(parts[1].G, reference[1].G)
+    np.testing.assert_array_equal(answer["idx"], ref_answer["idx"])
 
 
 def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
-    """solve_and_step on a worker of two threads begins all of B's rows while it solves; on
+    """The solver on a worker of two threads begins all of B's rows while it solves; on
     one thread it computes the same rows after solving (the same rows, so that BLAS computes
     each with the same calls). The step, the gradient and the candidates are the same to
     the bit."""
@@ -454,7 +437,7 @@ def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
         monkeypatch.setattr(dask_partitions, "worker_threads", lambda t=threads: t)
         parts, step = _two_partitions(np.random.default_rng(12))
         part = parts[1]
-        (new, change, steps), answer = part.solve_and_step(*step)
+        (new, change, steps), answer = _solve_and_step(part, step)
         part.settle()
         moved = np.flatnonzero(new != 0.0)
         results.append((new, change, part.G.copy(), answer, part.offered.rows_computed))

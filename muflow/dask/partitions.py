@@ -22,6 +22,7 @@ docs/scaling.md gives the cost of an iteration as a function of n, d, q and the 
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 
 import numpy as np
@@ -402,6 +403,20 @@ class DaskRowPartitions(GramOperator):
                 raise own[0]
             raise LostPartitions(lost)
         return got
+
+    @property
+    def solver(self) -> int:
+        """The partition that solves each working set's subproblem for all
+        (:meth:`muflow.dask.working_set.PartitionColumn.solve`): the first of those of
+        fewest rows, whose rows of B are done soonest."""
+        return int(np.argmin([hi - lo for lo, hi in self.bounds]))
+
+    def drain(self, calls) -> None:
+        """Take the answers of ``calls`` and let them go (when another call of theirs
+        failed): a channel's next request would read an answer left unread."""
+        for call in calls:
+            with contextlib.suppress(Exception):
+                self.wait([call])
 
     @property
     def rows_here(self) -> bool:

@@ -7,42 +7,44 @@ this module is the home of its state when X lives on the workers
 alpha, G and the active set and a row cache over its columns; the client keeps alpha whole
 (O(n), the answer and what a lost slice is rebuilt from) and chooses the working set.
 
-One outer iteration is one round trip, a call to every partition
-(:meth:`PartitionColumn.solve_and_step`, on the partition's actor, through its channel
-where it has one, :mod:`muflow.dask.channels`):
+One outer iteration is two calls to every partition (on the partition's actor, through
+its channel where it has one, :mod:`muflow.dask.channels`), the second made as soon as the
+first is answered:
 
 - the client sends the working set B with its rows of X (dense X: less the partition's own,
-  which it holds), y, bounds, alpha and G, and, when due, the extremes to shrink with:
-  O(q d) to each partition;
-- each partition computes K_BB from X_B in the workers' dtype and solves the q-variable
-  subproblem (:func:`~muflow.solvers.working_set_loop.solve_subproblem`). Every partition
-  solves the same subproblem from the same data with the same code, so that none waits for
-  another's step and the client never holds the q x q block;
-- each updates its slice of the gradient, ``G_p += y_p K(X_B, X_p)' (y_B delta_B)``, from
-  its row cache, shrinks when asked (the one rule,
-  :func:`muflow.solvers._subset_compiled.leaves_active_set`) and answers its step and its
+  which it holds): O(q d) to each partition. One partition, the solver
+  (:attr:`~muflow.dask.partitions.DaskRowPartitions.solver`), is sent y, bounds, alpha and
+  G of B too; it computes K_BB from X_B in the workers' dtype, solves the q-variable
+  subproblem (:func:`~muflow.solvers.working_set_loop.solve_subproblem`) and answers the
+  step (:meth:`PartitionColumn.solve`). Meanwhile every other partition computes its
+  columns of the rows of B its cache lacks (:meth:`PartitionColumn.compute_rows`). The
+  subproblem is solved once, not on every worker, and the client never holds the q x q
+  block;
+- the client sends every partition the step, with the extremes to shrink with when due
+  (:meth:`PartitionColumn.iterate`, O(q)): each updates its slice of the gradient,
+  ``G_p += y_p K(X_B, X_p)' (y_B delta_B)``, from its row cache, shrinks when asked (the
+  one rule, :func:`muflow.solvers._subset_compiled.leaves_active_set`) and answers its
   best candidates: the q / (2 workers) most violating variables of I_up and of I_low on its
   slice and the active members of B, with their y, alpha, bound, G, K_tt and rows of X:
   O(q d). The rows of X stay behind where the client holds X as a dense array (it takes
   them from its own, :attr:`~muflow.dask.partitions.DaskRowPartitions.rows_here`).
 
-The client takes the first partition's step; a partition whose step differs in any bit (a
-worker whose CPU rounds the subproblem's sums otherwise) is sent the difference and answers
-anew (:meth:`PartitionedState._agree`). The merged candidates are the pool the loop's
+Every partition applies the one step the solver found, so that a cluster of CPUs that round
+sums differently still agrees on alpha. The merged candidates are the pool the loop's
 :class:`~muflow.solvers.working_set_loop.PairView` and
 :func:`~muflow.solvers.working_set_loop.select_working_set` read, as in process they read
 the active set: each partition sent its own best of each side, so the maximal violators and
 the stopping gap are the global ones; the violators' rows over the pool are computed on the
 client from the candidates' rows of X (second order on both sides).
 
-A worker of several threads begins its rows of B on the others while the thread that serves
-its calls solves the subproblem, then takes the rows left (:meth:`PartitionColumn.prefetch`),
-as in process and as oneDAL's solver computes them; a worker of one thread computes the
-same rows once it has solved (the same rows on any number of threads, so that each is
-computed by the same BLAS calls and the step is the same to the bit). The first candidates, and
-those after a reactivation, come with a call that carries no step
-(:meth:`PartitionedState.extremes`). Nothing of size n crosses the network per iteration; G
-is pulled once per certificate.
+A solver of several threads begins its rows of B on the others while the thread that serves
+its calls solves the subproblem, then takes the rows left with the step
+(:meth:`PartitionColumn.prefetch`), as in process and as oneDAL's solver computes them; a
+solver of one thread computes the same rows with the step (the same rows on any number of
+threads, so that each is computed by the same BLAS calls and the step is the same to the
+bit). The first candidates, and those after a reactivation, come with a call that carries
+no step (:meth:`PartitionedState.extremes`). Nothing of size n crosses the network per
+iteration; G is pulled once per certificate.
 """
 
 from __future__ import annotations
@@ -156,31 +158,31 @@ class PartitionColumn:
                 "X": self.X[local] if self.answer_rows else None,
                 "n_act": int(act.size)}
 
-    def solve_and_step(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype, shrink_with,
-                       k):
-        """One outer iteration on this partition, in the one call the client makes to every
-        partition: the subproblem on B solved here (:meth:`_solve`: every partition solves
-        it from the same data with the same code, so that none waits for another's step),
-        the step applied to this slice, the shrink when due, and the next candidates
-        (:meth:`iterate`). A worker of several threads begins its rows of B on the others
-        while the thread serving the call solves (:meth:`prefetch`), as in process; a worker of
-        one thread computes the same rows after it has solved. Returns
-        ``((new, change, steps), candidates)``."""
+    def solve(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
+        """The subproblem on B, on the partition that solves it for all
+        (:attr:`muflow.dask.partitions.DaskRowPartitions.solver`): ``(new, change, steps)``
+        (:meth:`_solve`). A worker of several threads begins its rows of B on the others
+        meanwhile (:meth:`prefetch`); one of one thread computes them with the step."""
         B = np.asarray(B, dtype=np.int64)
         XB = self._whole(XB, B)
         self.settle()
         self.prefetch(XB, B)
         try:
-            new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+            return self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
         except BaseException:
             # the rows begun end here, not with a next call that may never come (the BLAS
             # hold they keep is released when they are joined); the solve's error is raised
             with contextlib.suppress(BaseException):
                 self.settle()
             raise
-        moved, coef = step_of(new, aB, yB)
-        answer = self.iterate(B[moved], coef, B, new, shrink_with, False, k)
-        return (new, change, steps), answer
+
+    def compute_rows(self, XB, B):
+        """This partition's columns of B's rows its cache lacks, on all its threads, while
+        the solver solves; the step that follows (:meth:`iterate`) reads them."""
+        B = np.asarray(B, dtype=np.int64)
+        self.settle()
+        self.prefetch(self._whole(XB, B), B)
+        self.settle()
 
     def _whole(self, XB, B):
         """X_B from the rows sent, those of B outside this partition where fewer than B came
@@ -214,7 +216,7 @@ class PartitionColumn:
         """Begin computing this partition's columns of the rows of B (``XB``) that its row
         cache lacks, K(X_B, X_p), on the worker's other threads
         (:meth:`muflow.solvers.rowcache.RowCache.begin_write`), and return, so that this
-        thread solves the subproblem meanwhile (:meth:`solve_and_step`) and then takes the
+        thread solves the subproblem meanwhile (:meth:`solve`) and then takes the
         rows left (:meth:`settle`). Which of B will move is not known yet: all of B's
         missing rows are computed, still cached when a later working set asks for them."""
         self.settle()
@@ -285,10 +287,10 @@ class PartitionedState(ColumnState):
         return np.sort(pool.idx[chosen])
 
     def solve_on(self, B, gap, gap_tol, timings):
-        """The outer iteration's one round trip: every partition is sent X_B and B's
-        vectors, O(q d), solves the subproblem, applies the step to its slice, shrinks when
-        due and answers its next candidates (:meth:`PartitionColumn.solve_and_step`). This
-        process holds no q x q K_BB (16 MB at q = 2048)."""
+        """The outer iteration (module notes): the solver answers the step
+        (:meth:`PartitionColumn.solve`) while the others compute their rows of B
+        (:meth:`PartitionColumn.compute_rows`); then every partition applies the step and
+        answers its candidates (:meth:`PartitionColumn.iterate`). No q x q K_BB here."""
         pool = self._pool
         at = pool.positions(B)
         XB = pool.X[at]
@@ -299,11 +301,29 @@ class PartitionedState(ColumnState):
         sent = [self._rows_for(i, XB, B) for i in range(len(parts.actors))]
 
         def call():
-            answers = parts.wait([
-                parts.send(i, "solve_and_step", rows, B, yB, UB, aB, GB, self.equality, gap,
-                           gap_tol, parts.dtype, shrink_with, k)
-                for i, rows in enumerate(sent)])
-            return self._agree(answers, B, yB, k)
+            solver = parts.solver
+            others = [i for i in range(len(parts.actors)) if i != solver]
+            asked = parts.send(solver, "solve", sent[solver], B, yB, UB, aB, GB, self.equality,
+                               gap, gap_tol, parts.dtype)
+            computing = [parts.send(i, "compute_rows", sent[i], B) for i in others]
+            pending = list(computing)
+            try:
+                new, change, steps = parts.wait([asked])[0]
+                moved, coef = step_of(new, aB, yB)
+                step = (B[moved], coef, B, new, shrink_with, False, k)
+                stepping = {solver: parts.send(solver, "iterate", *step)}
+                pending.append(stepping[solver])
+                for i, rows_done in zip(others, computing):  # each its step once its rows are
+                    pending.remove(rows_done)
+                    parts.wait([rows_done])
+                    stepping[i] = parts.send(i, "iterate", *step)
+                    pending.append(stepping[i])
+                pending = []
+                answers = parts.wait([stepping[i] for i in range(len(parts.actors))])
+            except BaseException:
+                parts.drain(pending)
+                raise
+            return (new, change, steps), answers
 
         t = time.perf_counter()
         # a lost partition: all of them begin again at alpha before the step, and solve again
@@ -313,9 +333,11 @@ class PartitionedState(ColumnState):
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
         timings["round_trips"] += 1
-        timings["bytes_sent"] += sum(row_bytes(rows) + 5 * 8 * B.size for rows in sent)
-        timings["bytes_received"] += sum(8 * B.size + row_bytes(c["X"]) + 7 * 8 * c["idx"].size
-                                         for c in candidates)
+        # X_B (less each partition's own rows), B's vectors to the solver, the step to all
+        timings["bytes_sent"] += (sum(row_bytes(rows) for rows in sent)
+                                  + 8 * B.size * (5 + 4 * len(sent)))
+        timings["bytes_received"] += 8 * B.size + sum(row_bytes(c["X"]) + 7 * 8 * c["idx"].size
+                                                      for c in candidates)
         return new, change, yB, aB
 
     def _rows_for(self, i, XB, B):
@@ -325,25 +347,6 @@ class PartitionedState(ColumnState):
             return XB
         lo, hi = self.parts.bounds[i]
         return XB[~held(B, lo, hi)]
-
-    def _agree(self, answers, B, yB, k):
-        """The first partition's step, and every partition's candidates after it. A
-        partition whose step differs (a worker whose CPU rounds the subproblem's sums
-        otherwise) is sent the difference, ``y_B (new - its new)``, and answers anew."""
-        (new, change, steps), _ = answers[0]
-        candidates = [answer for _, answer in answers]
-        differ = [i for i, ((other, _, _), _) in enumerate(answers) if not np.array_equal(other, new)]
-        if differ:
-            calls = []
-            for i in differ:
-                other = answers[i][0][0]
-                at = np.flatnonzero(other != new)
-                calls.append(self.parts.send(i, "iterate", B[at], yB[at] * (new[at] - other[at]),
-                                             B, new, None, False, k))
-            for i, answer in zip(differ, self.parts.wait(calls)):
-                candidates[i] = answer
-            self.timings["steps_corrected"] = self.timings.get("steps_corrected", 0) + len(differ)
-        return (new, change, steps), candidates
 
     def _answered(self, candidates) -> None:
         """The partitions' candidates become the pool the loop selects from."""
@@ -441,8 +444,10 @@ class PartitionedHome(ColumnHome):
     """Columns whose state lives on the partitions of a
     :class:`~muflow.dask.partitions.DaskRowPartitions`.
 
-    ``timings`` of the solution add "round_trips", "bytes_sent" and "bytes_received" (the
-    payload of the iterations' calls, all workers together) and "calls" (seconds in them).
+    ``timings`` of the solution add "round_trips" (an iteration's exchange with the
+    partitions, its two calls to each, counts one; so does a call without a step),
+    "bytes_sent" and "bytes_received" (the payload of the iterations' calls, all workers
+    together) and "calls" (seconds in the calls without a step).
     """
 
     timing_keys = ("calls",)
