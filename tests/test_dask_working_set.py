@@ -96,7 +96,7 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
     sol, _ = _solve_on_workers(client, X, y, 1.0, q=q)
     t = sol.timings
     trips = t["round_trips"]
-    # sent: X_B and B to each worker, four vectors of B to the solver, the step to each;
+    # sent: X_B and B to each worker, four vectors of B to the solver, its step to the other;
     # received: the step (q numbers) and at most 2q candidates of each side plus the
     # previous set from each worker, a row and 7 numbers each
     assert t["bytes_sent"] / trips <= workers * q * (d + 5) * 8

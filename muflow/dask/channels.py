@@ -24,8 +24,11 @@ thread reads. Nothing else runs in between.
   ``MUFLOW_DASK_CHANNELS`` is not ``0`` (:func:`channels_wanted`). A partition whose
   channel cannot be opened within :data:`CONNECT_SECONDS` keeps ``distributed``'s calls.
 - **Messages**: a request is the pickled ``(method, args)``, an answer the pickled
-  ``("ok", value)`` or ``("error", exception)``, each framed by its length. One request
-  at a time per channel: a request is answered before the next is sent.
+  ``("ok", value)`` or ``("error", exception)``, each framed by its length. The partition
+  runs the requests one after the other, in the order they came, and answers each; the
+  client may send a request before the last is answered (the partition then starts it the
+  moment it has answered the last: no round trip between them), and takes the answers in
+  the order of their requests (:class:`ChannelCall`).
 - **A lost partition**: a closed connection, or a worker the scheduler no longer lists
   (asked every :data:`ALIVE_SECONDS` while an answer is awaited), answers
   :class:`LostChannel`, which the partitions' caller treats as a lost worker
@@ -239,7 +242,8 @@ class Channel:
 
     def __init__(self, host: str, port: int, key: bytes, alive):
         self.alive = alive
-        self._waiting = False
+        self.sent = self.taken = 0  # requests sent and answers taken
+        self._broken = False
         sock = socket.create_connection((host, port), timeout=CONNECT_SECONDS)
         try:
             _prove(sock, key)
@@ -251,30 +255,38 @@ class Channel:
             raise
         self._sock = sock
 
-    def send(self, method: str, args) -> None:
-        """Send the request ``method(*args)``; :meth:`receive` takes its answer."""
-        if self._waiting:
-            raise MuflowError("a channel's answer was not taken before its next request")
+    def send(self, method: str, args) -> int:
+        """Send the request ``method(*args)``, answered after those sent before it; its
+        number, for :meth:`receive`."""
         payload = pickle.dumps((method, tuple(args)), protocol=pickle.HIGHEST_PROTOCOL)
-        try:
-            _send(self._sock, payload)
-        except OSError:
-            self._waiting = None  # broken: receive answers LostChannel
-            return
-        self._waiting = True
+        self.sent += 1
+        if not self._broken:
+            try:
+                _send(self._sock, payload)
+            except OSError:
+                self._broken = True  # every answer still due is LostChannel
+        return self.sent
 
-    def receive(self):
-        """The answer to the request sent: the method's value, or the exception it raised
-        (returned, not raised), or :class:`LostChannel`."""
-        waiting, self._waiting = self._waiting, False
-        if waiting is None:
-            return LostChannel("the channel broke while the request was sent")
+    def receive(self, number: int | None = None):
+        """The answer to the oldest request not yet answered (which must be request
+        ``number`` when given): the method's value, or the exception it raised (returned,
+        not raised), or :class:`LostChannel`."""
+        if self.taken >= self.sent:
+            raise MuflowError("a channel's answer was asked for with no request out")
+        if number is not None and number != self.taken + 1:
+            raise MuflowError(f"a channel answers in the order of its requests: request "
+                              f"{number} asked for before {self.taken + 1}")
+        self.taken += 1
+        if self._broken:
+            return LostChannel("the channel broke while a request was sent")
         try:
             while not select.select([self._sock], [], [], ALIVE_SECONDS)[0]:
                 if not self.alive():
+                    self._broken = True
                     return LostChannel("the partition's worker is gone")
             status, value = pickle.loads(_receive(self._sock))
         except (EOFError, OSError) as exc:
+            self._broken = True
             return LostChannel(f"the channel closed ({type(exc).__name__}: {exc})")
         if status == "error" and not isinstance(value, BaseException):
             return MuflowError(f"a partition's call failed: {value!r:.200}")
@@ -329,16 +341,17 @@ def open_channels(client, actors) -> list:
 
 class ChannelCall:
     """``method(*args)`` sent on a channel at once; :meth:`receive` its answer (the value,
-    or the exception the method raised, or :class:`LostChannel`)."""
+    or the exception the method raised, or :class:`LostChannel`), taken after the answers
+    of the calls sent on the channel before it."""
 
-    __slots__ = ("channel",)
+    __slots__ = ("channel", "number")
 
     def __init__(self, channel: Channel, method: str, *args):
         self.channel = channel
-        channel.send(method, args)
+        self.number = channel.send(method, args)
 
     def receive(self):
-        return self.channel.receive()
+        return self.channel.receive(self.number)
 
 
 __all__ = ["ALIVE_SECONDS", "CONNECT_SECONDS", "ENV_VAR", "Channel", "ChannelCall",

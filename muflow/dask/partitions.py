@@ -22,7 +22,6 @@ docs/scaling.md gives the cost of an iteration as a function of n, d, q and the 
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 
 import numpy as np
@@ -411,12 +410,9 @@ class DaskRowPartitions(GramOperator):
         fewest rows, whose rows of B are done soonest."""
         return int(np.argmin([hi - lo for lo, hi in self.bounds]))
 
-    def drain(self, calls) -> None:
-        """Take the answers of ``calls`` and let them go (when another call of theirs
-        failed): a channel's next request would read an answer left unread."""
-        for call in calls:
-            with contextlib.suppress(Exception):
-                self.wait([call])
+    def pipelined(self, i) -> bool:
+        """Whether partition i takes a call before its last is answered (its channel)."""
+        return self.channels[i] is not None
 
     @property
     def rows_here(self) -> bool:

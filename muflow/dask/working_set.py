@@ -8,8 +8,9 @@ alpha, G and the active set and a row cache over its columns; the client keeps a
 (O(n), the answer and what a lost slice is rebuilt from) and chooses the working set.
 
 One outer iteration is two calls to every partition (on the partition's actor, through
-its channel where it has one, :mod:`muflow.dask.channels`), the second made as soon as the
-first is answered:
+its channel where it has one, :mod:`muflow.dask.channels`), made by
+:func:`muflow.dask.exchange.exchange`; on a channel the second is sent before the first
+is answered, so that no partition waits for a round trip between them:
 
 - the client sends the working set B with its rows of X (dense X: less the partition's own,
   which it holds): O(q d) to each partition. One partition, the solver
@@ -56,7 +57,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.candidates import CandidatePool, row_bytes, stack_rows
-from muflow.exceptions import MuflowInputError
+from muflow.dask.exchange import exchange
+from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import add_rows
@@ -81,6 +83,8 @@ class PartitionColumn:
     buffer): the slices of y, U, p, alpha and the gradient G, the active set, the step
     applied, the shrinking and the candidates each side offers to the client's
     :class:`PartitionedState`."""
+
+    _solved = None  # (B, new, alpha_B, y_B) of the last solve, for step_solved
 
     def begin(self, y, U, p, alpha, equality, answer_rows=True):
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
@@ -164,17 +168,30 @@ class PartitionColumn:
         (:meth:`_solve`). A worker of several threads begins its rows of B on the others
         meanwhile (:meth:`prefetch`); one of one thread computes them with the step."""
         B = np.asarray(B, dtype=np.int64)
+        self._solved = None
         XB = self._whole(XB, B)
         self.settle()
         self.prefetch(XB, B)
         try:
-            return self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+            new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
+            self._solved = (B, new, np.asarray(aB), np.asarray(yB))
+            return new, change, steps
         except BaseException:
             # the rows begun end here, not with a next call that may never come (the BLAS
             # hold they keep is released when they are joined); the solve's error is raised
             with contextlib.suppress(BaseException):
                 self.settle()
             raise
+
+    def step_solved(self, shrink_with, k):
+        """:meth:`iterate` with the step this partition's last :meth:`solve` found (sent
+        with it, on a channel: no round trip between them)."""
+        if self._solved is None:
+            raise MuflowError("no step to apply: the subproblem was not solved")
+        B, new, aB, yB = self._solved
+        self._solved = None
+        moved, coef = step_of(new, aB, yB)
+        return self.iterate(B[moved], coef, B, new, shrink_with, False, k)
 
     def compute_rows(self, XB, B):
         """This partition's columns of B's rows its cache lacks, on all its threads, while
@@ -287,10 +304,8 @@ class PartitionedState(ColumnState):
         return np.sort(pool.idx[chosen])
 
     def solve_on(self, B, gap, gap_tol, timings):
-        """The outer iteration (module notes): the solver answers the step
-        (:meth:`PartitionColumn.solve`) while the others compute their rows of B
-        (:meth:`PartitionColumn.compute_rows`); then every partition applies the step and
-        answers its candidates (:meth:`PartitionColumn.iterate`). No q x q K_BB here."""
+        """The outer iteration (module notes), its calls made by
+        :func:`muflow.dask.exchange.exchange`. No q x q K_BB here."""
         pool = self._pool
         at = pool.positions(B)
         XB = pool.X[at]
@@ -301,29 +316,8 @@ class PartitionedState(ColumnState):
         sent = [self._rows_for(i, XB, B) for i in range(len(parts.actors))]
 
         def call():
-            solver = parts.solver
-            others = [i for i in range(len(parts.actors)) if i != solver]
-            asked = parts.send(solver, "solve", sent[solver], B, yB, UB, aB, GB, self.equality,
-                               gap, gap_tol, parts.dtype)
-            computing = [parts.send(i, "compute_rows", sent[i], B) for i in others]
-            pending = list(computing)
-            try:
-                new, change, steps = parts.wait([asked])[0]
-                moved, coef = step_of(new, aB, yB)
-                step = (B[moved], coef, B, new, shrink_with, False, k)
-                stepping = {solver: parts.send(solver, "iterate", *step)}
-                pending.append(stepping[solver])
-                for i, rows_done in zip(others, computing):  # each its step once its rows are
-                    pending.remove(rows_done)
-                    parts.wait([rows_done])
-                    stepping[i] = parts.send(i, "iterate", *step)
-                    pending.append(stepping[i])
-                pending = []
-                answers = parts.wait([stepping[i] for i in range(len(parts.actors))])
-            except BaseException:
-                parts.drain(pending)
-                raise
-            return (new, change, steps), answers
+            return exchange(parts, sent, B, (yB, UB, aB, GB, self.equality, gap, gap_tol,
+                                             parts.dtype), shrink_with, k)
 
         t = time.perf_counter()
         # a lost partition: all of them begin again at alpha before the step, and solve again
@@ -333,9 +327,9 @@ class PartitionedState(ColumnState):
         timings["subproblem"] += time.perf_counter() - t
         timings["subproblem_steps"] += steps
         timings["round_trips"] += 1
-        # X_B (less each partition's own rows), B's vectors to the solver, the step to all
+        # X_B (less each partition's own rows), B's vectors to the solver, its step to the rest
         timings["bytes_sent"] += (sum(row_bytes(rows) for rows in sent)
-                                  + 8 * B.size * (5 + 4 * len(sent)))
+                                  + 8 * B.size * (5 + 4 * (len(sent) - 1)))
         timings["bytes_received"] += 8 * B.size + sum(row_bytes(c["X"]) + 7 * 8 * c["idx"].size
                                                       for c in candidates)
         return new, change, yB, aB
