@@ -425,6 +425,25 @@ def test_the_solvers_step_is_applied_by_a_partition_that_computed_its_rows_meanw
     np.testing.assert_array_equal(answer["idx"], ref_answer["idx"])
 
 
+def test_a_lone_partition_solves_and_steps_in_one_call():
+    """solve_and_step (one call where a second would cost a round trip) answers what solve
+    then step_solved answer, and leaves the partition as they do; a step with no solve
+    before it is refused."""
+    from muflow.exceptions import MuflowError
+
+    parts, step = _two_partitions(np.random.default_rng(13))
+    reference, _ = _two_partitions(np.random.default_rng(13))
+    (got, answer) = parts[0].solve_and_step(*step)
+    expected = reference[0].solve(*step[:-2])
+    expected_answer = reference[0].step_solved(*step[-2:])
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert got[1:] == expected[1:]
+    np.testing.assert_array_equal(answer["idx"], expected_answer["idx"])
+    np.testing.assert_array_equal(parts[0].G, reference[0].G)
+    with pytest.raises(MuflowError, match="not solved"):
+        parts[0].step_solved(None, 8)
+
+
 def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
     """The solver on a worker of two threads begins all of B's rows while it solves; on
     one thread it computes the same rows after solving (the same rows, so that BLAS computes

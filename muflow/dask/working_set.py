@@ -193,6 +193,12 @@ class PartitionColumn:
         moved, coef = step_of(new, aB, yB)
         return self.iterate(B[moved], coef, B, new, shrink_with, False, k)
 
+    def solve_and_step(self, *args):
+        """:meth:`solve` (``args`` less the last two) then :meth:`step_solved` (the last
+        two) in one call: a lone partition on actor calls, where a second costs a round
+        trip."""
+        return self.solve(*args[:-2]), self.step_solved(*args[-2:])
+
     def compute_rows(self, XB, B):
         """This partition's columns of B's rows its cache lacks, on all its threads, while
         the solver solves; the step that follows (:meth:`iterate`) reads them."""
