@@ -406,6 +406,7 @@ def test_the_solvers_step_is_applied_by_a_partition_that_computed_its_rows_meanw
     (compute_rows); the solver's step, sent after, reads them from its cache and leaves
     its slice as solving the subproblem itself would have, to the bit."""
     from muflow.solvers.working_set_loop import step_of
+    from muflow.threads import blas_single_threaded
 
     parts, step = _two_partitions(np.random.default_rng(11))
     reference, _ = _two_partitions(np.random.default_rng(11))
@@ -423,6 +424,9 @@ def test_the_solvers_step_is_applied_by_a_partition_that_computed_its_rows_meanw
     np.testing.assert_array_equal(parts[1].alpha, reference[1].alpha)
     np.testing.assert_array_equal(parts[1].G, reference[1].G)
     np.testing.assert_array_equal(answer["idx"], ref_answer["idx"])
+    parts[0].step_solved(shrink_with, k)  # the solver's rows joined: no BLAS hold left behind
+    with blas_single_threaded().steady() as held_from:
+        assert held_from is None
 
 
 def test_a_lone_partition_solves_and_steps_in_one_call():
@@ -430,6 +434,7 @@ def test_a_lone_partition_solves_and_steps_in_one_call():
     then step_solved answer, and leaves the partition as they do; a step with no solve
     before it is refused."""
     from muflow.exceptions import MuflowError
+    from muflow.threads import blas_single_threaded
 
     parts, step = _two_partitions(np.random.default_rng(13))
     reference, _ = _two_partitions(np.random.default_rng(13))
@@ -442,6 +447,8 @@ def test_a_lone_partition_solves_and_steps_in_one_call():
     np.testing.assert_array_equal(parts[0].G, reference[0].G)
     with pytest.raises(MuflowError, match="not solved"):
         parts[0].step_solved(None, 8)
+    with blas_single_threaded().steady() as held_from:
+        assert held_from is None
 
 
 def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
