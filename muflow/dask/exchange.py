@@ -10,10 +10,10 @@ On a channel (:mod:`muflow.dask.channels`) a call is sent before the last is ans
 the partition starts it the moment it has answered the last: the solver's step goes with its
 subproblem, and each other partition's step as soon as the solver has answered, while that
 partition still computes its rows. No partition then waits for a round trip between its two
-calls. An actor's call is sent once the call before it is answered; a lone partition on
-actor calls is sent one call (``solve_and_step``). When a call fails, the answers of those
-still out are taken and let go (:func:`drain`): a channel's next request would otherwise
-read an answer left behind.
+calls. An actor's call is sent once the call before it is answered. A lone partition,
+whose step nobody else waits for, is sent one call (``solve_and_step``). When a call fails,
+the answers of those still out are taken and let go (:func:`drain`): a channel's next
+request would otherwise read an answer left behind.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def exchange(parts, sent, B, subproblem, shrink_with, k):
         return parts.wait(calls)
 
     try:
-        if not others and not parts.pipelined(solver):  # one call, not two round trips
+        if not others:  # nobody waits for the step: one call
             step, candidates = take([send(solver, "solve_and_step", sent[solver], B,
                                           *subproblem, shrink_with, k)])[0]
             return step, [candidates]

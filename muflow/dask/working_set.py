@@ -195,8 +195,7 @@ class PartitionColumn:
 
     def solve_and_step(self, *args):
         """:meth:`solve` (``args`` less the last two) then :meth:`step_solved` (the last
-        two) in one call: a lone partition on actor calls, where a second costs a round
-        trip."""
+        two) in one call: a lone partition, whose step no other partition waits for."""
         return self.solve(*args[:-2]), self.step_solved(*args[-2:])
 
     def compute_rows(self, XB, B):
