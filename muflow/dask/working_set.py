@@ -170,8 +170,7 @@ class PartitionColumn:
         B = np.asarray(B, dtype=np.int64)
         self._solved = None
         XB = self._whole(XB, B)
-        self.settle()
-        self.prefetch(XB, B)
+        self.prefetch(XB, B)  # settles the rows begun before, first
         try:
             new, change, steps = self._solve(XB, yB, UB, aB, GB, equality, gap, gap_tol, dtype)
             self._solved = (B, new, np.asarray(aB), np.asarray(yB))
@@ -202,8 +201,7 @@ class PartitionColumn:
         """This partition's columns of B's rows its cache lacks, on all its threads, while
         the solver solves; the step that follows (:meth:`iterate`) reads them."""
         B = np.asarray(B, dtype=np.int64)
-        self.settle()
-        self.prefetch(self._whole(XB, B), B)
+        self.prefetch(self._whole(XB, B), B)  # settles the rows begun before, first
         self.settle()
 
     def _whole(self, XB, B):
