@@ -36,6 +36,10 @@ import numpy as np
 
 #: The calls of an iteration whose time a worker records: the first of each pair
 FIRST_CALLS = ("solve", "compute_rows")
+#: the second of each pair: the solver's step, the others' step
+SECOND_CALLS = ("step_solved", "iterate")
+#: the call of a lone partition, both at once
+SOLVER_CALLS = ("solve", "solve_and_step")
 
 
 def _record_calls() -> None:
@@ -46,25 +50,33 @@ def _record_calls() -> None:
     from muflow.dask.working_set import PartitionColumn
 
     builtins._muflow_calls = []
-    first = []
+    first, depth = [], []
 
     def wrap(name):
         method = getattr(PartitionColumn, name)
 
         def recorded(self, *args, **kwargs):
+            if depth:  # called by another recorded call (solve_and_step's solve, ...)
+                return method(self, *args, **kwargs)
             t, c = time.perf_counter(), time.thread_time()
-            out = method(self, *args, **kwargs)
+            depth.append(name)
+            try:
+                out = method(self, *args, **kwargs)
+            finally:
+                depth.pop()
             wall, cpu = time.perf_counter() - t, time.thread_time() - c
             if name in FIRST_CALLS:
                 first[:] = [(wall, cpu, t)]
-            elif first and len(args[2]):  # the step that follows (not a call without one)
+            elif name == "solve_and_step":
+                builtins._muflow_calls.append((wall, cpu, t, wall))
+            elif first and (name == "step_solved" or len(args[2])):  # the step that follows
                 w, cp, start = first.pop()
                 builtins._muflow_calls.append((w + wall, cp + cpu, start, w))
             return out
 
         setattr(PartitionColumn, name, recorded)
 
-    for name in FIRST_CALLS + ("iterate",):
+    for name in FIRST_CALLS + SECOND_CALLS + ("solve_and_step",):
         wrap(name)
 
 
@@ -76,7 +88,7 @@ def _record_arrivals(dask_worker) -> None:
     handler = dask_worker.handlers["actor_execute"]
 
     async def recorded(*args, **kwargs):
-        if kwargs.get("function") == "solve":
+        if kwargs.get("function") in SOLVER_CALLS:
             builtins._muflow_arrivals.append(time.perf_counter())
         return await handler(*args, **kwargs)
 
@@ -118,7 +130,7 @@ def probe(workers: int, n: int) -> dict:
 
     async def sent(comm, **kwargs):  # the client's send and answer, per call and worker
         mark = [time.perf_counter(), np.nan]
-        if kwargs.get("function") == "solve":
+        if kwargs.get("function") in SOLVER_CALLS:
             sends.append(mark)  # the solver's call, one an iteration
         out = await send_recv(comm, **kwargs)
         mark[1] = time.perf_counter()
@@ -128,15 +140,19 @@ def probe(workers: int, n: int) -> dict:
 
     channel_send, channel_receive = channels.Channel.send, channels.Channel.receive
 
-    def sent_on_channel(self, method, args):  # the same marks for calls on a channel
-        self._probe_mark = [time.perf_counter(), np.nan]
-        if method == "solve":
-            sends.append(self._probe_mark)
-        return channel_send(self, method, args)
+    marks = {}  # (channel, request number): [sent, answered]
 
-    def answered_on_channel(self):
-        out = channel_receive(self)
-        self._probe_mark[1] = time.perf_counter()
+    def sent_on_channel(self, method, args):  # the same marks for calls on a channel
+        mark = [time.perf_counter(), np.nan]
+        if method in SOLVER_CALLS:
+            sends.append(mark)
+        number = channel_send(self, method, args)
+        marks[id(self), number] = mark
+        return number
+
+    def answered_on_channel(self, number):
+        out = channel_receive(self, number)
+        marks.pop((id(self), number))[1] = time.perf_counter()
         return out
 
     channels.Channel.send, channels.Channel.receive = sent_on_channel, answered_on_channel
