@@ -66,6 +66,11 @@ class Begun:
         self._after = after
         self._then = []
 
+    def running(self) -> bool:
+        """Whether a part begun on another thread has not ended yet (part 0, the caller's,
+        runs only at the join)."""
+        return any(not future.done() for future in self._futures)
+
     def then(self, fn) -> "Begun":
         """Call ``fn()`` once the join has ended every part without an error."""
         self._then.append(fn)

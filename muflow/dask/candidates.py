@@ -1,7 +1,7 @@
 """The partitions' answers merged on the client: the working set's candidate pool.
 
 Each partition of :class:`muflow.dask.partitions.DaskRowPartitions` answers its best
-candidates of each side (:meth:`muflow.dask.working_set.PartitionColumn.iterate`);
+candidates of each side (:meth:`muflow.dask.partition_column.PartitionColumn.iterate`);
 :class:`CandidatePool` concatenates them in global index order into the arrays and the
 :class:`~muflow.solvers.working_set_loop.PairView` that
 :func:`~muflow.solvers.working_set_loop.select_working_set` reads. The candidates' rows of X

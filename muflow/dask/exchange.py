@@ -2,7 +2,7 @@
 
 :meth:`muflow.dask.working_set.PartitionedState.solve_on` makes them here (:func:`exchange`):
 the solver (:attr:`muflow.dask.partitions.DaskRowPartitions.solver`) is asked to solve the
-subproblem on B (:meth:`muflow.dask.working_set.PartitionColumn.solve`) and then to apply
+subproblem on B (:meth:`muflow.dask.partition_column.PartitionColumn.solve`) and then to apply
 the step it found (``step_solved``); every other partition to compute its rows of B
 (``compute_rows``) and then to apply the step the solver answered (``iterate``).
 

@@ -34,7 +34,8 @@ from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa:
                                       cache_to_fit_workers, lost_workers_message,
                                       reuse_freed_memory)
 from muflow.dask.candidates import stack_rows
-from muflow.dask.working_set import PartitionColumn, PartitionedHome
+from muflow.dask.partition_column import PartitionColumn
+from muflow.dask.working_set import PartitionedHome
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.inmemory import gram_dtype
 from muflow.kernel_rows import KernelRows
@@ -61,7 +62,7 @@ MAX_RECOVERIES = 3
 
 class RowPartition(PartitionColumn):
     """Actor on one worker: rows ``[lo, lo + len(X))`` of X, their row cache, and one
-    column's working-set state on them (:class:`muflow.dask.working_set.PartitionColumn`).
+    column's working-set state on them (:class:`muflow.dask.partition_column.PartitionColumn`).
 
     Parameters
     ----------
@@ -406,7 +407,7 @@ class DaskRowPartitions(GramOperator):
     @property
     def solver(self) -> int:
         """The partition that solves each working set's subproblem for all
-        (:meth:`muflow.dask.working_set.PartitionColumn.solve`): the first of those of
+        (:meth:`muflow.dask.partition_column.PartitionColumn.solve`): the first of those of
         fewest rows, whose rows of B are done soonest."""
         return int(np.argmin([hi - lo for lo, hi in self.bounds]))
 

@@ -39,7 +39,7 @@ import numpy as np
 from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
-from muflow.solvers.working_set import HostActiveSet
+from muflow.solvers.active_set import HostActiveSet
 from muflow.solvers.working_set_loop import (ColumnHome, PairView, projected_gradient,
                                              select_working_set, side_violations)
 

@@ -9,6 +9,8 @@ K of the working set B that moved:
   summed in float64 whatever the cache's dtype (a float32 row is widened as it is read),
   on a range of targets so that the driver splits one update over threads
   (:meth:`Threads.split`) and a worker holding a slice of G updates just that slice;
+- :func:`add_older_rows`: the first of a step's two sums, the moved rows cached before
+  it, on one thread while the others compute the new rows, then on every thread;
 - :func:`gather_block`: K_BB, the subproblem's matrix, from the cached rows of B;
 
 Arrays: G, y, coef float64; slots, cols int64; data the cache's (slots, n) storage, float32
@@ -16,6 +18,8 @@ or float64; all C-contiguous.
 """
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 from numba import njit
@@ -67,6 +71,38 @@ def add_rows(G, y, data, slots, coef, lo, hi):
         add_block(G, y, data, slots, coef, acc, start, min(start + BLOCK, hi))
 
 
+def add_older_rows(threads, G, y, data, slots, coef, fresh, writing, settle):
+    """The first of a step's two gradient sums: the moved rows that were cached before the
+    step (``~fresh``), added to G by :func:`add_rows` on this thread, a :data:`BLOCK` of
+    targets at a time, while the rows of B being written (``writing``, a
+    :class:`~muflow.solvers.rowcache.RowCache` write or None) are computed on the other
+    threads: a pass that only reads memory beside tiles that only compute. Then
+    ``settle()`` (this thread's share of the rows, and the wait for the rest) and the
+    targets left on every thread (``threads``). Each target's sum does not depend on how
+    the pass is cut, so the result is the same on any number of threads.
+
+    Where the moved rows are all fresh or all older (``fresh`` None: unknown), nothing is
+    added, only ``settle()``. Returns ``(slots, coef, seconds)``: the moved rows left for
+    the caller's second sum (the fresh ones, or all) and the seconds this pass took."""
+    if fresh is None or fresh.all() or not fresh.any():
+        settle()
+        return slots, coef, 0.0
+    t = time.perf_counter()
+    n = G.shape[0]
+    older = np.ascontiguousarray(slots[~fresh], dtype=np.int64)
+    weights = np.ascontiguousarray(coef[~fresh], dtype=np.float64)
+    done = 0
+    while done < n and writing is not None and writing.running():
+        add_rows(G, y, data, older, weights, done, min(n, done + BLOCK))
+        done = min(n, done + BLOCK)
+    seconds = time.perf_counter() - t
+    settle()
+    t = time.perf_counter()
+    if done < n:
+        threads.split(add_rows, n, older.size, G, y, data, older, weights, start=done)
+    return slots[fresh], coef[fresh], seconds + time.perf_counter() - t
+
+
 @njit(cache=True, nogil=True)
 def gather_block(data, slots, cols, out, lo, hi):
     """``out[a, b] = data[slots[a], cols[b]]`` in float64 for lo <= a < hi: K_BB from the
@@ -106,9 +142,10 @@ class Threads:
             return 1
         return int(min(self.n_threads, work // max(1, _SPLIT_MIN_WORK // 2)))
 
-    def split(self, fn, total: int, work_per_item: int, *args) -> None:
-        """``fn(*args, lo, hi)`` over [0, total), in one piece per thread when worth it."""
-        self.split_numbered(lambda k, lo, hi: fn(*args, lo, hi), total, work_per_item)
+    def split(self, fn, total: int, work_per_item: int, *args, start: int = 0) -> None:
+        """``fn(*args, lo, hi)`` over [start, total), in one piece per thread when worth it."""
+        self.split_numbered(lambda k, lo, hi: fn(*args, start + lo, start + hi),
+                            total - start, work_per_item)
 
     def split_numbered(self, fn, total: int, work_per_item: int, *args) -> int:
         """``fn(*args, k, lo, hi)`` over [0, total) for the pieces k of :meth:`parts`, in

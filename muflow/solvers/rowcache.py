@@ -268,7 +268,7 @@ class RowCache:
 
     def retire(self, idx) -> None:
         """Rows ``idx`` will not be asked for a while (their variables left the active set,
-        :meth:`muflow.solvers.working_set.HostActiveSet.shrink`): they stay cached, a hit
+        :meth:`muflow.solvers.active_set.HostActiveSet.shrink`): they stay cached, a hit
         refreshes them, but their slots are the first a fetch takes, before slots never
         written. A slot never written costs its first write a page fault per page, and on a
         virtual machine that hands freed memory back to its host (free page reporting) a
@@ -284,7 +284,7 @@ class RowCache:
 
     def unretire(self) -> None:
         """Every retired row back in the ordinary order, as just used (the active set is
-        whole again: :meth:`muflow.solvers.working_set.HostActiveSet.reactivate`)."""
+        whole again: :meth:`muflow.solvers.active_set.HostActiveSet.reactivate`)."""
         if self.retiring:
             self.clock[0] += 1
             self.stamp[self.stamp < 0] = self.clock[0]
@@ -395,6 +395,11 @@ class _Writing:
 
     def __init__(self, cache, idx, begun, started):
         self.cache, self.idx, self.begun, self.started = cache, idx, begun, started
+
+    def running(self) -> bool:
+        """Whether rows are still being computed on other threads (the caller's share
+        waits for :meth:`join`)."""
+        return self.begun is not None and self.begun.running()
 
     def join(self) -> None:
         begun, self.begun = self.begun, None

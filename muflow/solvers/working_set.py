@@ -20,8 +20,10 @@ as ThunderSVM's ``CSMOSolver`` runs it (Wen et al., JMLR 19, 2018): every outer 
    (:func:`muflow.solvers.smo.smo_column`) on K_BB: the same bounds, the linear term
    G_B - Q_BB alpha_B (so that its gradient at alpha_B is G_B), the sum of y_B alpha_B kept,
    to a tolerance a tenth of the current gap;
-4. updates the whole gradient with one product, G += y * (K[B, :]^T (y_B delta_B)), summed
-   in float64 from the cached rows.
+4. updates the whole gradient by the moved rows, G += y * (K[B, :]^T (y_B delta_B)), summed
+   in float64 from the cached rows, in two sums: the rows cached before this step, on one
+   thread while the other threads still compute B's new rows (a pass that only reads
+   memory beside tiles that only compute), then the new rows.
 
 Shrinking is libsvm's rule (Fan, Chen & Lin 2005, sec. 4; Chang & Lin, LIBSVM sec. 5.2):
 bounded variables that the maximal violating pair says cannot move leave the active set,
@@ -61,16 +63,16 @@ import numpy as np
 
 from muflow.exceptions import MuflowInputError
 from muflow.operators import require_rows
-from muflow.solvers._subset_compiled import shrink_mask
-from muflow.solvers._working_set_compiled import Threads, add_rows, gather_block
+from muflow.solvers._working_set_compiled import (Threads, add_older_rows, add_rows,
+                                                  gather_block)
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import (DEFAULT_CACHE_MB, RowCache, row_cache,
                                      working_set_first_rows, working_set_rows)
 from muflow.thread_pool import run_on_threads
 from muflow.solvers._selection_compiled import (WORK_PER_ITEM, add_rows_sides, merge_maxima,
                                                shrink_pool, side_pass)
-from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, PairView, default_q,
-                                             previous_positions, projected_gradient,
+from muflow.solvers.active_set import HostActiveSet
+from muflow.solvers.working_set_loop import (ColumnHome, PairView, default_q, projected_gradient,
                                              select_working_set, solve_columns)
 
 __all__ = ["InProcessState", "InProcessHome", "check_q", "default_q", "solve_working_set"]
@@ -85,72 +87,6 @@ def check_q(q) -> None:
 #: Rows of K_BB a block (:meth:`InProcessState._rows_while_solving`): fixed, so that each
 #: entry is computed by the same product whatever the number of threads.
 ENTRY_BLOCK = 64
-
-
-class HostActiveSet(ColumnState):
-    """Working-set selection and libsvm's shrinking (Chang & Lin 2011, section 5.1) over an
-    active set whose indices, alpha, y and U this process holds: the in-process home's and
-    the device's (:class:`muflow.device.home.DeviceState`), which differ only in where the
-    gradient and the cached rows live (:meth:`_host_gradient`, :meth:`_second_order`),
-    in what a new active set updates (:meth:`_set_active`) and in how the shrink reads the
-    rule (:meth:`_drop_leaving`). Needs ``y``, ``alpha``, ``U``,
-    ``valid``, ``act``, ``previous``, ``equality``, ``cache``, ``timings`` and the view of
-    the last :meth:`extremes`."""
-
-    def _host_gradient(self) -> np.ndarray:
-        """G = Q alpha + p of the column, in this process."""
-        raise NotImplementedError
-
-    def _set_active(self, act) -> None:
-        """The active set is now ``act``."""
-        self.act = act
-
-    def _drop_leaving(self, gmax1, gmax2) -> np.ndarray:
-        """Drop the active variables that libsvm's rule drops (:func:`shrink_mask`, at the
-        extremes ``gmax1``, ``gmax2``) from the active set; returns them."""
-        drop = shrink_mask(self.y, self.alpha, self.U, self._host_gradient(), self.act, gmax1,
-                           gmax2, self.equality)
-        dropped = self.act[drop]
-        self._set_active(self.act[~drop])
-        return dropped
-
-    def _second_order(self, view, q, pos, slot_i, slot_j) -> np.ndarray:
-        """The working set's positions in the active set by second-order selection
-        (:func:`muflow.solvers.working_set_loop.select_working_set`), given the cache slots
-        of the two maximal violators' rows (-1: not cached)."""
-        raise NotImplementedError
-
-    def candidates(self, q: int) -> np.ndarray:
-        view, act = self._view, self.act
-        pos = previous_positions(act, self.previous)
-        if not self.equality:
-            return np.sort(act[select_working_set(view, q, pos)])
-        # second order: each side by its pair with the other side's maximal violator,
-        # whose row the cache holds more often than not (it was in a recent B); when it
-        # does not, that side is ranked by its violation alone (first order) and the row
-        # comes with B's batch, not in a call of its own
-        slot_i, slot_j = self.cache.slot_of[act[view.ku]], self.cache.slot_of[act[view.kl]]
-        self.timings["second_order_sides"] += int(slot_i >= 0) + int(slot_j >= 0)
-        # sorted: K_BB is then gathered from rows of K in address order
-        return np.sort(act[self._second_order(view, q, pos, slot_i, slot_j)])
-
-    def shrink(self) -> None:
-        t = time.perf_counter()
-        dropped = self._drop_leaving(*self._view.extremes)
-        self.cache.retire(dropped)  # their rows' slots go first to the next rows fetched
-        self._view = None
-        self.timings["max_shrunk"] = max(self.timings.get("max_shrunk", 0), self.shrunk)
-        self.timings["shrink"] += time.perf_counter() - t
-
-    @property
-    def shrunk(self) -> int:
-        return int(self.valid.sum()) - self.act.size
-
-    def reactivate(self) -> None:
-        """Every variable active again (their gradient is exact: see the module's notes)."""
-        self.cache.unretire()
-        self._set_active(np.flatnonzero(self.valid).astype(np.int64))
-        self._view = None
 
 
 class InProcessState(HostActiveSet):
@@ -190,6 +126,7 @@ class InProcessState(HostActiveSet):
         self._pool = None
         self._block = np.empty(0)
         self._pending = None
+        self._fresh = None  # which of B's rows this iteration computes (_rows_while_solving)
         self._entries = np.empty(0)
         # (ku, kl) while the pool's first act.size entries hold the violations at the
         # current alpha, G and active set (left there by extremes, the gradient update or
@@ -261,6 +198,7 @@ class InProcessState(HostActiveSet):
             if self._block.size < B.size * B.size:
                 self._block = np.empty(B.size * B.size)
             K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
+            self._fresh = None
             self._slots = self.fetch_rows(B)
             self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
@@ -279,6 +217,7 @@ class InProcessState(HostActiveSet):
         if square_entries is None or cache.in_place or cache.operator.dtype != cache.dtype:
             return None
         cached = cache.slot_of[B] >= 0
+        self._fresh = ~cached
         self.timings["rows_requested"] += B.size
         self.timings["cache_hits"] += int(cached.sum())
         # K_BB first, on every thread; then the missing rows, on the others while this
@@ -324,8 +263,14 @@ class InProcessState(HostActiveSet):
         self.alpha[B] = new
         self._maxima = None
         self.F += change
-        self._settle()
-        self.update_gradient(self._slots[moved], coef)
+        # two sums: the rows cached before this step, on this thread while the others
+        # compute the new rows (:func:`add_older_rows`), then the new ones
+        fresh = None if self._fresh is None else self._fresh[moved]
+        slots, coef, seconds = add_older_rows(self.threads, self.G, self.y, self.cache.data,
+                                              self._slots[moved], coef, fresh, self._pending,
+                                              self._settle)
+        self.timings["gradient"] += seconds
+        self.update_gradient(slots, coef)
         self.previous = np.sort(B)
 
     def update_gradient(self, slots, coef) -> None:

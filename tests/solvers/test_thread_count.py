@@ -63,3 +63,52 @@ def test_a_pass_is_cut_into_no_more_pieces_than_its_work_fills():
     assert sixteen.parts(5 * half + 1, 1) == 5
     assert sixteen.parts(100 * half, 1) == 16
     assert [Threads(2).parts(w, 1) for w in (_SPLIT_MIN_WORK - 1, _SPLIT_MIN_WORK, 10**9)] == [1, 2, 2]
+
+
+class _RowsBeingWritten:
+    """Rows written on other threads for the first ``blocks`` checks (a stand-in for a
+    :class:`muflow.solvers.rowcache.RowCache` write, whose threads this test does not need)."""
+
+    def __init__(self, blocks):
+        self.blocks = blocks
+
+    def running(self):
+        self.blocks -= 1
+        return self.blocks >= 0
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_older_rows_sum_is_the_same_wherever_the_rows_being_written_cut_it(threads, monkeypatch):
+    """The moved rows cached before the step are summed on this thread a block of targets at
+    a time while B's new rows are written, and the targets left on every thread once they
+    are written (:func:`add_older_rows`); then the caller sums the new rows. G is the two
+    sums' to the bit wherever the cut falls, and the rows are settled once."""
+    from muflow.solvers._working_set_compiled import Threads, add_older_rows, add_rows
+
+    monkeypatch.setattr(_working_set_compiled, "_SPLIT_MIN_WORK", 1)
+    monkeypatch.setattr(_working_set_compiled, "BLOCK", 96)
+    rng = np.random.default_rng(0)
+    n, rows = 1000, 13
+    data = rng.random((rows, n)).astype(np.float32)
+    y = rng.choice([-1.0, 1.0], n)
+    G0 = rng.standard_normal(n)
+    slots = np.arange(rows)[::-1].copy()
+    coef = rng.standard_normal(rows)
+    fresh = np.arange(rows) % 3 == 0
+    expected = G0.copy()
+    add_rows(expected, y, data, slots[~fresh], coef[~fresh], 0, n)
+    add_rows(expected, y, data, slots[fresh], coef[fresh], 0, n)
+    for blocks in (0, 1, 4, 11, 50):
+        G, settled = G0.copy(), []
+        left, left_coef, seconds = add_older_rows(Threads(threads), G, y, data, slots, coef, fresh,
+                                                  _RowsBeingWritten(blocks), lambda: settled.append(1))
+        assert settled == [1] and seconds >= 0
+        assert np.array_equal(left, slots[fresh]) and np.array_equal(left_coef, coef[fresh])
+        add_rows(G, y, data, left, left_coef, 0, n)
+        assert np.array_equal(G, expected), blocks
+    # moved rows all new, all older, or not known: nothing summed here, the rows settled
+    for mask in (np.ones(rows, bool), np.zeros(rows, bool), None):
+        G, settled = G0.copy(), []
+        left, left_coef, _ = add_older_rows(Threads(threads), G, y, data, slots, coef, mask,
+                                            _RowsBeingWritten(5), lambda: settled.append(1))
+        assert settled == [1] and np.array_equal(G, G0) and left is slots and left_coef is coef
