@@ -62,7 +62,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.working_set import solve_working_set
 from muflow.solvers.working_set_loop import (ColumnHome, ColumnState, default_q,
-                                             select_working_set)
+                                             previous_positions, select_working_set)
 
 
 class PartitionedState(ColumnState):
@@ -102,7 +102,7 @@ class PartitionedState(ColumnState):
     def candidates(self, q: int) -> np.ndarray:
         pool = self._pool
         view = pool.view
-        previous = np.flatnonzero(np.isin(pool.idx, self.previous))
+        previous = previous_positions(pool.idx, self.previous)  # both sorted
         if not self.equality:
             return np.sort(pool.idx[select_working_set(view, q, previous)])
         # the violators' rows over the candidates, from their rows of X
