@@ -181,3 +181,27 @@ def test_a_stop_that_lands_where_python_drops_exceptions_is_raised_again():
     assert reached in ([], ["after the finalizer"])
     assert sys.unraisablehook is hook
     assert signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None)
+
+
+def test_a_server_slow_to_end_is_killed_soon_once_the_command_got_a_stop_signal(monkeypatch):
+    """The temporary Prefect server gets 5 s to end after SIGTERM on a normal exit, but a
+    command stopping on a signal must leave within seconds: a server that ignores SIGTERM
+    (as one shutting down slowly on a loaded machine) is then killed after 1 s."""
+    from muflow import signals
+    from muflow.flows.temporary_server import STOP_GRACE_ON_SIGNAL_S, stop_server
+
+    slow = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                             "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(1, flush=True); "
+                             "time.sleep(60)"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        slow.stdout.readline()  # SIGTERM ignored from here on
+        monkeypatch.setattr(signals, "received", int(signal.SIGINT))
+        t = time.monotonic()
+        stop_server(slow)
+        took = time.monotonic() - t
+    finally:
+        slow.kill()
+        slow.wait()
+        slow.stdout.close()
+    assert slow.returncode == -signal.SIGKILL
+    assert STOP_GRACE_ON_SIGNAL_S <= took < STOP_WITHIN / 2

@@ -140,6 +140,7 @@ class DeviceState(HostActiveSet):
     def subproblem(self, B):
         xp = self.xp
         self.timings["rows_requested"] += len(B)
+        self._fresh = self.cache.slot_of[B] < 0
         slots, hits = self.cache.slots_for(B)
         self.timings["cache_hits"] += hits
         t = time.perf_counter()
@@ -158,8 +159,14 @@ class DeviceState(HostActiveSet):
         self.alpha_d[self._B_d] = xp.asarray(new)
         self.F += change
         t = time.perf_counter()
-        add_rows(xp, self.G_d, self.y_d, self.cache.data, self._slots_d[xp.asarray(moved)],
-                 xp.asarray(np.ascontiguousarray(coef, dtype=np.float64)))
+        # the in-process home's two sums (muflow.solvers._working_set_compiled.add_older_rows):
+        # the rows cached before the step, then those computed for it
+        fresh = self._fresh[moved]
+        parts = (~fresh, fresh) if fresh.any() and not fresh.all() else (slice(None),)
+        for part in parts:
+            add_rows(xp, self.G_d, self.y_d, self.cache.data,
+                     self._slots_d[xp.asarray(moved[part])],
+                     xp.asarray(np.ascontiguousarray(coef[part], dtype=np.float64)))
         self.timings["gradient"] += time.perf_counter() - t
         self.previous = np.sort(B)
 

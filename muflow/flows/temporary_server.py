@@ -91,12 +91,22 @@ def start_server(timeout: float = STARTUP_TIMEOUT) -> tuple[subprocess.Popen, st
     return process, url
 
 
+#: Seconds the server is given to end after SIGTERM before it is killed: on a normal exit,
+#: and when the command stops on SIGINT or SIGTERM (:mod:`muflow.signals`), which must
+#: leave within seconds however slowly a loaded machine lets the server shut down
+STOP_GRACE_S, STOP_GRACE_ON_SIGNAL_S = 5.0, 1.0
+
+
 def stop_server(process: subprocess.Popen) -> None:
-    """Terminate the server, killing it if it has not gone within 5 s."""
+    """Terminate the server, killing it if it has not gone within :data:`STOP_GRACE_S`
+    (:data:`STOP_GRACE_ON_SIGNAL_S` once the command got a stop signal)."""
+    from muflow import signals
+
     if process.poll() is None:
         process.terminate()
         try:
-            process.wait(timeout=5)
+            process.wait(timeout=STOP_GRACE_S if signals.received is None
+                         else STOP_GRACE_ON_SIGNAL_S)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()

@@ -126,7 +126,7 @@ class InProcessState(HostActiveSet):
         self._pool = None
         self._block = np.empty(0)
         self._pending = None
-        self._fresh = None  # which of B's rows this iteration computes (_rows_while_solving)
+        self._fresh = None  # which of B's rows this step computes (not cached before it)
         self._entries = np.empty(0)
         # (ku, kl) while the pool's first act.size entries hold the violations at the
         # current alpha, G and active set (left there by extremes, the gradient update or
@@ -198,7 +198,7 @@ class InProcessState(HostActiveSet):
             if self._block.size < B.size * B.size:
                 self._block = np.empty(B.size * B.size)
             K_BB = self._block[: B.size * B.size].reshape(B.size, B.size)
-            self._fresh = None
+            self._fresh = self.cache.slot_of[B] < 0
             self._slots = self.fetch_rows(B)
             self.threads.split(gather_block, B.size, B.size, self.cache.data, self._slots, B, K_BB)
         return K_BB, self.y[B], self.U[B], self.alpha[B].copy(), self.G[B]
