@@ -150,7 +150,9 @@ def worker_memory_limits(client) -> dict:
     if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
         raise lost_scheduler_error(client)
     try:
-        info = client.scheduler_info(n_workers=-1)["workers"]
+        from muflow.dask.cluster import scheduler_workers
+
+        info = scheduler_workers(client)
     except (KeyError, OSError, TimeoutError) as exc:
         raise lost_scheduler_error(client) from exc
     return {addr: (w.get("memory_limit") or 0) for addr, w in info.items()}

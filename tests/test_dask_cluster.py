@@ -63,3 +63,29 @@ def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often(
     assert environ == {name: str(value) for name, value in MALLOC_THRESHOLDS.items()}
     # nothing of it stays in this process's configuration
     assert _settings()[TICK] == HOUSEKEEPING[TICK][0]
+
+
+def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(client):
+    """distributed's periodic refresh of the client's cached identity carries no per-worker
+    details and may land between a fetch and its return: muflow asks the scheduler itself
+    (:func:`muflow.dask.cluster.scheduler_workers`), so a partitioned fit never sees a
+    cluster of two workers as one of none."""
+    import numpy as np
+    from distributed.client import SchedulerInfo
+
+    from muflow.dask.cluster import scheduler_workers
+    from muflow.dask.partitions import DaskRowPartitions
+    from muflow.kernels import Kernel
+
+    listed = scheduler_workers(client)
+    assert len(listed) == 2 and all("memory_limit" in info for info in listed.values())
+    # the cache as the refresh leaves it
+    client._scheduler_identity = SchedulerInfo({"workers": {}})
+    assert sorted(scheduler_workers(client)) == sorted(listed)
+    client._scheduler_identity = SchedulerInfo({"workers": {}})
+    X = np.random.default_rng(0).standard_normal((200, 3))
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.5), client)
+    try:
+        assert len(parts.bounds) == 2
+    finally:
+        parts.close()

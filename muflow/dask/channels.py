@@ -50,6 +50,7 @@ import struct
 import threading
 import weakref
 
+from muflow.dask.cluster import scheduler_workers
 from muflow.exceptions import MuflowError
 
 #: ``MUFLOW_DASK_CHANNELS=0`` keeps every call on ``distributed``'s actor calls.
@@ -302,7 +303,7 @@ def alive_in(client, address):
     scheduler still lists it (False when there is no scheduler to ask)."""
     def alive() -> bool:
         try:
-            return address in client.scheduler_info()["workers"]
+            return address in scheduler_workers(client)
         except Exception:  # noqa: BLE001  no scheduler to ask: nothing to wait for
             return False
     return alive

@@ -29,6 +29,7 @@ import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
+from muflow.dask.cluster import scheduler_workers
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message,
@@ -337,7 +338,9 @@ class DaskRowPartitions(GramOperator):
             sizes = X.chunks[0]
             self._from_dask = True
         else:
-            workers = sorted(client.scheduler_info()["workers"])
+            workers = sorted(scheduler_workers(client))
+            if not workers:
+                raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
             n = X.shape[0]
             parts = max(1, min(len(workers), n))
             edges = np.linspace(0, n, parts + 1).astype(int)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from muflow.dask.cluster import scheduler_workers
 from muflow.data.files import _labels
 from muflow.data.local import check_labels
 from muflow.data.source import DataSource
@@ -201,7 +202,7 @@ def even_blocks(X, client):
     :data:`BLOCK_BYTES`), whatever the files' sizes were: the solver's partitions are these
     blocks, so a run gives the same model from one CSV file as from eight Parquet files."""
     n, d = X.shape
-    k = max(len(client.scheduler_info().get("workers", {})), 1,
+    k = max(len(scheduler_workers(client)), 1,
             -(-n * d * 8 // BLOCK_BYTES))
     return X.rechunk({0: -(-n // k), 1: -1})
 
