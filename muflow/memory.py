@@ -150,7 +150,7 @@ def worker_memory_limits(client) -> dict:
     if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
         raise lost_scheduler_error(client)
     try:
-        from muflow.dask.cluster import scheduler_workers
+        from muflow.dask.scheduler_workers import scheduler_workers
 
         info = scheduler_workers(client)
     except (KeyError, OSError, TimeoutError) as exc:

@@ -68,12 +68,12 @@ def test_the_workers_and_scheduler_of_muflows_cluster_run_the_chores_less_often(
 def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(client):
     """distributed's periodic refresh of the client's cached identity carries no per-worker
     details and may land between a fetch and its return: muflow asks the scheduler itself
-    (:func:`muflow.dask.cluster.scheduler_workers`), so a partitioned fit never sees a
+    (:func:`muflow.dask.scheduler_workers.scheduler_workers`), so a partitioned fit never sees a
     cluster of two workers as one of none."""
     import numpy as np
     from distributed.client import SchedulerInfo
 
-    from muflow.dask.cluster import scheduler_workers
+    from muflow.dask.scheduler_workers import scheduler_workers
     from muflow.dask.partitions import DaskRowPartitions
     from muflow.kernels import Kernel
 

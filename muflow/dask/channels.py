@@ -50,7 +50,7 @@ import struct
 import threading
 import weakref
 
-from muflow.dask.cluster import scheduler_workers
+from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.exceptions import MuflowError
 
 #: ``MUFLOW_DASK_CHANNELS=0`` keeps every call on ``distributed``'s actor calls.

@@ -127,15 +127,6 @@ def stop_workers_now(cluster) -> None:
                 pass
 
 
-def scheduler_workers(client) -> dict:
-    """``{address: info}`` of every worker the scheduler knows now, asked of it afresh.
-    Not ``client.scheduler_info()["workers"]``: that returns the client's cached identity,
-    which distributed's periodic refresh (every few seconds, without per-worker details)
-    may overwrite between the fetch and the return, so that it now and then lists no
-    worker on a cluster of several."""
-    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
-
-
 def connect(address: str, *, timeout: float = 10.0):
     """A ``distributed.Client`` connected to the scheduler at ``address``.
 

@@ -29,7 +29,7 @@ import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
-from muflow.dask.cluster import scheduler_workers
+from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
                                       cache_to_fit_workers, lost_workers_message,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.dask.cluster import scheduler_workers
+from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.data.files import _labels
 from muflow.data.local import check_labels
 from muflow.data.source import DataSource

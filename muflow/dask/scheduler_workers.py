@@ -1,0 +1,19 @@
+"""The workers a Dask scheduler knows, asked of it afresh.
+
+A leaf module (it imports nothing of muflow): the partitions, the channels, the worker
+memory limits and the data's blocks all list the workers through it.
+"""
+
+from __future__ import annotations
+
+
+def scheduler_workers(client) -> dict:
+    """``{address: info}`` of every worker the scheduler knows now, asked of it afresh.
+    Not ``client.scheduler_info()["workers"]``: that returns the client's cached identity,
+    which distributed's periodic refresh (every few seconds, without per-worker details)
+    may overwrite between the fetch and the return, so that it now and then lists no
+    worker on a cluster of several."""
+    return dict(client.sync(client.scheduler.identity, n_workers=-1).get("workers", {}))
+
+
+__all__ = ["scheduler_workers"]
