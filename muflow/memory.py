@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.exceptions import CacheCappedWarning, MuflowInputError, lost_scheduler_error
 
 GIB = 2**30
@@ -150,8 +151,6 @@ def worker_memory_limits(client) -> dict:
     if getattr(client, "status", "running") not in ("running", "connecting", "newly-created"):
         raise lost_scheduler_error(client)
     try:
-        from muflow.dask.scheduler_workers import scheduler_workers
-
         info = scheduler_workers(client)
     except (KeyError, OSError, TimeoutError) as exc:
         raise lost_scheduler_error(client) from exc

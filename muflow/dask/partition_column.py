@@ -76,8 +76,7 @@ class PartitionColumn:
                 None if self._pending is None else self._pending[0], self._timed_settle)
             t1 = time.perf_counter()
             self.threads.split(add_rows, self.n, slots.size, self.G, self.y, self.cache.data,
-                               np.ascontiguousarray(slots, dtype=np.int64),
-                               np.ascontiguousarray(coef, dtype=np.float64))
+                               np.ascontiguousarray(slots), np.ascontiguousarray(coef))
             self.seconds["gradient"] += seconds + time.perf_counter() - t1
         else:
             self._timed_settle()

@@ -38,6 +38,7 @@ import numpy as np
 
 from muflow.device.arrays import to_host
 from muflow.device.kernels import add_rows
+from muflow.solvers._working_set_compiled import two_sums
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache
 from muflow.solvers.active_set import HostActiveSet
 from muflow.solvers.working_set_loop import (ColumnHome, PairView, projected_gradient,
@@ -159,10 +160,9 @@ class DeviceState(HostActiveSet):
         self.alpha_d[self._B_d] = xp.asarray(new)
         self.F += change
         t = time.perf_counter()
-        # the in-process home's two sums (muflow.solvers._working_set_compiled.add_older_rows):
-        # the rows cached before the step, then those computed for it
+        # the rows cached before the step, then those computed for it, where both moved
         fresh = self._fresh[moved]
-        parts = (~fresh, fresh) if fresh.any() and not fresh.all() else (slice(None),)
+        parts = (~fresh, fresh) if two_sums(fresh) else (slice(None),)
         for part in parts:
             add_rows(xp, self.G_d, self.y_d, self.cache.data,
                      self._slots_d[xp.asarray(moved[part])],

@@ -71,6 +71,14 @@ def add_rows(G, y, data, slots, coef, lo, hi):
         add_block(G, y, data, slots, coef, acc, start, min(start + BLOCK, hi))
 
 
+def two_sums(fresh) -> bool:
+    """Whether a step's gradient update is two sums, the moved rows cached before the step
+    (``~fresh``) and then those computed for it (``fresh``): where both kinds moved. Else
+    one sum over all (``fresh`` None: not known). The rule of every home (in process, on
+    Dask workers, on the device), so that they sum alike."""
+    return fresh is not None and bool(fresh.any()) and not bool(fresh.all())
+
+
 def add_older_rows(threads, G, y, data, slots, coef, fresh, writing, settle):
     """The first of a step's two gradient sums: the moved rows that were cached before the
     step (``~fresh``), added to G by :func:`add_rows` on this thread, a :data:`BLOCK` of
@@ -81,10 +89,9 @@ def add_older_rows(threads, G, y, data, slots, coef, fresh, writing, settle):
     targets left on every thread (``threads``). Each target's sum does not depend on how
     the pass is cut, so the result is the same on any number of threads.
 
-    Where the moved rows are all fresh or all older (``fresh`` None: unknown), nothing is
-    added, only ``settle()``. Returns ``(slots, coef, seconds)``: the moved rows left for
+    Where the update is one sum (:func:`two_sums`), nothing is added, only ``settle()``. Returns ``(slots, coef, seconds)``: the moved rows left for
     the caller's second sum (the fresh ones, or all) and the seconds this pass took."""
-    if fresh is None or fresh.all() or not fresh.any():
+    if not two_sums(fresh):
         settle()
         return slots, coef, 0.0
     t = time.perf_counter()
