@@ -96,7 +96,7 @@ class FitInput:
             X = X.to_dask_array(lengths=True)
         if X.ndim != 2:
             raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
-        from muflow.dask.partitions import check_finite_blocks
+        from muflow.dask.row_blocks import check_finite_blocks
 
         check_finite_blocks(X)
         if is_dask_collection(y):

@@ -78,9 +78,9 @@ def test_one_vs_one_on_the_workers_as_in_process(client):
     assert np.mean(remote.predict(X) == local.predict(X)) >= 0.995
 
 
-def _solve_on_workers(client, X, y, C, **kwargs):
+def _solve_on_workers(client, X, y, C, copy_x=None, **kwargs):
     kernel = Kernel("rbf", gamma=0.05)
-    parts = DaskRowPartitions(X, kernel, client)
+    parts = DaskRowPartitions(X, kernel, client, copy_x=copy_x)
     try:
         problem = DualProblem(parts, y, upper=C, equality=True)
         return solve_working_set_dask(problem, **kwargs), kernel
@@ -110,15 +110,16 @@ def test_the_transfer_per_iteration_is_o_q_d_whatever_n(client, n):
 def test_rows_of_x_the_client_holds_do_not_travel(client):
     """A NumPy X that the client holds: the candidates come back without their rows (the
     client takes them from its X), with the iterates of the same X as a dask array on the
-    workers, whose candidates bring their rows. Either way each worker is sent only the rows
-    of X_B that it does not hold."""
+    workers, whose candidates bring their rows. Either way, without copies of X on the
+    workers, each worker is sent only the rows of X_B that it does not hold."""
     import dask.array as da
 
     X, y = make_classification(n_samples=3000, n_features=16, flip_y=0.05, random_state=1)
     y = np.where(y > 0, 1.0, -1.0)
     q = 64
-    here, _ = _solve_on_workers(client, X, y, 1.0, q=q)
-    there, _ = _solve_on_workers(client, da.from_array(X, chunks=(1500, X.shape[1])), y, 1.0, q=q)
+    here, _ = _solve_on_workers(client, X, y, 1.0, copy_x=False, q=q)
+    there, _ = _solve_on_workers(client, da.from_array(X, chunks=(1500, X.shape[1])), y, 1.0,
+                                 copy_x=False, q=q)
     np.testing.assert_array_equal(here.alpha, there.alpha)
     assert np.array_equal(here.n_iter, there.n_iter)
     t, u = here.timings, there.timings
@@ -129,6 +130,52 @@ def test_rows_of_x_the_client_holds_do_not_travel(client):
     d = X.shape[1]
     assert t["bytes_sent"] == u["bytes_sent"]
     assert t["bytes_sent"] / t["round_trips"] < 0.85 * 2 * q * (d + 5) * 8
+
+
+@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array"])
+def test_with_a_copy_of_x_on_every_worker_the_calls_carry_indices_and_the_solution_is_the_same(
+        client, form):
+    """Copies of X on the workers (muflow.dask.row_blocks): the same alpha to the bit as
+    without, each iteration sending B's indices and vectors, no rows of X (O(q), not O(q d));
+    the candidates come back without rows wherever the client holds X (NumPy, CSR). A warm
+    start's product sends the support's indices too (the same start, hence the same
+    solution)."""
+    X, y = make_classification(n_samples=3000, n_features=16, flip_y=0.05, random_state=1)
+    y = np.where(y > 0, 1.0, -1.0)
+    q = 64
+    parts = 2 if form != "dask.array" else 3000 // 500  # a partition a worker, or a block
+    X = as_form(np.where(np.abs(X) > 0.5, X, 0.0), form)
+    (rows, _), (copied, _) = (_solve_on_workers(client, X, y, 1.0, copy_x=c, q=q) for c in (False, True))
+    np.testing.assert_array_equal(rows.alpha, copied.alpha)
+    assert rows.n_iter == copied.n_iter
+    t, u = copied.timings, rows.timings
+    # B and four vectors of B to the solver, its step (B and three vectors) to the others
+    assert t["bytes_sent"] / t["round_trips"] <= 8 * q * (5 + 4 * (parts - 1))
+    assert t["bytes_sent"] < 0.5 * u["bytes_sent"]
+    if form != "dask.array":  # no rows answered: 7 numbers a candidate and the step
+        assert t["bytes_received"] / t["round_trips"] <= 2 * (3 * q * 7 + q) * 8
+    warm = [_solve_on_workers(client, X, y, 2.0, copy_x=c, q=q, init=2.0 * rows.alpha)[0]
+            for c in (False, True)]
+    np.testing.assert_array_equal(warm[0].alpha, warm[1].alpha)
+
+
+def test_x_is_copied_to_the_workers_where_it_takes_a_tenth_of_their_memory(client):
+    """The rule of muflow.dask.row_blocks.copy_fits on the test cluster's workers (their
+    memory limit read from the scheduler), and never with one partition."""
+    from muflow.dask.row_blocks import COPY_FRACTION, copy_fits
+    from muflow.dask.scheduler_workers import scheduler_workers
+
+    limit = min(int(w["memory_limit"]) for w in scheduler_workers(client).values())
+    assert limit > 0
+    assert copy_fits(client, int(COPY_FRACTION * limit), 2)
+    assert not copy_fits(client, int(COPY_FRACTION * limit) + 1, 2)
+    assert not copy_fits(client, 8, 1)
+    X, y = make_classification(n_samples=600, n_features=8, random_state=0)
+    parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.05), client)
+    try:
+        assert parts.copied and len(parts.actors) == 2
+    finally:
+        parts.close()
 
 
 def test_a_warm_start_reaches_the_cold_solution(client, data):
@@ -177,13 +224,16 @@ def test_non_finite_values_are_named_by_their_rows(client, data):
         muflow.SVC(client=client).fit(as_form(X, "dask.array"), y)
 
 
-@pytest.mark.parametrize("form", ["numpy", "dask.array"])
-def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(client, data, form):
+@pytest.mark.parametrize("form, copy_x", [("numpy", True), ("numpy", False), ("dask.array", True)])
+def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(client, data, form,
+                                                                          copy_x):
+    """Also with copies of X on the workers (the restarted worker gets its copy again)."""
     X, y = data
     y = np.where(y > 0, 1.0, -1.0)
     kernel = Kernel("rbf", gamma=0.05)
     reference = solve_working_set(DualProblem(DenseGram(kernel.block(X)), y, upper=1.0, equality=True))
-    parts = DaskRowPartitions(as_form(X, form), kernel, client)
+    parts = DaskRowPartitions(as_form(X, form), kernel, client, copy_x=copy_x)
+    assert parts.copied == copy_x
     kill = kill_first_partition_at(client, parts, 5)
     try:
         sol = solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True), q=64,

@@ -14,24 +14,29 @@ import pytest
 from sklearn.datasets import make_classification
 
 import muflow
-from muflow.dask.partitions import (DaskRowPartitions, MIN_CACHE_ROWS, WORKER_FRACTION,
-                                    cache_to_fit_workers, lost_workers_message)
-from muflow.dask.worker_memory import (DASK_TRIM_THRESHOLD, MALLOC_THRESHOLDS,
-                                       thresholds_to_replace)
+from muflow.dask.partitions import DaskRowPartitions
+from muflow.dask.worker_memory import (DASK_TRIM_THRESHOLD, MALLOC_THRESHOLDS, MIN_CACHE_ROWS,
+                                       WORKER_FRACTION, cache_to_fit_workers,
+                                       lost_workers_message, thresholds_to_replace)
 from muflow.exceptions import MuflowError
 from muflow.kernels import Kernel
 from tests.dask_cluster import local_client
 
 
 class _Scheduler:
-    """A client stand-in answering scheduler_info and the workers' memory in use (the rule's
-    own logic)."""
+    """A client stand-in answering the scheduler's identity (as
+    :func:`muflow.dask.scheduler_workers.scheduler_workers` asks it) and the workers' memory
+    in use (the rule's own logic)."""
 
     def __init__(self, *workers):
         self.workers = {f"tcp://w{i}": w for i, w in enumerate(workers)}
+        self.scheduler = self
 
-    def scheduler_info(self, n_workers=-1):
+    def identity(self, n_workers=-1):
         return {"workers": {a: {"memory_limit": w["memory_limit"]} for a, w in self.workers.items()}}
+
+    def sync(self, function, **kwargs):
+        return function(**kwargs)
 
     def run(self, function, workers):
         return {a: self.workers[a].get("in_use", 0) for a in workers}

@@ -168,8 +168,12 @@ class PartitionColumn:
         self.settle()
 
     def _whole(self, XB, B):
-        """X_B from the rows sent, those of B outside this partition where fewer than B came
-        (:meth:`PartitionedState.solve_on` sends no worker its own rows), and its own."""
+        """X_B: from this partition's copy of X where the call sent none (``XB`` None,
+        :mod:`muflow.dask.row_blocks`), else from the rows sent, those of B outside this
+        partition where fewer than B came (:meth:`PartitionedState.solve_on` sends no
+        worker its own rows), and its own."""
+        if XB is None:
+            return self.X_all[B]
         if XB.shape[0] == B.size:
             return XB
         mine = held(B, self.lo, self.lo + self.n)

@@ -29,10 +29,9 @@ import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
-from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.dask.offered_rows import OfferedRows
-from muflow.dask.worker_memory import (MIN_CACHE_ROWS, WORKER_FRACTION,  # noqa: F401
-                                      cache_to_fit_workers, lost_workers_message,
+from muflow.dask.row_blocks import copy_everywhere, copy_fits, row_blocks, stacked
+from muflow.dask.worker_memory import (cache_to_fit_workers, lost_workers_message,
                                       reuse_freed_memory)
 from muflow.dask.candidates import stack_rows
 from muflow.dask.partition_column import PartitionColumn
@@ -79,15 +78,21 @@ class RowPartition(PartitionColumn):
     cache_mb : float
         The row cache's memory; ``max_rows``, its most rows, ``first_rows`` the rows it
         holds at first (:meth:`set_cache_mb`).
+    whole : list, optional
+        The pieces of a copy of all of X, in row order
+        (:func:`muflow.dask.row_blocks.copy_everywhere`): the rows of each working set
+        are then taken from it, not sent with the calls (:attr:`X_all`).
     """
 
     def __init__(self, X, lo, kernel, n_total, cache_mb=DEFAULT_CACHE_MB, max_rows=None,
-                 first_rows=None):
+                 first_rows=None, whole=None):
         # each iteration's temporaries reuse freed memory, on any cluster (worker_memory)
         self.malloc_thresholds = reuse_freed_memory()
         self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
         self.lo = int(lo)
         self.n = self.X.shape[0]
+        #: all of X (float64, as X_p), or None: the calls then carry the rows they need
+        self.X_all = None if whole is None else stacked(whole)
         values = self.X.data if sp.issparse(self.X) else self.X
         if not np.all(np.isfinite(values)):
             raise ValueError(f"Input X contains NaN or infinity (in rows {self.lo} to "
@@ -143,6 +148,10 @@ class RowPartition(PartitionColumn):
         self._accumulate(XS[:whole], coef[:whole], out)
         self._product[1:] = (XS[whole:], coef[whole:]) if whole < XS.shape[0] else (None, None)
 
+    def product_add_at(self, idx, coef) -> None:
+        """:meth:`product_add` of the rows ``idx`` of this partition's copy of X."""
+        self.product_add(self.X_all[np.asarray(idx, dtype=np.int64)], coef)
+
     def product_end(self) -> np.ndarray:
         """The product: K(X_p, X_S) coef."""
         out, held_X, held_c = self._product
@@ -193,19 +202,6 @@ def worker_threads() -> int:
     return max(1, dask_worker_threads() or 1)
 
 
-def check_finite_blocks(X) -> None:
-    """Refuse a dask array with NaN or infinite values, naming the rows of the first block
-    that holds one; one pass over the blocks where they are, one boolean each back."""
-    ok = X.map_blocks(lambda b: np.array([[bool(np.all(np.isfinite(b)))]]), chunks=(1, 1),
-                      dtype=bool).rechunk({1: -1}).compute()
-    bad = np.flatnonzero(~np.all(np.asarray(ok), axis=1))
-    if bad.size:
-        lo = int(np.sum(X.chunks[0][: bad[0]]))
-        hi = lo + int(X.chunks[0][bad[0]]) - 1
-        raise ValueError(f"Input X contains NaN or infinity (in rows {lo} to {hi}); remove or "
-                         "impute them before fitting")
-
-
 class DaskRowPartitions(GramOperator):
     """X split by rows over the workers of ``client``, one :class:`RowPartition` each; as a
     :class:`~muflow.operators.GramOperator`, K computed where the rows are (a product
@@ -216,16 +212,22 @@ class DaskRowPartitions(GramOperator):
     X : ndarray, CSR matrix, dask.array or dask.dataframe
         NumPy and SciPy data are split into one contiguous partition per worker and
         scattered once; a dask collection's row blocks (dataframe: partitions) become the
-        partitions where they already are.
+        partitions where they already are (:func:`muflow.dask.row_blocks.row_blocks`).
     kernel : Kernel
     client : distributed.Client
     owns_client : bool, default=False
         Close ``client`` with the operator.
     cache_mb : float, default=256
         Kernel rows each worker caches (libsvm's ``cache_size``), in MB.
+    copy_x : bool, optional
+        Whether every worker holds a copy of all of X, so that an iteration's calls carry
+        the working set's indices instead of its rows
+        (:mod:`muflow.dask.row_blocks`); default: where X is small enough
+        (:func:`~muflow.dask.row_blocks.copy_fits`). Never with one partition.
     """
 
-    def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB):
+    def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB,
+                 copy_x=None):
         self.client = client
         self.owns_client = bool(owns_client)
         self.kernel = kernel
@@ -233,12 +235,21 @@ class DaskRowPartitions(GramOperator):
         self._rows_bound = (None, None)  # the working sets' (most, first) rows of the row caches
         self._source = X
         self.d = int(X.shape[1]) if len(X.shape) > 1 else 1
-        self._blocks_of, bounds = self._blocks(X)
+        self._blocks_of, bounds, self._from_dask, nbytes = row_blocks(client, X)
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
+        #: whether every worker holds a copy of X (the calls then carry indices, not rows)
+        self.copied = (copy_fits(client, nbytes, len(bounds)) if copy_x is None
+                       else bool(copy_x) and len(bounds) >= 2)
+        self._copy = copy_everywhere(client, X, self._blocks_of, self._from_dask) if self.copied else None
+        # a CSR X given here, as the partitions hold it, where they hold copies: the
+        # candidates' answers then carry no rows of X (rows_here). A dask collection's rows
+        # never come here (this process does not hold X).
+        self._local = stacked([X]) if self.copied and sp.issparse(X) else None
         self.recoveries = 0
         self.dtype = gram_dtype(self.n)  # of the workers' kernel rows (muflow.kernel_rows)
-        self.cache_mb = cache_to_fit_workers(client, X, bounds, self.dtype, self.cache_mb)
+        self.cache_mb = cache_to_fit_workers(client, X, bounds, self.dtype, self.cache_mb,
+                                             copy_bytes=nbytes if self.copied else 0)
         futures = [self._start(i) for i in range(len(bounds))]
         # an actor's calls go through the current client (distributed's get_client()): this
         # one, not the process's default client, which may be another or none
@@ -254,8 +265,18 @@ class DaskRowPartitions(GramOperator):
         scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
         lo, hi = self.bounds[i]
         return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
-                                  self.cache_mb, *self._rows_bound, actor=True, pure=False,
+                                  self.cache_mb, *self._rows_bound, whole=self._whole_copy(),
+                                  actor=True, pure=False,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
+
+    def _whole_copy(self):
+        """The pieces of the workers' copy of X (None without one); NumPy data sent to
+        every worker again where all its copies were lost."""
+        if self._copy is None:
+            return None
+        if not self._from_dask and self._copy[0].status != "finished":
+            self._copy = copy_everywhere(self.client, self._source, None, False)
+        return self._copy
 
     def _block(self, i):
         """The rows of partition i on the workers: a dask block (the scheduler recomputes a
@@ -319,39 +340,6 @@ class DaskRowPartitions(GramOperator):
             self.cache_mb, self._rows_bound = cache_mb, bound
             self.call("set_cache_mb", self.cache_mb, *bound)
         return PartitionedHome(self)
-
-    def _blocks(self, X):
-        from muflow.dask.predict import is_dask_array
-
-        client = self.client
-        if hasattr(X, "to_dask_array"):  # a dask.dataframe
-            X = X.to_dask_array(lengths=True)
-        if is_dask_array(X):
-            if X.ndim != 2:
-                raise MuflowInputError(f"X must be 2-d, got a dask array of shape {X.shape}")
-            from distributed import futures_of
-
-            # one block per row range, kept on the workers that computed it
-            X = client.persist(X.rechunk({1: -1}))
-            by_key = {f.key: f for f in futures_of(X)}
-            blocks = [by_key[row[0]] for row in X.__dask_keys__()]
-            sizes = X.chunks[0]
-            self._from_dask = True
-        else:
-            workers = sorted(scheduler_workers(client))
-            if not workers:
-                raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
-            n = X.shape[0]
-            parts = max(1, min(len(workers), n))
-            edges = np.linspace(0, n, parts + 1).astype(int)
-            sizes = np.diff(edges)
-            blocks = [client.scatter(X[a:b], workers=[w], hash=False) for a, b, w in zip(edges[:-1], edges[1:], workers)]
-            self._from_dask = False
-        bounds, lo = [], 0
-        for s in sizes:
-            bounds.append((lo, lo + int(s)))
-            lo += int(s)
-        return blocks, bounds
 
     def _open_channels(self, which) -> None:
         """Direct channels to the partitions ``which`` (:mod:`muflow.dask.channels`), where
@@ -419,19 +407,26 @@ class DaskRowPartitions(GramOperator):
         return self.channels[i] is not None
 
     @property
+    def _dense_here(self) -> bool:
+        """Whether X was given here as a dense NumPy array."""
+        return not self._from_dask and isinstance(self._source, np.ndarray)
+
+    @property
     def rows_here(self) -> bool:
-        """Whether this process holds X as a dense NumPy array (given so, not a dask array
-        on the workers, nor CSR): its rows need not travel from the workers
+        """Whether this process holds X: given as a dense NumPy array, or as CSR where the
+        workers hold copies (:attr:`copied`): its rows need not travel from the workers
         (:meth:`take`, the working set's candidates, X_B sent to each worker less its own
         rows)."""
-        return not self._from_dask and isinstance(self._source, np.ndarray)
+        return self._dense_here or self._local is not None
 
     def take(self, idx) -> np.ndarray:
         """Rows ``idx`` of X (dense or CSR) as the partitions hold them (float64): from this
         process's X where it is here (:attr:`rows_here`), else fetched from their
         partitions."""
         idx = np.asarray(idx, dtype=np.int64)
-        if self.rows_here:
+        if self._local is not None:
+            return self._local[idx]
+        if self._dense_here:
             return np.ascontiguousarray(self._source[idx], dtype=np.float64)
         futures = []
         for i, (lo, hi) in enumerate(self.bounds):
@@ -458,6 +453,11 @@ class DaskRowPartitions(GramOperator):
         coef = np.asarray(coef, dtype=np.float64)
         self.wait([self.send(i, "product_start", coef.shape[1:]) for i in which])
         piece = max(1, PRODUCT_BYTES // (8 * max(self.d, 1)))
+        if self.copied:  # the rows are on the workers already: their indices go
+            for s in range(0, len(idx), piece):
+                self.wait([self.send(i, "product_add_at", idx[s:s + piece], coef[s:s + piece])
+                           for i in which])
+            return
         for s in range(0, len(idx), piece):
             XS = self.take(idx[s:s + piece])
             self.wait([self.send(i, "product_add", XS, coef[s:s + piece]) for i in which])
@@ -486,7 +486,7 @@ class DaskRowPartitions(GramOperator):
         self.channels = [None] * len(self.channels)
         for f in self._futures:
             f.release()
-        self._futures, self.actors = [], []
+        self._futures, self.actors, self._copy, self._local = [], [], None, None
         if self.owns_client:
             self.owns_client = False
             self.client.close()

@@ -11,6 +11,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.exceptions import MuflowError
 
 
@@ -74,11 +75,12 @@ def _set_thresholds() -> dict:
             if mallopt(_MALLOPT_PARAMS[name], value) == 1}
 
 
-def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
+def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float, copy_bytes: int = 0) -> float:
     """The row cache (MB per worker) that fits the smallest worker's memory limit.
 
-    A partition holds its rows of X twice (as given and prepared for the kernel), a dozen
-    vectors of its rows and its row cache; with what the worker process holds once it has
+    A partition holds its rows of X twice (as given and prepared for the kernel), a copy of
+    all of X where the workers get one (``copy_bytes``, :mod:`muflow.dask.row_blocks`), a
+    dozen vectors of its rows and its row cache; with what the worker process holds once it has
     imported the partition's code (read from the worker), they must stay within
     :data:`WORKER_FRACTION` of the limit. A cache that does not fit is made smaller (with a
     warning naming both sizes); when not even :data:`MIN_CACHE_ROWS` rows fit, the fit is
@@ -88,7 +90,7 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
 
     try:
         limits = {addr: w.get("memory_limit") or 0
-                  for addr, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+                  for addr, w in scheduler_workers(client).items()}
         limits = {addr: limit for addr, limit in limits.items() if limit}
         used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
     except Exception:  # noqa: BLE001  the solve reports a lost scheduler itself
@@ -103,14 +105,15 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float) -> float:
         row_bytes = (X.data.nbytes + X.indices.nbytes) / max(X.shape[0], 1) + 8
     else:
         row_bytes = 8 * (X.shape[1] if len(X.shape) > 1 else 1)
-    fixed = n_p * (2 * row_bytes + 12 * 8)
+    fixed = n_p * (2 * row_bytes + 12 * 8) + int(copy_bytes)
     cache_row = n_p * np.dtype(dtype).itemsize
     least = min(MIN_CACHE_ROWS, n_total) * cache_row
     mb = 2.0**20
     if fixed + least > free:
         raise MuflowError(
             f"the workers have too little memory for this fit: each of {len(bounds)} partitions "
-            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X and a cache of "
+            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X"
+            f"{', a copy of all of X' if copy_bytes else ''} and a cache of "
             f"{MIN_CACHE_ROWS} kernel rows) but a worker has {max(free, 0) / mb:.0f} MB to spare "
             f"({WORKER_FRACTION:.0%} of its {limits[addr] / mb:.0f} MB limit, less the "
             f"{used.get(addr, 0) / mb:.0f} MB it holds); start the workers with a larger "

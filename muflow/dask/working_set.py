@@ -12,8 +12,9 @@ its channel where it has one, :mod:`muflow.dask.channels`), made by
 :func:`muflow.dask.exchange.exchange`; on a channel the second is sent before the first
 is answered, so that no partition waits for a round trip between them:
 
-- the client sends the working set B with its rows of X (dense X: less the partition's own,
-  which it holds): O(q d) to each partition. One partition, the solver
+- the client sends the working set B: its indices alone where every worker holds a copy
+  of X (:mod:`muflow.dask.row_blocks`), O(q), else with its rows of X (dense X: less the
+  partition's own, which it holds), O(q d), to each partition. One partition, the solver
   (:attr:`~muflow.dask.partitions.DaskRowPartitions.solver`), is sent y, bounds, alpha and
   G of B too; it computes K_BB from X_B in the workers' dtype, solves the q-variable
   subproblem (:func:`~muflow.solvers.working_set_loop.solve_subproblem`) and answers the
@@ -142,8 +143,11 @@ class PartitionedState(ColumnState):
         return new, change, yB, aB
 
     def _rows_for(self, i, XB, B):
-        """X_B as partition i is sent it: dense rows less its own, which it holds
-        (:meth:`PartitionColumn._whole`); CSR rows whole."""
+        """X_B as partition i is sent it: none where every worker holds a copy of X
+        (:mod:`muflow.dask.row_blocks`), else dense rows less its own, which it holds
+        (:meth:`PartitionColumn._whole`), and CSR rows whole."""
+        if self.parts.copied:
+            return None
         if sp.issparse(XB):
             return XB
         lo, hi = self.parts.bounds[i]

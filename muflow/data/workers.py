@@ -140,7 +140,7 @@ def _first(loaded):
 
 
 def _check_finite(X, where: str) -> None:
-    from muflow.dask.partitions import check_finite_blocks
+    from muflow.dask.row_blocks import check_finite_blocks
 
     try:
         check_finite_blocks(X)

@@ -1,0 +1,129 @@
+"""How X lies on the Dask workers for :class:`muflow.dask.partitions.DaskRowPartitions`: its
+row blocks, one a partition, and, where it is small enough, a copy of all of X on every
+worker.
+
+Each partition computes the kernel rows of a working set B over its own columns,
+K(X_B, X_p), and so needs X_B, the rows of B, on every iteration. Without a copy of X the
+client sends them with every iteration's call, to every partition: q d values to each of W
+workers, hundreds of times a fit (400 KB a worker an iteration at q = 1,024 and 50
+features). With a copy of X on each worker, sent once when the partitions start, the call
+carries B's indices alone and each partition takes X_B from its copy: the same values, so
+the same rows and the same solution. The copy is made where X takes at most
+:data:`COPY_FRACTION` of the smallest worker's memory limit (:data:`COPY_MAX_BYTES` where
+the workers have none), and only on two workers or more (one partition holds all of X
+already).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from muflow.dask.scheduler_workers import scheduler_workers
+from muflow.exceptions import MuflowInputError
+
+#: A copy of X goes to every worker where it takes at most this share of the smallest
+#: worker's memory limit.
+COPY_FRACTION = 0.1
+
+#: The largest copy of X made on workers without a memory limit (bytes).
+COPY_MAX_BYTES = 1 << 30
+
+
+def row_blocks(client, X):
+    """``(blocks, bounds, from_dask, nbytes)``: the futures of X's row blocks on the workers
+    of ``client``, their global row ranges, whether they are a dask collection's own
+    blocks, and the bytes of X as the partitions hold it (:func:`held_bytes`; a dask
+    collection's counted dense). NumPy and SciPy data are split into one contiguous block per worker and
+    scattered once, each to its worker; a dask collection's row blocks (a dataframe's
+    partitions) stay where they already are."""
+    from muflow.dask.predict import is_dask_array
+
+    if hasattr(X, "to_dask_array"):  # a dask.dataframe
+        X = X.to_dask_array(lengths=True)
+    if is_dask_array(X):
+        if X.ndim != 2:
+            raise MuflowInputError(f"X must be 2-d, got a dask array of shape {X.shape}")
+        from distributed import futures_of
+
+        # one block per row range, kept on the workers that computed it
+        X = client.persist(X.rechunk({1: -1}))
+        by_key = {f.key: f for f in futures_of(X)}
+        blocks = [by_key[row[0]] for row in X.__dask_keys__()]
+        sizes, from_dask = X.chunks[0], True
+        nbytes = 8 * int(X.shape[0]) * int(X.shape[1])
+    else:
+        workers = sorted(scheduler_workers(client))
+        if not workers:
+            raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
+        n = X.shape[0]
+        parts = max(1, min(len(workers), n))
+        edges = np.linspace(0, n, parts + 1).astype(int)
+        sizes = np.diff(edges)
+        blocks = [client.scatter(X[a:b], workers=[w], hash=False)
+                  for a, b, w in zip(edges[:-1], edges[1:], workers)]
+        from_dask, nbytes = False, held_bytes(X)
+    bounds, lo = [], 0
+    for s in sizes:
+        bounds.append((lo, lo + int(s)))
+        lo += int(s)
+    return blocks, bounds, from_dask, nbytes
+
+
+def check_finite_blocks(X) -> None:
+    """Refuse a dask array with NaN or infinite values, naming the rows of the first block
+    that holds one; one pass over the blocks where they are, one boolean each back."""
+    ok = X.map_blocks(lambda b: np.array([[bool(np.all(np.isfinite(b)))]]), chunks=(1, 1),
+                      dtype=bool).rechunk({1: -1}).compute()
+    bad = np.flatnonzero(~np.all(np.asarray(ok), axis=1))
+    if bad.size:
+        lo = int(np.sum(X.chunks[0][: bad[0]]))
+        hi = lo + int(X.chunks[0][bad[0]]) - 1
+        raise ValueError(f"Input X contains NaN or infinity (in rows {lo} to {hi}); remove or "
+                         "impute them before fitting")
+
+
+def held_bytes(X) -> int:
+    """Bytes of X as a partition holds it: float64 values, and a CSR matrix's indices."""
+    n = int(X.shape[0])
+    d = int(X.shape[1]) if len(X.shape) > 1 else 1
+    if sp.issparse(X):
+        return int(X.nnz) * (8 + X.indices.dtype.itemsize) + (n + 1) * X.indptr.dtype.itemsize
+    return 8 * n * d
+
+
+def copy_fits(client, nbytes: int, n_blocks: int) -> bool:
+    """Whether every worker gets a copy of X, of ``nbytes`` as the partitions hold it
+    (module notes): two blocks or more, and X within :data:`COPY_FRACTION` of the smallest worker memory limit (within
+    :data:`COPY_MAX_BYTES` where the workers have no limit)."""
+    if n_blocks < 2:
+        return False
+    limits = [int(w.get("memory_limit") or 0) for w in scheduler_workers(client).values()]
+    limits = [limit for limit in limits if limit > 0]
+    allowed = COPY_FRACTION * min(limits) if limits else COPY_MAX_BYTES
+    return nbytes <= allowed
+
+
+def copy_everywhere(client, X, blocks, from_dask: bool) -> list:
+    """The futures a partition stacks into its copy of X, in row order: X itself sent to
+    every worker once (NumPy and SciPy data), or every row block of a dask collection
+    (each worker fetches the blocks it lacks, once)."""
+    if from_dask:
+        return list(blocks)
+    return [client.scatter(X, broadcast=True, hash=False)]
+
+
+def stacked(parts):
+    """A partition's copy of X from the pieces of :func:`copy_everywhere`, held as its own
+    rows are: float64, dense and C-ordered, or CSR."""
+    parts = [sp.csr_matrix(p, dtype=np.float64) if sp.issparse(p)
+             else np.ascontiguousarray(p, dtype=np.float64) for p in parts]
+    if len(parts) == 1:
+        return parts[0]
+    if any(sp.issparse(p) for p in parts):
+        return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
+    return np.concatenate(parts, axis=0)
+
+
+__all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "check_finite_blocks", "copy_everywhere",
+           "copy_fits", "held_bytes", "row_blocks", "stacked"]
