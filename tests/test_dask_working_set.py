@@ -178,6 +178,26 @@ def test_x_is_copied_to_the_workers_where_it_takes_a_tenth_of_their_memory(clien
         parts.close()
 
 
+def test_with_copies_each_partition_starts_where_its_block_is(client):
+    """Every partition's task depends on all of X where the workers hold copies: each still
+    starts on the worker that holds its own block (muflow.dask.row_blocks.homes), three
+    blocks of a dask array on two workers as they lie."""
+    import dask.array as da
+    from distributed import wait
+
+    X, _ = make_classification(n_samples=900, n_features=8, random_state=0)
+    Xd = client.persist(da.from_array(X, chunks=(300, 8)))
+    wait(Xd)
+    holders = client.who_has(Xd)
+    parts = DaskRowPartitions(Xd, Kernel("rbf", gamma=0.05), client, copy_x=True)
+    try:
+        blocks = parts._blocks_of
+        assert [a._address for a in parts.actors] == parts._homes
+        assert all(home in holders[block.key] for home, block in zip(parts._homes, blocks))
+    finally:
+        parts.close()
+
+
 def test_a_warm_start_reaches_the_cold_solution(client, data):
     X, y = data
     y = np.where(y > 0, 1.0, -1.0)

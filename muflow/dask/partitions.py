@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.dask.offered_rows import OfferedRows
-from muflow.dask.row_blocks import copy_everywhere, copy_fits, row_blocks, stacked
+from muflow.dask.row_blocks import copy_everywhere, copy_fits, homes, row_blocks, stacked
 from muflow.dask.worker_memory import (cache_to_fit_workers, lost_workers_message,
                                       reuse_freed_memory)
 from muflow.dask.candidates import stack_rows
@@ -242,9 +242,8 @@ class DaskRowPartitions(GramOperator):
         self.copied = (copy_fits(client, nbytes, len(bounds)) if copy_x is None
                        else bool(copy_x) and len(bounds) >= 2)
         self._copy = copy_everywhere(client, X, self._blocks_of, self._from_dask) if self.copied else None
-        # a CSR X given here, as the partitions hold it, where they hold copies: the
-        # candidates' answers then carry no rows of X (rows_here). A dask collection's rows
-        # never come here (this process does not hold X).
+        self._homes = homes(client, self._blocks_of) if self.copied else [None] * len(bounds)
+        # a CSR X given here, held as the partitions hold it where they get copies (rows_here)
         self._local = stacked([X]) if self.copied and sp.issparse(X) else None
         self.recoveries = 0
         self.dtype = gram_dtype(self.n)  # of the workers' kernel rows (muflow.kernel_rows)
@@ -264,9 +263,10 @@ class DaskRowPartitions(GramOperator):
         """Start the actor of partition i on its rows: a dask block where it is (the
         scheduler recomputes a lost one from its graph), NumPy rows scattered afresh."""
         lo, hi = self.bounds[i]
+        home = {} if self._homes[i] is None else {"workers": [self._homes[i]], "allow_other_workers": True}
         return self.client.submit(RowPartition, self._block(i), lo, self.kernel.to_dict(), self.n,
                                   self.cache_mb, *self._rows_bound, whole=self._whole_copy(),
-                                  actor=True, pure=False,
+                                  actor=True, pure=False, **home,
                                   key=f"muflow-rows-{uuid.uuid4().hex[:8]}-{lo}-{hi}")
 
     def _whole_copy(self):

@@ -113,6 +113,26 @@ def copy_everywhere(client, X, blocks, from_dask: bool) -> list:
     return [client.scatter(X, broadcast=True, hash=False)]
 
 
+def homes(client, blocks) -> list:
+    """The worker each partition starts on: one holding its row block, the least used of
+    them where a block is held by several (a collection persisted and spread by its user).
+    Every partition's task depends on all of X where the workers get copies, so its block
+    no longer decides where it runs; the homes are chosen before any partition starts (each
+    then fetches every block, and would be a holder of all)."""
+    from distributed import wait
+
+    wait(blocks)
+    who = client.who_has(blocks)
+    used: dict = {}
+    chosen = []
+    for block in blocks:
+        holders = sorted(who.get(block.key, ()), key=lambda w: (used.get(w, 0), w))
+        chosen.append(holders[0] if holders else None)
+        if holders:
+            used[holders[0]] = used.get(holders[0], 0) + 1
+    return chosen
+
+
 def stacked(parts):
     """A partition's copy of X from the pieces of :func:`copy_everywhere`, held as its own
     rows are: float64, dense and C-ordered, or CSR."""
@@ -126,4 +146,4 @@ def stacked(parts):
 
 
 __all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "check_finite_blocks", "copy_everywhere",
-           "copy_fits", "held_bytes", "row_blocks", "stacked"]
+           "copy_fits", "held_bytes", "homes", "row_blocks", "stacked"]
