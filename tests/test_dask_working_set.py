@@ -123,9 +123,10 @@ def test_rows_of_x_the_client_holds_do_not_travel(client):
     np.testing.assert_array_equal(here.alpha, there.alpha)
     assert np.array_equal(here.n_iter, there.n_iter)
     t, u = here.timings, there.timings
-    # no rows answered: 7 numbers a candidate (at most 3q of them a worker) and the step
+    # no rows answered: 7 numbers a candidate (at most 3q of them a worker) and the step;
+    # the dask array's candidates bring their rows (each once while it stays a candidate)
     assert t["bytes_received"] / t["round_trips"] <= 2 * (3 * q * 7 + q) * 8
-    assert t["bytes_received"] < 0.5 * u["bytes_received"]
+    assert t["bytes_received"] < 0.8 * u["bytes_received"]
     # either way a worker is not sent its own rows of X_B: about half of B on two workers
     d = X.shape[1]
     assert t["bytes_sent"] == u["bytes_sent"]
@@ -196,6 +197,43 @@ def test_with_copies_each_partition_starts_where_its_block_is(client):
         assert all(home in holders[block.key] for home, block in zip(parts._homes, blocks))
     finally:
         parts.close()
+
+
+def test_candidates_rows_travel_once_while_they_stay_candidates(client):
+    """X on the workers (a dask array): an answer leaves out the rows of candidates it sent
+    in its last answers and the client puts them back (muflow.dask.answered_rows): the same
+    solution to the bit as when every answer carries every row, with fewer bytes."""
+    import dask.array as da
+
+    X, y = make_classification(n_samples=3000, n_features=16, flip_y=0.05, random_state=1)
+    y = np.where(y > 0, 1.0, -1.0)
+    Xd = da.from_array(X, chunks=(1500, X.shape[1]))
+    once, _ = _solve_on_workers(client, Xd, y, 1.0, copy_x=False, q=64)
+    every = _every_row_answered(client, Xd, y)
+    np.testing.assert_array_equal(once.alpha, every.alpha)
+    assert once.n_iter == every.n_iter
+    assert once.timings["bytes_received"] < 0.7 * every.timings["bytes_received"]
+
+
+def _every_row_answered(client, X, y):
+    """The solve with no answer leaving a row out: on each worker, SentRows told that it
+    never sent one (put back after)."""
+    def forget():
+        from muflow.dask.answered_rows import SentRows
+
+        SentRows.held_rows = SentRows.held
+        SentRows.held = lambda self, ids: np.zeros(len(ids), dtype=bool)
+
+    def restore():
+        from muflow.dask.answered_rows import SentRows
+
+        SentRows.held = SentRows.held_rows
+
+    client.run(forget)
+    try:
+        return _solve_on_workers(client, X, y, 1.0, copy_x=False, q=64)[0]
+    finally:
+        client.run(restore)
 
 
 def test_a_warm_start_reaches_the_cold_solution(client, data):

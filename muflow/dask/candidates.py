@@ -34,12 +34,14 @@ def row_bytes(X) -> int:
 class CandidatePool:
     """The partitions' merged answers: the candidates' data, in global index order."""
 
-    def __init__(self, answers, equality, take=None):
+    def __init__(self, answers, equality, take=None, rows=None):
         cat = lambda key: np.concatenate([np.asarray(a[key]) for a in answers])  # noqa: E731
         self.idx = cat("idx")
         self.y, self.a, self.U, self.G, self.QD = cat("y"), cat("a"), cat("U"), cat("G"), cat("QD")
-        # the candidates' rows of X: this process's own where it holds X (``take``)
-        self.X = stack_rows([a["X"] for a in answers]) if take is None else take(self.idx)
+        # the candidates' rows of X: this process's own where it holds X (``take``), else
+        # each answer's (``rows``, completed by muflow.dask.answered_rows, or as they came)
+        self.X = (take(self.idx) if take is not None
+                  else stack_rows(rows if rows is not None else [a["X"] for a in answers]))
         self.n_active = sum(int(a["n_act"]) for a in answers)
         if equality:
             self.view = PairView(self.a, self.U,

@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from muflow.dask.answered_rows import SentRows
 from muflow.exceptions import MuflowError
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
@@ -45,8 +46,10 @@ class PartitionColumn:
         """Take the slices of a column; ``G = y * K(X_p, X_S) coef + p`` with S the support
         of the start (empty from alpha = 0), the product the client streamed just before
         (:meth:`muflow.dask.partitions.DaskRowPartitions.product`). ``answer_rows``: the
-        candidates' answers carry their rows of X (not where the client holds X)."""
+        candidates' answers carry their rows of X (not where the client holds X), each once
+        while it stays a candidate (:mod:`muflow.dask.answered_rows`)."""
         self.answer_rows = bool(answer_rows)
+        self.sent_rows = SentRows()
         self.y = np.asarray(y, dtype=np.float64)
         self.U = np.asarray(U, dtype=np.float64)
         self.p = np.asarray(p, dtype=np.float64)
@@ -120,10 +123,14 @@ class PartitionColumn:
             pick = np.union1d(smallest(-np.where(score > 0, score, -np.inf), k, self.threads), kept)
             scores = (score[pick],)
         local = act[pick]
+        X = held_rows = None
+        if self.answer_rows:  # the rows the client does not hold already
+            held_rows = self.sent_rows.held(local + self.lo)
+            X = self.X[local[~held_rows]]
+            self.sent_rows.record(local + self.lo)
         return {"idx": local + self.lo, "scores": scores, "y": self.y[local], "a": self.alpha[local],
-                "U": self.U[local], "G": self.G[local], "QD": self.QD[local],
-                "X": self.X[local] if self.answer_rows else None,
-                "n_act": int(act.size)}
+                "U": self.U[local], "G": self.G[local], "QD": self.QD[local], "X": X,
+                "held": held_rows, "n_act": int(act.size)}
 
     def solve(self, XB, B, yB, UB, aB, GB, equality, gap, gap_tol, dtype):
         """The subproblem on B, on the partition that solves it for all

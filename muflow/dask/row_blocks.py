@@ -121,7 +121,8 @@ def homes(client, blocks) -> list:
     then fetches every block, and would be a holder of all)."""
     from distributed import wait
 
-    wait(blocks)
+    with client.as_current():  # this client, not the process's default one (maybe none)
+        wait(blocks)
     who = client.who_has(blocks)
     used: dict = {}
     chosen = []

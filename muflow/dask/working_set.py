@@ -56,6 +56,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.answered_rows import HeldRows
 from muflow.dask.candidates import CandidatePool, row_bytes, stack_rows
 from muflow.dask.exchange import exchange
 from muflow.dask.partition_column import PartitionColumn, held
@@ -89,6 +90,7 @@ class PartitionedState(ColumnState):
         self.bias = 0.0
         self._shrink_with, self._reactivate = None, False
         self._pool, self._stale = None, True
+        self._held_rows = [HeldRows() for _ in parts.actors]  # candidates' rows (answered_rows)
         self._shrunk = 0
         self._recovering(lambda: self._begin(range(len(parts.actors))))
         self.F = col.objective(alpha, self._gradient())
@@ -154,9 +156,17 @@ class PartitionedState(ColumnState):
         return XB[~held(B, lo, hi)]
 
     def _answered(self, candidates) -> None:
-        """The partitions' candidates become the pool the loop selects from."""
-        self._pool = CandidatePool(candidates, self.equality,
-                                   self.parts.take if self.parts.rows_here else None)
+        """The partitions' candidates become the pool the loop selects from; their rows of
+        X from this process's X, or from the answers and those kept here
+        (:class:`muflow.dask.answered_rows.HeldRows`)."""
+        parts = self.parts
+        if parts.rows_here:
+            self._pool = CandidatePool(candidates, self.equality, parts.take)
+        else:
+            rows = [held.complete(answer, lambda ids, i=i: parts.wait(
+                        [parts.send(i, "rows", ids - parts.bounds[i][0])])[0])
+                    for i, (held, answer) in enumerate(zip(self._held_rows, candidates))]
+            self._pool = CandidatePool(candidates, self.equality, rows=rows)
         self._shrunk = self.n_valid - self._pool.n_active
         self._stale = False
 
