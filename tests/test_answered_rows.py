@@ -62,6 +62,18 @@ def test_a_row_comes_again_once_it_left_the_recent_answers():
     assert not sent.held(np.array([1, 2, 3])).any()
 
 
+def test_an_answer_without_candidates_is_kept_as_one():
+    """A partition whose variables were all shrunk answers no candidate: the next answers
+    still find the rows of those before it."""
+    X = np.arange(30.0).reshape(10, 3)
+    sent, held = SentRows(), HeldRows()
+    for ids in (np.array([], dtype=np.int64), np.array([2, 3]), np.array([2, 3, 4])):
+        leave_out = sent.held(ids)
+        answer = {"idx": ids, "X": X[ids[~leave_out]], "held": leave_out}
+        sent.record(ids)
+        np.testing.assert_array_equal(held.complete(answer, fetch=None), X[ids])
+
+
 def test_an_answer_with_nothing_left_out_is_taken_as_it_came():
     held = HeldRows()
     X = np.arange(12.0).reshape(4, 3)

@@ -71,6 +71,8 @@ class HeldRows:
             pieces, where = [answer["X"]], [np.flatnonzero(~held)]
             missing = np.flatnonzero(held)
             for recent_ids, recent_rows in self._recent:
+                if not recent_ids.size:  # an answer without candidates (all shrunk there)
+                    continue
                 at = np.minimum(np.searchsorted(recent_ids, ids[missing]), recent_ids.size - 1)
                 found = recent_ids[at] == ids[missing]
                 if found.any():
