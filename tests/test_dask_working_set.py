@@ -160,9 +160,10 @@ def test_with_a_copy_of_x_on_every_worker_the_calls_carry_indices_and_the_soluti
     np.testing.assert_array_equal(warm[0].alpha, warm[1].alpha)
 
 
-def test_x_is_copied_to_the_workers_where_it_takes_a_tenth_of_their_memory(client):
+def test_x_is_copied_to_the_workers_where_it_takes_a_tenth_of_their_memory(client, monkeypatch):
     """The rule of muflow.dask.row_blocks.copy_fits on the test cluster's workers (their
-    memory limit read from the scheduler), and never with one partition."""
+    memory limit read from the scheduler), never with one partition nor with
+    MUFLOW_DASK_COPY_X=0."""
     from muflow.dask.row_blocks import COPY_FRACTION, copy_fits
     from muflow.dask.scheduler_workers import scheduler_workers
 
@@ -171,6 +172,9 @@ def test_x_is_copied_to_the_workers_where_it_takes_a_tenth_of_their_memory(clien
     assert copy_fits(client, int(COPY_FRACTION * limit), 2)
     assert not copy_fits(client, int(COPY_FRACTION * limit) + 1, 2)
     assert not copy_fits(client, 8, 1)
+    monkeypatch.setenv("MUFLOW_DASK_COPY_X", "0")
+    assert not copy_fits(client, 8, 2)
+    monkeypatch.delenv("MUFLOW_DASK_COPY_X")
     X, y = make_classification(n_samples=600, n_features=8, random_state=0)
     parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.05), client)
     try:

@@ -11,10 +11,12 @@ carries B's indices alone and each partition takes X_B from its copy: the same v
 the same rows and the same solution. The copy is made where X takes at most
 :data:`COPY_FRACTION` of the smallest worker's memory limit (:data:`COPY_MAX_BYTES` where
 the workers have none), and only on two workers or more (one partition holds all of X
-already).
+already) ``MUFLOW_DASK_COPY_X=0`` makes no copy.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import scipy.sparse as sp
@@ -28,6 +30,9 @@ COPY_FRACTION = 0.1
 
 #: The largest copy of X made on workers without a memory limit (bytes).
 COPY_MAX_BYTES = 1 << 30
+
+#: ``MUFLOW_DASK_COPY_X=0`` makes no copy of X on the workers, whatever its size.
+ENV_VAR = "MUFLOW_DASK_COPY_X"
 
 
 def row_blocks(client, X):
@@ -94,9 +99,10 @@ def held_bytes(X) -> int:
 
 def copy_fits(client, nbytes: int, n_blocks: int) -> bool:
     """Whether every worker gets a copy of X, of ``nbytes`` as the partitions hold it
-    (module notes): two blocks or more, and X within :data:`COPY_FRACTION` of the smallest worker memory limit (within
-    :data:`COPY_MAX_BYTES` where the workers have no limit)."""
-    if n_blocks < 2:
+    (module notes): two blocks or more, X within :data:`COPY_FRACTION` of the smallest
+    worker memory limit (within :data:`COPY_MAX_BYTES` where the workers have no limit),
+    and ``MUFLOW_DASK_COPY_X`` not ``0``."""
+    if n_blocks < 2 or os.environ.get(ENV_VAR, "1").strip() == "0":
         return False
     limits = [int(w.get("memory_limit") or 0) for w in scheduler_workers(client).values()]
     limits = [limit for limit in limits if limit > 0]
@@ -146,5 +152,5 @@ def stacked(parts):
     return np.concatenate(parts, axis=0)
 
 
-__all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "check_finite_blocks", "copy_everywhere",
+__all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "ENV_VAR", "check_finite_blocks", "copy_everywhere",
            "copy_fits", "held_bytes", "homes", "row_blocks", "stacked"]
