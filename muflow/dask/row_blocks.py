@@ -11,7 +11,7 @@ carries B's indices alone and each partition takes X_B from its copy: the same v
 the same rows and the same solution. The copy is made where X takes at most
 :data:`COPY_FRACTION` of the smallest worker's memory limit (:data:`COPY_MAX_BYTES` where
 the workers have none), and only on two workers or more (one partition holds all of X
-already) ``MUFLOW_DASK_COPY_X=0`` makes no copy.
+already). ``MUFLOW_DASK_COPY_X=0`` makes no copy.
 """
 
 from __future__ import annotations
