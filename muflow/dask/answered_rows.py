@@ -25,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.candidates import stack_rows
+from muflow.solvers.working_set_loop import sorted_lookup
 
 #: A candidate's row of X travels again once it was in none of this many of its
 #: partition's last answers.
@@ -42,8 +43,7 @@ class SentRows:
         """Which of ``ids`` (sorted) the client holds the rows of."""
         held = np.zeros(len(ids), dtype=bool)
         for recent in self._recent:
-            at = np.minimum(np.searchsorted(recent, ids), max(recent.size - 1, 0))
-            held |= recent[at] == ids if recent.size else False
+            held |= sorted_lookup(recent, ids)[1]
         return held
 
     def record(self, ids) -> None:
@@ -71,10 +71,7 @@ class HeldRows:
             pieces, where = [answer["X"]], [np.flatnonzero(~held)]
             missing = np.flatnonzero(held)
             for recent_ids, recent_rows in self._recent:
-                if not recent_ids.size:  # an answer without candidates (all shrunk there)
-                    continue
-                at = np.minimum(np.searchsorted(recent_ids, ids[missing]), recent_ids.size - 1)
-                found = recent_ids[at] == ids[missing]
+                at, found = sorted_lookup(recent_ids, ids[missing])
                 if found.any():
                     pieces.append(recent_rows[at[found]])
                     where.append(missing[found])

@@ -22,7 +22,8 @@ from muflow.solvers._selection_compiled import WORK_PER_ITEM, side_pass
 from muflow.solvers._subset_compiled import shrink_mask
 from muflow.solvers._working_set_compiled import add_older_rows, add_rows
 from muflow.solvers.top_k import smallest
-from muflow.solvers.working_set_loop import projected_gradient, solve_subproblem, step_of
+from muflow.solvers.working_set_loop import (previous_positions, projected_gradient,
+                                             solve_subproblem, step_of)
 from muflow.threads import blas_single_threaded
 
 
@@ -107,8 +108,7 @@ class PartitionColumn:
         members of the previous working set ``previous`` (local indices), which the client
         may keep (as ThunderSVM keeps half of its previous set)."""
         act = self.act
-        at = np.minimum(np.searchsorted(act, previous), max(act.size - 1, 0))
-        kept = at[act[at] == previous] if act.size else at[:0]
+        kept = previous_positions(act, previous)
         if self.equality:
             v_up, v_low, a, U = (np.empty(act.size) for _ in range(4))
             self.threads.split(side_pass, act.size, WORK_PER_ITEM, self.y, self.alpha, self.U,

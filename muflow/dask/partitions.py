@@ -30,7 +30,8 @@ import scipy.sparse as sp
 from muflow.dask.calls import ActorCall, answers
 from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.dask.offered_rows import OfferedRows
-from muflow.dask.row_blocks import copy_everywhere, copy_fits, homes, row_blocks, stacked
+from muflow.dask.row_blocks import (copy_everywhere, copy_fits, held_form, homes, row_blocks,
+                                    stacked)
 from muflow.dask.worker_memory import (cache_to_fit_workers, lost_workers_message,
                                       reuse_freed_memory)
 from muflow.dask.candidates import stack_rows
@@ -88,7 +89,7 @@ class RowPartition(PartitionColumn):
                  first_rows=None, whole=None):
         # each iteration's temporaries reuse freed memory, on any cluster (worker_memory)
         self.malloc_thresholds = reuse_freed_memory()
-        self.X = sp.csr_matrix(X, dtype=np.float64) if sp.issparse(X) else np.ascontiguousarray(X, dtype=np.float64)
+        self.X = held_form(X)
         self.lo = int(lo)
         self.n = self.X.shape[0]
         #: all of X (float64, as X_p), or None: the calls then carry the rows they need
@@ -427,7 +428,7 @@ class DaskRowPartitions(GramOperator):
         if self._local is not None:
             return self._local[idx]
         if self._dense_here:
-            return np.ascontiguousarray(self._source[idx], dtype=np.float64)
+            return held_form(self._source[idx])
         futures = []
         for i, (lo, hi) in enumerate(self.bounds):
             where = np.flatnonzero((idx >= lo) & (idx < hi))
@@ -453,14 +454,11 @@ class DaskRowPartitions(GramOperator):
         coef = np.asarray(coef, dtype=np.float64)
         self.wait([self.send(i, "product_start", coef.shape[1:]) for i in which])
         piece = max(1, PRODUCT_BYTES // (8 * max(self.d, 1)))
-        if self.copied:  # the rows are on the workers already: their indices go
-            for s in range(0, len(idx), piece):
-                self.wait([self.send(i, "product_add_at", idx[s:s + piece], coef[s:s + piece])
-                           for i in which])
-            return
+        # where the workers hold copies of X, the rows' indices go instead of the rows
+        method, rows = ("product_add_at", None) if self.copied else ("product_add", self.take)
         for s in range(0, len(idx), piece):
-            XS = self.take(idx[s:s + piece])
-            self.wait([self.send(i, "product_add", XS, coef[s:s + piece]) for i in which])
+            XS = idx[s:s + piece] if rows is None else rows(idx[s:s + piece])
+            self.wait([self.send(i, method, XS, coef[s:s + piece]) for i in which])
             del XS  # one piece held at a time, not the last while the next comes
 
     def matmul(self, V):

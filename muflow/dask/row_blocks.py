@@ -21,6 +21,7 @@ import os
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.dask.candidates import stack_rows
 from muflow.dask.scheduler_workers import scheduler_workers
 from muflow.exceptions import MuflowInputError
 
@@ -140,17 +141,19 @@ def homes(client, blocks) -> list:
     return chosen
 
 
+def held_form(X):
+    """Rows of X as a partition holds them: float64, dense and C-ordered, or CSR."""
+    if sp.issparse(X):
+        return sp.csr_matrix(X, dtype=np.float64)
+    return np.ascontiguousarray(X, dtype=np.float64)
+
+
 def stacked(parts):
-    """A partition's copy of X from the pieces of :func:`copy_everywhere`, held as its own
-    rows are: float64, dense and C-ordered, or CSR."""
-    parts = [sp.csr_matrix(p, dtype=np.float64) if sp.issparse(p)
-             else np.ascontiguousarray(p, dtype=np.float64) for p in parts]
-    if len(parts) == 1:
-        return parts[0]
-    if any(sp.issparse(p) for p in parts):
-        return sp.vstack([sp.csr_matrix(p) for p in parts], format="csr")
-    return np.concatenate(parts, axis=0)
+    """A partition's copy of X from the pieces of :func:`copy_everywhere`, in row order, as
+    it holds its own rows (:func:`held_form`)."""
+    parts = [held_form(p) for p in parts]
+    return parts[0] if len(parts) == 1 else stack_rows(parts)
 
 
 __all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "ENV_VAR", "check_finite_blocks", "copy_everywhere",
-           "copy_fits", "held_bytes", "homes", "row_blocks", "stacked"]
+           "copy_fits", "held_bytes", "held_form", "homes", "row_blocks", "stacked"]

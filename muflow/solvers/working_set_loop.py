@@ -64,13 +64,21 @@ def projected_gradient(a, U, G):
     return np.where(a <= 0.0, np.minimum(G, 0.0), np.where(a >= U, np.maximum(G, 0.0), G))
 
 
+def sorted_lookup(sorted_ids: np.ndarray, ids) -> tuple[np.ndarray, np.ndarray]:
+    """``(at, found)``: where each of ``ids`` is in the ascending ``sorted_ids`` (``at[k]``
+    is its position where ``found[k]``), by one binary search."""
+    ids = np.asarray(ids)
+    if sorted_ids.size == 0:
+        return np.zeros(ids.size, dtype=np.int64), np.zeros(ids.size, dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_ids, ids), sorted_ids.size - 1)
+    return at, sorted_ids[at] == ids
+
+
 def previous_positions(act: np.ndarray, previous: np.ndarray) -> np.ndarray:
     """Positions in the (sorted) active set ``act`` of the previous working set's variables
     that are still active (shrunk ones are gone)."""
-    if act.size == 0:
-        return act[:0]
-    pos = np.minimum(np.searchsorted(act, previous), act.size - 1)
-    return pos[act[pos] == previous]
+    at, found = sorted_lookup(act, previous)
+    return at[found]
 
 
 class PairView:
