@@ -204,3 +204,66 @@ def test_a_worker_predicting_a_dask_array_reuses_the_memory_it_frees(monkeypatch
     np.testing.assert_array_equal(got, expected)
     assert before >= 40 * 128, before
     assert after <= 2 * 256, after
+
+
+def test_a_partition_is_freed_with_its_last_reference_not_by_the_cycle_collector():
+    """A partition's row cache is most of a worker's memory: once its actor and its channel
+    let it go, it is freed at once. A reference cycle (its row source held it) kept it until
+    Python's cycle collector ran, which a worker busy in compiled loops may not do for many
+    fits: the next fit's memory rule then counted it, and shrank that fit's cache or refused
+    the fit (issue 37's repeated fits on one cluster)."""
+    import gc
+    import weakref
+
+    from muflow.dask.partitions import RowPartition
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((600, 6))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    B = np.arange(0, 600, 20)
+    gc.disable()
+    try:
+        part = RowPartition(X, 0, Kernel("rbf", gamma=0.2).to_dict(), 600, cache_mb=2)
+        part.product_start(())
+        part.begin(y, np.ones(600), -np.ones(600), np.zeros(600), True)
+        part.prefetch(X[B], B)
+        part.iterate(B, np.full(B.size, 0.1), B, np.zeros(B.size), None, False, 8)
+        freed = weakref.ref(part)
+        del part
+        assert freed() is None
+    finally:
+        gc.enable()
+
+
+def _partitions_alive() -> int:
+    """On a worker: the partitions Python still holds, reachable or not (no collection)."""
+    import gc
+
+    from muflow.dask.partitions import RowPartition
+
+    return sum(isinstance(o, RowPartition) for o in gc.get_objects())
+
+
+def test_a_closed_fits_partitions_leave_their_workers_before_the_next_fit():
+    """On a real worker whose cycle collector does not run (a worker in compiled loops for
+    a whole fit), closing the partitions frees them: fits one after the other on one cluster
+    each find the memory the last one used free again."""
+    import gc
+
+    X, y = make_classification(n_samples=2000, n_features=10, random_state=0)
+    y = np.where(y > 0, 1.0, -1.0)
+    with local_client(n_workers=1) as client:
+        client.run(gc.disable)
+        parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client, cache_mb=20)
+        try:
+            from muflow.solvers import DualProblem
+            from muflow.solvers.working_set import solve_working_set
+
+            solve_working_set(DualProblem(parts, y, upper=1.0, equality=True))
+            assert list(client.run(_partitions_alive).values()) == [1]
+        finally:
+            parts.close()
+        deadline = time.monotonic() + 20
+        while list(client.run(_partitions_alive).values()) != [0]:
+            assert time.monotonic() < deadline, "the closed partition is still on its worker"
+            time.sleep(0.1)

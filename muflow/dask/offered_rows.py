@@ -19,10 +19,13 @@ class OfferedRows:
     (:meth:`offer`), computed as in process
     (:meth:`muflow.kernel_rows.KernelRows.foreign_rows_into`)."""
 
-    def __init__(self, partition):
-        self.partition = partition
-        self.n = partition.n
-        self.dtype = partition.dtype
+    def __init__(self, rows_op, lo: int):
+        # the partition's row operator and first row, not the partition: the partition holds
+        # this object, and a reference back would make a cycle that keeps a closed
+        # partition's row cache alive until Python's cycle collector runs
+        self.rows_op, self.lo = rows_op, int(lo)
+        self.n = rows_op.n
+        self.dtype = rows_op.dtype
         self.rows_computed = 0
         self._scratch = {}
         self._X = None
@@ -39,12 +42,12 @@ class OfferedRows:
     def begin_rows_into(self, idx, data, slots):
         """:meth:`rows_into` begun on the worker's other threads (its
         :meth:`~muflow.thread_pool.Begun.join` takes the caller's share)."""
-        p = self.partition
+        lo = self.lo
         idx = np.asarray(idx, dtype=np.int64)
         at = self._order[np.searchsorted(self._ids, idx)]
-        same = np.where((idx >= p.lo) & (idx < p.lo + p.n), idx - p.lo, -1)
+        same = np.where((idx >= lo) & (idx < lo + self.n), idx - lo, -1)
         self.rows_computed += idx.size
-        return p.rows_op.begin_foreign_rows_into(self._X[at], data, slots, same,
+        return self.rows_op.begin_foreign_rows_into(self._X[at], data, slots, same,
                                                  scratch=self._scratch)
 
 

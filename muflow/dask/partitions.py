@@ -108,7 +108,7 @@ class RowPartition(PartitionColumn):
                                   n_threads=self.n_threads)
         self.dtype = self.rows_op.dtype
         self.n_total = int(n_total)
-        self.offered = OfferedRows(self)
+        self.offered = OfferedRows(self.rows_op, self.lo)
         self.cache = RowCache(self.offered, cache_mb, self.dtype, n_keys=self.n_total,
                               max_rows=max_rows, first_rows=first_rows)
         self.threads = Threads(self.n_threads)
