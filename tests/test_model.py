@@ -328,3 +328,19 @@ def test_a_product_solver_stores_K_above_the_threshold_unless_it_does_not_fit(bl
                           gram="stored").fit(X, y)
     np.testing.assert_allclose(rows.objective_, stored64.objective_, rtol=1e-9)
     assert stored.solver_ == rows.solver_ == "m3"
+
+
+@pytest.mark.parametrize("solver", ["smo", "working_set"])
+@pytest.mark.parametrize("C", [1e-5, 1e-4])
+def test_a_c_far_below_tol_gives_libsvms_model(solver, C):
+    """C below ``tol``: every alpha then lies within tol of its bounds, and the KKT measure
+    must still see a gradient that violates (muflow.solvers.kkt). It did not before session
+    39: the fit stopped with the bias at 0, and its predictions differed from libsvm's on
+    a third of breast cancer's samples."""
+    X, y = muflow.datasets.load_breast_cancer()
+    ours = muflow.SVC(C=C, solver=solver).fit(X, y)
+    theirs = LibsvmSVC(C=C).fit(X, y)
+    assert np.mean(ours.predict(X) == theirs.predict(X)) >= 0.995
+    np.testing.assert_allclose(ours.intercept_, theirs.intercept_, rtol=1e-3)
+    np.testing.assert_array_equal(ours.n_support_, theirs.n_support_)
+    assert ours.kkt_violation_.max() <= 1e-3

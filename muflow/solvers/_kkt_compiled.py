@@ -30,12 +30,24 @@ from numba import njit
 
 
 @njit(cache=True, inline="always")
+def box_scale(u):
+    """s_i = min(1, U_i), 1 for a pinned sample (U_i <= 0): the step of the residual
+    (:mod:`muflow.solvers.kkt`), which measures alpha_i / s_i in the box [0, U_i / s_i]."""
+    return u if 0.0 < u < 1.0 else 1.0
+
+
+@njit(cache=True, inline="always")
 def residual(a, g, u):
-    """|r_i| = |alpha_i - clip(alpha_i - g_i, 0, U_i)| for the Lagrangian gradient g_i.
+    """|r_i| = |alpha_i - clip(alpha_i - s_i g_i, 0, U_i)| / s_i for the Lagrangian
+    gradient g_i, s_i = :func:`box_scale` (U_i): the natural residual of alpha_i / s_i in
+    the box [0, U_i / s_i].
 
     With the equality constraint the caller passes g_i + y_i b. Branch-free (selects), so
     that a loop over columns that calls it is vectorised.
     """
+    s = box_scale(u)
+    a = a / s
+    u = u / s
     t = a - g
     t = 0.0 if t < 0.0 else t
     t = u if t > u else t
@@ -49,8 +61,11 @@ def bias_interval(a, g, y, u, tau):
     |r_i(b)| <= tau holds when alpha_i - (g_i + y_i b) lies in [alpha_i - tau, alpha_i + tau],
     widened to an unbounded side where that end passes a bound of the box (clipping keeps
     r_i there). Solved for y_i b, then for b. A pinned sample (U_i <= 0) admits every b.
-    Branch-free.
+    Measured on alpha_i / s_i in [0, U_i / s_i] (:func:`residual`). Branch-free.
     """
+    s = box_scale(u)
+    a = a / s
+    u = u / s
     base = a - g
     lo_t = a - tau if a - tau > 0.0 else -np.inf
     hi_t = a + tau if a + tau < u else np.inf
@@ -71,10 +86,14 @@ def bias_thresholds(a, g, y, u):
 
     L = -y_i g_i; A = U_i - alpha_i, B = alpha_i for y_i > 0 and the other way round for
     y_i < 0 (the level at which that end of the interval reaches a bound of the box and
-    stops constraining b). A pinned sample bounds nothing (A = B = -inf).
+    stops constraining b), alpha_i and U_i measured as :func:`residual` measures them
+    (divided by s_i). A pinned sample bounds nothing (A = B = -inf).
     """
     if u <= 0.0:
         return 0.0, -np.inf, -np.inf
+    s = box_scale(u)
+    a = a / s
+    u = u / s
     if y > 0:
         return -g, u - a, a
     return g, a, u - a

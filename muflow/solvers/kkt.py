@@ -4,13 +4,21 @@ For column j with gradient g = Q alpha + p and a bias b (0 without the equality
 constraint), the Lagrangian gradient is g_i + y_i b = y_i f(x_i) - 1 for the standard SVM.
 The violation is the natural (projected-gradient) residual
 
-    r_i(b) = alpha_i - clip(alpha_i - (g_i + y_i b), 0, U_i),     V = max_i |r_i(b)|,
+    r_i(b) = (alpha_i - clip(alpha_i - s_i (g_i + y_i b), 0, U_i)) / s_i,     V = max_i |r_i(b)|,
 
-which is zero exactly at a KKT point and, unlike the maximal-violating-pair gap, is
-continuous in alpha: a multiplicative iterate with alpha_i = 1e-9 on a sample that should
-be at zero counts 1e-9, not the full gradient. For a free variable r_i is the gradient
-itself, so ``tol`` has libsvm's units (libsvm stops when the pair gap, at most 2 V, is
-below its ``tol``).
+with the step s_i = min(1, U_i), which is zero exactly at a KKT point and, unlike the
+maximal-violating-pair gap, is continuous in alpha: a multiplicative iterate with
+alpha_i = 1e-9 on a sample that should be at zero counts 1e-9 / s_i, not the full
+gradient. For a free variable r_i is the gradient itself, so ``tol`` has libsvm's units
+(libsvm stops when the pair gap, at most 2 V, is below its ``tol``).
+
+The step: r_i is the natural residual of alpha_i / s_i in the box [0, U_i / s_i]. With a
+step of 1 (before session 39) a sample's residual could not exceed U_i, so below
+C = ``tol`` every point passed, whatever its gradient: SMO's point, whose pair gap is
+below ``tol`` in gradient units, then had every residual at U_i, the bias was left at 0,
+and predictions differed from libsvm's on a third of the samples (breast cancer, C = 1e-4).
+With s_i = U_i below 1 a violating sample at a bound counts its gradient up to 1, as
+for C >= 1, where the measure is the same as before.
 
 With the equality constraint, b is chosen to minimise V: for a level tau every sample
 allows an interval of b, and the smallest tau whose intervals intersect is found by
@@ -85,7 +93,14 @@ def residuals_reference(alpha, grad, y, upper, bias=0.0):
     """
     alpha, grad, y, upper = _columns(alpha, grad, y, upper)
     shifted = grad + y * np.asarray(bias, dtype=np.float64)
-    return np.abs(alpha - np.clip(alpha - shifted, 0.0, upper))
+    a, u = _in_unit_steps(alpha, upper)
+    return np.abs(a - np.clip(a - shifted, 0.0, u))
+
+
+def _in_unit_steps(alpha, upper):
+    """alpha / s and U / s with s = min(1, U) (1 where U <= 0): the residual's step."""
+    s = np.where((upper > 0.0) & (upper < 1.0), upper, 1.0)
+    return alpha / s, upper / s
 
 
 def _bias_candidates(a, g, y, u):
@@ -100,6 +115,7 @@ def _bias_candidates(a, g, y, u):
     """
     free = u > 0.0
     a, g, y, u = a[free], g[free], y[free], u[free]
+    a, u = _in_unit_steps(a, u)  # r_i measures alpha_i / s_i in [0, U_i / s_i]
     finite = np.isfinite(u)
     knots = [y * (a - g), (y * (a - g - u))[finite], -y * g]
     # lines g_i + y_i b = +-(g_k + y_k b)

@@ -66,6 +66,37 @@ def test_compiled_measure_matches_reference(equality, hard_margin):
             assert np.all(bias == 0.0)
 
 
+@pytest.mark.parametrize("equality", [False, True])
+def test_compiled_measure_matches_reference_in_boxes_below_one(equality):
+    """Bounds far below 1 (C = 1e-5 to 1e-2): the step s_i = U_i, in the compiled measure
+    as in the reference."""
+    rng = np.random.default_rng(11 + equality)
+    for _ in range(100):
+        n, m = int(rng.integers(1, 30)), int(rng.integers(1, 4))
+        alpha, g, y, U = random_columns(rng, n, m)
+        box = 10.0 ** rng.uniform(-5, -2, m)
+        alpha, U = alpha * box, U * box
+        viol, bias = kkt_violation(_Columns(y, U, equality), alpha, g)
+        ref, _ = kkt_violation_reference(alpha, g, y, U, equality)
+        eps = 1e-9 * _scale(g)
+        np.testing.assert_allclose(viol, ref, rtol=0, atol=eps)
+        at_bias = residuals_reference(alpha, g, y, U, bias).max(axis=0, initial=0.0)
+        np.testing.assert_allclose(at_bias, viol, rtol=0, atol=eps)
+
+
+@pytest.mark.parametrize("upper", [1e-4, 0.5, 1.0, 100.0])
+def test_a_violating_gradient_counts_in_full_however_small_the_box(upper):
+    """A sample at 0 whose gradient says it should grow (g = -0.3) violates by 0.3 whatever
+    C: with a step of 1 its residual stopped at U, so below C = tol every point passed
+    (every alpha of breast cancer at C = 1e-4 did, with the bias left at 0)."""
+    alpha, g = np.array([[0.0], [upper]]), np.array([[-0.3], [-0.3]])
+    y, U = np.ones((2, 1)), np.full((2, 1), upper)
+    viol, _ = kkt_violation(_Columns(y, U, False), alpha, g)
+    np.testing.assert_allclose(viol, [min(0.3, max(upper, 1.0))], rtol=1e-12)
+    ref, _ = kkt_violation_reference(alpha, g, y, U, False)
+    np.testing.assert_allclose(ref, viol, rtol=1e-12)
+
+
 def test_equality_bias_is_not_the_hint():
     """A hint far from the optimum does not change the measure (it only seeds the search)."""
     rng = np.random.default_rng(3)
