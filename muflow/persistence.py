@@ -86,10 +86,12 @@ def _classes_from_json(d) -> np.ndarray:
 
 
 def save(model, path) -> Path:
-    """Save a fitted muflow estimator to the directory ``path`` (created or replaced)."""
+    """Save a fitted muflow estimator to the directory ``path``: created, or replaced where
+    it holds a saved model (nothing else is ever replaced: :func:`check_replaceable`)."""
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)
+    check_replaceable(path)
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -123,6 +125,33 @@ def save(model, path) -> Path:
         (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
 
     return atomic_directory(path, write)
+
+
+def check_replaceable(path) -> None:
+    """Refuse to save over ``path`` where it is anything but a saved model or an empty
+    directory: a file, a link, or a directory of other things (a saved model is replaced
+    whole, so whatever else the directory held would be lost)."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    what = None
+    if path.is_symlink() or not path.is_dir():
+        what = "is not a directory"
+    else:
+        names = sorted(p.name for p in path.iterdir())
+        if names and names != ["arrays.npz", "model.json"]:
+            shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+            what = f"is a directory that holds other things ({shown})"
+        elif names:
+            try:
+                model = json.loads((path / "model.json").read_text())
+            except (OSError, ValueError):
+                model = None
+            if not isinstance(model, dict) or model.get("format") != FORMAT:
+                what = "holds a model.json that is not a muflow model's"
+    if what is not None:
+        raise MuflowInputError(f"{path} {what}, and saving a model there would replace it; "
+                               "save to a new path, or remove it first")
 
 
 def model_digest(meta: dict, arrays_bytes: bytes) -> str:

@@ -64,3 +64,39 @@ def test_bad_csv_line_is_still_named_after_the_fast_path_declines(tmp_path):
     path.write_text("a,b,label\n1,2,0\n3,oops,1\n")
     with pytest.raises(DataFileError, match="line 3: 'oops' is not a number"):
         load_data(path)
+
+
+def test_a_csv_label_column_out_of_range_is_refused(tmp_path):
+    """An index past the last column is an error (it wrapped around onto a feature)."""
+    csv = tmp_path / "d.csv"
+    csv.write_text("1,2,3\n4,5,6\n")
+    for bad in (3, -4, "42"):
+        with pytest.raises(DataFileError, match="out of range; the data have 3 columns"):
+            load_data(csv, label_column=bad)
+    X, y = load_data(csv, label_column=-3)
+    assert y.tolist() == [1, 4] and X.tolist() == [[2, 3], [5, 6]]
+
+
+def test_a_missing_label_in_a_csv_names_its_line(tmp_path):
+    """An empty label cell was read as a class of its own, ''."""
+    csv = tmp_path / "d.csv"
+    csv.write_text("a,b,label\n1,2,x\n3,4,\n5,6,y\n")
+    with pytest.raises(DataFileError, match="line 3: the label is missing"):
+        load_data(csv)
+
+
+def test_string_labels_from_a_table_column(tmp_path):
+    """A pandas (Arrow) column of strings arrives as objects: the labels are those strings;
+    a missing one is refused, not made a class."""
+    pd = pytest.importorskip("pandas")
+    from muflow.data.local import load_source
+    from muflow.data.source import DataSource
+
+    frame = pd.DataFrame({"a": [0.1, 0.2, 0.3, 0.4], "label": ["cat", "dog", "cat", "dog"]})
+    frame.to_parquet(tmp_path / "d.parquet")
+    X, y, _ = load_source(DataSource(path=str(tmp_path / "d.parquet")))
+    assert y.tolist() == ["cat", "dog", "cat", "dog"] and X.shape == (4, 1)
+    frame.loc[2, "label"] = None
+    frame.to_parquet(tmp_path / "m.parquet")
+    with pytest.raises(DataFileError, match="1 missing value"):
+        load_source(DataSource(path=str(tmp_path / "m.parquet")))

@@ -166,3 +166,32 @@ def test_platt_sigmoids_of_the_wrong_length_are_refused(saved):
     rewrite_arrays(saved, two_sigmoids)
     with pytest.raises(MuflowInputError, match=r"_probA has shape \(2,\) where 1 binary problems"):
         muflow.load(saved)
+
+
+def test_saving_replaces_a_saved_model_and_nothing_else(fitted, saved, tmp_path):
+    """A saved model is replaced whole, so save refuses any path that holds something else:
+    a directory of other files, a file, a link, another program's model.json. Each is left
+    as it was. (Until session 39, ``muflow fit --out`` wiped whatever was there.)"""
+    again = muflow.save(fitted, saved)  # a saved model: replaced
+    assert sorted(p.name for p in again.iterdir()) == ["arrays.npz", "model.json"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    muflow.save(fitted, empty)
+    folder = tmp_path / "precious"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "notes.txt").write_text("important")
+    afile = tmp_path / "predictions.csv"
+    afile.write_text("a,b\n")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "model.json").write_text('{"format": "other"}')
+    (foreign / "arrays.npz").write_bytes(b"x")
+    link = tmp_path / "link"
+    os.symlink(saved, link)
+    for path in (folder, afile, foreign, link):
+        with pytest.raises(MuflowInputError, match="save to a new path, or remove it first"):
+            muflow.save(fitted, path)
+    assert (folder / "notes.txt").read_text() == "important" and (folder / "sub").is_dir()
+    assert afile.read_text() == "a,b\n"
+    assert json.loads((foreign / "model.json").read_text()) == {"format": "other"}
+    assert os.path.islink(link)

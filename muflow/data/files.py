@@ -114,6 +114,9 @@ def _load_csv(path: Path, label_column):
         except ValueError:
             bad = next(row[j] for j in feature_index if not _is_number(row[j]))
             raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
+        if not row[label_index]:
+            raise DataFileError(f"{path}, line {line}: the label is missing; fill it in or "
+                                "drop the row")
         labels.append(row[label_index])
     return X, _labels(np.asarray(labels))
 
@@ -160,7 +163,11 @@ def _columns(path: Path, header, width: int, label_column):
     if label_column is None:
         label_index = width - 1
     elif isinstance(label_column, int) or (isinstance(label_column, str) and label_column.lstrip("-").isdigit()):
-        label_index = int(label_column) % width
+        label_index = int(label_column)
+        if not -width <= label_index < width:
+            raise DataFileError(f"{path}: label_column {label_index} is out of range; the data "
+                                f"have {width} columns")
+        label_index %= width
     else:
         if header is None or label_column not in header:
             raise DataFileError(
@@ -177,6 +184,12 @@ def _columns(path: Path, header, width: int, label_column):
 def _labels(labels: np.ndarray) -> np.ndarray:
     """Labels as read: integers when every one is a whole number, floats when numeric, the
     strings otherwise."""
+    if labels.dtype.kind == "O" and any(isinstance(v, (str, bytes)) for v in labels):
+        # a pandas or Arrow column of strings; one with missing labels stays as it is, for
+        # the caller's check (muflow.data.local.check_labels) to name them
+        if any(_missing(v) for v in labels):
+            return labels
+        labels = labels.astype(str)
     if labels.dtype.kind in "US":
         if not all(_is_number(v) for v in labels):
             return labels
@@ -184,6 +197,11 @@ def _labels(labels: np.ndarray) -> np.ndarray:
     if np.all(labels == np.round(labels)):
         return labels.astype(np.int64)
     return labels
+
+
+def _missing(value) -> bool:
+    """Whether a label read from a table is missing (None, NaN, an empty text)."""
+    return value is None or (isinstance(value, float) and value != value) or value == ""
 
 
 def _load_svmlight(path: Path, n_features):

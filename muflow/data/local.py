@@ -13,7 +13,7 @@ from pathlib import PurePosixPath
 
 import numpy as np
 
-from muflow.data.files import _labels, check_finite, load_data
+from muflow.data.files import _labels, _missing, check_finite, load_data
 from muflow.data.source import DataSource
 from muflow.data.tabular import Layout, inspect
 from muflow.exceptions import DataFileError, MuflowInputError
@@ -100,3 +100,8 @@ def check_labels(y, where: str) -> None:
         bad = int(np.size(y) - np.isfinite(y).sum())
         raise DataFileError(f"{where}: the label column holds {bad} NaN or infinite value(s); drop "
                             "those rows")
+    if y.dtype.kind in "OU":
+        bad = sum(_missing(v) for v in y.tolist())
+        if bad:
+            raise DataFileError(f"{where}: the label column holds {bad} missing value(s); fill "
+                                "them in or drop those rows")
