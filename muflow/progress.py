@@ -54,26 +54,34 @@ class FitProgress:
         print(f"{self.prefix} {self.last_printed - self.start:7.1f} s  {text}", file=stream, flush=True)
         self.lines += 1
 
-    def __call__(self, *, iteration: int, gap: float, target: float, rows_computed: int,
-                 rows_requested: int, cache_hits: int, active: int, n: int,
-                 column: int = 0, columns: int = 1) -> None:
+    def __call__(self, *, iteration: int, gap: float, target: float, n: int,
+                 rows_computed: int | None = None, rows_requested: int | None = None,
+                 cache_hits: int | None = None, active: int | None = None,
+                 round_trips: int | None = None, column: int = 0, columns: int = 1) -> None:
         """One outer iteration of a decomposition solver.
 
         ``gap`` is the maximal violating pair's gap (libsvm's stopping measure, Fan, Chen &
         Lin 2005, eq. 9), ``target`` the gap it stops at; ``rows_computed`` counts the kernel
         rows the operator computed, ``rows_requested`` and ``cache_hits`` the rows the
         working sets asked of the row cache and how many it held; ``active`` the variables
-        not shrunk out of ``n``.
+        not shrunk out of ``n``; ``round_trips`` the exchanges with a cluster's workers. A
+        home that does not know one of them (the workers keep the row caches of a fit on a
+        cluster) leaves it out, and so does the line.
         """
         if not self._due():
             return
-        where = f"problem {column + 1}/{columns}  " if columns > 1 else ""
-        hit_rate = cache_hits / rows_requested if rows_requested else 0.0
-        self._write(
-            f"{where}outer iteration {iteration:6d}  KKT gap {gap:9.3e} (stops at {target:.1e})  "
-            f"rows computed {rows_computed:,} ({rows_computed / max(n, 1):.2f} n)  "
-            f"cache hits {hit_rate:6.1%}  active {active:,}/{n:,}"
-        )
+        parts = [f"problem {column + 1}/{columns}"] if columns > 1 else []
+        parts.append(f"outer iteration {iteration:6d}  KKT gap {gap:9.3e} (stops at {target:.1e})")
+        if rows_computed is not None:
+            parts.append(f"rows computed {rows_computed:,} ({rows_computed / max(n, 1):.2f} n)")
+        if rows_requested is not None and cache_hits is not None:
+            hit_rate = cache_hits / rows_requested if rows_requested else 0.0
+            parts.append(f"cache hits {hit_rate:6.1%}")
+        if round_trips is not None:
+            parts.append(f"round trips {round_trips:,}")
+        if active is not None:
+            parts.append(f"active {active:,}/{n:,}")
+        self._write("  ".join(parts))
 
     def callback(self, iteration, alpha, objective) -> bool:
         """The common solver callback: iteration and objective (never stops the solve)."""

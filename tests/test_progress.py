@@ -98,3 +98,19 @@ def test_muflow_fit_summarises_the_rows_it_computed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "solver working_set" in out and "kernel rows computed on demand" in out
     assert "row-cache hit rate" in out
+
+
+def test_a_verbose_fit_on_a_cluster_reports_its_round_trips(immediate_progress, capsys, monkeypatch):
+    """On a cluster the row caches are the workers': the line reports the round trips and
+    the active set instead (until session 39 it raised a TypeError on them, and so did
+    ``muflow fit --scheduler``, verbose by default)."""
+    import muflow.routing
+    from tests.dask_cluster import local_client
+
+    monkeypatch.setattr(muflow.routing, "ONE_TASK_MAX_SAMPLES", 0)  # iterate on the workers
+    X, y = a8a(1200)
+    with local_client(2) as client:
+        model = muflow.SVC(gamma=0.05, client=client, verbose=True).fit(X, y)
+    err = capsys.readouterr().err
+    assert model.solver_ == "working_set" and "round trips" in err and "active" in err
+    assert "rows computed" not in err
