@@ -22,6 +22,18 @@ from muflow.solvers.registry import INTERCEPTS, SOLVERS
 from muflow.time_limit import check_time_limit
 from muflow.validation import check_bool, check_choice, check_number, check_per_sample
 
+def _check_numeric_columns(frame) -> None:
+    """Refuse a dask DataFrame with columns that are not numbers, naming them."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    bad = [str(name) for name, dtype in frame.dtypes.items()
+           if not (is_numeric_dtype(dtype) or is_bool_dtype(dtype))]
+    if bad:
+        shown = ", ".join(repr(b) for b in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        raise ValueError(f"could not convert string to float: the DataFrame's column(s) {shown} "
+                         "are not numeric; drop or encode them before fitting")
+
+
 def _dense_kernel(K) -> np.ndarray:
     """A callable kernel's values as a float64 array (a sparse result is densified)."""
     return K.toarray() if sp.issparse(K) else np.asarray(K, dtype=np.float64)
@@ -93,9 +105,19 @@ class FitInput:
         whose path does not run there is refused by its plan
         (:func:`muflow.routing.plan_kernel`)."""
         if hasattr(X, "to_dask_array"):
+            _check_numeric_columns(X)
+            # n_features_in_ and feature_names_in_ from the frame's names, as for pandas
+            validate_data(self, X._meta, reset=True, skip_check_array=True)
             X = X.to_dask_array(lengths=True)
-        if X.ndim != 2:
-            raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
+        else:
+            if X.ndim != 2:
+                raise ValueError(f"Expected 2D array, got a dask array of shape {X.shape}")
+            if not all(np.isfinite(X.shape)):  # chunks of unknown length: read them once
+                X = X.compute_chunk_sizes()
+            validate_data(self, X, reset=True, skip_check_array=True)  # no names: none kept
+        if X.shape[0] == 0:
+            raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum "
+                             "of 1 is required by SVC.")
         from muflow.dask.row_blocks import check_finite_blocks
 
         check_finite_blocks(X)

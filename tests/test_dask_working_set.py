@@ -584,3 +584,37 @@ def test_one_iteration_on_one_and_on_two_threads_is_the_same_step(monkeypatch):
     assert np.array_equal(new1, new2) and change1 == change2 and np.array_equal(G1, G2)
     assert np.array_equal(a1["idx"], a2["idx"]) and np.array_equal(a1["G"], a2["G"])
     assert rows1 == rows2 == new1.size
+
+
+def test_dask_input_is_checked_as_pandas_and_numpy_input_are(client, data):
+    """Feature names from a dask DataFrame, as from pandas (and a later dask.array fit
+    keeps none); chunks of unknown length read once; no rows, a text column and a closed
+    client refused in words (session 39: the names were missing or stale, the rest raised
+    IndexError, numpy's isfinite TypeError and AttributeError)."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+    from distributed import Client
+
+    X, y = data
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])])
+    ddf = dd.from_pandas(frame, npartitions=3)
+    model = muflow.SVC(gamma=0.05, client=client).fit(ddf, y)
+    assert list(model.feature_names_in_) == list(frame.columns)
+    with pytest.raises(ValueError, match="feature names should match"):
+        model.predict(ddf[list(reversed(frame.columns))])
+    model.fit(da.from_array(X[:, :5], chunks=(500, -1)), y)
+    assert model.n_features_in_ == 5 and not hasattr(model, "feature_names_in_")
+    unknown = dd.from_pandas(pd.DataFrame(X), npartitions=3).to_dask_array()
+    assert np.isnan(unknown.shape[0])
+    fitted = muflow.SVC(gamma=0.05, client=client).fit(unknown, y)
+    np.testing.assert_array_equal(fitted.predict(X), muflow.SVC(gamma=0.05).fit(X, y).predict(X))
+    with pytest.raises(ValueError, match="0 sample"):
+        muflow.SVC(client=client).fit(da.zeros((0, 4), chunks=(1, 4)), np.zeros(0))
+    texts = frame.assign(colour=np.where(y > 0, "red", "blue"))
+    with pytest.raises(ValueError, match="'colour' are not numeric"):
+        muflow.SVC(client=client).fit(dd.from_pandas(texts, npartitions=2), y)
+    closed = Client(client.scheduler.address)
+    closed.close()
+    with pytest.raises(MuflowInputError, match="client is closed"):
+        muflow.SVC(client=closed).fit(X, y)  # NumPy X: scattered by this client
