@@ -472,7 +472,11 @@ def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
     if "gamma" in reads:
         params["gamma"] = resolve_gamma(setting.get("gamma", "scale"), X)
     if "degree" in reads:
-        params["degree"] = int(setting.get("degree", 3))
+        degree = setting.get("degree", 3)
+        if isinstance(degree, bool) or not isinstance(degree, (int, float, np.integer, np.floating)) \
+                or degree != int(degree):  # 2.5 was truncated to 2
+            raise MuflowInputError(f"degree must be a positive integer, got {degree!r}")
+        params["degree"] = int(degree)
     if "coef0" in reads:
         params["coef0"] = float(setting.get("coef0", 0.0))
     offset = 1.0 if intercept == "regularized" else 0.0

@@ -145,12 +145,13 @@ def predict_index(decision: np.ndarray, n_classes: int, multiclass: str = "ovo",
                   break_ties: bool = False) -> np.ndarray:
     """Class index per sample from the decisions of the binary columns (n, n_problems).
 
-    Two classes: the sign (positive is class 1). One-vs-rest: the argmax. One-vs-one: the
-    vote winner (libsvm), or with ``break_ties`` the argmax of :func:`ovr_scores`.
+    Two classes: the sign, positive and zero for class 1 (libsvm gives an exact tie to the
+    pair's second class, as :func:`vote_winner` does). One-vs-rest: the argmax. One-vs-one:
+    the vote winner (libsvm), or with ``break_ties`` the argmax of :func:`ovr_scores`.
     """
     decision = np.asarray(decision)
     if n_classes == 2:
-        return (decision.reshape(decision.shape[0], -1)[:, 0] > 0).astype(np.intp)
+        return (decision.reshape(decision.shape[0], -1)[:, 0] >= 0).astype(np.intp)
     if multiclass == "ovr":
         return np.argmax(decision, axis=1)
     if break_ties:

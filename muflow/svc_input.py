@@ -180,6 +180,10 @@ class FitInput:
                 "Invalid input - all samples with positive weights belong to the same class; "
                 "a classifier needs samples of at least 2 classes with positive weight")
         upper = float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
+        if len(np.unique(y_encoded[upper > 0])) < 2:
+            raise MuflowInputError(
+                "Invalid input - class_weight leaves samples of fewer than 2 classes with a "
+                "positive weight; give every class a positive class_weight")
         return upper, check_per_sample(offset, n, "offset", default=0.0)
 
     # -- fit ---------------------------------------------------------------------------

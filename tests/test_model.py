@@ -344,3 +344,24 @@ def test_a_c_far_below_tol_gives_libsvms_model(solver, C):
     np.testing.assert_allclose(ours.intercept_, theirs.intercept_, rtol=1e-3)
     np.testing.assert_array_equal(ours.n_support_, theirs.n_support_)
     assert ours.kkt_violation_.max() <= 1e-3
+
+
+def test_an_exact_tie_of_two_classes_goes_to_the_second_class_as_in_libsvm():
+    """A decision of exactly 0 (identical rows, balanced labels): libsvm votes for the
+    pair's second class, classes_[1]; muflow gave classes_[0]."""
+    X, y = np.ones((20, 3)), np.r_[np.zeros(10), np.ones(10)]
+    ours, theirs = muflow.SVC().fit(X, y), LibsvmSVC().fit(X, y)
+    assert ours.decision_function(X[:1])[0] == 0.0
+    assert ours.predict(X[:1])[0] == theirs.predict(X[:1])[0] == 1.0
+
+
+def test_a_class_weight_that_zeroes_a_class_and_a_fractional_degree_are_refused(binary):
+    """A class of zero weight left a model that predicts one class (scikit-learn raises
+    too); degree=2.5 was truncated to 2."""
+    X, y = binary
+    classes = np.unique(y)
+    with pytest.raises(MuflowInputError, match="give every class a positive class_weight"):
+        muflow.SVC(class_weight={classes[0]: 0.0, classes[1]: 1.0}).fit(X, y)
+    with pytest.raises(MuflowInputError, match="degree must be a positive integer, got 2.5"):
+        muflow.SVC(kernel="poly", degree=2.5).fit(X, y)
+    assert muflow.SVC(kernel="poly", degree=3.0).fit(X, y).kernel_.degree == 3
