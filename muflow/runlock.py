@@ -38,6 +38,9 @@ def hold_run_dir(run_dir, *, command: str = "muflow run"):
         When another process holds it; the message names the directory and the holder.
     """
     run_dir = Path(run_dir)
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
+        raise MuflowInputError(f"{run_dir} is a file, not a directory; choose a directory for "
+                               "--out")
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from muflow.commands._common import (add_data_options, load_from_args, parse_C, parse_gamma,
@@ -139,8 +141,13 @@ def grid_from_args(args):
 
 
 def run(args) -> int:
+    from muflow.runlock import hold_run_dir, is_lock_file
+
+    out = Path(args.out)
+    made = not os.path.lexists(out)
     try:
-        return _run(args)
+        with hold_run_dir(out, command="muflow sweep"):  # one sweep writes a directory
+            return _run(args)
     except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (muflow.signals): say what is kept
         from muflow.cli import set_hint
         from muflow.commands._cluster import continue_hint
@@ -148,6 +155,9 @@ def run(args) -> int:
         if (Path(args.out) / "kernels").is_dir() and any((Path(args.out) / "kernels").iterdir()):
             set_hint(exc, continue_hint(args, f"its finished kernel settings are kept in {args.out}"))
         raise
+    finally:  # a sweep refused before it wrote anything leaves no directory behind
+        if made and out.is_dir() and all(is_lock_file(p) for p in out.iterdir()):
+            shutil.rmtree(out, ignore_errors=True)
 
 
 def _run(args) -> int:

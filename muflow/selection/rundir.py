@@ -93,9 +93,33 @@ def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
                 f"{out_dir} holds a sweep with other settings ({', '.join(diff)} differ); "
                 "resume with the same data and options, or use a new --out directory")
         return
-    if not resume and (out_dir / "kernels").exists():
-        shutil.rmtree(out_dir / "kernels")
+    if not resume:
+        clear_earlier_sweep(out_dir)
     write_json(meta_file, meta)
+
+
+#: What a sweep writes in its directory (module notes), besides ``sweep.json``.
+SWEEP_OUTPUTS = ("kernels", "best_model", "results.csv", "best.json", "test_metrics.json",
+                 "convergence.png")
+
+
+def clear_earlier_sweep(out_dir: Path) -> None:
+    """Before a fresh sweep: remove an earlier sweep's outputs (:data:`SWEEP_OUTPUTS` and its
+    heatmaps), so that none of them is left beside the new ones (a test_metrics.json or a
+    kernel's heatmap the new sweep does not write). Refuses a ``muflow run`` directory,
+    whose files a sweep would mix with its own."""
+    if (out_dir / "stages.log").exists() or (out_dir / "config.json").exists():
+        raise MuflowInputError(
+            f"{out_dir} is a `muflow run` directory; give the sweep a directory of its own "
+            "(--out)")
+    for name in SWEEP_OUTPUTS:
+        path = out_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+    for heatmap in out_dir.glob("heatmap_*.png"):
+        heatmap.unlink()
 
 
 def kernel_dir(out_dir: Path, i: int, setting: dict) -> Path:

@@ -56,3 +56,50 @@ def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch,
     with pytest.raises(OSError, match="No space left"):
         rundir_module.write_outputs(tmp_path, [row], 2, {"kernel": "rbf"}, model, None)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_fresh_sweep_leaves_nothing_of_an_earlier_one_and_refuses_a_run_directory(tmp_path):
+    """A fresh sweep into a directory of an earlier one removes that sweep's outputs first
+    (its test_metrics.json and a kernel's heatmap stayed beside the new results); a `muflow
+    run` directory is refused, not mixed with."""
+    X, y = muflow.datasets.load_breast_cancer()
+    idx = np.random.default_rng(1).choice(len(y), 120, replace=False)
+    X, y = X[idx] / 10.0, y[idx]
+    out = tmp_path / "sweep"
+    run_sweep(X, y, SweepGrid([{"kernel": "rbf", "gamma": [0.5]}, {"kernel": "linear"}],
+                              C=[1.0]), folds=3, out_dir=out, solver="smo", progress=False,
+              X_test=X[:30], y_test=y[:30])
+    assert (out / "test_metrics.json").exists() and (out / "heatmap_linear.png").exists()
+    (out / "notes.txt").write_text("mine")
+    run_sweep(X, y, SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[1.0]), folds=3,
+              out_dir=out, solver="smo", progress=False)
+    assert not (out / "test_metrics.json").exists() and not (out / "heatmap_linear.png").exists()
+    assert [p.name for p in (out / "kernels").iterdir()] == ["000-rbf"]
+    assert (out / "notes.txt").read_text() == "mine"  # not the sweep's: kept
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "stages.log").write_text("data computed 0.1\n")
+    with pytest.raises(MuflowInputError, match="is a `muflow run` directory"):
+        run_sweep(X, y, SweepGrid([{"kernel": "linear"}], C=[1.0]), folds=3, out_dir=run,
+                  progress=False)
+
+
+def test_the_sweep_command_holds_its_directory(tmp_path, capsys):
+    """Two sweeps on one --out at once: the second is refused in one line while the first
+    holds the directory (both wrote, and the second's outputs replaced the first's)."""
+    from muflow.cli import main
+    from muflow.runlock import hold_run_dir
+
+    data = tmp_path / "d.npz"
+    X, y = muflow.datasets.load_breast_cancer()
+    np.savez(data, X=X[:100], y=y[:100])
+    out = tmp_path / "sweep"
+    with hold_run_dir(out, command="muflow sweep"):
+        assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1",
+                     "--folds", "3", "--out", str(out), "--no-progress"]) == 2
+    assert "is in use by another `muflow sweep`" in capsys.readouterr().err
+    afile = tmp_path / "file.csv"
+    afile.write_text("x\n")
+    assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1",
+                 "--folds", "3", "--out", str(afile), "--no-progress"]) == 2
+    assert "is a file, not a directory" in capsys.readouterr().err
