@@ -13,12 +13,11 @@ gradient. For a free variable r_i is the gradient itself, so ``tol`` has libsvm'
 (libsvm stops when the pair gap, at most 2 V, is below its ``tol``).
 
 The step: r_i is the natural residual of alpha_i / s_i in the box [0, U_i / s_i]. With a
-step of 1 (before session 39) a sample's residual could not exceed U_i, so below
-C = ``tol`` every point passed, whatever its gradient: SMO's point, whose pair gap is
-below ``tol`` in gradient units, then had every residual at U_i, the bias was left at 0,
-and predictions differed from libsvm's on a third of the samples (breast cancer, C = 1e-4).
-With s_i = U_i below 1 a violating sample at a bound counts its gradient up to 1, as
-for C >= 1, where the measure is the same as before.
+step of 1 a sample's residual could not exceed U_i, so below C = ``tol`` every point would
+pass whatever its gradient: SMO's point, whose pair gap is below ``tol`` in gradient
+units, would have every residual at U_i and no bias singled out (docs/benchmarks.md gives
+what that did to predictions). With s_i = U_i below 1 a violating sample at a bound counts
+its gradient up to 1, as for C >= 1, where the step is 1.
 
 With the equality constraint, b is chosen to minimise V: for a level tau every sample
 allows an interval of b, and the smallest tau whose intervals intersect is found by
