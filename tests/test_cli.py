@@ -143,3 +143,43 @@ def test_fit_prints_iterations_in_the_unit_of_n_iter(csv_file, tmp_path, capsys)
     printed = capsys.readouterr().out
     steps = int(muflow.load(out).n_iter_.max())
     assert f"solver smo: {steps} iterations (pair step)" in printed
+
+
+def test_fit_refuses_an_out_that_is_not_a_model_before_fitting(csv_file, tmp_path, capsys,
+                                                               monkeypatch):
+    """``fit --out`` over a directory of other files is refused before any fit (it was
+    wiped after one)."""
+    import muflow
+
+    folder = tmp_path / "precious"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("mine")
+    monkeypatch.setattr(muflow.SVC, "fit", lambda *a, **k: pytest.fail("fitted first"))
+    assert main(["fit", "--data", str(csv_file), "--out", str(folder), "--quiet"]) == 2
+    assert "holds other things (notes.txt)" in capsys.readouterr().err
+    assert (folder / "notes.txt").read_text() == "mine"
+
+
+def test_an_interrupted_fit_says_how_to_continue(csv_file, tmp_path, capsys, monkeypatch):
+    """SIGINT mid-fit: the line names the kept checkpoint and the command with --resume."""
+    import muflow
+    from muflow.checkpoint import FILENAME
+
+    def interrupted(self, X, y, checkpoint_dir=None, **kwargs):
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (checkpoint_dir / FILENAME).write_bytes(b"")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(muflow.SVC, "fit", interrupted)
+    out = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--out", str(out), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"its last checkpoint is kept in {out}.checkpoint" in err and "--resume`" in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-1"])
+def test_gram_refuses_workers_below_one(csv_file, tmp_path, capsys, workers):
+    assert main(["gram", "--data", str(csv_file), "--out", str(tmp_path / "K.zarr"),
+                 "--workers", workers]) == 2
+    assert "--workers must be a positive integer" in capsys.readouterr().err
+    assert not (tmp_path / "K.zarr").exists()

@@ -89,8 +89,19 @@ def run(args) -> int:
         )
     if args.resume and not held:
         raise MuflowInputError(f"--resume: no checkpoint at {checkpoint_dir}; run without --resume")
-    with _on_cluster(args, model, checkpoint_dir):
-        model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
+    from muflow.persistence import check_replaceable
+
+    check_replaceable(args.out)  # refused before the fit, not after it
+    try:
+        with _on_cluster(args, model, checkpoint_dir):
+            model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
+    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (muflow.signals): say what is kept
+        from muflow.cli import set_hint
+        from muflow.commands._cluster import continue_hint
+
+        if (checkpoint_dir / FILENAME).is_file():
+            set_hint(exc, continue_hint(args, f"its last checkpoint is kept in {checkpoint_dir}"))
+        raise
     path = muflow.save(model, args.out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit

@@ -56,6 +56,9 @@ def run(args) -> int:
 
     if args.out is None and args.cache_dir is None:
         raise MuflowInputError("give --out PATH (the store to write) or --cache-dir DIR")
+    if args.workers is not None and args.workers < 1:
+        raise MuflowInputError(f"--workers must be a positive integer, got {args.workers}; "
+                               "leave it out for one worker per core")
     if args.tile is not None and args.tile < 1:
         raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
     X, _ = load_from_args(args)
