@@ -49,6 +49,9 @@ def test_default_run_prints_the_summary_and_writes_the_report(tmp_path):
                 "best configuration", "test accuracy", "wall time (s)"):
         assert row in res.stdout, row
     assert f"report: {out / 'report.md'}" in res.stdout.replace("\n", "")
+    # distributed's INFO lines go to run.log, not the console (87 of them did, session 39)
+    assert "distributed." not in res.stdout + res.stderr
+    assert "distributed." in (out / "run.log").read_text()
     report = (out / "report.md").read_text()
     for link in ("sweep/results.csv", "model/", "sweep/convergence.png", "sweep/heatmap_rbf.png",
                  "sweep/heatmap_poly.png", "objective.png"):

@@ -41,7 +41,7 @@ def log_to_file(log_file, *, verbose=False):
     """Send the log records that would reach stderr into ``log_file`` (appended): distributed's
     own (a lost scheduler prints 30-odd lines of ``distributed.client - ERROR`` traceback),
     Prefect's (a failed flow prints its task's and its own traceback) and any other
-    library's. Prefect's progress lines (below WARNING) go on to stdout. The command's
+    library's. Prefect's own progress lines (below WARNING) go on to stdout. The command's
     failure is then its one line on stderr. ``verbose`` leaves logging as it is.
 
     Call it once the libraries whose logging it moves are imported: their import
@@ -69,7 +69,10 @@ def log_to_file(log_file, *, verbose=False):
                 to_file.setFormatter(handler.formatter)  # names the flow and task runs
                 progress = type(handler)(stream=sys.stdout)
                 progress.setFormatter(handler.formatter)
-                progress.addFilter(lambda record: record.levelno < logging.WARNING)
+                # Prefect's own lines: other libraries' records (distributed's INFO lines on
+                # the scheduler and nannies) reach the root's handler too, and go to the file
+                progress.addFilter(lambda record: record.levelno < logging.WARNING
+                                   and record.name.split(".")[0] == "prefect")
                 logger.addHandler(progress)
 
 
