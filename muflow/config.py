@@ -68,7 +68,7 @@ workers = 2         # LocalCluster only: worker processes (0 = one per core)
 timeout = 10.0      # seconds to wait for the scheduler
 
 [gram]
-cache_dir = ""      # Gram stores (zarr, float32); "" = <run dir>/gram
+cache_dir = ""      # Gram stores (zarr; float32 for a sweep on the cluster, float64 in process); "" = <run dir>/gram
 """
 
 

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 
-def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False):
+def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False,
+                        default_note="a LocalCluster on this machine"):
     """Add ``--scheduler ADDRESS`` (and optionally ``--timeout``, ``--workers``) to ``parser``.
 
     Parameters
@@ -25,10 +26,12 @@ def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False)
         Add ``--timeout SECONDS`` (default 10), the wait for ``--scheduler`` to answer.
     workers : bool, default=False
         Add ``--workers N``, the size of the local cluster started without ``--scheduler``.
+    default_note : str
+        What the command does without ``--scheduler``.
     """
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help=f"address of a running Dask scheduler, e.g. tcp://host:8786 "
-                             f"({scheduler_note}); default: a LocalCluster on this machine")
+                             f"({scheduler_note}); default: {default_note}")
     if timeout:
         parser.add_argument("--timeout", type=float, default=10.0,
                             help="seconds to wait for --scheduler to answer (default: 10)")

@@ -53,6 +53,7 @@ def add_parser(subparsers):
                    help="continue an interrupted fit from MODEL_DIR.checkpoint/ with what is "
                         "left of --max-iter")
     add_cluster_options(p, scheduler_note="the fit runs on its workers, X split over them",
+                        default_note="the fit runs in this process",
                         timeout=True)
     p.add_argument("--verbose", action="store_true",
                    help="with --scheduler: Dask's own log messages on stderr (default: into "
