@@ -131,10 +131,12 @@ default="rbf"
         on the same row partitions, each holding its kernel panel K(X_p, X) computed there,
         one round trip per pass sending V once (:mod:`muflow.dask.panels`), when an even
         share of K fits in half the smallest worker's memory limit
-        (:func:`muflow.routing.panels_fit`). Otherwise, and with the other solvers, the
-        Gram store of K(X, X) is built (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a
-        path the workers must reach; X in memory) and every solver iteration is served by
-        the workers (:class:`muflow.dask.store_operator.DaskGram`). A
+        (:func:`muflow.routing.panels_fit`); otherwise the Gram store of K(X, X) is built
+        (or reused) on the cluster in ``$MUFLOW_CACHE_DIR`` (a path the workers must
+        reach; X in memory) and every pass is served by the workers
+        (:class:`muflow.dask.store_operator.DaskGram`). The solvers that read rows of K a
+        pair at a time ("smo", "cd", "adatron", "hybrid") are refused on a cluster above
+        the one-task size (:data:`muflow.routing.ONE_TASK_MAX_SAMPLES`). A
         scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
         survives scikit-learn's ``clone``. None (default) keeps everything in process.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
