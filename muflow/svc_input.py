@@ -34,6 +34,22 @@ def _check_numeric_columns(frame) -> None:
                          "are not numeric; drop or encode them before fitting")
 
 
+def _check_symmetric(K, block: int = 1024) -> None:
+    """Refuse a precomputed K that is not symmetric (to a relative 1e-6 of its largest
+    entry): the dual's Q is then not what the solvers assume, and a pair solver may never
+    stop (libsvm's does not). Compared a block at a time, without a transposed copy."""
+    n = K.shape[0]
+    scale = float(np.max(np.abs(K))) if K.size else 0.0
+    for i in range(0, n, block):
+        rows = K[i:i + block]
+        worst = float(np.max(np.abs(rows - K[:, i:i + block].T))) if rows.size else 0.0
+        if worst > 1e-6 * max(scale, 1e-300):
+            raise MuflowInputError(
+                f"the precomputed kernel matrix is not symmetric (entries differ from their "
+                f"transposes by up to {worst:.3g}); pass K(X_train, X_train) of a kernel, e.g. "
+                "(K + K.T) / 2 where rounding made them differ")
+
+
 def _dense_kernel(K) -> np.ndarray:
     """A callable kernel's values as a float64 array (a sparse result is densified)."""
     return K.toarray() if sp.issparse(K) else np.asarray(K, dtype=np.float64)
@@ -163,6 +179,8 @@ class FitInput:
             raise MuflowInputError(
                 f"Precomputed matrix must be a square matrix. Input is a {X.shape[0]}x"
                 f"{X.shape[1]} matrix; pass K(X_train, X_train)")
+        if self.kernel == "precomputed":
+            _check_symmetric(X)
         return X, y, X
 
     def _per_sample(self, y_encoded, n, sample_weight, offset):

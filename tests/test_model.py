@@ -365,3 +365,14 @@ def test_a_class_weight_that_zeroes_a_class_and_a_fractional_degree_are_refused(
     with pytest.raises(MuflowInputError, match="degree must be a positive integer, got 2.5"):
         muflow.SVC(kernel="poly", degree=2.5).fit(X, y)
     assert muflow.SVC(kernel="poly", degree=3.0).fit(X, y).kernel_.degree == 3
+
+
+def test_an_asymmetric_precomputed_kernel_is_refused(binary):
+    """A pair solver on a K that is not symmetric may never stop (libsvm's does not)."""
+    X, y = binary
+    K = X @ X.T
+    K[0, 1] += 1.0
+    with pytest.raises(MuflowInputError, match="not symmetric .* up to 1"):
+        muflow.SVC(kernel="precomputed").fit(K, y)
+    K[1, 0] += 1.0
+    assert muflow.SVC(kernel="precomputed").fit(K, y).n_support_.sum() > 0
