@@ -183,3 +183,25 @@ def test_gram_refuses_workers_below_one(csv_file, tmp_path, capsys, workers):
                  "--workers", workers]) == 2
     assert "--workers must be a positive integer" in capsys.readouterr().err
     assert not (tmp_path / "K.zarr").exists()
+
+
+def test_predict_reads_files_without_labels(csv_file, tmp_path, capsys):
+    """--no-labels: every column is a feature (CSV, Parquet, an npz of X alone), the same
+    predictions as from the labelled file; without it, the message points to it."""
+    pd = pytest.importorskip("pandas")
+    model = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--gamma", "0.5", "--out", str(model),
+                 "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(csv_file)]) == 0
+    labelled = capsys.readouterr().out.split()
+    features = pd.DataFrame(FEATURES, columns=["x1", "x2"])
+    files = [tmp_path / "f.csv", tmp_path / "f.parquet", tmp_path / "f.npz"]
+    features.to_csv(files[0], index=False)
+    features.to_parquet(files[1])
+    np.savez(files[2], X=FEATURES)
+    for path in files:
+        assert main(["predict", "--model", str(model), "--data", str(path), "--no-labels"]) == 0
+        assert capsys.readouterr().out.split() == labelled, path
+    assert main(["predict", "--model", str(model), "--data", str(files[0])]) == 2
+    assert "for a file without a label column, --no-labels" in capsys.readouterr().err

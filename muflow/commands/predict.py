@@ -15,6 +15,9 @@ def add_parser(subparsers):
     )
     p.add_argument("--model", required=True, metavar="MODEL_DIR", help="model directory written by fit")
     add_data_options(p)
+    p.add_argument("--no-labels", action="store_true",
+                   help="the data have no label column: every column is a feature (CSV, "
+                        "Parquet; an .npz needs only X)")
     p.add_argument("--out", metavar="CSV", help="write predictions (and decision values) to this CSV file")
     return p
 
@@ -25,6 +28,12 @@ def run(args) -> int:
     import muflow
 
     model = muflow.load(args.model)
+    if args.no_labels:
+        if args.label_column is not None:
+            from muflow.exceptions import MuflowInputError
+
+            raise MuflowInputError("--no-labels and --label-column contradict each other; give one")
+        args.label_column = False
     X, y = load_from_args(args)
     expected = getattr(model, "n_features_in_", None)
     if expected is not None and X.shape[1] != expected:
@@ -33,7 +42,9 @@ def run(args) -> int:
         raise MuflowInputError(
             f"{args.data} has {X.shape[1]} features, the model in {args.model} was fitted on "
             f"{expected}; give data with the model's features (for svmlight, --n-features "
-            f"{expected})")
+            f"{expected}"
+            + ("; for a file without a label column, --no-labels" if X.shape[1] == expected - 1
+               and not args.no_labels else "") + ")")
     pred = model.predict(X)
     if args.out:
         from pathlib import Path

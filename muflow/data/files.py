@@ -40,9 +40,10 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     Parameters
     ----------
     path : str or Path
-    label_column : str or int, optional
+    label_column : str, int or False, optional
         CSV only: the column that holds the labels, by header name or 0-based index.
-        Default: the last column.
+        Default: the last column. False: the file has no labels (CSV, npz without y);
+        y is then None.
     fmt : {"csv", "svmlight", "npz"}, optional
         Default: from the suffix (``.svm``, ``.svmlight``, ``.libsvm``: svmlight; ``.npz``;
         anything else: CSV).
@@ -63,7 +64,7 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     if kind == "svmlight":
         return _load_svmlight(path, n_features)
     if kind == "npz":
-        return _load_npz(path)
+        return _load_npz(path, labels=label_column is not False)
     return _load_csv(path, label_column)
 
 
@@ -114,11 +115,13 @@ def _load_csv(path: Path, label_column):
         except ValueError:
             bad = next(row[j] for j in feature_index if not _is_number(row[j]))
             raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
+        if label_index is None:
+            continue
         if not row[label_index]:
             raise DataFileError(f"{path}, line {line}: the label is missing; fill it in or "
                                 "drop the row")
         labels.append(row[label_index])
-    return X, _labels(np.asarray(labels))
+    return X, None if label_index is None else _labels(np.asarray(labels))
 
 
 def _load_numeric_csv(path: Path, label_column):
@@ -141,7 +144,8 @@ def _load_numeric_csv(path: Path, label_column):
     if values.shape[0] == 0 or values.shape[1] != len(first):
         return None
     label_index, feature_index = _columns(path, header, values.shape[1], label_column)
-    return np.ascontiguousarray(values[:, feature_index]), _labels(values[:, label_index])
+    y = None if label_index is None else _labels(values[:, label_index])
+    return np.ascontiguousarray(values[:, feature_index]), y
 
 
 def _delimiter(sample: str):
@@ -158,9 +162,12 @@ def _is_header(first: list, label_column) -> bool:
 
 
 def _columns(path: Path, header, width: int, label_column):
-    """``(label_index, feature_index)``: the label column (by name, index, or the last) and
-    the feature columns (not a leading sample-id column)."""
-    if label_column is None:
+    """``(label_index, feature_index)``: the label column (by name, index, or the last;
+    None for ``label_column=False``) and the feature columns (not a leading sample-id
+    column)."""
+    if label_column is False:  # no label column
+        label_index = None
+    elif label_column is None:
         label_index = width - 1
     elif isinstance(label_column, int) or (isinstance(label_column, str) and label_column.lstrip("-").isdigit()):
         label_index = int(label_column)
@@ -235,9 +242,13 @@ def _first_bad_svmlight_line(path: Path) -> int | None:
     return None
 
 
-def _load_npz(path: Path):
+def _load_npz(path: Path, labels: bool = True):
     try:
         with np.load(path, allow_pickle=False) as data:
+            if not labels:
+                if "X" not in data.files:
+                    raise DataFileError(f"{path}: an .npz data file must hold an array 'X'")
+                return np.asarray(data["X"]), None
             missing = {"X", "y"} - set(data.files)
             if missing:
                 raise DataFileError(

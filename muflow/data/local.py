@@ -25,7 +25,8 @@ def load_source(source: DataSource):
     layout = inspect(source)
     where = f"data path {source.label!r}"
     X, y = _read(source, layout)
-    check_labels(y, where)
+    if y is not None:  # label_column=False: features alone
+        check_labels(y, where)
     try:
         check_finite(X)
     except MuflowInputError as exc:
@@ -35,7 +36,7 @@ def load_source(source: DataSource):
 
 def _read(source: DataSource, layout: Layout):
     fs, roots = DataSource(path=layout.urls, storage_options=source.storage_options).filesystem()
-    if layout.format in ("npz", "svmlight", "csv") and layout.label is None:
+    if layout.format in ("npz", "svmlight", "csv") and not layout.features:  # one whole file
         return _whole_file(source, layout, fs, roots[0])
     if layout.format == "zarr":
         import zarr
@@ -43,13 +44,15 @@ def _read(source: DataSource, layout: Layout):
         root = source.paths()[0]
         group = (zarr.open_group(root, mode="r", storage_options=source.options() or None)
                  if "://" in root else zarr.open_group(root, mode="r"))
-        return np.asarray(group["X"][:], dtype=np.float64), _labels(np.asarray(group["y"][:]))
-    columns = [*layout.features, layout.label]
+        X = np.asarray(group["X"][:], dtype=np.float64)
+        return X, None if source.label_column is False else _labels(np.asarray(group["y"][:]))
+    columns = [*layout.features] + ([layout.label] if layout.label is not None else [])
     parts = [_read_table(fs, root, layout, columns) for root in roots]
     import pandas as pd
 
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    return features_of(frame, layout, source.label), _labels(frame[layout.label].to_numpy())
+    y = None if layout.label is None else _labels(frame[layout.label].to_numpy())
+    return features_of(frame, layout, source.label), y
 
 
 def _read_table(fs, root, layout, columns):

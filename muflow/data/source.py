@@ -57,8 +57,10 @@ class DataSource:
         A file, a directory, a glob or an fsspec URL, or several of them (one format).
     format : {"parquet", "zarr", "csv", "svmlight", "npz"}, optional
         Default: from the suffix of the path (or of the files in a directory).
-    label_column : str or int, optional
-        Column of the labels (name, or 0-based index); default: the last column.
+    label_column : str, int or False, optional
+        Column of the labels (name, or 0-based index); default: the last column. False:
+        the data have no labels (CSV, Parquet, npz without y; features to predict from),
+        and y is None.
     feature_columns : tuple of str, optional
         Columns of X; default: every numeric column but the label.
     storage_options : dict, optional
@@ -72,7 +74,7 @@ class DataSource:
 
     path: str | tuple = ""
     format: str | None = None
-    label_column: str | int | None = None
+    label_column: str | int | bool | None = None
     feature_columns: tuple | None = None
     storage_options: dict = field(default_factory=dict)
     n_features: int | None = None

@@ -83,10 +83,13 @@ def _looks_plain(source) -> bool:
 
 def choose_columns(schema, label_column, feature_columns, where: str):
     """``(label, features)`` from ``schema`` (``[(name, type text, numeric)]``): the label
-    by name or 0-based index (default the last column), the features as given (each must
-    be there and numeric) or every numeric column but the label."""
+    by name or 0-based index (default the last column; ``label_column=False``: none, the
+    label is None), the features as given (each must be there and numeric) or every
+    numeric column but the label."""
     names = [s[0] for s in schema]
-    if label_column is None:
+    if label_column is False:  # no label column: every numeric column is a feature
+        label = None
+    elif label_column is None:
         label = names[-1]
     elif isinstance(label_column, int) or str(label_column).lstrip("-").isdigit():
         index = int(label_column)
@@ -117,8 +120,9 @@ def choose_columns(schema, label_column, feature_columns, where: str):
                 raise DataFileError(f"{where}: {name!r} is the label column and a feature column; "
                                     "drop it from feature_columns")
     if not features:
-        raise DataFileError(f"{where}: no numeric feature column besides the label {label!r}; the "
-                            f"columns are {_list(names)}")
+        raise DataFileError(f"{where}: no numeric feature column"
+                            + (f" besides the label {label!r}" if label is not None else "")
+                            + f"; the columns are {_list(names)}")
     return label, features
 
 
