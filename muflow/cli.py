@@ -76,11 +76,22 @@ def main(argv=None) -> int:
     if getattr(args, "_run", None) is None:
         parser.print_help()
         return EXIT_USAGE
+    import warnings
+
     from muflow import signals
 
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line(args.command)
     try:
         with signals.stop_on_signals():  # SIGTERM as SIGINT: the way out runs every cleanup
             return int(args._run(args) or EXIT_OK)
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as Unix tools do
+        import contextlib
+        import os
+
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no fd: nothing to flush
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush fails too
+        return EXIT_BROKEN_PIPE
     except MuflowInputError as exc:
         print(f"muflow {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE
@@ -106,3 +117,20 @@ def main(argv=None) -> int:
     except Exception as exc:  # any other failure: one line, exit 1
         print(f"muflow {args.command}: failed: {type(exc).__name__}: {one_line(exc)}", file=sys.stderr)
         return EXIT_FAILURE
+    finally:
+        warnings.showwarning = shown
+
+
+#: The exit status of a command whose output's reader went away (128 + SIGPIPE).
+EXIT_BROKEN_PIPE = 141
+
+
+def _warning_line(command: str):
+    """A warning as one line on stderr, ``muflow <command>: warning: ...`` (Python's own
+    format adds the source file and line of code, which say nothing to a user)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        text = " ".join(str(message).split())
+        print(f"muflow {command}: warning: {text} ({category.__name__})",
+              file=file if file is not None else sys.stderr)
+
+    return show

@@ -205,3 +205,35 @@ def test_predict_reads_files_without_labels(csv_file, tmp_path, capsys):
         assert capsys.readouterr().out.split() == labelled, path
     assert main(["predict", "--model", str(model), "--data", str(files[0])]) == 2
     assert "for a file without a label column, --no-labels" in capsys.readouterr().err
+
+
+def test_a_warning_is_one_line_and_a_closed_pipe_ends_quietly(csv_file, tmp_path, capsys,
+                                                              monkeypatch):
+    """A warning prints as ``muflow fit: warning: ...`` (not Python's file and line of
+    code); a reader that went away (``| head``) ends the command with 141 and no traceback
+    or error line."""
+    import muflow.commands.predict as predict
+
+    assert main(["fit", "--data", str(csv_file), "--out", str(tmp_path / "m"), "--max-iter", "1",
+                 "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "muflow fit: warning: " in err and "(ConvergenceWarning)" in err
+    assert ".py:" not in err and len(err.strip().splitlines()) == 1
+
+    def closed(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(predict, "run", closed)
+    assert main(["predict", "--model", str(tmp_path / "m"), "--data", str(csv_file)]) == 141
+    assert capsys.readouterr().err == ""
+
+
+def test_a_feature_column_taken_for_labels_and_a_binary_file_read_as_csv_are_named(
+        csv_file, tmp_path, capsys):
+    assert main(["fit", "--data", str(csv_file), "--label-column", "x1", "--out",
+                 str(tmp_path / "m"), "--quiet"]) == 2
+    assert "labels (column x1 of" in capsys.readouterr().err
+    binary = tmp_path / "data.csv"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    assert main(["fit", "--data", str(binary), "--out", str(tmp_path / "m"), "--quiet"]) == 2
+    assert "not a text file, so not CSV" in capsys.readouterr().err

@@ -58,11 +58,23 @@ def source_from_args(args, *, path=None):
                       storage_options=parse_storage_options(getattr(args, "storage_options", None)))
 
 
-def load_from_args(args, *, path=None):
-    """``(X, y)`` of ``--data`` (or ``path``) read whole into this process."""
+def load_from_args(args, *, path=None, classes=False):
+    """``(X, y)`` of ``--data`` (or ``path``) read whole into this process; ``classes``:
+    labels to train a classifier on, refused in words when they are continuous numbers (a
+    feature column taken for the labels)."""
     from muflow.data.local import load_source
 
     X, y, _ = load_source(source_from_args(args, path=path))
+    if classes and y is not None:
+        from sklearn.utils.multiclass import type_of_target
+
+        if type_of_target(y) == "continuous":
+            column = (f"column {args.label_column}" if args.label_column is not None
+                      else "the last column")
+            raise MuflowInputError(
+                f"the labels ({column} of {path or args.data}) are continuous numbers, not "
+                "classes; choose the column of the classes with --label-column (a name or a "
+                "0-based index)")
     return X, y
 
 

@@ -71,7 +71,7 @@ def run(args) -> int:
     from muflow.time_limit import check_time_limit
     from muflow.validation import check_number
 
-    X, y = load_from_args(args)
+    X, y = load_from_args(args, classes=True)
     check_number(args.tol, "--tol", low=0, closed="neither")
     if args.max_iter != -1:
         check_number(args.max_iter, "--max-iter", integer=True, low=1)

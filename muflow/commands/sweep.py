@@ -169,7 +169,7 @@ def _run(args) -> int:
 
         inspect(source_from_args(args), whole_files=False)
     else:
-        X, y = load_from_args(args)
+        X, y = load_from_args(args, classes=True)
     test = {}
     if args.test_data:
         X_test, y_test = load_from_args(args, path=args.test_data)

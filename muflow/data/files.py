@@ -65,7 +65,11 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
         return _load_svmlight(path, n_features)
     if kind == "npz":
         return _load_npz(path, labels=label_column is not False)
-    return _load_csv(path, label_column)
+    try:
+        return _load_csv(path, label_column)
+    except UnicodeDecodeError:
+        raise DataFileError(f"{path}: not a text file, so not CSV; for another format give "
+                            "--format (svmlight, npz, parquet)") from None
 
 
 def _is_number(text: str) -> bool:
