@@ -237,3 +237,20 @@ def test_a_feature_column_taken_for_labels_and_a_binary_file_read_as_csv_are_nam
     binary.write_bytes(bytes(range(128, 256)) * 4)
     assert main(["fit", "--data", str(binary), "--out", str(tmp_path / "m"), "--quiet"]) == 2
     assert "not a text file, so not CSV" in capsys.readouterr().err
+
+
+def test_predict_warns_of_labels_the_model_does_not_know_and_refuses_a_directory_out(
+        csv_file, tmp_path, capsys):
+    """Labels of another coding (-1/+1 against a model of 0/1) made a low accuracy without a
+    word; an --out directory raised IsADirectoryError."""
+    model = tmp_path / "m"
+    assert main(["fit", "--data", str(csv_file), "--out", str(model), "--quiet"]) == 0
+    other = tmp_path / "pm.csv"
+    other.write_text("x1,x2,target\n" + "".join(f"{a},{b},{2 * c - 1}\n"
+                                                for (a, b), c in zip(FEATURES, LABELS)))
+    capsys.readouterr()
+    assert main(["predict", "--model", str(model), "--data", str(other)]) == 0
+    assert "labels -1 are none of the model's classes (0, 1)" in capsys.readouterr().err
+    assert main(["predict", "--model", str(model), "--data", str(csv_file), "--out",
+                 str(tmp_path)]) == 2
+    assert "is a directory; give the CSV file to write" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from muflow.commands._common import add_data_options, load_from_args
 
@@ -45,9 +46,12 @@ def run(args) -> int:
             f"{expected}"
             + ("; for a file without a label column, --no-labels" if X.shape[1] == expected - 1
                and not args.no_labels else "") + ")")
+    if args.out and Path(args.out).is_dir():
+        from muflow.exceptions import MuflowInputError
+
+        raise MuflowInputError(f"--out {args.out} is a directory; give the CSV file to write")
     pred = model.predict(X)
     if args.out:
-        from pathlib import Path
 
         from muflow.atomic import write_text
 
@@ -62,8 +66,15 @@ def run(args) -> int:
         sys.stdout.write("\n".join(str(p) for p in pred) + "\n")
     if y is not None and len(y) == len(pred):
         try:
-            accuracy = float(np.mean(pred.astype(str) == np.asarray(y).astype(str)))
+            truth, known = np.asarray(y).astype(str), model.classes_.astype(str)
+            accuracy = float(np.mean(pred.astype(str) == truth))
             print(f"accuracy {accuracy:.4f} on {len(y)} samples", file=sys.stderr)
+            unknown = sorted(set(truth) - set(known))
+            if unknown:
+                shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+                print(f"muflow predict: warning: the file's labels {shown} are none of the "
+                      f"model's classes ({', '.join(known[:5])}{', ...' if len(known) > 5 else ''})"
+                      "; the accuracy counts them as errors", file=sys.stderr)
         except (TypeError, ValueError):
             pass
     return 0
