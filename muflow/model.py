@@ -285,6 +285,17 @@ default="rbf"
         self.device = device
         self.n_jobs = n_jobs
 
+    def __getstate__(self):
+        """Pickled with a Client given as ``client`` replaced by its scheduler's address (a
+        Client holds sockets and an event loop, which do not pickle): the unpickled model
+        predicts as it did and connects again where it fits."""
+        state = dict(super().__getstate__())  # object's is the instance's own __dict__
+        client = state.get("client")
+        if client is not None and not isinstance(client, str):
+            address = getattr(getattr(client, "scheduler", None), "address", None)
+            state["client"] = address if isinstance(address, str) else None
+        return state
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.pairwise = self.kernel == "precomputed"

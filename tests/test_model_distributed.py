@@ -161,3 +161,15 @@ def test_fits_from_a_process_without_a_default_client(client, tmp_path):
     X, y = breast_cancer()
     local = muflow.SVC(solver="smo", max_iter=300).fit(X[:200], y[:200])
     np.testing.assert_allclose(json.loads(out.stdout.splitlines()[-1]), local.objective_, rtol=1e-9)
+
+
+def test_a_model_fitted_with_a_client_object_pickles_with_its_address(client):
+    """A Client does not pickle (sockets, an event loop): the model pickles with the
+    scheduler's address in its place and predicts as before."""
+    import pickle
+
+    X, y = breast_cancer()
+    model = muflow.SVC(gamma=0.5, client=client).fit(X, y)
+    again = pickle.loads(pickle.dumps(model))
+    assert again.client == client.scheduler.address and model.client is client
+    np.testing.assert_array_equal(again.predict(X), model.predict(X))
