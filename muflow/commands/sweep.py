@@ -163,6 +163,10 @@ def run(args) -> int:
 def _run(args) -> int:
     from muflow.selection import run_sweep
 
+    if args.resume and not (Path(args.out) / "sweep.json").is_file():
+        raise MuflowInputError(f"--resume: {args.out} holds no sweep to resume (no sweep.json); "
+                               "check --out, or run without --resume")
+
     grid, options = grid_from_args(args)
     if args.scheduler:  # the workers read --data; its layout is checked here first
         from muflow.data.tabular import inspect

@@ -103,3 +103,17 @@ def test_the_sweep_command_holds_its_directory(tmp_path, capsys):
     assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1",
                  "--folds", "3", "--out", str(afile), "--no-progress"]) == 2
     assert "is a file, not a directory" in capsys.readouterr().err
+
+
+def test_sweep_resume_needs_a_sweep_to_resume(tmp_path, capsys):
+    """``sweep --resume`` into a directory without a sweep started afresh without a word
+    (a mistyped --out); it is refused, as ``fit --resume`` and ``run --resume`` are."""
+    from muflow.cli import main
+
+    data = tmp_path / "d.npz"
+    X, y = muflow.datasets.load_breast_cancer()
+    np.savez(data, X=X[:100], y=y[:100])
+    out = tmp_path / "typo"
+    assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1", "--folds",
+                 "3", "--out", str(out), "--no-progress", "--resume"]) == 2
+    assert "holds no sweep to resume" in capsys.readouterr().err and not out.exists()
