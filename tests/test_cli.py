@@ -92,7 +92,7 @@ def test_help_explains_every_command():
         assert option in fit_help
 
 
-def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path):
+def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path, capsys):
     import os
     import signal
     import time
@@ -116,8 +116,14 @@ def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path):
         pytest.skip("the fit finished before its first checkpoint; nothing to resume")
     assert not out.exists()
     # a plain rerun refuses to overwrite the interrupted state; --resume continues it
+    from muflow.checkpoint import load_checkpoint
+
+    held = load_checkpoint(checkpoint.parent).iteration
     assert main(args) == 2
+    capsys.readouterr()
     assert main(args + ["--resume"]) == 0
+    # the summary counts the checkpoint's iterations too (it printed this call's alone)
+    assert f"iterations after the checkpoint's {held} (" in capsys.readouterr().out
     assert not checkpoint.parent.exists()
     resumed = muflow.load(out)
     X, y = muflow.datasets.load_breast_cancer()

@@ -93,6 +93,12 @@ def run(args) -> int:
     from muflow.persistence import check_replaceable
 
     check_replaceable(args.out)  # refused before the fit, not after it
+    before = 0  # iterations the resumed checkpoint holds (n_iter_ counts this call's)
+    if args.resume:
+        from muflow.checkpoint import load_checkpoint
+
+        held_checkpoint = load_checkpoint(checkpoint_dir)
+        before = int(held_checkpoint.iteration) if held_checkpoint is not None else 0
     try:
         with _on_cluster(args, model, checkpoint_dir):
             model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
@@ -110,7 +116,10 @@ def run(args) -> int:
                  f"NOT converged: stopped at --time-limit {args.time_limit:g} s" if stopped else
                  "NOT converged (raise --max-iter)")
     unit = svc_iteration_unit(model.solver_)  # n_iter_'s unit (SMO: pair steps, not sweeps)
-    print(f"solver {model.solver_}: {int(model.n_iter_.max())} iterations ({unit}), {converged}, "
+    done = int(model.n_iter_.max())
+    counted = f"{done} iterations" if not before else \
+        f"{done} iterations after the checkpoint's {before} ({done + before} in all)"
+    print(f"solver {model.solver_}: {counted} ({unit}), {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "
           f"training accuracy {model.score(X, y):.4f}, {model.fit_time_:.2f} s")
     if model.rows_computed_:
