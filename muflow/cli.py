@@ -93,7 +93,7 @@ def main(argv=None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # exit's flush fails too
         return EXIT_BROKEN_PIPE
     except MuflowInputError as exc:
-        print(f"muflow {args.command}: error: {one_line(exc)}", file=sys.stderr)
+        print(f"muflow {args.command}: error: {_as_option(one_line(exc), args)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt as exc:
         hint = getattr(exc, "muflow_hint", None)
@@ -119,6 +119,16 @@ def main(argv=None) -> int:
         return EXIT_FAILURE
     finally:
         warnings.showwarning = shown
+
+
+def _as_option(text: str, args) -> str:
+    """An error that opens with a Python parameter's name ("cache_size must be ...") named
+    by the command's option instead ("--cache-size must be ..."), where the command has one."""
+    name = text.split(" ", 1)[0]
+    if name.isidentifier() and not name.startswith("_") and hasattr(args, name) \
+            and text.startswith(f"{name} must"):
+        return "--" + name.replace("_", "-") + text[len(name):]
+    return text
 
 
 #: The exit status of a command whose output's reader went away (128 + SIGPIPE).

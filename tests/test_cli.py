@@ -260,3 +260,11 @@ def test_predict_warns_of_labels_the_model_does_not_know_and_refuses_a_directory
     assert main(["predict", "--model", str(model), "--data", str(csv_file), "--out",
                  str(tmp_path)]) == 2
     assert "is a directory; give the CSV file to write" in capsys.readouterr().err
+
+
+def test_an_option_is_named_as_the_command_line_spells_it(csv_file, tmp_path, capsys):
+    """Errors from the estimator's checks name its parameter; on the command line they
+    name the option ("--cache-size must be ...", not "cache_size must be ...")."""
+    assert main(["fit", "--data", str(csv_file), "--out", str(tmp_path / "m"),
+                 "--cache-size", "-1"]) == 2
+    assert "error: --cache-size must be a positive number" in capsys.readouterr().err
