@@ -137,8 +137,10 @@ default="rbf"
         (:class:`muflow.dask.store_operator.DaskGram`). The solvers that read rows of K a
         pair at a time ("smo", "cd", "adatron", "hybrid") are refused on a cluster above
         the one-task size (:data:`muflow.routing.ONE_TASK_MAX_SAMPLES`). A
-        scheduler address (``"tcp://host:8786"``) also works and, unlike a Client object,
-        survives scikit-learn's ``clone``. None (default) keeps everything in process.
+        scheduler address (``"tcp://host:8786"``) also works. scikit-learn's ``clone``
+        shares a Client object (``GridSearchCV`` fits its candidates on the cluster), and a
+        pickled model keeps its scheduler's address in its place. None (default) keeps
+        everything in process.
     gram_dtype : {"auto", "float64", "float32"}, default="auto"
         Storage of K in process memory: "auto" is float64 up to 4096 samples and float32
         above (half the memory; the solvers' gradients and certificates still sum in
@@ -295,6 +297,20 @@ default="rbf"
             address = getattr(getattr(client, "scheduler", None), "address", None)
             state["client"] = address if isinstance(address, str) else None
         return state
+
+    def __sklearn_clone__(self):
+        """scikit-learn's clone, with a Client given as ``client`` shared, not copied (a
+        Client does not deep-copy): ``GridSearchCV(SVC(client=client), ...)`` fits its
+        candidates on the same cluster."""
+        from sklearn.base import _clone_parametrized
+
+        client = self.client
+        if client is None or isinstance(client, str):
+            return _clone_parametrized(self)
+        bare = type(self)(**{**self.get_params(deep=False), "client": None})
+        twin = _clone_parametrized(bare)
+        twin.client = client
+        return twin
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

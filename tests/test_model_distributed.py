@@ -173,3 +173,21 @@ def test_a_model_fitted_with_a_client_object_pickles_with_its_address(client):
     again = pickle.loads(pickle.dumps(model))
     assert again.client == client.scheduler.address and model.client is client
     np.testing.assert_array_equal(again.predict(X), model.predict(X))
+
+
+def test_grid_search_over_an_svc_given_a_client_object(client):
+    """clone shares the Client (it does not deep-copy); GridSearchCV then fits every
+    candidate on the cluster, and with n_jobs=2 its workers get the model pickled with the
+    scheduler's address."""
+    from sklearn.base import clone
+    from sklearn.model_selection import GridSearchCV
+
+    X, y = breast_cancer()
+    model = muflow.SVC(gamma=0.5, client=client)
+    twin = clone(model)
+    assert twin.client is client and twin.get_params()["gamma"] == 0.5
+    for n_jobs in (1, 2):
+        search = GridSearchCV(model, {"C": [0.5, 2.0]}, cv=3, n_jobs=n_jobs).fit(X, y)
+        local = GridSearchCV(muflow.SVC(gamma=0.5), {"C": [0.5, 2.0]}, cv=3).fit(X, y)
+        np.testing.assert_allclose(search.cv_results_["mean_test_score"],
+                                   local.cv_results_["mean_test_score"], atol=1e-9)
