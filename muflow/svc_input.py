@@ -143,7 +143,6 @@ class FitInput:
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"Found input variables with inconsistent numbers of samples: "
                              f"[{X.shape[0]}, {y.shape[0]}]")
-        self.n_features_in_ = int(X.shape[1])
         return X, y, X
 
     def _validate_fit_input(self, X, y):

@@ -59,10 +59,16 @@ def test_numeric_csv_fast_path_reads_what_the_row_reader_reads(tmp_path, monkeyp
     assert X_fast.dtype == X_rows.dtype and y_fast.dtype == y_rows.dtype
 
 
-def test_bad_csv_line_is_still_named_after_the_fast_path_declines(tmp_path):
+@pytest.mark.parametrize("text, match", [
+    # still named after the fast path declines
+    ("a,b,label\n1,2,0\n3,oops,1\n", "line 3: 'oops' is not a number"),
+    # an empty label cell was read as a class of its own, ''
+    ("a,b,label\n1,2,x\n3,4,\n5,6,y\n", "line 3: the label is missing"),
+])
+def test_a_bad_csv_row_is_named_by_its_line(tmp_path, text, match):
     path = tmp_path / "d.csv"
-    path.write_text("a,b,label\n1,2,0\n3,oops,1\n")
-    with pytest.raises(DataFileError, match="line 3: 'oops' is not a number"):
+    path.write_text(text)
+    with pytest.raises(DataFileError, match=match):
         load_data(path)
 
 
@@ -75,14 +81,6 @@ def test_a_csv_label_column_out_of_range_is_refused(tmp_path):
             load_data(csv, label_column=bad)
     X, y = load_data(csv, label_column=-3)
     assert y.tolist() == [1, 4] and X.tolist() == [[2, 3], [5, 6]]
-
-
-def test_a_missing_label_in_a_csv_names_its_line(tmp_path):
-    """An empty label cell was read as a class of its own, ''."""
-    csv = tmp_path / "d.csv"
-    csv.write_text("a,b,label\n1,2,x\n3,4,\n5,6,y\n")
-    with pytest.raises(DataFileError, match="line 3: the label is missing"):
-        load_data(csv)
 
 
 def test_string_labels_from_a_table_column(tmp_path):

@@ -55,15 +55,21 @@ def test_compiled_measure_matches_reference(equality, hard_margin):
     for _ in range(200):
         n, m = int(rng.integers(1, 30)), int(rng.integers(1, 5))
         alpha, g, y, U = random_columns(rng, n, m, hard_margin=hard_margin)
-        viol, bias = kkt_violation(_Columns(y, U, equality), alpha, g)
-        ref, _ = kkt_violation_reference(alpha, g, y, U, equality)
-        eps = 1e-9 * _scale(g)
-        np.testing.assert_allclose(viol, ref, rtol=0, atol=eps)
-        # the reported bias attains the reported violation
-        at_bias = residuals_reference(alpha, g, y, U, bias).max(axis=0, initial=0.0)
-        np.testing.assert_allclose(at_bias, viol, rtol=0, atol=eps)
+        bias = _agrees_with_reference(alpha, g, y, U, equality)
         if not equality:
             assert np.all(bias == 0.0)
+
+
+def _agrees_with_reference(alpha, g, y, U, equality):
+    """The compiled measure equals the reference, and its bias attains its violation; the
+    bias."""
+    viol, bias = kkt_violation(_Columns(y, U, equality), alpha, g)
+    ref, _ = kkt_violation_reference(alpha, g, y, U, equality)
+    eps = 1e-9 * _scale(g)
+    np.testing.assert_allclose(viol, ref, rtol=0, atol=eps)
+    at_bias = residuals_reference(alpha, g, y, U, bias).max(axis=0, initial=0.0)
+    np.testing.assert_allclose(at_bias, viol, rtol=0, atol=eps)
+    return bias
 
 
 @pytest.mark.parametrize("equality", [False, True])
@@ -75,13 +81,7 @@ def test_compiled_measure_matches_reference_in_boxes_below_one(equality):
         n, m = int(rng.integers(1, 30)), int(rng.integers(1, 4))
         alpha, g, y, U = random_columns(rng, n, m)
         box = 10.0 ** rng.uniform(-5, -2, m)
-        alpha, U = alpha * box, U * box
-        viol, bias = kkt_violation(_Columns(y, U, equality), alpha, g)
-        ref, _ = kkt_violation_reference(alpha, g, y, U, equality)
-        eps = 1e-9 * _scale(g)
-        np.testing.assert_allclose(viol, ref, rtol=0, atol=eps)
-        at_bias = residuals_reference(alpha, g, y, U, bias).max(axis=0, initial=0.0)
-        np.testing.assert_allclose(at_bias, viol, rtol=0, atol=eps)
+        _agrees_with_reference(alpha * box, g, y, U * box, equality)
 
 
 @pytest.mark.parametrize("upper", [1e-4, 0.5, 1.0, 100.0])
