@@ -79,6 +79,21 @@ def log_to_file(log_file, *, verbose=False):
                 logger.addHandler(progress)
 
 
+@contextlib.contextmanager
+def hint_when_interrupted(args, kept):
+    """SIGINT or SIGTERM (:mod:`muflow.signals`) in the block: its one line says what was
+    kept (``kept()``, or None for nothing) and the command that continues the work."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        said = kept()
+        if said:
+            from muflow.cli import set_hint
+
+            set_hint(exc, continue_hint(args, said))
+        raise
+
+
 def rerun_command(args, *, resume=True) -> str:
     """The command line the user gave (``args.argv``, set by :func:`muflow.cli.main`), as
     ``python -m muflow ...``, with ``--resume`` at its end or, ``resume=False``, without it."""

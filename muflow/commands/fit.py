@@ -99,16 +99,11 @@ def run(args) -> int:
 
         held_checkpoint = load_checkpoint(checkpoint_dir)
         before = int(held_checkpoint.iteration) if held_checkpoint is not None else 0
-    try:
-        with _on_cluster(args, model, checkpoint_dir):
-            model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
-    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (muflow.signals): say what is kept
-        from muflow.cli import set_hint
-        from muflow.commands._cluster import continue_hint
+    from muflow.commands._cluster import hint_when_interrupted
 
-        if (checkpoint_dir / FILENAME).is_file():
-            set_hint(exc, continue_hint(args, f"its last checkpoint is kept in {checkpoint_dir}"))
-        raise
+    kept = _checkpoint_kept(checkpoint_dir)
+    with hint_when_interrupted(args, kept), _on_cluster(args, model, checkpoint_dir, kept):
+        model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
     path = muflow.save(model, args.out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit
@@ -132,15 +127,25 @@ def run(args) -> int:
     return 0
 
 
+def _checkpoint_kept(checkpoint_dir):
+    """What an interrupted fit kept, for its one line: its last checkpoint, or None."""
+    from muflow.checkpoint import FILENAME
+
+    def kept():
+        held = (checkpoint_dir / FILENAME).is_file()
+        return f"its last checkpoint is kept in {checkpoint_dir}" if held else None
+
+    return kept
+
+
 @contextlib.contextmanager
-def _on_cluster(args, model, checkpoint_dir):
+def _on_cluster(args, model, checkpoint_dir, kept):
     """With ``--scheduler``, the block fits on that cluster (``model.client``); a scheduler
     lost meanwhile ends the command in one line naming the command that continues it, and
     distributed's own log goes to ``checkpoint_dir/distributed.log``."""
     if not args.scheduler:
         yield
         return
-    from muflow.checkpoint import FILENAME
     from muflow.dask.cluster import connect, print_dashboard
     from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
 
@@ -148,11 +153,6 @@ def _on_cluster(args, model, checkpoint_dir):
     log_to_file(log_file, verbose=args.verbose)
     model.client = client = connect(args.scheduler, timeout=args.timeout)
     print_dashboard(client)
-
-    def kept():
-        held = (checkpoint_dir / FILENAME).is_file()
-        return f"its last checkpoint is kept in {checkpoint_dir}" if held else None
-
     try:
         with one_line_if_scheduler_lost(client, args, work="the fit", kept=kept,
                                         log_file=log_file):

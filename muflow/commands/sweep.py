@@ -141,20 +141,21 @@ def grid_from_args(args):
 
 
 def run(args) -> int:
+    from muflow.commands._cluster import hint_when_interrupted
     from muflow.runlock import hold_run_dir, is_lock_file
 
     out = Path(args.out)
     made = not os.path.lexists(out)
-    try:
-        with hold_run_dir(out, command="muflow sweep"):  # one sweep writes a directory
-            return _run(args)
-    except KeyboardInterrupt as exc:  # SIGINT or SIGTERM (muflow.signals): say what is kept
-        from muflow.cli import set_hint
-        from muflow.commands._cluster import continue_hint
 
-        if (Path(args.out) / "kernels").is_dir() and any((Path(args.out) / "kernels").iterdir()):
-            set_hint(exc, continue_hint(args, f"its finished kernel settings are kept in {args.out}"))
-        raise
+    def kept():
+        kernels = out / "kernels"
+        done = kernels.is_dir() and any(kernels.iterdir())
+        return f"its finished kernel settings are kept in {args.out}" if done else None
+
+    try:
+        # one sweep writes a directory; an interrupted one says what it kept
+        with hold_run_dir(out, command="muflow sweep"), hint_when_interrupted(args, kept):
+            return _run(args)
     finally:  # a sweep refused before it wrote anything leaves no directory behind
         if made and out.is_dir() and all(is_lock_file(p) for p in out.iterdir()):
             shutil.rmtree(out, ignore_errors=True)
