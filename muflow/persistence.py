@@ -103,6 +103,7 @@ def save(model, path) -> Path:
         "n_features_in": int(getattr(model, "n_features_in_", 0)),
         "shape_fit": list(getattr(model, "shape_fit_", ())),
         "sparse_fit": bool(getattr(model, "_sparse", False)),
+        "fit": _fit_record(model),
     }
     arrays = {name: _dense(getattr(model, name)) for name in _ARRAYS if _stored(model, name)}
     sv = getattr(model, "support_vectors_", None)
@@ -161,6 +162,32 @@ def model_digest(meta: dict, arrays_bytes: bytes) -> str:
     doc = {k: v for k, v in meta.items() if k != "digest"}
     h.update(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
     return "sha256:" + h.hexdigest()
+
+
+#: The fitted scalars saved in model.json's ``fit`` (SVC's ``fit_status_`` and diagnostics).
+_FIT_SCALARS = {"fit_status_": int, "fit_time_": float, "n_threads_": int, "rows_computed_": int}
+
+
+def _fit_record(model) -> dict:
+    """The fitted scalars of :data:`_FIT_SCALARS` the model has, and the JSON scalars of its
+    ``timings_``, for model.json."""
+    record = {name: kind(getattr(model, name)) for name, kind in _FIT_SCALARS.items()
+              if hasattr(model, name)}
+    timings = getattr(model, "timings_", None) or {}
+    plain = {str(k): v.item() if isinstance(v, np.generic) else v for k, v in timings.items()}
+    record["timings_"] = {k: v for k, v in plain.items() if _is_json_scalar(v)}
+    return record
+
+
+def _restore_fit_record(model, meta) -> None:
+    """Set the fitted scalars model.json's ``fit`` holds; a model saved before they were
+    recorded gets ``fit_status_`` from ``converged_`` (1 where a problem stopped short of tol)."""
+    record = meta.get("fit") or {"fit_status_": int(not np.all(getattr(model, "converged_", True)))}
+    for name, kind in _FIT_SCALARS.items():
+        if name in record:
+            setattr(model, name, kind(record[name]))
+    if "timings_" in record:
+        model.timings_ = dict(record["timings_"])
 
 
 def _is_json_scalar(v) -> bool:
@@ -268,6 +295,7 @@ def _load_once(path):
                 model.support_vectors_.check_format(full_check=True)
             elif meta.get("support_vectors") == "dense":
                 model.support_vectors_ = data["support_vectors_"]
+        _restore_fit_record(model, meta)
     except KeyError as exc:
         raise MuflowInputError(f"{arrays_file}: array {exc} is missing; re-fit and save the model") from None
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, TypeError) as exc:

@@ -5,6 +5,7 @@ import json
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.svm import SVC as LibsvmSVC
 
 import muflow
@@ -126,6 +127,19 @@ def test_save_and_load_round_trip_without_pickle(binary, tmp_path):
     # saving again replaces the model atomically; no temporary folders are left behind
     muflow.save(model, path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_loaded_model_keeps_its_fitted_scalars(binary, tmp_path):
+    """fit_status_ (scikit-learn's), fit_time_, n_threads_, rows_computed_ and timings_ come
+    back from a save; a fit stopped at max_iter keeps fit_status_ = 1."""
+    X, y = binary
+    with pytest.warns(ConvergenceWarning):
+        stopped = muflow.SVC(gamma=0.5, max_iter=3).fit(X, y)
+    for model in (muflow.SVC(gamma=0.5).fit(X, y), stopped):
+        loaded = muflow.load(muflow.save(model, tmp_path / "model"))
+        for name in ("fit_status_", "fit_time_", "n_threads_", "rows_computed_", "timings_"):
+            assert getattr(loaded, name) == getattr(model, name), name
+    assert loaded.fit_status_ == 1
 
 
 def test_load_refuses_what_is_not_a_model(tmp_path):
