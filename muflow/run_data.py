@@ -14,6 +14,7 @@ source's fingerprint (its files, sizes, modification times or ETags, and the spl
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +33,13 @@ def load_split(run_dir):
     import scipy.sparse as sp
 
     run_dir = Path(run_dir)
-    with np.load(run_dir / "data.npz", allow_pickle=False) as d:
-        out = {k: d[k] for k in d.files}
+    try:
+        with np.load(run_dir / "data.npz", allow_pickle=False) as d:
+            out = {k: d[k] for k in d.files}
+    except (ValueError, EOFError, zipfile.BadZipFile) as exc:  # a file cut short or overwritten
+        raise MuflowInputError(
+            f"{run_dir / 'data.npz'} is damaged ({type(exc).__name__}: {exc}); delete it and "
+            "data.json, then resume: the data stage runs again") from None
     for part in ("X_train", "X_test"):
         if f"{part}_data" in out:  # CSR
             out[part] = sp.csr_matrix((out[f"{part}_data"], out[f"{part}_indices"], out[f"{part}_indptr"]),

@@ -20,6 +20,17 @@ def test_a_split_holding_nan_is_refused_naming_the_file(tmp_path):
         load_split(tmp_path)
 
 
+def test_a_split_cut_short_is_refused_naming_the_file(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", X_train=rng.normal(size=(10, 3)), X_test=rng.normal(size=(4, 3)),
+             y_train=np.arange(10) % 2, y_test=np.arange(4) % 2)
+    content = (tmp_path / "data.npz").read_bytes()
+    (tmp_path / "data.npz").write_bytes(content[: len(content) // 2])
+    with pytest.raises(MuflowInputError, match=rf"{tmp_path}/data.npz is damaged \(BadZipFile: .*\); "
+                                               "delete it and data.json, then resume"):
+        load_split(tmp_path)
+
+
 def test_the_refit_reports_iterations_in_the_unit_of_n_iter(tmp_path):
     """refit.json and the summary count as SVC's n_iter_ does, and name the unit: SMO's pair
     steps (libsvm's), where the solver's own sweeps of n steps read 1 on a whole fit."""

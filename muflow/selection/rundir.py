@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import shutil
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -138,12 +139,13 @@ def save_kernel(kdir: Path, record: KernelRecord, meta: dict):
 
 
 def load_kernel(kdir: Path, setting: dict, meta: dict) -> KernelRecord | None:
-    """A finished kernel setting's record, or None when it is absent or from another sweep."""
+    """A finished kernel setting's record, or None when it is absent, unreadable (a file
+    cut short: the setting is solved again) or from another sweep."""
     try:
         info = json.loads((kdir / "kernel.json").read_text())
         with np.load(kdir / "arrays.npz", allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError):
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return None
     if info.get("setting") != _plain(setting) or info.get("meta") != _plain(meta):
         return None

@@ -29,6 +29,22 @@ def test_a_resumed_sweep_refuses_a_kernel_record_holding_nan(tmp_path):
                               f"{kdir} and resume: that kernel setting is solved again")
 
 
+def test_a_resumed_sweep_solves_again_a_kernel_record_cut_short(tmp_path):
+    """A record's arrays.npz cut short (a disk that failed, a copy interrupted) is read as
+    absent, as a damaged kernel.json is: that setting is solved again, to the same results."""
+    X, y = muflow.datasets.load_breast_cancer()
+    idx = np.random.default_rng(0).choice(len(y), 120, replace=False)
+    X, y = X[idx] / 10.0, y[idx]
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0])
+    run = tmp_path / "run"
+    first = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False)
+    arrays = run / "kernels" / "000-rbf" / "arrays.npz"
+    arrays.write_bytes(arrays.read_bytes()[:100])
+    again = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False, resume=True)
+    assert again.counts["kernels_resumed"] == 0 and again.counts["kernels_solved"] == 1
+    assert again.best == first.best
+
+
 @pytest.mark.parametrize("fails_at", ["best.json", "best_model"])
 def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch, fails_at):
     """The sweep's outputs appear as a set or not at all (issue 38): a full disk while
