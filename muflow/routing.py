@@ -308,14 +308,15 @@ def _resolved(solver: str, path: str, intercept: str) -> str:
     return AUTO.get(intercept, solver)
 
 
-def sweep_path(path: str, solver: str) -> str:
+def sweep_path(path: str, solver: str, halving=None) -> str:
     """The path of a sweep's solves along C for the resolved ``solver``: ``path="auto"`` is
     "continuation" (C ascending, each C warm-started from the previous) for solvers that
-    read rows, "batched" (one solve of every column) for the multiplicative ones; any other
-    ``path`` is taken as asked."""
+    read rows, "batched" (one solve of every column) for the multiplicative ones and
+    wherever successive ``halving`` is asked for (it runs on the batched path's rungs,
+    :mod:`muflow.selection.halving`); any other ``path`` is taken as asked."""
     if path != "auto":
         return path
-    return "continuation" if reads_rows(solver) else "batched"
+    return "continuation" if reads_rows(solver) and halving is None else "batched"
 
 
 def plan_fit(n_samples: int, *, client=None, dask_input: bool = False, checkpoint: bool = False,

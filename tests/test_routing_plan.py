@@ -97,6 +97,7 @@ def test_the_plan_names_the_solver_that_runs_on_its_path():
     assert routing.sweep_path("auto", "working_set") == "continuation"
     assert routing.sweep_path("auto", "munk") == "batched"
     assert routing.sweep_path("compare", "munk") == "compare"
+    assert routing.sweep_path("auto", "smo", 3) == "batched"  # halving runs in the batch's rungs
 
 
 def test_an_svc_fit_asks_for_one_plan_and_reports_its_solver(monkeypatch):

@@ -189,7 +189,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
-                           device=xp is not None)
+                           device=xp is not None, halving=halving)
     out_dir, meta = rundir.open_run_dir(out_dir, data.X, y, grid.to_dict(), options, resume)
     run = _SweepRun(data=data, Cs=Cs, out_dir=out_dir, meta=meta, intercept=intercept, tol=tol,
                     max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
@@ -252,7 +252,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
-                   cache_mb, device=False) -> list:
+                   cache_mb, device=False, halving=None) -> list:
     """``[(kernel, plan, info, path along C), ...]``, one per kernel setting, asked once
     before any solve (:func:`muflow.selection.kernel_plan.plan_setting`, the rule the
     pipeline follows too): impossible combinations are refused before anything runs."""
@@ -262,7 +262,7 @@ def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, cli
         plan = plan_setting(X, kernel, solver=solver, intercept=intercept,
                             solves=sweep_solves(folds, n_C), client=client, cache_dir=cache_dir,
                             cache_mb=cache_mb, device=device)
-        along = sweep_path(path, plan.solver)
+        along = sweep_path(path, plan.solver, halving)
         info = choose_solver(plan.solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X))
         planned.append((kernel, plan, info, along))
     return planned

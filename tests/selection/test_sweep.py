@@ -320,6 +320,17 @@ def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_pa
         run_sweep(X, y, grid, out_dir=tmp_path / "b", path="continuation", halving=2, progress=False)
 
 
+def test_halving_on_the_default_path_of_a_solver_that_reads_rows(sonar, tmp_path):
+    """path="auto" with halving takes the batched path for SMO too (it took the continuation
+    path, which has no rungs, and halving was dropped without a word)."""
+    X, y = sonar
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[0.1, 1.0, 10.0, 100.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, solver="smo", halving=2,
+                       halving_min_iter=1, progress=False)
+    assert result.path_report["settings"][0]["path"] == "batched"
+    assert sum(row.stopped_early for row in result.table) == 3
+
+
 # -- command line -------------------------------------------------------------------------
 def test_cli_sweep_writes_the_run_directory(breast_cancer_200, tmp_path, capsys):
     from muflow.cli import main
