@@ -98,3 +98,58 @@ def test_string_labels_from_a_table_column(tmp_path):
     frame.to_parquet(tmp_path / "m.parquet")
     with pytest.raises(DataFileError, match="1 missing value"):
         load_source(DataSource(path=str(tmp_path / "m.parquet")))
+
+
+@pytest.mark.parametrize("text, label_column, y", [
+    ("0.1,0.2,R\n0.3,0.4,M\n0.5,0.6,R\n", None, ["R", "M", "R"]),  # no header, text labels
+    ("R,0.1,0.2\nM,0.3,0.4\n", 0, ["R", "M"]),  # no header, the label first
+    ("a,b,label\n0.1,0.2,R\n0.3,0.4,M\n", None, ["R", "M"]),  # a header
+    ("a,b,label\n1,2,0\n3,4,1\n", None, [0, 1]),  # a header over numbers
+    ("0.1,0.2,R\n", None, ["R"]),  # one line, data
+    ("0.1,,R\n0.3,0.4,M\n", None, None),  # an empty cell is no header's name
+])
+def test_one_header_rule_for_a_file_a_glob_and_a_list(tmp_path, text, label_column, y):
+    """A data line whose text label (or any text cell) made it a header lost that row on
+    a glob or a list (and, label first, in the file loader too)."""
+    from muflow.data.local import load_source
+    from muflow.data.source import DataSource
+
+    path = tmp_path / "d.csv"
+    path.write_text(text)
+    for source in (str(path), str(tmp_path / "d.c*v"), (str(path),)):
+        if y is None:
+            with pytest.raises(DataFileError, match="line 1: '' is not a number|1 NaN"):
+                load_source(DataSource(path=source, label_column=label_column))
+            continue
+        X, labels, _ = load_source(DataSource(path=source, label_column=label_column))
+        assert labels.tolist() == y and X.shape == (len(y), 2), source
+    if y is not None:
+        assert load_data(path, label_column=label_column)[1].tolist() == y
+
+
+def test_a_header_alone_is_a_file_without_rows(tmp_path):
+    from muflow.data.local import load_source
+    from muflow.data.source import DataSource
+
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,label\n")
+    for source in (str(path), str(tmp_path / "d.c*v")):
+        with pytest.raises(DataFileError, match="header but no (data )?rows"):
+            load_source(DataSource(path=source))
+
+
+def test_sonar_has_208_rows_on_every_path(tmp_path):
+    """Headerless, labels "M" and "R": read whole, by a glob of the one file, and as a list
+    of two parts (the parts' schemas were said to differ)."""
+    from muflow.data.local import load_source
+    from muflow.data.source import DataSource
+    from muflow.datasets import data_path
+
+    lines = data_path("sonar.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "sonar.csv").write_text("".join(lines))
+    (tmp_path / "a.csv").write_text("".join(lines[:100]))
+    (tmp_path / "b.csv").write_text("".join(lines[100:]))
+    for source in (str(tmp_path / "sonar.csv"), str(tmp_path / "sonar.c*v"),
+                   (str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))):
+        X, y, layout = load_source(DataSource(path=source))
+        assert X.shape == (208, 60) and set(y) == {"M", "R"} and not layout.header, source

@@ -290,3 +290,17 @@ def test_sweep_with_a_scheduler_reads_on_the_workers(sources, client, tmp_path):
         assert res.returncode == 0, res.stderr[-2000:]
         best.append(json.loads((out / "best.json").read_text()))
     assert best[0] == best[1]
+
+
+def test_a_headerless_file_with_text_labels_keeps_its_first_row(client, tmp_path):
+    """Sonar (no header, labels "M" and "R"): 208 rows from the file and from two parts; its
+    first data line was taken for a header."""
+    from muflow.datasets import data_path
+
+    lines = data_path("sonar.csv").read_text().splitlines(keepends=True)
+    (tmp_path / "sonar.csv").write_text("".join(lines))
+    (tmp_path / "part-0.csv").write_text("".join(lines[:100]))
+    (tmp_path / "part-1.csv").write_text("".join(lines[100:]))
+    for path in (str(tmp_path / "sonar.csv"), str(tmp_path / "part-*.csv")):
+        X, y, _ = read_on_workers(DataSource(path=path), client)
+        assert X.shape == (208, 60) and y.tolist()[:1] == [lines[0].strip().split(",")[-1]], path

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from muflow.data.columns import cells, first_lines, is_header, is_number
 from muflow.exceptions import DataFileError, MuflowInputError
 
 SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm")
@@ -72,14 +73,6 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
                             "--format (svmlight, npz, parquet)") from None
 
 
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _load_csv(path: Path, label_column):
     """A CSV (or whitespace-separated) file: every cell numeric goes through NumPy's C
     parser (:func:`_load_numeric_csv`, far faster than reading row by row); anything
@@ -103,7 +96,7 @@ def _load_csv(path: Path, label_column):
         raise DataFileError(f"{path}: the file holds no data rows")
     header = None
     first_line, first = rows[0]
-    if _is_header(first, label_column):
+    if is_header(first, rows[1][1] if len(rows) > 1 else None, label_column):
         header, rows = first, rows[1:]
     if not rows:
         raise DataFileError(f"{path}: the file has a header but no data rows")
@@ -117,7 +110,7 @@ def _load_csv(path: Path, label_column):
         try:
             X[r] = [float(row[j]) for j in feature_index]
         except ValueError:
-            bad = next(row[j] for j in feature_index if not _is_number(row[j]))
+            bad = next(row[j] for j in feature_index if not is_number(row[j]))
             raise DataFileError(f"{path}, line {line}: {bad!r} is not a number") from None
         if label_index is None:
             continue
@@ -133,13 +126,14 @@ def _load_numeric_csv(path: Path, label_column):
     holds the same number of numbers, parsed by ``np.loadtxt``; None for any other file (the
     row-by-row reader then loads it or names the line at fault)."""
     with open(path, newline="") as f:
-        first_line = f.readline()
-    delimiter = _delimiter(first_line)
-    first = [cell.strip() for cell in (first_line.split() if delimiter is None
-                                       else next(csv.reader([first_line], delimiter=delimiter), []))]
-    if not first or not any(first):
+        lines = first_lines(f)
+    if not lines:
         return None
-    header = first if _is_header(first, label_column) else None
+    delimiter = _delimiter(lines[0])
+    first, second = ([cells(line, delimiter) for line in lines] + [None])[:2]
+    if not any(first):
+        return None
+    header = first if is_header(first, second, label_column) else None
     try:
         values = np.loadtxt(path, delimiter=delimiter, skiprows=0 if header is None else 1,
                             dtype=np.float64, comments=None, ndmin=2)
@@ -156,13 +150,6 @@ def _delimiter(sample: str):
     """"," when the first line holds a comma, else None (whitespace separated)."""
     lines = sample.splitlines()
     return "," if lines and "," in lines[0] else None
-
-
-def _is_header(first: list, label_column) -> bool:
-    """Whether the first row is a header: a non-number among its features, or the name of
-    the label column."""
-    return not all(_is_number(c) for c in first[:-1]) or (
-        label_column is not None and isinstance(label_column, str) and label_column in first)
 
 
 def _columns(path: Path, header, width: int, label_column):
@@ -202,7 +189,7 @@ def _labels(labels: np.ndarray) -> np.ndarray:
             return labels
         labels = labels.astype(str)
     if labels.dtype.kind in "US":
-        if not all(_is_number(v) for v in labels):
+        if not all(is_number(v) for v in labels):
             return labels
         labels = labels.astype(np.float64)
     if np.all(labels == np.round(labels)):
@@ -235,13 +222,13 @@ def _first_bad_svmlight_line(path: Path) -> int | None:
             body = line.split("#", 1)[0].split()
             if not body:
                 continue
-            if not _is_number(body[0]):
+            if not is_number(body[0]):
                 return number
             for item in body[1:]:
                 key, _, value = item.partition(":")
                 if key == "qid":
                     continue
-                if not key.isdigit() or not _is_number(value):
+                if not key.isdigit() or not is_number(value):
                     return number
     return None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from muflow.data.columns import cells, first_lines, is_header, is_number
 from muflow.data.source import DataSource, _within
 from muflow.exceptions import DataFileError
 
@@ -152,30 +153,28 @@ def _arrow_numeric(t) -> bool:
 
 
 def _csv_schemas(source, urls):
-    """Each CSV file's columns from its first two lines: a header when the first line holds
-    a non-number (else the columns are named by position), numeric when the second line's
-    cell is a number."""
-    from muflow.data.files import _is_number
-
+    """Each CSV file's columns from its first two lines: a header or not by
+    :func:`muflow.data.columns.is_header` (else the columns are named by position),
+    numeric when the first data line's cell is a number or empty (a missing value, refused
+    as NaN once read)."""
     fs, roots = DataSource(path=tuple(urls), format="csv",
                            storage_options=source.storage_options).filesystem()
     schemas, headers = [], []
     for url, root in zip(urls, roots):
         with fs.open(root, "rt") as fh:
-            lines = [fh.readline().strip() for _ in range(2)]
-        if not lines[0]:
+            lines = [cells(line) for line in first_lines(fh)]
+        if not lines:
             raise DataFileError(f"data path {source.label!r}: {_name(url)} holds no rows (an empty "
                                 "partition); remove it or write it with rows")
-        first = [c.strip() for c in lines[0].split(",")]
-        header = not all(_is_number(c) for c in first) or (
-            isinstance(source.label_column, str) and source.label_column in first
-            and not source.label_column.lstrip("-").isdigit())
-        data = [c.strip() for c in (lines[1] if header else lines[0]).split(",")]
-        if header and not lines[1]:
+        first, second = (lines + [None])[:2]
+        header = is_header(first, second, source.label_column)
+        if header and second is None:
             raise DataFileError(f"data path {source.label!r}: {_name(url)} has a header but no rows "
                                 "(an empty partition); remove it or write it with rows")
+        data = second if header else first
         names = first if header else [str(j) for j in range(len(first))]
-        schemas.append([(n, "", j < len(data) and _is_number(data[j])) for j, n in enumerate(names)])
+        schemas.append([(n, "", j < len(data) and (not data[j] or is_number(data[j])))
+                        for j, n in enumerate(names)])
         headers.append(header)
     if len(set(headers)) > 1:
         raise DataFileError(f"data path {source.label!r}: some CSV files have a header row and "
