@@ -34,7 +34,7 @@ def test_parse_errors_name_the_line(tmp_path):
     np.savez(npz, X=np.ones((2, 2)))
     with pytest.raises(DataFileError, match="missing y"):
         load_data(npz)
-    with pytest.raises(DataFileError, match="no column named 'label'"):
+    with pytest.raises(DataFileError, match="no label column 'label'; the columns are a, b"):
         load_data(csv.with_name("h.csv").write_text("a,b\n1,2\n") and csv.with_name("h.csv"), label_column="label")
 
 
@@ -153,3 +153,21 @@ def test_sonar_has_208_rows_on_every_path(tmp_path):
                    (str(tmp_path / "a.csv"), str(tmp_path / "b.csv"))):
         X, y, layout = load_source(DataSource(path=source))
         assert X.shape == (208, 60) and set(y) == {"M", "R"} and not layout.header, source
+
+
+def test_the_file_loader_takes_feature_columns(tmp_path):
+    """By header name, or by position in a file without a header; a leading id is no
+    feature by default; an npz file has no column names to choose by."""
+    path = tmp_path / "d.csv"
+    path.write_text("id,a,b,c,label\n7,0.1,0.2,0.3,R\n8,0.4,0.5,0.6,M\n")
+    assert load_data(path, feature_columns=["c", "a"])[0].tolist() == [[0.3, 0.1], [0.6, 0.4]]
+    assert load_data(path)[0].tolist() == [[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]]
+    with pytest.raises(DataFileError, match="no feature column 'zz'; the columns are id, a, b"):
+        load_data(path, feature_columns=["a", "zz"])
+    with pytest.raises(DataFileError, match="feature column 'label' is not numeric; drop it"):
+        load_data(path, label_column="a", feature_columns=["label"])
+    path.write_text("0.1,0.2,0.3,R\n0.4,0.5,0.6,M\n")
+    assert load_data(path, feature_columns=["2", "0"])[0].tolist() == [[0.3, 0.1], [0.6, 0.4]]
+    np.savez(tmp_path / "d.npz", X=np.ones((2, 2)), y=np.arange(2))
+    with pytest.raises(DataFileError, match="npz data have no column names.*drop feature_columns"):
+        load_data(tmp_path / "d.npz", feature_columns=["0"])

@@ -304,3 +304,20 @@ def test_a_headerless_file_with_text_labels_keeps_its_first_row(client, tmp_path
     for path in (str(tmp_path / "sonar.csv"), str(tmp_path / "part-*.csv")):
         X, y, _ = read_on_workers(DataSource(path=path), client)
         assert X.shape == (208, 60) and y.tolist()[:1] == [lines[0].strip().split(",")[-1]], path
+
+
+def test_feature_columns_and_a_leading_id_column_on_the_workers(sources, client, tmp_path):
+    """The workers read the columns the in-process read does: feature_columns as given, by
+    default every numeric column but the label and a leading sample id (it was a feature)."""
+    df = pd.read_csv(sources / "one.csv")
+    df.insert(0, "id", np.arange(N))
+    df.iloc[:100].to_csv(tmp_path / "part-0.csv", index=False, float_format="%.17g")
+    df.iloc[100:].to_csv(tmp_path / "part-1.csv", index=False, float_format="%.17g")
+    glob = str(tmp_path / "part-*.csv")
+    for columns in (None, ("f4", "f0")):
+        X, y, layout = read_on_workers(DataSource(path=glob, label_column="label",
+                                                  feature_columns=columns), client)
+        expected = columns or tuple(f"f{j}" for j in range(D))
+        assert layout.features == expected
+        np.testing.assert_array_equal(X.compute(), df[list(expected)].to_numpy())
+        np.testing.assert_array_equal(y, df["label"].to_numpy())

@@ -236,3 +236,89 @@ def test_fit_and_sweep_take_a_parquet_directory(data, tmp_path):
     assert res.returncode == 2
     assert res.stderr.strip().count("\n") == 0 and "no label column 'target'" in res.stderr
     assert not (tmp_path / "sweep").exists()
+
+
+@pytest.fixture
+def with_id(tmp_path):
+    """The frame with a leading sample-id column and a text column, as one CSV file, two CSV
+    parts (a glob and a list) and one Parquet file."""
+    df = frame()
+    df.insert(0, "id", np.arange(1000, 1000 + N))
+    df.insert(3, "city", ["a", "b"] * (N // 2))
+    df.to_csv(tmp_path / "one.csv", index=False, float_format="%.17g")
+    (tmp_path / "parts").mkdir()
+    df.iloc[:50].to_csv(tmp_path / "parts" / "part-0.csv", index=False, float_format="%.17g")
+    df.iloc[50:].to_csv(tmp_path / "parts" / "part-1.csv", index=False, float_format="%.17g")
+    df.to_parquet(tmp_path / "one.parquet", index=False)
+    paths = [str(tmp_path / "one.csv"), str(tmp_path / "parts" / "part-*.csv"),
+             (str(tmp_path / "parts" / "part-0.csv"), str(tmp_path / "parts" / "part-1.csv")),
+             str(tmp_path / "one.parquet")]
+    return paths, df
+
+
+def test_feature_columns_are_honoured_on_every_path(with_id):
+    """A single CSV file read whole was given every column (feature_columns ignored)."""
+    paths, df = with_id
+    for path in paths:
+        X, y, layout = load_source(DataSource(path=path, label_column="label",
+                                              feature_columns=("f3", "f1")))
+        np.testing.assert_array_equal(X, df[["f3", "f1"]].to_numpy())
+        np.testing.assert_array_equal(y, df["label"].to_numpy())
+        assert layout.features == ("f3", "f1") and layout.label == "label"
+
+
+def test_the_default_features_are_the_same_on_every_path(with_id):
+    """Every numeric column but the label and a leading sample id: the CSV file loader
+    dropped the ``id`` column and refused the text column; Parquet and CSV parts kept the id."""
+    paths, df = with_id
+    for path in paths:
+        X, _, layout = load_source(DataSource(path=path, label_column="label"))
+        assert layout.features == tuple(f"f{j}" for j in range(D)), path
+        np.testing.assert_array_equal(X, df[[f"f{j}" for j in range(D)]].to_numpy())
+
+
+@pytest.mark.parametrize("columns, message", [
+    (("f1", "zz"), "no feature column 'zz'; the columns are id, f0, f1, city"),
+    (("f1", "city"), "feature column 'city' is not numeric"),
+])
+def test_a_bad_feature_column_is_refused_on_every_path(with_id, columns, message):
+    """Refused before anything is read (the run's check) and by the read itself."""
+    from muflow.config import check_data_exists
+
+    paths, _ = with_id
+    for path in paths:
+        with pytest.raises(DataFileError) as exc:
+            load_source(DataSource(path=path, label_column="label", feature_columns=columns))
+        assert message in one_line(exc), path
+        cfg = from_dict({"data": {"path": path if isinstance(path, str) else list(path),
+                                  "label_column": "label", "feature_columns": list(columns)}})
+        with pytest.raises(DataFileError, match=message.split(";")[0]):
+            check_data_exists(cfg)
+
+
+def test_feature_columns_of_files_without_column_names_are_refused(tmp_path, data):
+    """An npz, svmlight file or zarr group has no column names: feature_columns were ignored."""
+    from sklearn.datasets import dump_svmlight_file
+
+    root, df = data
+    X, y = df.iloc[:, :D].to_numpy(), df["label"].to_numpy()
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"))
+    for path, kind in ((tmp_path / "d.npz", "an npz file"), (tmp_path / "d.svm", "a svmlight file"),
+                       (root / "set.zarr", "a zarr group")):
+        with pytest.raises(DataFileError) as exc:
+            load_source(DataSource(path=str(path), feature_columns=("f0",)))
+        assert f"{kind} has no column names" in one_line(exc)
+        assert "drop feature_columns" in one_line(exc)
+
+
+def test_a_whitespace_separated_file_is_read_whole_and_refused_by_a_glob(tmp_path):
+    """Its columns are chosen from its first lines too: whitespace separated when read
+    whole; a glob's files are read as comma separated, so it is refused there."""
+    path = tmp_path / "d.txt"
+    path.write_text("1 0.5 0.25\n0 0.75 0.125\n")
+    X, y, layout = load_source(DataSource(path=str(path), label_column=0, feature_columns=("2",)))
+    assert X.tolist() == [[0.25], [0.125]] and y.tolist() == [1, 0] and layout.whole
+    with pytest.raises(DataFileError) as exc:
+        load_source(DataSource(path=str(tmp_path / "d.t*t"), label_column=0))
+    assert "d.txt is not comma separated" in one_line(exc)

@@ -4,6 +4,8 @@
   :func:`check_finite`;
 - :mod:`muflow.data.source`: :class:`DataSource`, a path, directory, glob, list or fsspec URL
   with its format, columns and ``storage_options``; its files and their fingerprint;
+- :mod:`muflow.data.columns`: the one rule for a CSV header and for the label and feature
+  columns, on every path;
 - :mod:`muflow.data.tabular`: a source's layout (columns, schemas, rows per file) checked
   from metadata before anything is read;
 - :mod:`muflow.data.local`: a source read whole into this process;

@@ -1,14 +1,24 @@
-"""How a table's columns are read: whether a CSV file's first line is a header.
+"""How a table's columns are read: whether a CSV file's first line is a header, and which
+columns are the label and the features.
 
 One rule for every reader (the file loader of :mod:`muflow.data.files`, the layout of
 :mod:`muflow.data.tabular` that the in-process and the workers' reads follow), so a file
-gives the same rows whether it is read whole, by a glob, in a list or on the workers.
-Standard library only.
+gives the same rows and columns whether it is read whole, by a glob, in a list or on the
+workers. Standard library only.
 """
 
 from __future__ import annotations
 
 import csv
+
+from muflow.exceptions import DataFileError
+
+#: What a CSV reader says of a file that is not text.
+NOT_TEXT = "not a text file, so not CSV; for another format give --format (svmlight, npz, parquet)"
+
+#: Names of a leading column of sample ids (any case): never a feature unless named in
+#: ``feature_columns``.
+ID_COLUMNS = ("id", "sample", "sample_id")
 
 
 def is_number(text: str) -> bool:
@@ -52,8 +62,67 @@ def first_lines(fh, count: int = 2) -> list:
     return lines
 
 
+def delimiter(line: str):
+    """A CSV file's delimiter from its first line: "," when the line holds a comma, else
+    None (whitespace separated)."""
+    return "," if "," in line else None
+
+
 def cells(line: str, delimiter=",") -> list:
     """A line's cells, stripped: split at ``delimiter`` (quotes as CSV has them), or at
     whitespace when None."""
     found = line.split() if delimiter is None else next(csv.reader([line], delimiter=delimiter), [])
     return [cell.strip() for cell in found]
+
+
+def choose_columns(schema, label_column, feature_columns, where: str):
+    """``(label, features)`` from ``schema`` (``[(name, type text, numeric)]``): the label
+    by name or 0-based index (default the last column; ``label_column=False``: none, the
+    label is None), the features as given (each must be there and numeric) or every
+    numeric column but the label and a leading sample id (:data:`ID_COLUMNS`)."""
+    names = [s[0] for s in schema]
+    if label_column is False:  # no label column: every numeric column is a feature
+        label = None
+    elif label_column is None:
+        label = names[-1]
+    elif isinstance(label_column, int) or str(label_column).lstrip("-").isdigit():
+        index = int(label_column)
+        if not -len(names) <= index < len(names):
+            raise DataFileError(f"{where}: label_column {index} is out of range; the data have "
+                                f"{len(names)} columns")
+        label = names[index]
+    elif label_column in names:
+        label = label_column
+    else:
+        raise DataFileError(f"{where}: no label column {label_column!r}; the columns are "
+                            f"{names_text(names)}; set label_column")
+    numeric = {s[0]: s[2] for s in schema}
+    types = {s[0]: s[1] for s in schema}
+    if feature_columns is None:
+        features = tuple(n for j, n in enumerate(names) if n != label and numeric[n]
+                         and not (j == 0 and n.lower() in ID_COLUMNS))
+    else:
+        features = tuple(str(c) for c in feature_columns)
+        for name in features:
+            if name not in numeric:
+                raise DataFileError(f"{where}: no feature column {name!r}; the columns are "
+                                    f"{names_text(names)}")
+            if not numeric[name]:
+                kind = f" ({types[name]})" if types[name] else ""
+                raise DataFileError(f"{where}: feature column {name!r} is not numeric{kind}; drop "
+                                    "it from feature_columns or encode it as numbers")
+            if name == label:
+                raise DataFileError(f"{where}: {name!r} is the label column and a feature column; "
+                                    "drop it from feature_columns")
+    if not features:
+        raise DataFileError(f"{where}: no numeric feature column"
+                            + (f" besides the label {label!r}" if label is not None else "")
+                            + f"; the columns are {names_text(names)}")
+    return label, features
+
+
+def names_text(names) -> str:
+    """Names for a message: the first 12, and how many in all."""
+    names = list(names)
+    shown = ", ".join(str(n) for n in names[:12])
+    return shown + (f" ... ({len(names)} in all)" if len(names) > 12 else "")

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.data.columns import cells, first_lines, is_header, is_number
+from muflow.data.columns import (NOT_TEXT, cells, choose_columns, delimiter, first_lines, is_header,
+                                  is_number)
 from muflow.exceptions import DataFileError, MuflowInputError
 
 SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm")
@@ -35,7 +36,8 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
     return "csv"
 
 
-def load_data(path, *, label_column=None, fmt: str | None = None, n_features: int | None = None):
+def load_data(path, *, label_column=None, fmt: str | None = None, n_features: int | None = None,
+              feature_columns=None):
     """Load a labelled data set.
 
     Parameters
@@ -50,6 +52,11 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
         anything else: CSV).
     n_features : int, optional
         svmlight only: the number of features (a8a has 123).
+    feature_columns : sequence of str, optional
+        CSV only: the columns of X, by header name (without a header: ``"0"``, ``"1"``,
+        ...). Default: every numeric column but the label and a leading sample id
+        (:func:`muflow.data.columns.choose_columns`). An npz or svmlight file has no
+        column names: giving them is an error.
 
     Returns
     -------
@@ -62,33 +69,36 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     if path.is_dir():
         raise DataFileError(f"{str(path)!r} is a directory; give a data file")
     kind = detect_format(path, fmt)
+    if kind != "csv" and feature_columns is not None:
+        raise DataFileError(f"{path}: {kind} data have no column names, so feature_columns "
+                            "cannot choose among them; drop feature_columns and write X with "
+                            "the features to use alone")
     if kind == "svmlight":
         return _load_svmlight(path, n_features)
     if kind == "npz":
         return _load_npz(path, labels=label_column is not False)
     try:
-        return _load_csv(path, label_column)
+        return _load_csv(path, label_column, feature_columns)
     except UnicodeDecodeError:
-        raise DataFileError(f"{path}: not a text file, so not CSV; for another format give "
-                            "--format (svmlight, npz, parquet)") from None
+        raise DataFileError(f"{path}: {NOT_TEXT}") from None
 
 
-def _load_csv(path: Path, label_column):
+def _load_csv(path: Path, label_column, feature_columns=None):
     """A CSV (or whitespace-separated) file: every cell numeric goes through NumPy's C
     parser (:func:`_load_numeric_csv`, far faster than reading row by row); anything
     else (string labels, ragged or bad rows) through the row-by-row reader, which names the
     line of any problem."""
-    fast = _load_numeric_csv(path, label_column)
+    fast = _load_numeric_csv(path, label_column, feature_columns)
     if fast is not None:
         return fast
     with open(path, newline="") as f:
-        delimiter = _delimiter(f.read(4096))
+        sep = delimiter(next(iter(first_lines(f, 1)), ""))
         f.seek(0)
         rows = []
-        if delimiter is None:
+        if sep is None:
             reader = (line.split() for line in f)
         else:
-            reader = csv.reader(f, delimiter=delimiter)
+            reader = csv.reader(f, delimiter=sep)
         for row in reader:
             rows.append([cell.strip() for cell in row])
     rows = [(i + 1, r) for i, r in enumerate(rows) if r and any(cell for cell in r)]
@@ -101,7 +111,8 @@ def _load_csv(path: Path, label_column):
     if not rows:
         raise DataFileError(f"{path}: the file has a header but no data rows")
     width = len(rows[0][1])
-    label_index, feature_index = _columns(path, header, width, label_column)
+    numeric = [not c or is_number(c) for c in rows[0][1]]
+    label_index, feature_index = _columns(path, header, numeric, label_column, feature_columns)
     X = np.empty((len(rows), len(feature_index)))
     labels = []
     for r, (line, row) in enumerate(rows):
@@ -121,7 +132,7 @@ def _load_csv(path: Path, label_column):
     return X, None if label_index is None else _labels(np.asarray(labels))
 
 
-def _load_numeric_csv(path: Path, label_column):
+def _load_numeric_csv(path: Path, label_column, feature_columns=None):
     """``(X, y)`` of a file whose first line is data or a header and whose every other line
     holds the same number of numbers, parsed by ``np.loadtxt``; None for any other file (the
     row-by-row reader then loads it or names the line at fault)."""
@@ -129,54 +140,36 @@ def _load_numeric_csv(path: Path, label_column):
         lines = first_lines(f)
     if not lines:
         return None
-    delimiter = _delimiter(lines[0])
-    first, second = ([cells(line, delimiter) for line in lines] + [None])[:2]
+    sep = delimiter(lines[0])
+    first, second = ([cells(line, sep) for line in lines] + [None])[:2]
     if not any(first):
         return None
     header = first if is_header(first, second, label_column) else None
     try:
-        values = np.loadtxt(path, delimiter=delimiter, skiprows=0 if header is None else 1,
+        values = np.loadtxt(path, delimiter=sep, skiprows=0 if header is None else 1,
                             dtype=np.float64, comments=None, ndmin=2)
     except ValueError:
         return None
     if values.shape[0] == 0 or values.shape[1] != len(first):
         return None
-    label_index, feature_index = _columns(path, header, values.shape[1], label_column)
+    label_index, feature_index = _columns(path, header, [True] * values.shape[1], label_column,
+                                          feature_columns)
     y = None if label_index is None else _labels(values[:, label_index])
     return np.ascontiguousarray(values[:, feature_index]), y
 
 
-def _delimiter(sample: str):
-    """"," when the first line holds a comma, else None (whitespace separated)."""
-    lines = sample.splitlines()
-    return "," if lines and "," in lines[0] else None
-
-
-def _columns(path: Path, header, width: int, label_column):
-    """``(label_index, feature_index)``: the label column (by name, index, or the last;
-    None for ``label_column=False``) and the feature columns (not a leading sample-id
-    column)."""
-    if label_column is False:  # no label column
-        label_index = None
-    elif label_column is None:
-        label_index = width - 1
-    elif isinstance(label_column, int) or (isinstance(label_column, str) and label_column.lstrip("-").isdigit()):
-        label_index = int(label_column)
-        if not -width <= label_index < width:
-            raise DataFileError(f"{path}: label_column {label_index} is out of range; the data "
-                                f"have {width} columns")
-        label_index %= width
-    else:
-        if header is None or label_column not in header:
-            raise DataFileError(
-                f"{path}: no column named {label_column!r}; "
-                + (f"the header has {', '.join(header)}" if header else "the file has no header row")
-            )
-        label_index = header.index(label_column)
-    feature_index = [j for j in range(width) if j != label_index]
-    if header is not None and header[0].lower() in ("id", "sample", "sample_id") and label_index != 0:
-        feature_index = feature_index[1:]  # a sample id is not a feature
-    return label_index, feature_index
+def _columns(path: Path, header, numeric: list, label_column, feature_columns):
+    """``(label_index, feature_index)`` of a file whose first data row has
+    ``len(numeric)`` cells (``numeric``: which are numbers or empty), chosen by
+    :func:`muflow.data.columns.choose_columns` as for every other source."""
+    width = len(numeric)
+    if header is not None and len(header) != width:
+        raise DataFileError(f"{path}: the header has {len(header)} columns and the first data "
+                            f"row {width}; write them alike")
+    names = header if header is not None else [str(j) for j in range(width)]
+    label, features = choose_columns([(n, "", ok) for n, ok in zip(names, numeric)], label_column,
+                                     feature_columns, str(path))
+    return (None if label is None else names.index(label)), [names.index(n) for n in features]
 
 
 def _labels(labels: np.ndarray) -> np.ndarray:

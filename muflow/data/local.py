@@ -36,7 +36,7 @@ def load_source(source: DataSource):
 
 def _read(source: DataSource, layout: Layout):
     fs, roots = DataSource(path=layout.urls, storage_options=source.storage_options).filesystem()
-    if layout.format in ("npz", "svmlight", "csv") and not layout.features:  # one whole file
+    if layout.whole:  # one file, by the file loader
         return _whole_file(source, layout, fs, roots[0])
     if layout.format == "zarr":
         import zarr
@@ -80,11 +80,12 @@ def features_of(frame, layout: Layout, label: str) -> np.ndarray:
 
 
 def _whole_file(source, layout, fs, root):
-    """A single npz, svmlight or CSV file, by the file loaders; a remote one is copied to a
-    temporary local file first."""
+    """A single npz, svmlight or CSV file, by the file loaders (a CSV file's features: those
+    the layout chose); a remote one is copied to a temporary local file first."""
     from fsspec.implementations.local import LocalFileSystem
 
-    kwargs = dict(label_column=source.label_column, fmt=layout.format, n_features=source.n_features)
+    kwargs = dict(label_column=source.label_column, fmt=layout.format, n_features=source.n_features,
+                  feature_columns=layout.features if layout.format == "csv" else None)
     if isinstance(fs, LocalFileSystem):
         return load_data(root, **kwargs)
     fd, tmp = tempfile.mkstemp(suffix=PurePosixPath(root).suffix)

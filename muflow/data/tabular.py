@@ -3,7 +3,7 @@ which columns are the label and the features, whether every file has the same sc
 whether a file is empty.
 
 Parquet files are checked from their footers (schema and row counts), CSV files from their
-first line, a zarr store from its arrays' metadata. Every problem is a one-line
+first two lines, a zarr store from its arrays' metadata. Every problem is a one-line
 :class:`~muflow.exceptions.DataFileError` naming the file or the column and the fix.
 The :class:`Layout` it returns is what both homes read by (:mod:`muflow.data.local` in this
 process, :mod:`muflow.data.workers` on a cluster), so they read the same rows in the same
@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from muflow.data.columns import cells, first_lines, is_header, is_number
+from muflow.data.columns import (NOT_TEXT, cells, choose_columns, delimiter, first_lines, is_header,
+                                  is_number, names_text)
 from muflow.data.source import DataSource, _within
 from muflow.exceptions import DataFileError
 
@@ -24,7 +25,8 @@ from muflow.exceptions import DataFileError
 class Layout:
     """A checked source: its format, files (full URLs, sorted), label and feature columns
     (names; CSV without a header: ``"0"``, ``"1"``, ...), CSV header, rows per file (None
-    where the metadata do not say) and the fingerprint's file list."""
+    where the metadata do not say), the fingerprint's file list, and whether the one file
+    is read whole by the file loader (npz, svmlight, a single local CSV file)."""
 
     format: str
     urls: tuple
@@ -33,6 +35,7 @@ class Layout:
     header: bool
     rows: tuple
     entries: tuple
+    whole: bool = False
 
     @property
     def n_rows(self) -> int | None:
@@ -41,22 +44,30 @@ class Layout:
 
 def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
     """List the source's files and check their layout (metadata only); bounded by the
-    source's timeout. ``whole_files``: a single local CSV file is left to the file loader
-    (read whole in this process); False reads it by columns, as the workers do."""
+    source's timeout. ``whole_files``: a single local CSV file is read whole by the file
+    loader (in this process), which names the line of a bad row; False reads it by columns,
+    as the workers do. Either way its columns are chosen here, from its first lines."""
     entries = source.files()
     urls = tuple(e["path"] for e in entries)
     kind = source.kind(list(urls))
-    if kind in ("npz", "svmlight") or (whole_files and kind == "csv" and len(urls) == 1
-                                       and not source.is_url and _looks_plain(source)):
+    if kind in ("npz", "svmlight", "zarr") and source.feature_columns is not None:
+        what = {"npz": "an npz file", "svmlight": "a svmlight file", "zarr": "a zarr group"}[kind]
+        raise DataFileError(f"data path {source.label!r}: {what} has no column names, so "
+                            "feature_columns cannot choose among them; drop feature_columns "
+                            "and write X with the features to use alone, or write the data as "
+                            "Parquet or CSV with named columns")
+    if kind in ("npz", "svmlight"):
         if len(urls) != 1:
             raise DataFileError(f"data path {source.label!r}: {len(urls)} files; a {kind} source is "
                                 "one file (Parquet, CSV or zarr can be several)")
-        return Layout(kind, urls, None, (), False, (None,), tuple(entries))
+        return Layout(kind, urls, None, (), False, (None,), tuple(entries), whole=True)
     if kind == "zarr":
         return _within(source.timeout, lambda: _zarr_layout(source, urls, entries),
                        f"data path {source.label!r}")
+    whole = (whole_files and kind == "csv" and len(urls) == 1 and not source.is_url
+             and _looks_plain(source))
     read = _parquet_schemas if kind == "parquet" else _csv_schemas
-    schemas, rows, header = _within(source.timeout, lambda: read(source, urls),
+    schemas, rows, header = _within(source.timeout, lambda: read(source, urls, whole),
                                     f"data path {source.label!r}")
     first = schemas[0]
     for url, schema in zip(urls[1:], schemas[1:]):
@@ -73,61 +84,16 @@ def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
     first = [(n, t, all(s[j][2] for s in schemas)) for j, (n, t, _) in enumerate(first)]
     label, features = choose_columns(first, source.label_column, source.feature_columns,
                                      f"data path {source.label!r}")
-    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries))
+    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries), whole)
 
 
 def _looks_plain(source) -> bool:
-    """A single local CSV file named as such: read by the file loader (:mod:`muflow.data.files`),
-    which handles id columns, string labels and names the line of a bad row."""
+    """A single local CSV file named as such (no glob): read whole by the file loader
+    (:mod:`muflow.data.files`), which names the line of a bad row."""
     return len(source.paths()) == 1 and not any(c in source.paths()[0] for c in "*?[")
 
 
-def choose_columns(schema, label_column, feature_columns, where: str):
-    """``(label, features)`` from ``schema`` (``[(name, type text, numeric)]``): the label
-    by name or 0-based index (default the last column; ``label_column=False``: none, the
-    label is None), the features as given (each must be there and numeric) or every
-    numeric column but the label."""
-    names = [s[0] for s in schema]
-    if label_column is False:  # no label column: every numeric column is a feature
-        label = None
-    elif label_column is None:
-        label = names[-1]
-    elif isinstance(label_column, int) or str(label_column).lstrip("-").isdigit():
-        index = int(label_column)
-        if not -len(names) <= index < len(names):
-            raise DataFileError(f"{where}: label_column {index} is out of range; the data have "
-                                f"{len(names)} columns")
-        label = names[index]
-    elif label_column in names:
-        label = label_column
-    else:
-        raise DataFileError(f"{where}: no label column {label_column!r}; the columns are "
-                            f"{_list(names)}; set label_column")
-    numeric = {s[0]: s[2] for s in schema}
-    types = {s[0]: s[1] for s in schema}
-    if feature_columns is None:
-        features = tuple(n for n in names if n != label and numeric[n])
-    else:
-        features = tuple(str(c) for c in feature_columns)
-        for name in features:
-            if name not in numeric:
-                raise DataFileError(f"{where}: no feature column {name!r}; the columns are "
-                                    f"{_list(names)}")
-            if not numeric[name]:
-                raise DataFileError(f"{where}: feature column {name!r} is not numeric "
-                                    f"({types[name]}); drop it from feature_columns or encode it "
-                                    "as numbers")
-            if name == label:
-                raise DataFileError(f"{where}: {name!r} is the label column and a feature column; "
-                                    "drop it from feature_columns")
-    if not features:
-        raise DataFileError(f"{where}: no numeric feature column"
-                            + (f" besides the label {label!r}" if label is not None else "")
-                            + f"; the columns are {_list(names)}")
-    return label, features
-
-
-def _parquet_schemas(source, urls):
+def _parquet_schemas(source, urls, whole=False):
     import pyarrow.parquet as pq
 
     fs, roots = DataSource(path=tuple(urls), format="parquet",
@@ -152,20 +118,30 @@ def _arrow_numeric(t) -> bool:
     return bool(pt.is_integer(t) or pt.is_floating(t) or pt.is_boolean(t) or pt.is_decimal(t))
 
 
-def _csv_schemas(source, urls):
+def _csv_schemas(source, urls, whole=False):
     """Each CSV file's columns from its first two lines: a header or not by
     :func:`muflow.data.columns.is_header` (else the columns are named by position),
     numeric when the first data line's cell is a number or empty (a missing value, refused
-    as NaN once read)."""
+    as NaN once read). Comma separated, but for a file read ``whole`` by the file loader,
+    which reads whitespace-separated files too."""
     fs, roots = DataSource(path=tuple(urls), format="csv",
                            storage_options=source.storage_options).filesystem()
     schemas, headers = [], []
     for url, root in zip(urls, roots):
-        with fs.open(root, "rt") as fh:
-            lines = [cells(line) for line in first_lines(fh)]
+        try:
+            with fs.open(root, "rt") as fh:
+                lines = first_lines(fh)
+        except UnicodeDecodeError:
+            raise DataFileError(f"{url}: {NOT_TEXT}") from None
         if not lines:
             raise DataFileError(f"data path {source.label!r}: {_name(url)} holds no rows (an empty "
                                 "partition); remove it or write it with rows")
+        sep = delimiter(lines[0])
+        if sep is None and not whole:
+            raise DataFileError(f"data path {source.label!r}: {_name(url)} is not comma separated; "
+                                "CSV files read by a glob, a list, a directory or on the workers "
+                                "must be: write them with commas")
+        lines = [cells(line, sep) for line in lines]
         first, second = (lines + [None])[:2]
         header = is_header(first, second, source.label_column)
         if header and second is None:
@@ -212,11 +188,5 @@ def _name(url: str) -> str:
     return PurePosixPath(url).name
 
 
-def _list(names) -> str:
-    names = list(names)
-    shown = ", ".join(str(n) for n in names[:12])
-    return shown + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
-
-
 def _schema_text(schema) -> str:
-    return "(" + _list(f"{n}: {t}" if t else n for n, t, _ in schema) + ")"
+    return "(" + names_text(f"{n}: {t}" if t else n for n, t, _ in schema) + ")"
