@@ -51,7 +51,7 @@ def add_parser(subparsers):
 def run(args) -> int:
     from muflow.dask.cluster import client_for
     from muflow.gram.build import ensure_gram
-    from muflow.gram.store import check_dtype
+    from muflow.gram.store import check_dtype, check_store_target
     from muflow.kernels import kernel_from_setting
 
     if args.out is None and args.cache_dir is None:
@@ -61,6 +61,8 @@ def run(args) -> int:
                                "leave it out for one worker per core")
     if args.tile is not None and args.tile < 1:
         raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
+    if args.out is not None:  # refused before the data are read or a cluster starts
+        check_store_target(args.out)
     X, _ = load_from_args(args)
     setting = {"kernel": args.kernel, "gamma": parse_gamma(args.gamma), "degree": args.degree,
                "coef0": args.coef0}

@@ -21,12 +21,11 @@ import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 
 from muflow.exceptions import MuflowInputError
 from muflow.gram.store import (
-    GramStore, StoreCorruptError, check_dtype, fingerprint, lookup_cache, record_in_cache,
-    store_exists,
+    GramStore, StoreCorruptError, check_dtype, check_store_target, fingerprint, lookup_cache,
+    record_in_cache, store_exists,
 )
 from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
 from muflow.inmemory import block_input, numpy_gram
@@ -200,6 +199,7 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     if X.ndim != 2 or X.shape[0] == 0:
         raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {X.shape}")
     fp = fingerprint(X)
+    given = store is not None  # a path of the caller's, where other things may be
     if store is None:
         if cache_dir is None:
             raise MuflowInputError("give a store path (--out) or a cache directory (--cache-dir)")
@@ -214,7 +214,7 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     with build_lock(url):
         return _open_or_create_and_build(X, kernel, url, fp, client=client, dtype=dtype, tile=tile,
                                          deep_check=deep_check, on_tile=on_tile,
-                                         storage_options=storage_options)
+                                         storage_options=storage_options, given=given)
 
 
 @contextlib.contextmanager
@@ -241,12 +241,14 @@ def build_lock(url: str):
 
 
 def _open_or_create_and_build(X, kernel, url, fp, *, client, dtype, tile, deep_check, on_tile,
-                              storage_options):
+                              storage_options, given):
     n = X.shape[0]
     if store_exists(url, storage_options):
         gram = GramStore.open(url, storage_options=storage_options)
         gram.check_matches(fp, kernel, dtype)
     else:
+        if given:  # under the lock: another build's half-created store is not taken for other things
+            check_store_target(url, storage_options)
         if tile is None:
             memory, n_workers = _worker_memory(client)
             tile = choose_tile(n, np.dtype(dtype).itemsize, memory, n_workers)

@@ -135,6 +135,65 @@ def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: s
     write_json(path, {"store": url, "kernel": kernel.to_dict(), "fingerprint": fp, "dtype": dtype})
 
 
+def check_store_target(url, storage_options=None, option="--out"):
+    """Refuse to write a new Gram store at ``url`` where something other than a Gram store
+    is: a file, a zarr group (a data set), a directory of other files. Nothing, an empty
+    directory and a zarr array pass (an array is then opened and validated as a store:
+    :meth:`GramStore.check_matches`), so that a store is only ever created where it would
+    replace nothing (``zarr.create_array(overwrite=True)`` deletes what is there)."""
+    url = normalize_url(url)
+    if store_exists(url, storage_options):
+        return
+    what = _held_at(url, storage_options)
+    if what is not None:
+        raise MuflowInputError(
+            f"{option} {url} {what}, not a Gram store, and writing the store there would "
+            f"replace it; choose another {option} (a new path or an empty directory)")
+
+
+def _held_at(url: str, storage_options=None) -> str | None:
+    """What a path that is not a zarr array holds, in words, or None for nothing at all
+    (or an empty directory)."""
+    if "://" in url:
+        import fsspec
+
+        try:
+            fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+            if not fs.exists(path):
+                return None
+            if not fs.isdir(path):
+                return "is a file"
+            names = sorted(os.path.basename(str(p).rstrip("/")) for p in fs.ls(path, detail=False))
+        except (OSError, ValueError):  # unreachable here: zarr says what is wrong when it writes
+            return None
+        return _directory_text(names, _zarr_node_type(fs.cat_file, path + "/zarr.json"))
+    if not os.path.lexists(url):
+        return None
+    if os.path.islink(url) and not os.path.exists(url):
+        return "is a broken link"
+    if not os.path.isdir(url):
+        return "is a file"
+    return _directory_text(sorted(os.listdir(url)), _zarr_node_type(
+        lambda p: open(p, "rb").read(), os.path.join(url, "zarr.json")))
+
+
+def _zarr_node_type(read, path) -> str | None:
+    try:
+        return json.loads(read(path)).get("node_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _directory_text(names: list, node_type: str | None) -> str | None:
+    if not names:
+        return None
+    shown = [n for n in names if n != "zarr.json"] if node_type == "group" else names
+    shown = ", ".join(shown[:5]) + (", ..." if len(shown) > 5 else "")
+    if node_type == "group":
+        return f"is a zarr group ({shown})"
+    return f"is a directory that holds other things ({shown})"
+
+
 def normalize_url(url) -> str:
     """A store location as zarr and the workers open it: ``file://`` URLs become paths
     (fsspec's local filesystem does not create the chunk directories)."""

@@ -1,0 +1,94 @@
+"""Where a Gram store may be written: what an --out or a cache directory already holds is
+never replaced by a store, and a path that cannot hold one is named in one line."""
+
+import os
+
+import numpy as np
+import pytest
+import zarr
+
+from muflow.cli import main
+from muflow.exceptions import MuflowInputError
+from muflow.gram import ensure_gram
+from muflow.kernels import Kernel
+
+RBF = Kernel("rbf", gamma=0.2)
+
+
+@pytest.fixture
+def X():
+    return np.random.default_rng(5).normal(size=(60, 4))
+
+
+@pytest.fixture
+def csv_file(tmp_path):
+    rng = np.random.default_rng(2)
+    rows = [f"{a:.4f},{b:.4f},{int(a > 0)}" for a, b in rng.normal(size=(30, 2))]
+    path = tmp_path / "train.csv"
+    path.write_text("x1,x2,y\n" + "\n".join(rows) + "\n")
+    return path
+
+
+def _gram(csv_file, *options):
+    return main(["gram", "--data", str(csv_file), "--gamma", "0.5", "--workers", "1", *options])
+
+
+def _error_line(capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if not line.startswith("Dask dashboard:")]
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_gram_out_onto_a_directory_of_other_files_is_refused_and_keeps_them(csv_file, tmp_path,
+                                                                            capsys):
+    results = tmp_path / "results"
+    (results / "sub").mkdir(parents=True)
+    (results / "notes.txt").write_text("mine")
+    assert _gram(csv_file, "--out", str(results)) == 2
+    line = _error_line(capsys)
+    assert "holds other things (notes.txt, sub)" in line and "another --out" in line
+    assert (results / "notes.txt").read_text() == "mine" and (results / "sub").is_dir()
+    assert sorted(os.listdir(results)) == ["notes.txt", "sub"]
+
+
+def test_gram_out_onto_a_zarr_group_of_data_is_refused_and_keeps_it(X, tmp_path, capsys):
+    """``gram --data train.zarr --out train.zarr`` wiped the data set it read."""
+    data = tmp_path / "train.zarr"
+    group = zarr.open_group(str(data), mode="w")
+    group.create_array("X", data=X)
+    group.create_array("y", data=(X[:, 0] > 0).astype(int))
+    assert main(["gram", "--data", str(data), "--gamma", "0.1", "--out", str(data),
+                 "--workers", "1"]) == 2
+    line = _error_line(capsys)
+    assert f"{data} is a zarr group (X, y)" in line and "another --out" in line
+    again = zarr.open_group(str(data), mode="r")
+    np.testing.assert_array_equal(again["X"][...], X)
+
+
+def test_gram_out_onto_a_file_is_refused_in_one_line(csv_file, tmp_path, capsys):
+    target = tmp_path / "file.zarr"
+    target.write_text("hello")
+    assert _gram(csv_file, "--out", str(target)) == 2
+    line = _error_line(capsys)
+    assert f"--out {target} is a file" in line and "another --out" in line
+    assert target.read_text() == "hello"
+
+
+def test_ensure_gram_writes_a_store_only_into_nothing_an_empty_directory_or_a_store(X, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    gram, report = ensure_gram(X, RBF, store=str(empty), tile=32)
+    assert len(report.computed) == report.total
+    assert ensure_gram(X, RBF, store=str(empty))[1].reused  # its own store: reused
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.txt").write_text("a")
+    with pytest.raises(MuflowInputError, match="holds other things"):
+        ensure_gram(X, RBF, store=str(other))
+    assert os.listdir(other) == ["a.txt"]
+    group = "memory://muflow-paths/group.zarr"
+    zarr.open_group(group, mode="w").create_array("X", data=X)
+    with pytest.raises(MuflowInputError, match="is a zarr group \\(X\\), not a Gram store"):
+        ensure_gram(X, RBF, store=group)
+    assert "X" in zarr.open_group(group, mode="r")
