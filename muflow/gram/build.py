@@ -208,13 +208,14 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
         if "://" not in str(cache_dir):
             os.makedirs(cache_dir, exist_ok=True)
         store = lookup_cache(cache_dir, fp, kernel, dtype)
-    elif cache_dir is not None:
-        record_in_cache(cache_dir, fp, kernel, dtype, str(store))
     url = str(store)
     with build_lock(url):
-        return _open_or_create_and_build(X, kernel, url, fp, client=client, dtype=dtype, tile=tile,
-                                         deep_check=deep_check, on_tile=on_tile,
-                                         storage_options=storage_options, given=given)
+        gram, report = _open_or_create_and_build(
+            X, kernel, url, fp, client=client, dtype=dtype, tile=tile, deep_check=deep_check,
+            on_tile=on_tile, storage_options=storage_options, given=given)
+    if given and cache_dir is not None:  # only a store that matches and is built is pointed at
+        record_in_cache(cache_dir, fp, kernel, dtype, url)
+    return gram, report
 
 
 @contextlib.contextmanager

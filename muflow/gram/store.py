@@ -107,17 +107,19 @@ def default_cache_dir() -> str:
 
 def lookup_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str) -> str:
     """The store the cache directory holds for (fingerprint, kernel, dtype): its own
-    ``gram-<key>.zarr``, or the store a ``gram-<key>.json`` pointer names when that one
-    exists (a store written elsewhere with ``--out``)."""
+    ``gram-<key>.zarr``, or the store a ``gram-<key>.json`` pointer names (a store written
+    elsewhere with ``--out``) when that one exists and its attributes still say it was
+    built for these data, this kernel and dtype. A pointer to a store since deleted or
+    rebuilt for something else is ignored: the cache's own store serves instead."""
     own = cache_path(cache_dir, fp, kernel, dtype)
     pointer = _join(str(cache_dir), f"gram-{cache_key(fp, kernel, dtype)}.json")
     if "://" not in str(cache_dir) and not store_exists(own) and os.path.exists(pointer):
         try:
             with open(pointer) as fh:
                 target = json.load(fh)["store"]
-            if store_exists(target):
-                return target
-        except (OSError, ValueError, KeyError):
+            GramStore.open(target, mode="r").check_matches(fp, kernel, dtype)
+            return target
+        except (OSError, ValueError, KeyError, TypeError):  # MuflowInputError is a ValueError
             pass
     return own
 

@@ -92,3 +92,30 @@ def test_ensure_gram_writes_a_store_only_into_nothing_an_empty_directory_or_a_st
     with pytest.raises(MuflowInputError, match="is a zarr group \\(X\\), not a Gram store"):
         ensure_gram(X, RBF, store=group)
     assert "X" in zarr.open_group(group, mode="r")
+
+
+def test_a_refused_store_leaves_no_pointer_in_the_cache(X, tmp_path):
+    """``gram --out S --cache-dir C`` refused (S holds another data's store) recorded a
+    pointer C -> S anyway, and every later use of C on these data failed on S."""
+    cache, S = tmp_path / "C", str(tmp_path / "S.zarr")
+    ensure_gram(X[:40], RBF, store=S, tile=32)
+    with pytest.raises(MuflowInputError, match="does not match"):
+        ensure_gram(X, RBF, store=S, cache_dir=str(cache))
+    assert not list(cache.glob("gram-*.json"))
+    gram, report = ensure_gram(X, RBF, cache_dir=str(cache), tile=32)
+    assert gram.url.startswith(str(cache)) and len(report.computed) == report.total
+
+
+def test_a_pointer_to_a_store_rebuilt_for_other_data_is_ignored(X, tmp_path):
+    cache, S = str(tmp_path / "C"), str(tmp_path / "S.zarr")
+    ensure_gram(X, RBF, store=S, cache_dir=cache, tile=32)
+    assert ensure_gram(X, RBF, cache_dir=cache)[0].url == S  # the pointer serves
+    import shutil
+
+    shutil.rmtree(S)
+    other = X[::-1].copy()
+    ensure_gram(other, RBF, store=S, tile=32)  # S now holds another data's K
+    gram, report = ensure_gram(X, RBF, cache_dir=cache, tile=32)
+    assert gram.url.startswith(cache) and len(report.computed) == report.total
+    np.testing.assert_allclose(gram.read(), RBF.block(X), atol=1e-6)
+    assert ensure_gram(other, RBF, store=S)[1].reused  # S untouched
