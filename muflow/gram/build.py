@@ -16,6 +16,7 @@ row panel is one contiguous read).
 from __future__ import annotations
 
 import contextlib
+import errno
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ import numpy as np
 from muflow.exceptions import MuflowInputError
 from muflow.gram.store import (
     GramStore, StoreCorruptError, check_dtype, check_store_target, fingerprint, lookup_cache,
-    record_in_cache, store_exists,
+    record_in_cache, store_exists, unwritable_error,
 )
 from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
 from muflow.inmemory import block_input, numpy_gram
@@ -203,27 +204,40 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     if store is None:
         if cache_dir is None:
             raise MuflowInputError("give a store path (--out) or a cache directory (--cache-dir)")
-        import os
-
-        if "://" not in str(cache_dir):
-            os.makedirs(cache_dir, exist_ok=True)
         store = lookup_cache(cache_dir, fp, kernel, dtype)
     url = str(store)
-    with build_lock(url):
-        gram, report = _open_or_create_and_build(
-            X, kernel, url, fp, client=client, dtype=dtype, tile=tile, deep_check=deep_check,
-            on_tile=on_tile, storage_options=storage_options, given=given)
+    gram = _complete_store(url, fp, kernel, dtype, deep_check, storage_options)
+    if gram is not None:
+        report = BuildReport(gram.url, len(tile_pairs(gram.n, gram.tile)))
+    else:
+        with build_lock(url, option="--out" if given else "--cache-dir"):
+            gram, report = _open_or_create_and_build(
+                X, kernel, url, fp, client=client, dtype=dtype, tile=tile, deep_check=deep_check,
+                on_tile=on_tile, storage_options=storage_options, given=given)
     if given and cache_dir is not None:  # only a store that matches and is built is pointed at
         record_in_cache(cache_dir, fp, kernel, dtype, url)
     return gram, report
 
 
+def _complete_store(url, fp, kernel, dtype, deep_check, storage_options) -> GramStore | None:
+    """The store at ``url`` opened read-only when it exists, matches and lacks no tile, else
+    None. Such a store is reused without the build lock, so that a cache directory nobody
+    may write in (a shared, pre-built one) still serves; a store of other data is refused
+    here as under the lock (:meth:`GramStore.check_matches`)."""
+    if not store_exists(url, storage_options):
+        return None
+    gram = GramStore.open(url, mode="r", storage_options=storage_options)
+    gram.check_matches(fp, kernel, dtype)
+    return None if gram.missing_tiles(deep=deep_check) else gram
+
+
 @contextlib.contextmanager
-def build_lock(url: str):
+def build_lock(url: str, option: str = "--out"):
     """One build of a local store at a time: an exclusive ``flock`` on ``.<name>.lock`` beside
     it. A second build of the same store waits for the first, then finds its tiles complete
     and computes nothing (two identical concurrent ``gram`` runs used to compute every tile
-    twice). Stores behind fsspec URLs are not locked."""
+    twice). Stores behind fsspec URLs are not locked. A directory where the lock cannot be
+    written is named in one line with the fix: ``option``, the one that chose it."""
     if "://" in url:
         yield
         return
@@ -232,8 +246,14 @@ def build_lock(url: str):
 
     path = os.path.abspath(url.rstrip("/"))
     lock = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")
-    os.makedirs(os.path.dirname(lock), exist_ok=True)
-    with open(lock, "a") as fh:
+    try:
+        os.makedirs(os.path.dirname(lock), exist_ok=True)
+        fh = open(lock, "a")
+    except OSError as exc:  # EACCES, EPERM (an immutable directory), a read-only file system
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise
+        raise unwritable_error(os.path.dirname(lock), exc, option, f"the Gram store {url}") from None
+    with fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
         try:
             yield

@@ -128,13 +128,29 @@ def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: s
     """Point the cache directory at a store written elsewhere (atomic JSON write)."""
     if "://" in str(cache_dir):
         return
-    os.makedirs(cache_dir, exist_ok=True)
+    try:
+        os.makedirs(cache_dir, exist_ok=True)
+    except PermissionError as exc:
+        raise unwritable_error(cache_dir, exc, "--cache-dir", f"the pointer to {url}") from None
     if "://" not in url:
         url = os.path.abspath(url)
     if url == os.path.abspath(cache_path(cache_dir, fp, kernel, dtype)):
         return
     path = os.path.join(cache_dir, f"gram-{cache_key(fp, kernel, dtype)}.json")
-    write_json(path, {"store": url, "kernel": kernel.to_dict(), "fingerprint": fp, "dtype": dtype})
+    try:
+        write_json(path, {"store": url, "kernel": kernel.to_dict(), "fingerprint": fp,
+                          "dtype": dtype})
+    except PermissionError as exc:
+        raise unwritable_error(cache_dir, exc, "--cache-dir", f"the pointer to {url}") from None
+
+
+def unwritable_error(directory, exc: OSError, option: str, what: str) -> MuflowInputError:
+    """A directory nothing can be written in (permissions, an immutable or read-only file
+    system) where ``what`` must be written, with the fix: another ``option``."""
+    other = "another cache directory (--cache-dir)" if option == "--cache-dir" else f"another {option}"
+    return MuflowInputError(
+        f"cannot write in {directory} ({exc.strerror or exc}), where {what} must be written; "
+        f"choose {other}, or make it writable")
 
 
 def check_store_target(url, storage_options=None, option="--out"):

@@ -1,7 +1,9 @@
 """Where a Gram store may be written: what an --out or a cache directory already holds is
 never replaced by a store, and a path that cannot hold one is named in one line."""
 
+import contextlib
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -119,3 +121,45 @@ def test_a_pointer_to_a_store_rebuilt_for_other_data_is_ignored(X, tmp_path):
     assert gram.url.startswith(cache) and len(report.computed) == report.total
     np.testing.assert_allclose(gram.read(), RBF.block(X), atol=1e-6)
     assert ensure_gram(other, RBF, store=S)[1].reused  # S untouched
+
+
+@contextlib.contextmanager
+def read_only(directory):
+    """``directory`` and everything in it unwritable: ``chmod`` where that binds this
+    process, the immutable attribute for root (whom modes do not stop)."""
+    if os.geteuid() == 0:
+        undo = ["chattr", "-R", "-i", str(directory)]
+        made = subprocess.run(["chattr", "-R", "+i", str(directory)], capture_output=True)
+    else:
+        modes = {p: p.stat().st_mode for p in [directory, *directory.rglob("*")]}
+        made = subprocess.run(["chmod", "-R", "a-w", str(directory)], capture_output=True)
+        undo = None
+    try:
+        if made.returncode != 0 or os.access(directory, os.W_OK):
+            pytest.skip(f"cannot make {directory} read-only here")
+        yield
+    finally:
+        if undo:
+            subprocess.run(undo, capture_output=True)
+        else:
+            for p, mode in modes.items():
+                p.chmod(mode)
+
+
+def test_a_complete_store_in_a_read_only_cache_is_reused(X, tmp_path):
+    """A shared, pre-built cache: reading it needs no write (a lock file beside the store
+    was opened first, and the store opened for writing)."""
+    cache = tmp_path / "cache"
+    built, _ = ensure_gram(X, RBF, cache_dir=str(cache), tile=32)
+    ensure_gram(X, RBF, cache_dir=str(cache), dtype="float64", tile=32)
+    for lock in cache.glob(".*.lock"):
+        lock.unlink()
+    with read_only(cache):
+        gram, report = ensure_gram(X, RBF, cache_dir=str(cache))
+        assert gram.url == built.url and report.reused
+        assert ensure_gram(X, RBF, cache_dir=str(cache), dtype="float64", deep_check=True)[1].reused
+        np.testing.assert_allclose(gram.read(), RBF.block(X), atol=1e-6)
+        with pytest.raises(MuflowInputError) as err:  # a kernel it does not hold: to be built
+            ensure_gram(X, Kernel("rbf", gamma=0.7), cache_dir=str(cache))
+    text = str(err.value)
+    assert f"cannot write in {cache}" in text and "another cache directory (--cache-dir)" in text
