@@ -51,7 +51,7 @@ def add_parser(subparsers):
 def run(args) -> int:
     from muflow.dask.cluster import client_for
     from muflow.gram.build import ensure_gram
-    from muflow.gram.store import check_dtype, check_store_target
+    from muflow.gram.store import check_directory, check_dtype, check_store_target
     from muflow.kernels import kernel_from_setting
 
     if args.out is None and args.cache_dir is None:
@@ -63,6 +63,8 @@ def run(args) -> int:
         raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
     if args.out is not None:  # refused before the data are read or a cluster starts
         check_store_target(args.out)
+    if args.cache_dir is not None:
+        check_directory(args.cache_dir, "--cache-dir")
     X, _ = load_from_args(args)
     setting = {"kernel": args.kernel, "gamma": parse_gamma(args.gamma), "degree": args.degree,
                "coef0": args.coef0}

@@ -169,6 +169,10 @@ def _run(args) -> int:
                                "check --out, or run without --resume")
 
     grid, options = grid_from_args(args)
+    if args.cache_dir is not None:
+        from muflow.gram.store import check_directory
+
+        check_directory(args.cache_dir, "--cache-dir")
     if args.scheduler:  # the workers read --data; its layout is checked here first
         from muflow.data.tabular import inspect
 

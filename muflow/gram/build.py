@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,8 +26,8 @@ import numpy as np
 
 from muflow.exceptions import MuflowInputError
 from muflow.gram.store import (
-    GramStore, StoreCorruptError, check_dtype, check_store_target, fingerprint, lookup_cache,
-    record_in_cache, store_exists, unwritable_error,
+    GramStore, StoreCorruptError, check_directory, check_dtype, check_store_target, fingerprint,
+    lookup_cache, record_in_cache, store_exists, unwritable_error,
 )
 from muflow.gram.tiling import choose_tile, tile_bounds, tile_pairs
 from muflow.inmemory import block_input, numpy_gram
@@ -201,6 +202,10 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
         raise MuflowInputError(f"X must be a non-empty 2-D array, got shape {X.shape}")
     fp = fingerprint(X)
     given = store is not None  # a path of the caller's, where other things may be
+    if cache_dir is not None:
+        check_directory(cache_dir, "--cache-dir")
+    if given and "://" not in str(store):
+        check_directory(os.path.dirname(os.path.abspath(store)), "--out", shown=str(store))
     if store is None:
         if cache_dir is None:
             raise MuflowInputError("give a store path (--out) or a cache directory (--cache-dir)")
@@ -242,7 +247,6 @@ def build_lock(url: str, option: str = "--out"):
         yield
         return
     import fcntl
-    import os
 
     path = os.path.abspath(url.rstrip("/"))
     lock = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.lock")

@@ -153,6 +153,23 @@ def unwritable_error(directory, exc: OSError, option: str, what: str) -> MuflowI
         f"choose {other}, or make it writable")
 
 
+def check_directory(path, option: str, *, shown=None):
+    """Refuse a local directory path with a file in the way, at ``path`` or above it (the
+    ``makedirs`` that follows raised ``FileExistsError`` or ``NotADirectoryError``), in one
+    line naming ``option`` and ``shown`` (default ``path``), the path as the user gave it."""
+    path = os.fspath(path)
+    shown = path if shown is None else shown
+    if "://" in path:
+        return
+    probe = os.path.abspath(path)
+    while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if os.path.isdir(probe):
+        return
+    where = f"{shown} is" if probe == os.path.abspath(shown) else f"{shown}: {probe} is"
+    raise MuflowInputError(f"{option} {where} a file, not a directory; choose another {option}")
+
+
 def check_store_target(url, storage_options=None, option="--out"):
     """Refuse to write a new Gram store at ``url`` where something other than a Gram store
     is: a file, a zarr group (a data set), a directory of other files. Nothing, an empty
@@ -160,6 +177,8 @@ def check_store_target(url, storage_options=None, option="--out"):
     :meth:`GramStore.check_matches`), so that a store is only ever created where it would
     replace nothing (``zarr.create_array(overwrite=True)`` deletes what is there)."""
     url = normalize_url(url)
+    if "://" not in url:
+        check_directory(os.path.dirname(os.path.abspath(url)), option, shown=url)
     if store_exists(url, storage_options):
         return
     what = _held_at(url, storage_options)

@@ -163,3 +163,30 @@ def test_a_complete_store_in_a_read_only_cache_is_reused(X, tmp_path):
             ensure_gram(X, Kernel("rbf", gamma=0.7), cache_dir=str(cache))
     text = str(err.value)
     assert f"cannot write in {cache}" in text and "another cache directory (--cache-dir)" in text
+
+
+@pytest.mark.parametrize("command, option, where", [
+    ("gram", "--cache-dir", "afile"), ("gram", "--cache-dir", "afile/sub"),
+    ("gram", "--out", "afile/K.zarr"), ("sweep", "--cache-dir", "afile")])
+def test_a_file_where_a_directory_is_expected_is_named_in_one_line(csv_file, tmp_path, capsys,
+                                                                  command, option, where):
+    """It was a raw FileExistsError or NotADirectoryError."""
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    path = tmp_path / where
+    extra = ["--workers", "1"] if command == "gram" else ["--folds", "2", "--out",
+                                                          str(tmp_path / "sw"), "--no-progress"]
+    assert main([command, "--data", str(csv_file), "--gamma", "0.5", option, str(path),
+                 *extra]) == 2
+    line = _error_line(capsys)
+    said = f"{option} {path} is a file" if where == "afile" else f"{option} {path}: {afile} is a file"
+    assert said in line and f"another {option}" in line, line
+    assert afile.read_text() == "mine"
+
+
+def test_a_cache_dir_that_is_a_file_is_refused_before_the_store_is_built(X, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("mine")
+    with pytest.raises(MuflowInputError, match="is a file, not a directory"):
+        ensure_gram(X, RBF, store=str(tmp_path / "S.zarr"), cache_dir=str(afile))
+    assert not (tmp_path / "S.zarr").exists()
