@@ -157,6 +157,53 @@ def test_a_stopped_sweep_keeps_its_finished_kernel_settings_and_says_how_to_resu
     assert_gone(children, within=1.0)
 
 
+@pytest.mark.parametrize("whole_group", [False, True], ids=["SIGINT", "Ctrl-C-to-the-group"])
+def test_a_stopped_gram_says_in_one_line_what_it_kept_and_the_command_that_continues(
+        tmp_path, whole_group):
+    """SIGINT to a `gram` building on its local cluster: one line naming the tiles kept and
+    the command that continues (the same command: a partial store gets its missing tiles),
+    no worker's traceback (their heartbeats to the closed scheduler printed several); that
+    command computes only the rest. 2016 small tiles on one worker build for seconds, so
+    the stop lands mid-build."""
+    import json
+
+    from tests.conftest import shared_data
+
+    data = tmp_path / "a8a4k.svm"
+    data.write_text("".join(shared_data("a8a").read_text().splitlines(keepends=True)[:4000]))
+    out = tmp_path / "K.zarr"
+    argv = ["gram", "--data", str(data), "--gamma", "0.05", "--tile", "64", "--workers", "1",
+            "--out", str(out)]
+    proc = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "muflow", *argv],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+    def recorded():
+        try:
+            return json.loads((out / "zarr.json").read_text())["attributes"]["tiles_complete"]
+        except (OSError, ValueError, KeyError):
+            return []
+
+    try:
+        end = time.monotonic() + 120
+        while not recorded():
+            assert proc.poll() is None and time.monotonic() < end, proc.communicate()
+            time.sleep(0.05)
+        err = stop(proc, signal.SIGINT, whole_group)
+    finally:
+        _kill_all(proc)
+    assert proc.returncode == 130
+    lines = [line for line in err.splitlines() if not line.startswith("Dask dashboard:")]
+    kept = len(recorded())
+    assert 0 < kept < 2016
+    assert lines == [f"muflow gram: stopped by SIGINT; its finished tiles ({kept} of 2016) are "
+                     f"kept in {out}; continue with `python -m muflow {' '.join(argv)}`"], err
+    again = subprocess.run([sys.executable, "-m", "muflow", *argv], env=_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"computed {2016 - kept} of 2016 tiles" in again.stdout
+
+
 def test_a_stop_that_lands_where_python_drops_exceptions_is_raised_again():
     """A signal whose Stopped is raised inside a finalizer (as inside logging's at-fork
     lock release, when SIGTERM meets the fork of a sweep's chains) is dropped by Python:

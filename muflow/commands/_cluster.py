@@ -80,9 +80,11 @@ def log_to_file(log_file, *, verbose=False):
 
 
 @contextlib.contextmanager
-def hint_when_interrupted(args, kept):
+def hint_when_interrupted(args, kept, *, resume=True):
     """SIGINT or SIGTERM (:mod:`muflow.signals`) in the block: its one line says what was
-    kept (``kept()``, or None for nothing) and the command that continues the work."""
+    kept (``kept()``, or None for nothing) and the command that continues the work (with
+    ``--resume``, or, ``resume=False``, the same command: ``gram`` continues a partial store
+    by itself)."""
     try:
         yield
     except KeyboardInterrupt as exc:
@@ -90,7 +92,7 @@ def hint_when_interrupted(args, kept):
         if said:
             from muflow.cli import set_hint
 
-            set_hint(exc, continue_hint(args, said))
+            set_hint(exc, continue_hint(args, said, resume=resume))
         raise
 
 
@@ -101,12 +103,13 @@ def rerun_command(args, *, resume=True) -> str:
     return "python -m muflow " + shlex.join(argv + ["--resume"] * bool(resume))
 
 
-def continue_hint(args, kept=None) -> str:
+def continue_hint(args, kept=None, *, resume=True) -> str:
     """What to do after a failure: ``kept`` (what was saved, or None) and the command that
-    continues the work (``--resume`` when something was kept, the same command otherwise)."""
+    continues the work (``--resume`` when something was kept and ``resume``, the same
+    command otherwise)."""
     if kept is None:
         return f"nothing was kept; rerun with `{rerun_command(args, resume=False)}`"
-    return f"{kept}; continue with `{rerun_command(args)}`"
+    return f"{kept}; continue with `{rerun_command(args, resume=resume)}`"
 
 
 def scheduler_gone(client, exc, *, wait=10.0) -> bool:

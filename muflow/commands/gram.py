@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from muflow.commands._cluster import add_cluster_options
 from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_gamma
@@ -45,13 +46,19 @@ def add_parser(subparsers):
     p.add_argument("--deep-check", action="store_true",
                    help="read every recorded tile of an existing store to find damaged chunks "
                         "(default: only check that they exist)")
+    p.add_argument("--verbose", action="store_true",
+                   help="Dask's own log messages on stderr (default: into PATH.distributed.log "
+                        "beside the --out store, or DIR/distributed.log in --cache-dir)")
     return p
 
 
 def run(args) -> int:
     from muflow.dask.cluster import client_for
     from muflow.gram.build import ensure_gram
-    from muflow.gram.store import check_directory, check_dtype, check_store_target
+    from muflow.commands._cluster import hint_when_interrupted, log_to_file
+    from muflow.gram.store import (GramStore, check_directory, check_dtype, check_store_target,
+                                   fingerprint, lookup_cache)
+    from muflow.gram.tiling import tile_pairs
     from muflow.kernels import kernel_from_setting
 
     if args.out is None and args.cache_dir is None:
@@ -71,7 +78,21 @@ def run(args) -> int:
     kernel = kernel_from_setting(setting, X).with_offset(args.offset)
     dtype = check_dtype(args.dtype)
     cluster = {} if args.workers is None else {"n_workers": args.workers}
-    with client_for(args.scheduler, timeout=args.timeout, **cluster) as client:
+    log_file = _log_file(args)
+    if log_file is not None:
+        log_to_file(log_file, verbose=args.verbose)
+
+    def kept():  # an interrupted build keeps its recorded tiles; the same command continues
+        url = args.out or lookup_cache(args.cache_dir, fingerprint(X), kernel, dtype)
+        try:
+            gram = GramStore.open(url, mode="r")
+        except MuflowInputError:
+            return None
+        done, total = len(gram.recorded_tiles()), len(tile_pairs(gram.n, gram.tile))
+        return f"its finished tiles ({done} of {total}) are kept in {url}" if done else None
+
+    with hint_when_interrupted(args, kept, resume=False), \
+            client_for(args.scheduler, timeout=args.timeout, **cluster) as client:
         gram, report = ensure_gram(X, kernel, client=client, store=args.out,
                                    cache_dir=args.cache_dir, dtype=dtype, tile=args.tile,
                                    deep_check=args.deep_check)
@@ -85,3 +106,25 @@ def run(args) -> int:
     sys.stdout.flush()
     return 0
 
+
+
+def _log_file(args) -> Path | None:
+    """Where distributed's own log records go (:func:`muflow.commands._cluster.log_to_file`):
+    ``PATH.distributed.log`` beside a local ``--out`` store, else ``DIR/distributed.log`` in
+    a local ``--cache-dir``; None (left on stderr) where neither can be written, such as a
+    read-only cache that only serves complete stores."""
+    from muflow.gram.store import normalize_url
+
+    if args.out is not None and "://" not in normalize_url(args.out):
+        store = Path(normalize_url(args.out))
+        log = store.with_name(store.name + ".distributed.log")
+    elif args.cache_dir is not None and "://" not in args.cache_dir:
+        log = Path(args.cache_dir) / "distributed.log"
+    else:
+        return None
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.open("a").close()
+    except OSError:
+        return None
+    return log

@@ -153,7 +153,9 @@ def connect(address: str, *, timeout: float = 10.0):
 
 @contextlib.contextmanager
 def client_for(scheduler: str | None = None, *, timeout: float = 10.0, **cluster_kwargs):
-    """Context manager yielding a client: to ``scheduler`` if given, else a local cluster."""
+    """Context manager yielding a client: to ``scheduler`` if given, else a local cluster,
+    whose workers a stop signal in the block kills at once (:func:`stop_workers_now`: their
+    heartbeats to the closing scheduler printed tracebacks)."""
     from distributed import Client
 
     if scheduler:
@@ -166,7 +168,11 @@ def client_for(scheduler: str | None = None, *, timeout: float = 10.0, **cluster
         return
     with local_cluster(**cluster_kwargs) as cluster, Client(cluster, set_as_default=False) as client:
         print_dashboard(client)
-        yield client
+        try:
+            yield client
+        except KeyboardInterrupt:  # SIGINT or SIGTERM (muflow.signals): the work is abandoned
+            stop_workers_now(cluster)
+            raise
 
 
 def print_dashboard(client) -> None:
