@@ -226,13 +226,14 @@ def class_products_summary(KV, y, alpha, linear, upper, equality, tol, P, N, q_a
 
 
 @njit(cache=True)
-def objective_rose(objective, previous, worse):
-    """``worse[j]``: column j's objective rose above the previous pass's (beyond round-off,
-    1e-13 relative); True when any did. (The solver's per-pass tests on m values, compiled:
-    as NumPy calls each would cost a call's overhead, most of a pass on a small problem.)"""
+def objective_rose(objective, previous, slack, worse):
+    """``worse[j]``: column j's objective rose above the previous pass's by more than its
+    round-off ``slack[j]``; True when any did. (The solver's per-pass tests on m values,
+    compiled: as NumPy calls each would cost a call's overhead, most of a pass on a small
+    problem.)"""
     any_worse = False
     for j in range(objective.shape[0]):
-        worse[j] = objective[j] > previous[j] + 1e-13 * abs(previous[j])
+        worse[j] = objective[j] > previous[j] + slack[j]
         any_worse |= worse[j]
     return any_worse
 

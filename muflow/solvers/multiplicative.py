@@ -165,10 +165,17 @@ class _Scratch:
         stack = self._free.get((shape, np.dtype(dtype)))
         return stack.pop() if stack else np.empty(shape, dtype=dtype)
 
+    #: Arrays kept of one shape and dtype: as many as one pass takes. A path that takes
+    #: none (flips, or a kernel with negative entries) still gives its arrays back; more
+    #: would pile up, three n x m arrays a pass, until memory ran out.
+    KEEP = 4
+
     def give(self, *arrays):
         for a in arrays:
             if a is not None and a.flags.c_contiguous and a.flags.owndata:
-                self._free.setdefault((a.shape, a.dtype), []).append(a)
+                stack = self._free.setdefault((a.shape, a.dtype), [])
+                if len(stack) < self.KEEP:
+                    stack.append(a)
 
 
 class _Constants:
@@ -369,8 +376,9 @@ def solve_multiplicative(
     floor = np.empty(m)  # per column; sample i's floor is min(floor_j, U_ij) (see floor_of)
     for iteration in range(max_iter + 1):
         if prev is not None:
-            if objective_rose(objective, prev[2], worse):
-                alpha, prod, objective = _line_search(problem, prev, alpha, prod, worse, products)
+            slack = rounding_slack(problem, prod, objective)
+            if objective_rose(objective, prev[2], slack, worse):
+                alpha, prod, objective = _line_search(problem, prev, alpha, prod, worse, products, slack)
                 _, satisfied, col_max = summarize(alpha, prod)
                 timings["safeguard_passes"] += 1
             curve.append(objective)
@@ -424,7 +432,23 @@ def _certified(problem, alpha, prod, lam, tol, n_iter, curve, timings, t_start, 
                         solver=solver)
 
 
-def _line_search(problem, prev, alpha, prod, worse, products):
+def rounding_slack(problem, prod, objective) -> np.ndarray:
+    """Per column, how far F computed from the products of ``prod`` may lie from the exact
+    F by their rounding: a rise within it is no rise. On a float64 K, 1e-13 of |F|. On a
+    float32 K (the products rounded to 2^-24, summed over n terms), F = 1/2 a'Qa + p'a
+    carries an error up to about eps sqrt(n) a'|Q|a, with a'|Q|a = sum_i w_i (P_i + N_i)
+    from the halves of the product; near the optimum a pass lowers F by less than that,
+    and judged on the rounded values every step there looked like a rise: the line search
+    put back the previous iterate, whose next step was the same, for ever."""
+    slack = 1e-13 * np.abs(objective)
+    if operand_dtype(problem.operator) == np.float64 or prod.P is None:
+        return slack
+    n = prod.P.shape[0]
+    absolute = np.einsum("ij,ij->j", prod.w, prod.P) + np.einsum("ij,ij->j", prod.w, prod.N)
+    return np.maximum(slack, 4.0 * np.finfo(np.float32).eps * np.sqrt(n) * absolute)
+
+
+def _line_search(problem, prev, alpha, prod, worse, products, slack):
     """Move the columns whose objective rose to the minimiser of F on the step's segment."""
     alpha0, prod0, f0 = prev
     d = alpha - alpha0
@@ -440,7 +464,7 @@ def _line_search(problem, prev, alpha, prod, worse, products):
     prod = products(alpha)
     objective = problem.objective(alpha, prod.q_alpha)
     # round-off can still leave a hair above f0: then keep the previous iterate exactly
-    still = objective > f0
+    still = objective > f0 + slack
     if still.any():
         alpha = np.where(still[None, :], alpha0, alpha)
         prod = products(alpha)

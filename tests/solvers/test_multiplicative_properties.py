@@ -91,3 +91,48 @@ def test_batched_columns_equal_one_problem_at_a_time(rule, box):
         np.testing.assert_allclose(batch.alpha[:, j], alone.alpha[:, 0], rtol=1e-7, atol=1e-12)
         # pinned samples (U = 0, a fold's held-out rows) stay at exactly zero
         assert np.all(batch.alpha[upper[:, j] == 0, j] == 0)
+
+
+@pytest.mark.parametrize("rule", ["m3", "seminmf"])
+def test_a_float32_gram_converges_where_a_float64_one_does(rule):
+    """Near the optimum a pass lowers F by less than the float32 products' rounding of it:
+    judged on the rounded values the step looked like a rise, the safeguard put the previous
+    iterate back, and the solver stood still for ever (KKT 0.06 after any number of passes).
+    A rise within the rounding is no rise (:func:`muflow.solvers.multiplicative.rounding_slack`)."""
+    import muflow
+
+    X, y = muflow.datasets.load_sonar()
+    X, y = X[::2], y[::2]
+    fits = {dtype: muflow.SVC(gamma=0.5, C=10.0, solver=rule, gram_dtype=dtype, max_iter=40_000).fit(X, y)
+            for dtype in ("float64", "float32")}
+    assert all(bool(f.converged_.all()) for f in fits.values())
+    assert abs(fits["float32"].n_iter_[0] - fits["float64"].n_iter_[0]) <= 0.01 * fits["float64"].n_iter_[0]
+    np.testing.assert_allclose(fits["float32"].objective_, fits["float64"].objective_, rtol=1e-6)
+
+
+def test_work_arrays_given_back_do_not_pile_up():
+    """The flipped box (and any kernel with negative entries) takes no work array from the
+    scratch but gives three back a pass: they piled up, n x m each, until memory ran out."""
+    import tracemalloc
+
+    from muflow.solvers.multiplicative import _Scratch
+
+    scratch = _Scratch()
+    for _ in range(100):
+        scratch.give(np.empty((50, 2)), np.empty((50, 2)))
+    assert sum(len(v) for v in scratch._free.values()) == _Scratch.KEEP
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(80, 4))
+    y = np.where(X[:, 0] + 0.3 * rng.normal(size=80) > 0, 1.0, -1.0)
+    problem = DualProblem(DenseGram(np.exp(-0.5 * ((X[:, None] - X[None]) ** 2).sum(-1))), y,
+                          upper=1e5, equality=True)
+    solve_multiplicative(problem, rule="m3", box="flip", tol=1e-12, max_iter=300)  # compiled
+    peaks = []
+    for passes in (200, 2000):
+        tracemalloc.start()
+        solve_multiplicative(problem, rule="m3", box="flip", tol=1e-12, max_iter=passes)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+    # the objective curve keeps an (m,) array a pass, under 200 bytes; the leak was three
+    # 80 x 1 float64 arrays a pass, 1,920 bytes
+    assert (peaks[1] - peaks[0]) / 1800 < 500
