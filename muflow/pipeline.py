@@ -20,7 +20,7 @@ run directory's entry points too.
 
 Run directory::
 
-    config.json            the validated run configuration
+    config.json            the validated run configuration (and the train flow's SVC params)
     data.json              the source's fingerprint (files, sizes, modification times or
                            ETags), the split's seed, and the data's description
     data.npz               in process only: the train/test split (a source read by the

@@ -5,7 +5,9 @@ made a stage by :func:`stage`: its output is one JSON record in the run director
 atomically (:func:`write_record`), so a stage whose record exists is finished and is not
 computed again, and every call appends ``<stage> computed`` or ``<stage> reused`` to
 ``stages.log`` (:func:`log_stage`, read back by :func:`stage_log`). :func:`start_run`
-opens the directory for one configuration only (:func:`config_matches`).
+opens the directory for one configuration only (:func:`config_matches`): the run
+configuration, and for the ``train`` flow the SVC parameters it fits (``train_params``
+in ``config.json``), since its refit stage, like every stage, is reused as it is.
 """
 
 from __future__ import annotations
@@ -79,34 +81,65 @@ def stage_log(run_dir) -> list[tuple[str, str]]:
     return [tuple(line.split()[:2]) for line in path.read_text().splitlines() if line.strip()]
 
 
-def config_matches(run_dir, cfg: RunConfig) -> bool:
-    """Whether ``run_dir/config.json`` records ``cfg`` (a run directory holds one run)."""
+def run_record(cfg: RunConfig, params: dict | None = None) -> dict:
+    """What ``config.json`` holds: the configuration, and the ``train`` flow's SVC
+    parameters as ``train_params`` (a run that sweeps has none)."""
+    record = cfg.to_dict()
+    if params is not None:
+        record["train_params"] = dict(params)
+    return json.loads(json.dumps(record, default=_json_default))
+
+
+def _recorded(run_dir) -> dict:
     path = Path(run_dir) / "config.json"
     try:
-        recorded = read_record(path)
+        return read_record(path)
     except ValueError:
         raise MuflowInputError(f"{path} is damaged (not JSON); delete the run directory "
                                f"{run_dir} or choose another") from None
-    return recorded == json.loads(json.dumps(cfg.to_dict()))
 
 
-def start_run(cfg: RunConfig, run_dir) -> Path:
-    """Create the run directory (or reopen it) and record the configuration.
+def config_matches(run_dir, cfg: RunConfig, params: dict | None = None) -> bool:
+    """Whether ``run_dir/config.json`` records ``cfg`` and ``params`` (a run directory
+    holds one run: :func:`run_record`)."""
+    return _recorded(run_dir) == run_record(cfg, params)
 
-    A run directory that holds another configuration is refused: resuming it would mix
-    the outputs of two runs.
+
+def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
+    """Create the run directory (or reopen it) and record the configuration (and the
+    ``train`` flow's ``params``).
+
+    A run directory that holds another configuration, or a model fitted with other
+    parameters, is refused: resuming it would mix the outputs of two runs, and its
+    finished stages (the refit among them) would be returned as this run's.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.json"
     if path.exists():
-        if not config_matches(run_dir, cfg):
+        if not config_matches(run_dir, cfg, params):
+            _refuse_other_params(run_dir, _recorded(run_dir), run_record(cfg, params))
             raise MuflowInputError(
                 f"run directory {str(run_dir)!r} holds a run of another configuration; "
                 "resume it with its own configuration or choose a new directory")
     else:
-        write_record(path, cfg.to_dict())
+        write_record(path, run_record(cfg, params))
     return run_dir
+
+
+def _refuse_other_params(run_dir, recorded: dict, mine: dict):
+    """Refuse, naming them, a run directory of this configuration whose ``train_params``
+    differ from this run's (a model trained with other params, or a sweep's)."""
+    held, given = recorded.pop("train_params", None), mine.pop("train_params", None)
+    if recorded != mine:
+        return  # another configuration: the caller's message
+
+    def what(params):
+        return "a sweep of the grid" if params is None else f"a model trained with params {params}"
+
+    raise MuflowInputError(
+        f"run directory {str(run_dir)!r} holds {what(held)}, not {what(given)}; its finished "
+        "stages would be returned as this run's: choose a new directory (out_dir)")
 
 
 def gram_dir(cfg: RunConfig, run_dir) -> str:

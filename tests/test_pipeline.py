@@ -158,3 +158,21 @@ def test_with_the_sweep_on_the_cluster_the_working_set_gets_no_gram_store(tmp_pa
     assert not list(tmp_path.rglob("*.zarr"))
     assert [(k["path"], k["solver"]) for k in swept["kernel_paths"]] == [("partitioned", "working_set")]
     assert swept["kernel_paths"][0]["reason"] == setting["reason"]
+
+
+def test_a_train_run_directory_is_refused_to_a_sweep_and_to_other_params(tmp_path):
+    """config.json records the train flow's params: a run of the same configuration that
+    sweeps, or trains other params, is refused before any stage is reused."""
+    from muflow.config import default_config
+    from muflow.pipeline import start_run
+
+    cfg = default_config()
+    start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})
+    start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})  # the same run: reopened
+    with pytest.raises(MuflowInputError, match=r"holds a model trained with params .* not a "
+                                               r"sweep of the grid"):
+        start_run(cfg, tmp_path)
+    with pytest.raises(MuflowInputError, match=r"not a model trained with params \{'kernel': 'rbf'\}"):
+        start_run(cfg, tmp_path, {"kernel": "rbf"})
+    with pytest.raises(MuflowInputError, match="holds a run of another configuration"):
+        start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path, {"kernel": "linear", "C": 0.001})

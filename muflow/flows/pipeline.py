@@ -68,11 +68,12 @@ def _setup(config, out_dir, scheduler):
     return cfg, str(out_dir)
 
 
-def _start(cfg, run_dir, address=None):
-    """Create (or reopen) the run directory with its configuration, then load, validate and
+def _start(cfg, run_dir, address=None, params=None):
+    """Create (or reopen) the run directory with its configuration (and the ``train``
+    flow's ``params``: a directory of other params is refused), then load, validate and
     split the data (the ``data`` stage; by the workers of ``address`` when the sweep runs
     there)."""
-    stages.start_run(cfg, run_dir)
+    stages.start_run(cfg, run_dir, params)
     tasks.prepare_data(cfg, run_dir, address)
 
 
@@ -169,10 +170,11 @@ def train(config: dict | str | None = None, out_dir: str | None = None,
           params: dict | None = None) -> dict:
     """Fit one configuration (``params``, SVC keywords; default RBF, C=1, gamma "scale")
     on the training split, evaluate it on the test split and write the report. In memory:
-    no cluster."""
+    no cluster. The params are recorded with the configuration (``config.json``): an
+    ``out_dir`` that holds a model of other params, or a sweep, is refused."""
     cfg, run_dir = _setup(config, out_dir, None)
     params = params or {"kernel": "rbf", "C": 1.0, "gamma": "scale"}
-    _start(cfg, run_dir)
+    _start(cfg, run_dir, params=params)
     tasks.refit_best(cfg, run_dir, params)
     metrics = tasks.evaluate(cfg, run_dir)
     report = tasks.write_report(cfg, run_dir)

@@ -110,6 +110,22 @@ def test_train_flow_fits_given_parameters_without_a_sweep(tmp_path):
     assert "kernel=poly" in report and "Sweep results" not in report
 
 
+def test_train_flow_refuses_a_run_directory_of_other_params(tmp_path):
+    """A second train into the same out_dir with other params fits nothing and returns
+    nothing of the first: it is refused naming both params; the same params reuse it."""
+    from muflow.flows.pipeline import train
+
+    run = tmp_path / "t"
+    first = train(out_dir=str(run), params={"kernel": "linear", "C": 0.001})
+    with pytest.raises(MuflowInputError, match=r"holds a model trained with params \{'kernel': "
+                                               r"'linear', 'C': 0.001\}, not a model trained with "
+                                               r"params \{'kernel': 'rbf'.*choose a new directory"):
+        train(out_dir=str(run), params={"kernel": "rbf", "C": 10.0, "gamma": 0.05})
+    assert json.loads((run / "refit.json").read_text())["params"] == {"kernel": "linear", "C": 0.001}
+    again = train(out_dir=str(run), params={"kernel": "linear", "C": 0.001})
+    assert again["metrics"] == first["metrics"] and stage_log(run)[-3][1] == "reused"
+
+
 def test_sweep_flow_publishes_the_results_table(tmp_path, small_config, scheduler_address):
     from muflow.flows.pipeline import sweep
 
