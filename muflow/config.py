@@ -277,9 +277,9 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
                                                         "sweep.on_cluster", where=where))
     cl = merged["cluster"]
     scheduler = _string(cl["scheduler"], "cluster.scheduler", where)
-    if scheduler and "://" not in scheduler:
-        raise MuflowInputError(f"{where}cluster.scheduler must be an address such as "
-                               f"tcp://host:8786, or \"\" for a local cluster, got {scheduler!r}")
+    if scheduler:
+        check_scheduler_address(scheduler, "cluster.scheduler", where=where,
+                                hint=", or \"\" for a local cluster")
     cluster_cfg = ClusterConfig(
         scheduler=scheduler,
         workers=check_number(cl["workers"], "cluster.workers", integer=True, low=0, where=where),
@@ -287,6 +287,16 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
     )
     gram_cfg = GramConfig(cache_dir=_string(merged["gram"]["cache_dir"], "gram.cache_dir", where))
     return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
+
+
+def check_scheduler_address(address: str, name: str, *, where: str = "", hint: str = "") -> str:
+    """A Dask scheduler's address with its protocol (``tcp://host:8786``); without one
+    it is refused, naming ``name`` (``cluster.scheduler``, or the option or parameter
+    that gave it) and the address it should be."""
+    if "://" not in address:
+        raise MuflowInputError(f"{where}{name} must be an address such as tcp://host:8786{hint}, "
+                               f"got {address!r} (tcp://{address}?)")
+    return address
 
 
 def read_toml(path) -> dict:

@@ -143,5 +143,8 @@ def _refuse_other_params(run_dir, recorded: dict, mine: dict):
 
 
 def gram_dir(cfg: RunConfig, run_dir) -> str:
-    """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``."""
-    return cfg.gram.cache_dir or str(Path(run_dir) / "gram")
+    """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``; a local path
+    made absolute here, since the Dask workers that write and read the stores may run in
+    another working directory (a URL as it is)."""
+    where = cfg.gram.cache_dir or str(Path(run_dir) / "gram")
+    return where if "://" in where else str(Path(where).absolute())

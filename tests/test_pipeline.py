@@ -176,3 +176,16 @@ def test_a_train_run_directory_is_refused_to_a_sweep_and_to_other_params(tmp_pat
         start_run(cfg, tmp_path, {"kernel": "rbf"})
     with pytest.raises(MuflowInputError, match="holds a run of another configuration"):
         start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path, {"kernel": "linear", "C": 0.001})
+
+
+def test_the_gram_dir_given_to_the_workers_is_absolute(tmp_path, monkeypatch):
+    """A relative run directory or gram.cache_dir is made absolute in this process (the
+    Dask workers may run in another working directory); a URL is left as it is."""
+    from muflow.config import default_config
+    from muflow.pipeline import gram_dir
+
+    monkeypatch.chdir(tmp_path)
+    cfg = default_config()
+    assert gram_dir(cfg, "relout") == str(tmp_path / "relout" / "gram")
+    assert gram_dir(cfg.with_overrides(gram={"cache_dir": "cache"}), "relout") == str(tmp_path / "cache")
+    assert gram_dir(cfg.with_overrides(gram={"cache_dir": "s3://b/gram"}), "relout") == "s3://b/gram"

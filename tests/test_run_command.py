@@ -82,6 +82,43 @@ def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, text, 
     assert not out.exists()
 
 
+@pytest.mark.slow
+def test_a_relative_out_runs_on_a_scheduler_whose_workers_have_another_working_directory(
+        tmp_path, monkeypatch):
+    """`run --scheduler ADDRESS --out relout` from one directory, the scheduler's workers
+    started in another: the workers are sent the absolute run directory, so the Gram store
+    they build is the one the stages read (they wrote relout/gram into their own working
+    directory, and the run failed: "relout/gram/gram-....zarr does not exist")."""
+    import json
+
+    from muflow.dask.cluster import local_cluster
+
+    workers_cwd, here = tmp_path / "workers", tmp_path / "here"
+    workers_cwd.mkdir(), here.mkdir()
+    config = _config(here, '[grid]\nC = [1.0]\nkernels = [{ kernel = "rbf", gamma = [0.1] }]\n'
+                           '[sweep]\nfolds = 2\n')
+    monkeypatch.chdir(workers_cwd)  # the worker processes start here
+    with local_cluster(n_workers=1) as cluster:
+        monkeypatch.chdir(REPO)
+        res = muflow("run", config.name, "--scheduler", cluster.scheduler_address, "--out", "relout",
+                     cwd=here)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = here / "relout"
+    assert f"run directory {out}" in res.stdout
+    gram = json.loads((out / "gram.json").read_text())
+    assert gram["cache_dir"] == str(out / "gram") and len(gram["stores"]) == 1
+    assert Path(gram["stores"][0]["store"]).parent == out / "gram"
+    assert not list(workers_cwd.iterdir())  # nothing written where the workers run
+
+
+def test_a_scheduler_address_without_its_protocol_is_refused_naming_the_option(tmp_path):
+    res = muflow("run", "--scheduler", "127.0.0.1:8786", "--out", "run", cwd=tmp_path)
+    assert res.returncode == 2
+    assert res.stderr.startswith("muflow run: error: --scheduler must be an address such as "
+                                 "tcp://host:8786, got '127.0.0.1:8786' (tcp://127.0.0.1:8786?)")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_missing_data_file_exits_2(tmp_path):
     cfg = _config(tmp_path, "[data]\npath = \"no-such.csv\"\n")
     res = muflow("run", str(cfg), "--out", str(tmp_path / "run"), cwd=tmp_path)

@@ -75,12 +75,14 @@ def add_parser(subparsers):
 
 
 def _out_path(args) -> Path:
-    """``--out``, or a new folder under ``./muflow-runs/``."""
+    """``--out``, or a new folder under ``./muflow-runs/``: an absolute path, taken in the
+    working directory, since the Dask workers that write into it (the Gram stores) may run
+    in another."""
     if args.resume and not args.out:
         raise MuflowInputError("--resume needs --out DIR, the run directory to continue")
     if args.out:
-        return Path(args.out)
-    out = Path("muflow-runs") / datetime.now().strftime("run-%Y%m%d-%H%M%S")
+        return Path(args.out).absolute()
+    out = Path("muflow-runs").absolute() / datetime.now().strftime("run-%Y%m%d-%H%M%S")
     while out.exists():
         out = out.with_name(out.name + "-1")
     return out
@@ -147,6 +149,9 @@ def _run(args, launched) -> int:
 
     cfg = load_config(args.config) if args.config else default_config()
     if args.scheduler:
+        from muflow.config import check_scheduler_address
+
+        check_scheduler_address(args.scheduler, "scheduler")  # printed as --scheduler
         cfg = cfg.with_overrides(cluster={"scheduler": args.scheduler})
     if data_overrides(args):
         cfg = cfg.with_overrides(data=data_overrides(args))

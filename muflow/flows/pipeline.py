@@ -7,6 +7,8 @@ Every flow takes the same three infrastructure-free parameters:
   path to a TOML file, or the TOML's content as a dict (what a deployment's parameters hold);
 - ``out_dir``: the run directory; by default ``muflow-runs/<flow run name>-<id>`` in the
   working directory, the same for every retry of one flow run, so a retried run resumes;
+  a relative one is taken in the flow's working directory and made absolute before
+  anything is recorded or sent to the workers;
 - ``scheduler``: address of a running Dask scheduler (``tcp://host:8786``) overriding
   ``cluster.scheduler``; with neither, the flow starts a ``LocalCluster`` for the run.
 
@@ -56,16 +58,19 @@ def check_prefect_api(timeout: float = 5.0) -> str | None:
 
 
 def _setup(config, out_dir, scheduler):
-    """The validated configuration (with ``scheduler`` applied) and the run directory."""
+    """The validated configuration (with ``scheduler`` applied) and the run directory, an
+    absolute path: the Dask workers that write into it (the Gram stores) may run in another
+    working directory."""
     cfg = run_config.resolve(config)
     if scheduler:
+        run_config.check_scheduler_address(scheduler, "scheduler")
         cfg = cfg.with_overrides(cluster={"scheduler": scheduler})
     run_config.check_data_exists(cfg)
     if not out_dir:
         from prefect.runtime import flow_run
 
         out_dir = Path(DEFAULT_RUNS_ROOT) / f"{flow_run.name or 'run'}-{str(flow_run.id or '')[:8]}"
-    return cfg, str(out_dir)
+    return cfg, str(Path(out_dir).absolute())
 
 
 def _start(cfg, run_dir, address=None, params=None):

@@ -126,6 +126,19 @@ def test_train_flow_refuses_a_run_directory_of_other_params(tmp_path):
     assert again["metrics"] == first["metrics"] and stage_log(run)[-3][1] == "reused"
 
 
+def test_a_relative_out_dir_is_made_absolute_before_anything_is_recorded(tmp_path, monkeypatch):
+    from muflow.flows.pipeline import train
+
+    monkeypatch.chdir(tmp_path)
+    result = train(out_dir="rel", params={"kernel": "linear", "C": 0.001})
+    assert result["run_dir"] == str(tmp_path / "rel") and result["report"] == str(tmp_path / "rel" / "report.md")
+    with pytest.raises(MuflowInputError, match=r"^scheduler must be an address such as tcp://host:8786"):
+        from muflow.flows.pipeline import gram
+
+        gram(out_dir="bad", scheduler="127.0.0.1:8786")
+    assert not (tmp_path / "bad").exists()
+
+
 def test_sweep_flow_publishes_the_results_table(tmp_path, small_config, scheduler_address):
     from muflow.flows.pipeline import sweep
 
