@@ -17,6 +17,9 @@ of the embedded default, :data:`DEFAULT_TOML` (each key explained there), which 
 An unknown table or key, or a value of the wrong type or range, raises
 :class:`muflow.exceptions.MuflowInputError` whose message names the key (``sweep.folds``),
 the value it got and what is allowed, in the vocabulary of :mod:`muflow.validation`.
+``sweep.solver`` is checked against the solver registry and every kernel setting of the
+grid here (an unknown solver, MUNK on a sigmoid kernel), before any data are read or a run
+directory is made.
 Plain data only: this module never touches Prefect, Dask or the file system beyond
 reading the TOML file.
 """
@@ -275,6 +278,7 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
                        where=where, prefix="sweep.")
     sweep_cfg = SweepConfig(**sw, on_cluster=check_bool(merged["sweep"]["on_cluster"],
                                                         "sweep.on_cluster", where=where))
+    _check_solver(sweep_cfg, grid, where)
     cl = merged["cluster"]
     scheduler = _string(cl["scheduler"], "cluster.scheduler", where)
     if scheduler:
@@ -287,6 +291,28 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
     )
     gram_cfg = GramConfig(cache_dir=_string(merged["gram"]["cache_dir"], "gram.cache_dir", where))
     return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
+
+
+def _check_solver(sweep: SweepConfig, grid: SweepGrid, where: str):
+    """Refuse, before any data are read or a run directory is made, a ``sweep.solver``
+    that is unknown or cannot solve some kernel setting of the grid: the registry's
+    :func:`~muflow.solvers.registry.choose_solver` for each setting, given what the setting
+    says of its sign without data (:meth:`muflow.kernels.Kernel.nonnegative_without_data`);
+    a sign the data decide is checked when the sweep has them."""
+    from muflow.kernels import kernel_from_setting
+    from muflow.selection.grid import setting_label
+    from muflow.solvers.registry import SOLVERS, choose_solver
+
+    for setting in grid.kernel_settings():
+        kernel = kernel_from_setting(setting, None, intercept=sweep.intercept)
+        try:
+            choose_solver(sweep.solver, intercept=sweep.intercept,
+                          kernel_nonnegative=kernel.nonnegative_without_data())
+        except MuflowInputError as exc:
+            if sweep.solver != "auto" and sweep.solver not in SOLVERS:
+                raise type(exc)(f"{where}sweep.solver = {sweep.solver!r}: {exc}") from None
+            raise type(exc)(f"{where}sweep.solver = {sweep.solver!r} cannot solve the grid's "
+                            f"kernel setting {setting_label(setting)}: {exc}") from None
 
 
 def check_scheduler_address(address: str, name: str, *, where: str = "", hint: str = "") -> str:

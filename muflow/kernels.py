@@ -385,17 +385,25 @@ class Kernel:
         Linear: when the data are non-negative. Precomputed: when the matrix is.
         A non-negative ``offset`` keeps a non-negative kernel non-negative.
         """
-        if self.offset < 0:
-            return False
-        if self.name in ("rbf", "laplacian"):
-            return True
-        if self.name == "poly" and int(self.degree) % 2 == 0:
-            return True
+        known = self.nonnegative_without_data()
+        if known is not None:
+            return known
         if self.name == "precomputed":
             return _is_nonnegative_data(X) or float(np.min(_dense(X))) + self.offset >= 0
-        if self.name in ("poly", "sigmoid"):
-            return self.coef0 >= 0 and _is_nonnegative_data(X)
         return _is_nonnegative_data(X)
+
+    def nonnegative_without_data(self) -> bool | None:
+        """What :meth:`is_nonnegative` says before the data are seen: True on any data
+        (rbf, laplacian, an even polynomial), False on any data (a negative ``offset``, an
+        odd polynomial or a sigmoid with ``coef0 < 0``), None when the data decide. Lets a
+        configuration be checked before any data are read."""
+        if self.offset < 0:
+            return False
+        if self.name in ("rbf", "laplacian") or (self.name == "poly" and int(self.degree) % 2 == 0):
+            return True
+        if self.name in ("poly", "sigmoid") and self.coef0 < 0:
+            return False
+        return None
 
     def params(self) -> dict:
         """The kernel's parameters under their scikit-learn names, as plain JSON values."""
@@ -455,9 +463,11 @@ def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
         default ``"scale"``), ``degree`` (default 3) and ``coef0`` (default 0). Parameters
         the kernel does not read (:data:`KERNEL_PARAMETERS`) are ignored and take the
         :class:`Kernel` defaults, so that equal kernels compare (and cache) equal.
-    X : array-like or sparse matrix of shape (n_samples, n_features)
+    X : array-like or sparse matrix of shape (n_samples, n_features), or None
         The training data: ``"scale"`` and ``"auto"`` are resolved on it by
-        :func:`resolve_gamma` (scikit-learn's rule).
+        :func:`resolve_gamma` (scikit-learn's rule). None: no data yet (a configuration
+        checked before any data are read); gamma is then left at 1.0, a kernel only for
+        what its setting says without data (:meth:`Kernel.nonnegative_without_data`).
     intercept : {"exact", "regularized", "none"}, default="exact"
         ``"regularized"`` adds ``offset = 1`` to every entry: the bias as an augmented
         constant feature (see the module docstring).
@@ -470,7 +480,7 @@ def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
     reads = KERNEL_PARAMETERS.get(name, ())
     params = {}
     if "gamma" in reads:
-        params["gamma"] = resolve_gamma(setting.get("gamma", "scale"), X)
+        params["gamma"] = 1.0 if X is None else resolve_gamma(setting.get("gamma", "scale"), X)
     if "degree" in reads:
         degree = setting.get("degree", 3)
         if isinstance(degree, bool) or not isinstance(degree, (int, float, np.integer, np.floating)) \

@@ -99,3 +99,35 @@ def test_with_overrides_validates_like_a_file():
     assert cfg.cluster.scheduler == "tcp://h:8786"
     with pytest.raises(MuflowInputError, match="cluster.scheduler"):
         default_config().with_overrides(cluster={"scheduler": "h"})
+
+
+SIGMOID_NEG = {"kernel": "sigmoid", "gamma": 0.1, "coef0": -1.0}
+
+
+@pytest.mark.parametrize("sweep, kernels, message", [
+    ({"solver": "nope"}, None,
+     "sweep.solver = 'nope': unknown solver 'nope'; choose 'auto' or one of m3, "),
+    ({"solver": "munk"}, [{"kernel": "rbf"}, SIGMOID_NEG],
+     "sweep.solver = 'munk' cannot solve the grid's kernel setting sigmoid(gamma=0.1, coef0=-1): "
+     "solver 'munk' needs a kernel that is non-negative"),
+    ({"solver": "munk"}, [{"kernel": "poly", "degree": [2, 3], "coef0": -0.5}],
+     "kernel setting poly(gamma=scale, degree=3, coef0=-0.5)"),
+    ({"solver": "cd", "intercept": "exact"}, None,
+     "solver 'cd' does not support intercept='exact'"),
+])
+def test_a_solver_that_cannot_solve_the_grid_is_refused_when_the_config_is_read(sweep, kernels, message):
+    """Before any data are read (the sweep stage found it, after the data and Gram stages
+    had written a run directory that the fixed configuration could not reuse)."""
+    d = {"sweep": sweep, **({"grid": {"C": [1.0], "kernels": kernels}} if kernels else {})}
+    with pytest.raises(MuflowInputError) as err:
+        from_dict(d, source="run.toml")
+    assert str(err.value).startswith("run.toml: sweep.solver = ") and message in str(err.value)
+
+
+@pytest.mark.parametrize("kernels", [
+    [{"kernel": "linear"}],  # non-negative data decide: checked when the sweep has them
+    [{"kernel": "sigmoid", "coef0": 0.5}],
+    [{"kernel": "rbf"}, {"kernel": "poly", "degree": 2, "coef0": -1.0}],  # an even power
+])
+def test_munk_is_accepted_where_the_data_may_make_the_kernel_non_negative(kernels):
+    assert from_dict({"sweep": {"solver": "munk"}, "grid": {"C": [1.0], "kernels": kernels}}).sweep.solver == "munk"

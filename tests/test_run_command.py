@@ -73,6 +73,10 @@ def _config(tmp_path, text) -> Path:
     ("[grid]\nC = [-1.0]\n", "grid.C[0]"),
     ("[grid]\nkernels = [{ kernel = \"rbf\", degree = [2] }]\n", "grid.kernels[0].degree"),
     ("[cluster]\nscheduler = \"localhost\"\n", "cluster.scheduler"),
+    # found by the sweep stage, after the data and Gram stages wrote the run directory
+    ("[sweep]\nsolver = \"nope\"\n", "sweep.solver"),
+    ("[sweep]\nsolver = \"munk\"\n[grid]\nC = [1]\n"
+     "kernels = [{kernel=\"sigmoid\", gamma=0.1, coef0=-1.0}]\n", "sweep.solver"),
 ])
 def test_a_bad_config_exits_2_naming_the_key_and_writes_nothing(tmp_path, text, key):
     out = tmp_path / "run"

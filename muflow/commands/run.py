@@ -15,7 +15,8 @@ the command on every exit path, a ``SIGKILL`` included
 that does not answer is exit code 1, with nothing written).
 
 Everything that can be checked before work starts is checked before the run directory
-is created: the configuration, the data path, the run directory, the Dask scheduler, the
+is created: the configuration (the solver against every kernel setting of the grid among
+it), the data path, the run directory, the Dask scheduler, the
 Prefect API. Each stage writes its outputs atomically, so a failed run leaves only
 finished stages behind, which ``--resume --out DIR`` continues from.
 """

@@ -167,8 +167,10 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
     """Check options of :func:`muflow.selection.run_sweep` (any subset of
     :data:`SWEEP_OPTIONS`) and return them, numbers as ``int`` or ``float``.
 
-    ``solver`` is checked for its type here and against the registry when the sweep picks
-    its solvers (:func:`muflow.solvers.registry.choose_solver`).
+    ``solver`` is checked for its type here; against the registry and every kernel setting
+    of the grid when a run configuration is read (:func:`muflow.config.from_dict`, before
+    any data), and with the data when the sweep picks its solvers
+    (:func:`muflow.solvers.registry.choose_solver`).
     """
     from muflow.solvers.registry import INTERCEPTS
 

@@ -168,7 +168,7 @@ def get_solver(name: str) -> SolverInfo:
     return SOLVERS[name]
 
 
-def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool,
+def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool | None,
                   operator=None) -> SolverInfo:
     """Resolve ``solver="auto"`` and refuse combinations a solver does not support.
 
@@ -177,7 +177,9 @@ def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool,
     name : str
         A registered solver, or "auto" (:data:`AUTO` by intercept mode).
     intercept : {"exact", "regularized", "none"}
-    kernel_nonnegative : bool
+    kernel_nonnegative : bool or None
+        None: not known yet (no data read); a solver that needs a non-negative kernel
+        is then not refused here.
     operator : GramOperator, optional
         When given, refused if it cannot answer what the solver needs (rows of K).
     """
@@ -189,7 +191,7 @@ def choose_solver(name: str, *, intercept: str, kernel_nonnegative: bool,
             f"solver {name!r} does not support intercept={intercept!r}; it supports "
             f"{', '.join(info.intercepts)}"
         )
-    if info.needs_nonnegative_kernel and not kernel_nonnegative:
+    if info.needs_nonnegative_kernel and kernel_nonnegative is not None and not kernel_nonnegative:
         raise SolverCombinationError(
             f"solver {name!r} needs a kernel that is non-negative on the data, and this one "
             "has negative entries (linear on signed data, sigmoid, odd polynomial); use "
