@@ -6,6 +6,9 @@ stages' files and skips them; Prefect's own result persistence and caching are t
 off (``NO_CACHE``, ``persist_result=False``): the run directory is the single record of
 what is done, readable without Prefect.
 
+A task retried for storage errors is not retried for an input error
+(:func:`retry_unless_input_error`): it would fail the same way every time.
+
 Dask: a task that needs the cluster opens a ``distributed.Client`` to the scheduler
 address it is given and closes it when done (rather than ``prefect-dask``'s
 ``DaskTaskRunner``). The Prefect tasks of this pipeline are few and sequential; the
@@ -25,11 +28,28 @@ from prefect.cache_policies import NO_CACHE
 
 from muflow import pipeline as stages
 from muflow.config import RunConfig
+from muflow.exceptions import MuflowInputError
 from muflow.run_cluster import client_of
 
+
+def retry_unless_input_error(task, task_run, state) -> bool:
+    """Prefect's ``retry_condition_fn``: retry a failure unless it is an input error
+    (:class:`~muflow.exceptions.MuflowInputError`, a ``DataFileError`` among them: bad data,
+    a bad configuration, a run directory of another run), which fails the same way every
+    time and whose message is the run's."""
+    try:
+        state.result()
+    except MuflowInputError:
+        return False
+    except BaseException:  # noqa: BLE001  (whatever else failed: its retry policy decides)
+        return True
+    return True
+
+
 #: Work that touches storage is retried: a transient file-system or object-store error
-#: should not cost a run.
-_STORAGE = dict(retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE, persist_result=False)
+#: should not cost a run. An input error is not retried.
+_STORAGE = dict(retries=2, retry_delay_seconds=2, retry_condition_fn=retry_unless_input_error,
+                cache_policy=NO_CACHE, persist_result=False)
 _COMPUTE = dict(cache_policy=NO_CACHE, persist_result=False)
 
 
@@ -49,7 +69,8 @@ def build_gram(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
         return stages.build_gram_stores(cfg, run_dir, client)
 
 
-@task(name="fit-grid", retries=1, retry_delay_seconds=2, **_COMPUTE)
+@task(name="fit-grid", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_input_error,
+      **_COMPUTE)
 def fit_grid(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
     """Cross-validate the grid (resuming finished kernel settings) on the cluster."""
     with client_of(scheduler, cfg.cluster.timeout) as client:

@@ -152,3 +152,45 @@ def test_a_bad_configuration_fails_the_flow_naming_the_key(tmp_path):
     with pytest.raises(MuflowInputError, match=r"sweep\.folds"):
         pipeline(config={"sweep": {"folds": 1}}, out_dir=str(tmp_path / "bad"))
     assert not (tmp_path / "bad").exists()
+
+
+def _tiny_class_csv(path: Path) -> Path:
+    """A CSV whose class 2 has one sample: too few for 3-fold cross-validation."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    y = np.array([0] * 20 + [1] * 20 + [2])
+    np.savetxt(path, np.column_stack([rng.normal(size=(len(y), 3)), y]), delimiter=",",
+               header="a,b,c,label", comments="")
+    return path
+
+
+def test_an_input_error_in_a_task_is_not_retried(tmp_path):
+    """prepare-data (retried for storage errors) fails once on data it refuses: one run of
+    the task, not three identical failures."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    from muflow.flows.pipeline import pipeline
+
+    config = {"data": {"path": str(_tiny_class_csv(tmp_path / "tiny.csv")), "label_column": "label"}}
+    state = pipeline(config=config, out_dir=str(tmp_path / "run"), return_state=True)
+    assert state.is_failed()
+    with pytest.raises(MuflowInputError, match="has 1 samples; stratified 3-fold"):
+        state.result()
+    with get_client(sync_client=True) as client:
+        runs = client.read_task_runs(flow_run_filter=FlowRunFilter(
+            id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+    prepare = [r for r in runs if r.name.startswith("prepare-data")]
+    assert len(prepare) == 1 and prepare[0].run_count == 1 and prepare[0].state.is_failed()
+
+
+def test_the_retry_condition_retries_all_but_input_errors():
+    from prefect.states import Failed
+
+    from muflow.exceptions import DataFileError
+    from muflow.flows.tasks import retry_unless_input_error
+
+    for exc, retried in ((OSError("storage unavailable"), True), (RuntimeError("x"), True),
+                         (MuflowInputError("bad"), False), (DataFileError("bad file"), False)):
+        assert retry_unless_input_error(None, None, Failed(data=exc)) is retried, exc
