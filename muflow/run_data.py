@@ -102,15 +102,30 @@ def _what_changed(old: dict, new: dict) -> str:
 
 
 def check_classes(cfg: RunConfig, y):
-    classes, counts = np.unique(y, return_counts=True)
+    """The classes of the labels ``y``, refused in words when they are continuous numbers
+    (:func:`muflow.data.files.check_labels_are_classes`, as ``fit`` refuses them), fewer
+    than two, or one too small for the stratified folds."""
+    from muflow.data.files import check_labels_are_classes
+
     where = f"data path {cfg.data.source().label!r}" if not cfg.data.bundled else "the data"
+    column = (f"column {cfg.data.label_column}" if cfg.data.label_column is not None
+              else "the last column")
+    check_labels_are_classes(y, labels=f"{column} of {where}",
+                             choose="--label-column or data.label_column")
+    classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2:
         raise MuflowInputError(f"{where}: needs at least two classes, found {len(classes)}")
     if counts.min() < max(2, cfg.sweep.folds):
         raise MuflowInputError(
-            f"{where}: class {classes[counts.argmin()]!r} has {counts.min()} samples; "
+            f"{where}: class {_plain(classes[counts.argmin()])} has {counts.min()} samples; "
             f"stratified {cfg.sweep.folds}-fold cross-validation needs at least {cfg.sweep.folds}")
     return classes
+
+
+def _plain(label) -> str:
+    """A class as a person writes it: ``2``, ``-1.5``, ``'cat'`` (not ``np.int64(2)``)."""
+    value = label.item() if hasattr(label, "item") else label
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def check_test(X_train, X_test):

@@ -60,6 +60,8 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file, 
     bad.write_text("x1,x2,y\n1,2,0\n3,oops,1\n")
     signed = tmp_path / "signed.csv"
     signed.write_text("x1,x2,y\n-1,2,0\n1,-2,1\n-2,1,0\n2,-1,1\n")
+    continuous = tmp_path / "continuous.csv"
+    continuous.write_text("x1,x2,y\n1,2,0.31\n3,4,-0.997\n5,6,1.7\n7,8,0.05\n")
     cases = [
         (["fit", "--data", str(tmp_path / "missing.csv"), "--out", str(out)], "does not exist"),
         (["fit", "--data", str(bad), "--out", str(out)], "line 3: 'oops' is not a number"),
@@ -67,6 +69,9 @@ def test_bad_input_exits_2_with_one_line_and_leaves_nothing(tmp_path, csv_file, 
         (["fit", "--data", str(csv_file), "--solver", "nope", "--out", str(out)], "solver must be one of"),
         (["fit", "--data", str(signed), "--kernel", "linear", "--solver", "munk", "--out", str(out)],
          "non-negative"),
+        (["fit", "--data", str(continuous), "--out", str(out)],
+         f"the labels (the last column of {continuous}) are continuous numbers, not classes; "
+         "choose the column of the classes with --label-column (a name or a 0-based index)"),
         (["fit", "--out", str(out)], "required"),
     ]
     for args, message in cases:

@@ -189,3 +189,36 @@ def test_the_gram_dir_given_to_the_workers_is_absolute(tmp_path, monkeypatch):
     assert gram_dir(cfg, "relout") == str(tmp_path / "relout" / "gram")
     assert gram_dir(cfg.with_overrides(gram={"cache_dir": "cache"}), "relout") == str(tmp_path / "cache")
     assert gram_dir(cfg.with_overrides(gram={"cache_dir": "s3://b/gram"}), "relout") == "s3://b/gram"
+
+
+def _labelled_csv(path, labels):
+    rng = np.random.default_rng(0)
+    np.savetxt(path, np.column_stack([rng.normal(size=(len(labels), 3)), labels]), delimiter=",",
+               header="a,b,c,label", comments="")
+    return path
+
+
+def test_continuous_labels_are_refused_as_fit_refuses_them_naming_the_column(tmp_path):
+    """A feature column taken for the labels: said in words, with the option that chooses
+    the column (the data stage said "class np.float64(-0.997) has 1 samples")."""
+    from muflow.config import from_dict
+    from muflow.pipeline import prepare_data, start_run
+
+    path = _labelled_csv(tmp_path / "d.csv", np.random.default_rng(1).normal(size=40))
+    cfg = from_dict({"data": {"path": str(path)}})
+    with pytest.raises(MuflowInputError, match=r"^the labels \(the last column of data path "
+                       r"'.*d\.csv'\) are continuous numbers, not classes; choose the column of "
+                       r"the classes with --label-column or data.label_column"):
+        prepare_data(cfg, start_run(cfg, tmp_path / "run"))
+    assert not (tmp_path / "run" / "data.json").exists()
+
+
+def test_a_class_too_small_for_the_folds_is_named_by_its_plain_value(tmp_path):
+    from muflow.config import from_dict
+    from muflow.pipeline import prepare_data, start_run
+
+    path = _labelled_csv(tmp_path / "d.csv", np.array([0] * 20 + [1] * 20 + [2]))
+    cfg = from_dict({"data": {"path": str(path), "label_column": "label"}})
+    with pytest.raises(MuflowInputError, match=r"': class 2 has 1 samples; stratified 3-fold "
+                                               r"cross-validation needs at least 3$"):
+        prepare_data(cfg, start_run(cfg, tmp_path / "run"))

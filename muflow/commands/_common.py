@@ -66,15 +66,12 @@ def load_from_args(args, *, path=None, classes=False):
 
     X, y, _ = load_source(source_from_args(args, path=path))
     if classes and y is not None:
-        from sklearn.utils.multiclass import type_of_target
+        from muflow.data.files import check_labels_are_classes
 
-        if type_of_target(y) == "continuous":
-            column = (f"column {args.label_column}" if args.label_column is not None
-                      else "the last column")
-            raise MuflowInputError(
-                f"the labels ({column} of {path or args.data}) are continuous numbers, not "
-                "classes; choose the column of the classes with --label-column (a name or a "
-                "0-based index)")
+        column = (f"column {args.label_column}" if args.label_column is not None
+                  else "the last column")
+        check_labels_are_classes(y, labels=f"{column} of {path or args.data}",
+                                 choose="--label-column")
     return X, y
 
 

@@ -254,3 +254,16 @@ def check_finite(X, name="X"):
             f"{name} contains {bad} NaN or infinite value(s); impute or drop them "
             "(e.g. sklearn.impute.SimpleImputer) before fitting"
         )
+
+
+def check_labels_are_classes(y, *, labels: str, choose: str):
+    """Refuse labels that are continuous numbers (a feature column taken for the labels),
+    before a classifier or a stratified split meets them: the message names the column
+    (``labels``: "the last column of data.csv") and the option that chooses another
+    (``choose``: "--label-column")."""
+    from sklearn.utils.multiclass import type_of_target
+
+    if type_of_target(np.asarray(y)) == "continuous":
+        raise MuflowInputError(
+            f"the labels ({labels}) are continuous numbers, not classes; choose the column of "
+            f"the classes with {choose} (a name or a 0-based index)")
