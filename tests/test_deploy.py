@@ -49,6 +49,23 @@ def test_every_entrypoint_imports_and_accepts_its_parameters():
         assert dep["work_pool"]["name"] == "muflow-process"
 
 
+def test_the_on_demand_sweep_is_described_by_the_size_of_its_grid():
+    """prefect.yaml's description and deploy/README.md count the grid the deployment runs
+    (they said 6 kernel settings of its 8)."""
+    import re
+
+    from muflow.config import resolve
+
+    sweep = next(d for d in _deployments() if d["name"] == "on-demand-sweep")
+    cfg = resolve(sweep["parameters"]["config"])
+    size = f"{len(cfg.grid.C)} C values x {len(cfg.grid.kernel_settings())} kernel settings, " \
+           f"{cfg.sweep.folds} folds"
+    readme = next(line for line in (DEPLOY / "README.md").read_text().splitlines()
+                  if line.startswith("| `sweep/on-demand-sweep`"))
+    for text in (sweep["description"], readme):
+        assert re.findall(r"\d+ C values x \d+ kernel settings, \d+ folds", text) == [size], text
+
+
 def test_the_nightly_retrain_is_scheduled_with_cron():
     nightly = next(d for d in _deployments() if d["name"] == "nightly-retrain")
     from prefect.client.schemas.schedules import CronSchedule
