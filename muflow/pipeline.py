@@ -47,15 +47,14 @@ from muflow.config import RunConfig
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.run_directory import gram_dir, read_record, stage, stage_log, start_run  # noqa: F401
-from muflow.run_report import (plot_paths, results_markdown, summary_rows,  # noqa: F401
-                               write_report)
+from muflow.run_report import (best_params, plot_paths, results_markdown,  # noqa: F401
+                               summary_rows, write_report)
 from muflow.run_data import (check_classes, check_source_unchanged, check_test, data_home,  # noqa: F401
                              load_split, publish, read_split_on_workers, reads_on_workers,
                              release_data, source_fingerprint, split_in_process, split_on_cluster,
                              test_split, training_split)
 
 STAGES = ("data", "gram", "sweep", "refit", "evaluate", "report")
-_SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
 
 
 def gram_dtype(cfg: RunConfig) -> str:
@@ -203,15 +202,6 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
             "timings": {k: round(float(v), 3) for k, v in result.timings.items()},
             "seconds": round(time.perf_counter() - t0, 3)}
     return info
-
-
-def best_params(sweep_info: dict) -> dict:
-    """SVC keyword arguments of the sweep's best configuration."""
-    best = sweep_info["best"]
-    params = {k: best[k] for k in _SVC_KEYS if k in best and best[k] is not None}
-    if "kernel" not in params:
-        raise MuflowInputError(f"the sweep's best configuration names no kernel: {best}")
-    return params
 
 
 @stage("refit", "refit.json")

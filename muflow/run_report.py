@@ -11,7 +11,24 @@ from pathlib import Path
 
 from muflow.atomic import write_text
 from muflow.config import RunConfig
+from muflow.exceptions import MuflowInputError
 from muflow.run_directory import log_stage, read_record, write_record
+
+
+_SVC_KEYS = ("kernel", "C", "gamma", "degree", "coef0")
+
+
+def best_params(sweep_info: dict) -> dict:
+    """SVC keyword arguments of the sweep's best configuration (``sweep-summary.json``)."""
+    best = sweep_info["best"]
+    params = {k: best[k] for k in _SVC_KEYS if k in best and best[k] is not None}
+    if "kernel" not in params:
+        raise MuflowInputError(f"the sweep's best configuration names no kernel: {best}")
+    return params
+
+
+def _params_text(params: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in params.items())
 
 
 def results_markdown(run_dir, *, max_rows: int = 50) -> str:
@@ -77,11 +94,14 @@ def kernel_paths_markdown(kernel_paths: list) -> str:
 
 
 def summary_rows(run_dir) -> list[tuple[str, str]]:
-    """``(item, value)`` rows of the run's summary (what the command line prints)."""
+    """``(item, value)`` rows of the run's summary (what the command line prints). The
+    best configuration is the refit's (``refit.json``), or where no refit ran (the
+    ``sweep`` flow) the sweep's own best (``sweep-summary.json``)."""
     run_dir = Path(run_dir)
     data = read_record(run_dir / "data.json")
     rows = [("data", f"{data['source']} ({data['n_samples']} x {data['n_features']}, "
                      f"{data['n_train']} train / {data['n_test']} test)")]
+    sw = None
     if (run_dir / "sweep-summary.json").exists():
         sw = read_record(run_dir / "sweep-summary.json")
         rows.append(("configurations", f"{sw['n_configurations']} ({sw['counts'].get('kernels_resumed', 0)} "
@@ -97,11 +117,13 @@ def summary_rows(run_dir) -> list[tuple[str, str]]:
                                          f"± {float(sw['best'].get('cv_accuracy_std', 0)):.4f}{cut}"))
     if (run_dir / "refit.json").exists():
         rf = read_record(run_dir / "refit.json")
-        rows += [("best configuration", ", ".join(f"{k}={v}" for k, v in rf["params"].items())),
+        rows += [("best configuration", _params_text(rf["params"])),
                  ("solver", rf["solver"]),
                  ("iterations", f"{rf['iterations']}" + (f" ({rf['iteration_unit']})"
                                                            if rf.get("iteration_unit") else "")),
                  ("support vectors", str(rf["support_vectors"]))]
+    elif sw is not None:
+        rows.append(("best configuration", _params_text(best_params(sw))))
     if (run_dir / "metrics.json").exists():
         m = read_record(run_dir / "metrics.json")
         rows += [("test accuracy", f"{m['accuracy']:.4f}"),

@@ -133,10 +133,13 @@ def publish_artifacts(run_dir: str, key_prefix: str = "muflow") -> list[str]:
         publish(create_markdown_artifact, f"{key_prefix}-sweep-results",
                 markdown="# Sweep results\n\n" + stages.results_markdown(run_dir),
                 description=f"cross-validation results of every configuration ({run_dir})")
+    # the sweep flow evaluates nothing on the test set: its best by cross-validation alone
+    what = ("best configuration and its test metrics" if (run_dir / "metrics.json").exists()
+            else "best configuration by cross-validation")
     publish(create_markdown_artifact, f"{key_prefix}-best",
-            markdown="# Best configuration and test metrics\n\n| item | value |\n|---|---|\n"
+            markdown=f"# {what.capitalize()}\n\n| item | value |\n|---|---|\n"
                      + "\n".join(f"| {k} | {v} |" for k, v in rows),
-            description="best configuration and its test metrics")
+            description=what)
     publish(create_table_artifact, f"{key_prefix}-summary",
             table=[{"item": k, "value": v} for k, v in rows], description="the run's summary table")
     for plot in stages.plot_paths(run_dir):

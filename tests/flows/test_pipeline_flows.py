@@ -139,11 +139,25 @@ def test_a_relative_out_dir_is_made_absolute_before_anything_is_recorded(tmp_pat
     assert not (tmp_path / "bad").exists()
 
 
-def test_sweep_flow_publishes_the_results_table(tmp_path, small_config, scheduler_address):
+def test_sweep_flow_publishes_the_results_table_and_the_best_configuration(
+        tmp_path, small_config, scheduler_address):
+    """The sweep flow's best artifact holds the sweep's best configuration (it had none:
+    the configuration was read from refit.json alone, which the sweep flow never writes)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
     from muflow.flows.pipeline import sweep
 
-    result = sweep(config=small_config, out_dir=str(tmp_path / "s"), scheduler=scheduler_address)
+    state = sweep(config=small_config, out_dir=str(tmp_path / "s"), scheduler=scheduler_address,
+                  return_state=True)
+    result = state.result()
     assert result["n_configurations"] == 4 and Path(result["paths"]["results"]).is_file()
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
+            flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
+    best = {a.key: a for a in artifacts}["muflow-sweep-best"].data
+    b = result["best"]
+    assert f"| best configuration | kernel=rbf, C={b['C']}, gamma={b['gamma']} |" in best
 
 
 def test_a_bad_configuration_fails_the_flow_naming_the_key(tmp_path):
