@@ -298,7 +298,8 @@ def _check_solver(sweep: SweepConfig, grid: SweepGrid, where: str):
     that is unknown or cannot solve some kernel setting of the grid: the registry's
     :func:`~muflow.solvers.registry.choose_solver` for each setting, given what the setting
     says of its sign without data (:meth:`muflow.kernels.Kernel.nonnegative_without_data`);
-    a sign the data decide is checked when the sweep has them."""
+    a sign the data decide is checked by the data stage
+    (:func:`muflow.run_data.check_solver_on_data`)."""
     from muflow.kernels import kernel_from_setting
     from muflow.selection.grid import setting_label
     from muflow.solvers.registry import SOLVERS, choose_solver

@@ -49,7 +49,8 @@ from muflow.kernels import kernel_from_setting
 from muflow.run_directory import gram_dir, read_record, stage, stage_log, start_run  # noqa: F401
 from muflow.run_report import (best_params, plot_paths, results_markdown,  # noqa: F401
                                summary_rows, write_report)
-from muflow.run_data import (check_classes, check_source_unchanged, check_test, data_home,  # noqa: F401
+from muflow.run_data import (check_classes, check_solver_on_data, check_source_unchanged,  # noqa: F401
+                             check_test, data_home,
                              load_split, publish, read_split_on_workers, reads_on_workers,
                              release_data, source_fingerprint, split_in_process, split_on_cluster,
                              test_split, training_split)
@@ -87,6 +88,7 @@ def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
     if data_home(cfg, client) == "workers":
         X_train, X_test, y_train, y_test, layout = read_split_on_workers(cfg, client)
         classes = check_classes(cfg, y_train)
+        check_solver_on_data(cfg, X_train)
         publish(client, run_dir, X_train, X_test, y_train, y_test)
         return {"source": cfg.data.source().label, "home": "workers",
                 "n_samples": int(X_train.shape[0] + X_test.shape[0]),

@@ -128,6 +128,31 @@ def _plain(label) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+def check_solver_on_data(cfg: RunConfig, X_train):
+    """Refuse, before the data stage finishes, a ``sweep.solver`` that cannot solve a kernel
+    setting on these data (MUNK on a linear kernel over signed data): the part of the
+    configuration's check (:func:`muflow.config.from_dict`) that the data decide, by the
+    registry's :func:`~muflow.solvers.registry.choose_solver` with the sign the sweep weighs
+    (:meth:`muflow.kernels.Kernel.is_nonnegative` on the training split). Only a solver
+    that needs a non-negative kernel and a setting whose sign the data decide are looked at."""
+    from muflow.kernels import kernel_from_setting
+    from muflow.selection.grid import setting_label
+    from muflow.solvers.registry import choose_solver, get_solver
+
+    solver, intercept = cfg.sweep.solver, cfg.sweep.intercept
+    if solver == "auto" or not get_solver(solver).needs_nonnegative_kernel:
+        return
+    for setting in cfg.grid.kernel_settings():
+        if kernel_from_setting(setting, None, intercept=intercept).nonnegative_without_data() is not None:
+            continue  # decided, and checked, when the configuration was read
+        kernel = kernel_from_setting(setting, X_train, intercept=intercept)
+        try:
+            choose_solver(solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X_train))
+        except MuflowInputError as exc:
+            raise type(exc)(f"sweep.solver = {solver!r} cannot solve the grid's kernel setting "
+                            f"{setting_label(setting)} on these data: {exc}") from None
+
+
 def check_test(X_train, X_test):
     if X_test.shape[1] != X_train.shape[1]:
         raise MuflowInputError(f"data.test_path has {X_test.shape[1]} features and data.path "
@@ -252,6 +277,7 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
     else:
         X_train, X_test, y_train, y_test = train_test_split(
             X, y, test_size=cfg.data.test_size, random_state=cfg.data.seed, stratify=y)
+    check_solver_on_data(cfg, X_train)
     arrays = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
     for name, part in (("X_train", X_train), ("X_test", X_test)):
         if sp.issparse(part):

@@ -222,3 +222,26 @@ def test_a_class_too_small_for_the_folds_is_named_by_its_plain_value(tmp_path):
     with pytest.raises(MuflowInputError, match=r"': class 2 has 1 samples; stratified 3-fold "
                                                r"cross-validation needs at least 3$"):
         prepare_data(cfg, start_run(cfg, tmp_path / "run"))
+
+
+def test_a_solver_whose_kernel_the_data_make_negative_is_refused_by_the_data_stage(tmp_path):
+    """MUNK on a linear kernel: accepted when the configuration is read (the data decide),
+    refused by the data stage on signed data, before it writes anything (the sweep stage
+    refused it, after the data and Gram stages had finished); on non-negative data it runs."""
+    from muflow.config import from_dict
+    from muflow.pipeline import prepare_data, start_run
+
+    labels = np.array([0, 1] * 20)
+    signed = _labelled_csv(tmp_path / "signed.csv", labels)
+    table = {"grid": {"C": [1.0], "kernels": [{"kernel": "rbf"}, {"kernel": "linear"}]},
+             "sweep": {"solver": "munk"}}
+    cfg = from_dict({"data": {"path": str(signed), "label_column": "label"}, **table})
+    with pytest.raises(MuflowInputError, match=r"^sweep.solver = 'munk' cannot solve the grid's "
+                                               r"kernel setting linear on these data: .*'musik'"):
+        prepare_data(cfg, start_run(cfg, tmp_path / "run"))
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["config.json"]
+    positive = tmp_path / "positive.csv"
+    np.savetxt(positive, np.column_stack([np.abs(np.loadtxt(signed, delimiter=",", skiprows=1)[:, :3]),
+                                          labels]), delimiter=",", header="a,b,c,label", comments="")
+    cfg = from_dict({"data": {"path": str(positive), "label_column": "label"}, **table})
+    assert prepare_data(cfg, start_run(cfg, tmp_path / "run2"))["n_train"] == 32
