@@ -9,6 +9,10 @@ state array) and keeps, across calls, a second cache of those rows restricted to
 active set (its arrays: :func:`muflow.solvers.smo.compact_rows`; the cache itself:
 :mod:`muflow.solvers._compact_rows_compiled`).
 
+The loop's helpers are inlined into it (``inline="always"``): a call from one compiled
+function to another counts a reference up and down for every array it passes, atomic
+operations that cost as much as the arithmetic of a step on a small active set.
+
 Notation as in :mod:`muflow.solvers.problem`: for one column, G = Q alpha + p with
 Q = diag(y) K diag(y), bounds 0 <= alpha_i <= U_i.
 """
@@ -42,7 +46,7 @@ def _lesser(x, m):
     return x if x < m else m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _block_minima(keys, bmin, n):
     """min(keys[:n]), and ``bmin[b]`` = the minimum of block b (positions 64 b .. 64 b + 63).
 
@@ -77,7 +81,7 @@ def _block_minima(keys, bmin, n):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _tie_break(keys, bmin, target, idx, n):
     """Among the positions k < n with keys[k] == target, the one holding the largest sample
     index ``idx[k]``, searching only the blocks whose minimum is ``target`` (see
@@ -92,7 +96,7 @@ def _tie_break(keys, bmin, target, idx, n):
     return best
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _argmin(keys, bmin, idx, n):
     """Position of the minimum of keys[:n] below +inf (ties: :func:`_tie_break`); -1 if every
     key is +inf (or NaN: NaN is never chosen, as in a scan)."""
@@ -102,7 +106,7 @@ def _argmin(keys, bmin, idx, n):
     return _tie_break(keys, bmin, best, idx, n)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act):
     """``gain[k]`` = -(gmax + y_k G_k)^2 / (K_ii + K_kk - 2 K_ik) for k in I_low with
     gmax + y_k G_k > 0, else +inf: the objective change of the pair (i, k) in WSS 2 (Fan,
@@ -121,7 +125,7 @@ def _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act):
         lowkey[k] = -yG[k] if low[k] else np.inf
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _update_gradient(yG, up, Ki, Kj, ci, cj, upkey, n_act):
     """yG += ci K_i + cj K_j (the pair's change of y G), and ``upkey[k]`` = y_k G_k on I_up,
     else +inf: the keys of the next step's i (:func:`_working_index`). One loop with no
@@ -132,7 +136,7 @@ def _update_gradient(yG, up, Ki, Kj, ci, cj, upkey, n_act):
         upkey[k] = g if up[k] else np.inf
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _working_index(yG, up, upkey, bmin, idx, n_act):
     """The position of the maximal -y G over I_up (ties: :func:`_tie_break`), -1 if I_up is
     empty, from the keys ``upkey`` (y G on I_up, +inf elsewhere). A y G of +inf, whose key
@@ -145,7 +149,7 @@ def _working_index(yG, up, upkey, bmin, idx, n_act):
     return pos
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _first_working_index(yG, up, upkey, bmin, idx, n_act):
     """:func:`_working_index` with the keys written first (a step's end writes them with its
     gradient update, :func:`_update_gradient`)."""
@@ -154,7 +158,7 @@ def _first_working_index(yG, up, upkey, bmin, idx, n_act):
     return _working_index(yG, up, upkey, bmin, idx, n_act)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
               gap_tol, max_updates, shrinking, shrink_every,
               cbuf, crow_of, cowner, cstamp, cidx, cstate):

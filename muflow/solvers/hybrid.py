@@ -119,7 +119,7 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
         if mult.kkt_violation[j] <= tol:
             alphas.append(mult.alpha[:, j].copy())
             biases.append(mult.bias[j])
-            curves.append(list(mult.objective_curve[:, j]))
+            curves.append(mult.objective_curve[:, j].copy())
             viols.append(mult.kkt_violation[j])
             continue
         support = _support(mult.alpha[:, [j]], U[:, [j]], threshold)[:, 0]
@@ -128,7 +128,7 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
                                         subset=support, grow="violators", timings=sub_timings)
         alphas.append(a)
         biases.append(b)
-        curves.append(list(mult.objective_curve[:, j]) + curve)
+        curves.append(np.concatenate([mult.objective_curve[:, j], curve]))
         viols.append(v)
         steps = max(steps, it)
     subset_total = time.perf_counter() - t_sub

@@ -98,11 +98,12 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
 
     Returns
     -------
-    alpha, bias, curve (list of F), violation, updates
+    alpha, bias, curve (ndarray of F after every step), violation, updates
     """
     n = col.y.shape[0]
     valid = col.U > 0
-    G, F, curve, QD = column_state(col, alpha, timings)
+    G, F, start, QD = column_state(col, alpha, timings)
+    pieces = [np.asarray(start, dtype=np.float64)]  # F after every step, as the loop wrote it
     member = valid.copy() if subset is None else (np.asarray(subset, bool) & valid)
     act = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)]).astype(np.int64)
     state = np.zeros(sc.STATE_SIZE, dtype=np.int64)
@@ -131,7 +132,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
             continue
         # a pending choice of i belongs to the loop that made it: recompute after a pause
         state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
-        curve.extend(buf[: state[sc.STATE_CURVE]].tolist())
+        pieces.append(buf[: state[sc.STATE_CURVE]].copy())
         state[sc.STATE_CURVE] = 0
         if status == sc.CURVE_FULL:
             if on_chunk is not None and on_chunk(int(state[sc.STATE_ITER]), F[0]):
@@ -160,6 +161,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         act[:] = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)])
         state[sc.STATE_NACT] = int(member.sum())
         state[sc.STATE_SHRINK] = 0
+    curve = np.concatenate(pieces)
     curve[-1] = F[0]
     return alpha, bias, curve, violation, int(state[sc.STATE_ITER])
 
