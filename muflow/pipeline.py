@@ -240,7 +240,8 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     info = {"params": params, "source": source, "solver": model.solver_,
             "iterations": int(np.max(model.n_iter_)),
             "iteration_unit": svc_iteration_unit(model.solver_),
-            "kkt_violation": float(np.max(model.kkt_violation_)),
+            "kkt_violation": float(np.max(model.kkt_violation_)), "tol": float(model.tol),
+            "converged": bool(np.all(model.converged_)),
             "support_vectors": int(len(model.support_)), "seconds": round(time.perf_counter() - t0, 3)}
     return info
 

@@ -55,6 +55,33 @@ def test_the_refit_reports_iterations_in_the_unit_of_n_iter(tmp_path):
         '{"source": "bc", "n_samples": 250, "n_features": 30, "n_train": 200, "n_test": 50}')
     rows = dict(summary_rows(tmp_path))
     assert rows["iterations"] == f"{info['iterations']} (pair step)"
+    assert info["converged"] and "not converged" not in rows
+
+
+def test_a_best_model_stopped_short_of_tol_is_named_in_the_summary(tmp_path):
+    """A model stopped at sweep.max_iter above tol was reported like a converged one (the
+    report, the printed summary and the artifact said nothing; SVC.fit warns)."""
+    import dataclasses
+    import warnings
+
+    import muflow
+    from muflow.config import default_config
+    from muflow.pipeline import refit_best, summary_rows
+
+    X, y = muflow.datasets.load_breast_cancer()
+    np.savez(tmp_path / "data.npz", X_train=X[:200] / 10, X_test=X[200:250] / 10, y_train=y[:200],
+             y_test=y[200:250])
+    (tmp_path / "data.json").write_text(
+        '{"source": "bc", "n_samples": 250, "n_features": 9, "n_train": 200, "n_test": 50}')
+    cfg = default_config()
+    cfg = dataclasses.replace(cfg, sweep=dataclasses.replace(cfg.sweep, solver="m3", max_iter=5))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        info = refit_best(cfg, tmp_path, {"kernel": "rbf", "gamma": 0.5, "C": 10.0})
+    assert info["converged"] is False and info["kkt_violation"] > info["tol"]
+    line = dict(summary_rows(tmp_path))["not converged"]
+    assert line.startswith(f"the model stopped at 5 iterations with KKT violation "
+                           f"{info['kkt_violation']:.3g} > tol 0.001; raise sweep.max_iter")
 
 
 def _generated_run(tmp_path, n=600):
