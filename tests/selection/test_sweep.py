@@ -386,10 +386,13 @@ def test_gram_store_cache_is_reused_across_sweeps(breast_cancer_200, tmp_path, m
                       progress=False)
     assert len(reports) == 2 and all(r.computed for r in reports)
     assert len(list((tmp_path / "cache").glob("gram-*.zarr"))) == 2
+    written = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*") if p.is_file()}
     reports.clear()
     second = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "b", cache_dir=tmp_path / "cache",
                        progress=False)
-    assert len(reports) == 2 and not any(r.computed for r in reports)
+    # a complete store is opened as it is, read-only: no build is asked for, nothing written
+    assert not any(r.computed for r in reports)
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*") if p.is_file()} == written
     assert [r.mean_cv_accuracy for r in first.table] == [r.mean_cv_accuracy for r in second.table]
 
 
