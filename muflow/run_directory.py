@@ -111,12 +111,16 @@ def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
 
     A run directory that holds another configuration, or a model fitted with other
     parameters, is refused: resuming it would mix the outputs of two runs, and its
-    finished stages (the refit among them) would be returned as this run's.
+    finished stages (the refit among them) would be returned as this run's. One where no
+    stage finished (a run refused by its data stage) holds nothing of its configuration
+    but the record, which is replaced.
     """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "config.json"
-    if path.exists():
+    if path.exists() and not any(state == "computed" for _, state in stage_log(run_dir)):
+        write_record(path, run_record(cfg, params))
+    elif path.exists():
         if not config_matches(run_dir, cfg, params):
             _refuse_other_params(run_dir, _recorded(run_dir), run_record(cfg, params))
             raise MuflowInputError(

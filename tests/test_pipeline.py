@@ -192,9 +192,11 @@ def test_a_train_run_directory_is_refused_to_a_sweep_and_to_other_params(tmp_pat
     sweeps, or trains other params, is refused before any stage is reused."""
     from muflow.config import default_config
     from muflow.pipeline import start_run
+    from muflow.run_directory import log_stage
 
     cfg = default_config()
     start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})
+    log_stage(tmp_path, "data", "computed", 0.1)
     start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})  # the same run: reopened
     with pytest.raises(MuflowInputError, match=r"holds a model trained with params .* not a "
                                                r"sweep of the grid"):
@@ -203,6 +205,21 @@ def test_a_train_run_directory_is_refused_to_a_sweep_and_to_other_params(tmp_pat
         start_run(cfg, tmp_path, {"kernel": "rbf"})
     with pytest.raises(MuflowInputError, match="holds a run of another configuration"):
         start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path, {"kernel": "linear", "C": 0.001})
+
+
+def test_a_run_directory_where_no_stage_finished_takes_the_new_configuration(tmp_path):
+    """A run refused by its data stage (a solver the training data rule out) left its
+    config.json alone: the fixed configuration was refused there as another run's."""
+    import json
+
+    from muflow.config import default_config
+    from muflow.pipeline import start_run
+
+    cfg = default_config()
+    start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path)
+    (tmp_path / "stages.log").write_text("")  # begun, nothing finished
+    start_run(cfg, tmp_path)
+    assert json.loads((tmp_path / "config.json").read_text())["sweep"]["folds"] == cfg.sweep.folds
 
 
 def test_the_gram_dir_given_to_the_workers_is_absolute(tmp_path, monkeypatch):
