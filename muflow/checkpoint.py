@@ -161,13 +161,16 @@ def load_checkpoint(run_dir, *, tag=None, n=None, m=None) -> Checkpoint | None:
             if key not in ckpt.tag:
                 problems.append(f"it records no {key}")
             elif key == "data" and ckpt.tag[key] != value:
-                problems.append("it was written for other data (training samples, labels, "
-                                "weights or C differ)")
+                if ckpt.tag.get("C") == tag.get("C") and (n is None or ckpt.alpha.shape[0] == n):
+                    # (the fingerprint holds the bounds, so another C or n changes it too)
+                    problems.append("it was written for other data (training samples, labels "
+                                    "or sample weights differ)")
             elif ckpt.tag[key] != value:
                 problems.append(f"its {key} is {ckpt.tag[key]!r}, this run's {value!r}")
     if problems:
         raise MuflowInputError(f"checkpoint {path} belongs to another run: " + "; ".join(problems)
-                               + f"; use another run directory or delete {run_dir}")
+                               + f"; resume with that run's data and settings, or delete {run_dir} "
+                               "to start over")
     return ckpt
 
 

@@ -204,9 +204,13 @@ def test_a_checkpoint_of_other_data_is_refused(problem_data, tmp_path):
     _interrupted_fit(X, y, run)
     other = X.copy()
     other[7, 1] += 1e-3  # same shape, same labels: only the fingerprint tells them apart
-    with pytest.raises(MuflowInputError, match="written for other data .*; use another run "
-                                               f"directory or delete {run}"):
+    with pytest.raises(MuflowInputError, match="written for other data .*; resume with that run's "
+                                               f"data and settings, or delete {run} to start over"):
         muflow.SVC(C=10.0, gamma=0.5).fit(other, y, checkpoint_dir=run)
+    # another C is named as such, not as other data as well
+    with pytest.raises(MuflowInputError, match=r"its C is 10.0, this run's 1.0; resume") as err:
+        muflow.SVC(C=1.0, gamma=0.5).fit(X, y, checkpoint_dir=run)
+    assert "other data" not in str(err.value)
     weights = np.ones(len(y))
     weights[3] = 2.0
     with pytest.raises(MuflowInputError, match="written for other data"):
