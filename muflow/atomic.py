@@ -9,6 +9,10 @@ crashed run never leaves a half-written result that looks complete.
   file name (``np.savez``, ``fig.savefig``, zarr); the one primitive the others use.
 - :func:`write_text` / :func:`write_json`: the common cases.
 - :func:`atomic_directory`: a directory filled by a callback (models, run records).
+
+A target that is a link is followed: the file it names is replaced, the link stays. A
+target that is no regular file (a FIFO, ``/dev/null``, ``/dev/stdout``) is written into,
+as a shell's ``>`` does: a rename would put a file in its place.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
@@ -44,6 +49,12 @@ def atomic_path(path, *, suffix: str = "") -> Iterator[Path]:
     file gets the permissions a plain ``open`` would give (``0o666`` less the umask).
     """
     path = Path(path)
+    kind = _existing_kind(path)
+    if kind == "special":  # a FIFO, a device, a pipe (/dev/stdout): written into, as `>` does
+        yield path
+        return
+    if kind == "link":  # the file it names is replaced; the link stays
+        path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{suffix}", dir=path.parent)
     os.close(fd)
@@ -60,6 +71,19 @@ def atomic_path(path, *, suffix: str = "") -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def _existing_kind(path: Path) -> str | None:
+    """``"special"`` where ``path`` is (or links to) something other than a regular file or
+    a directory, which a rename would replace (a FIFO, ``/dev/null``); ``"link"`` for a link
+    to a file or to nothing yet; else None."""
+    try:
+        mode = os.stat(path).st_mode  # through links
+    except (FileNotFoundError, NotADirectoryError):
+        return "link" if path.is_symlink() else None
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return "special"
+    return "link" if path.is_symlink() else None
 
 
 def write_text(path, text: str) -> Path:

@@ -268,7 +268,7 @@ def check_n_jobs(n_jobs, name: str = "n_jobs"):
     if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or int(n_jobs) == 0:
         raise MuflowInputError(
             f"{name} must be a positive integer (that many threads), -1 or None (every core "
-            f"this process may use), got {n_jobs!r}")
+            f"this process may use) or -k (every core but k - 1); got {n_jobs!r}")
     return int(n_jobs)
 
 

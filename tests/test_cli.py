@@ -267,6 +267,57 @@ def test_predict_warns_of_labels_the_model_does_not_know_and_refuses_a_directory
     assert "is a directory; give the CSV file to write" in capsys.readouterr().err
 
 
+def test_predict_reads_npz_labels_as_the_other_formats_do(tmp_path, capsys):
+    """An npz file's labels 1.0 / -1.0 (as load_svmlight_file gives them) were classes of
+    their own: a model fitted on them scored 0.0000 on a CSV of labels 1 / -1, and the
+    reverse; they are read as the class 1 of a CSV file now."""
+    y = np.where(LABELS > 0, 1.0, -1.0)
+    np.savez(tmp_path / "train.npz", X=FEATURES, y=y)
+    (tmp_path / "test.csv").write_text("x1,x2,target\n" + "".join(
+        f"{a},{b},{int(c)}\n" for (a, b), c in zip(FEATURES, y)))
+    for fit_on, predict_on in (("train.npz", "test.csv"), ("test.csv", "train.npz")):
+        model = tmp_path / f"m-{fit_on}"
+        assert main(["fit", "--data", str(tmp_path / fit_on), "--out", str(model), "--quiet"]) == 0
+        capsys.readouterr()
+        assert main(["predict", "--model", str(model), "--data", str(tmp_path / predict_on)]) == 0
+        out, err = capsys.readouterr()
+        assert "accuracy 1.0000 on 6 samples" in err and "none of the model's classes" not in err
+        assert sorted(set(out.split())) == ["-1", "1"]
+
+
+def test_predict_out_quotes_labels_holding_a_comma(tmp_path):
+    import csv
+
+    path = tmp_path / "train.csv"
+    names = np.where(LABELS > 0, "mine, metal", "rock")
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["x1", "x2", "label"])
+        writer.writerows([a, b, c] for (a, b), c in zip(FEATURES, names))
+    assert main(["fit", "--data", str(path), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    assert main(["predict", "--model", str(tmp_path / "m"), "--data", str(path),
+                 "--out", str(tmp_path / "p.csv")]) == 0
+    with open(tmp_path / "p.csv", newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0] == ["prediction", "decision_0"] and [r[0] for r in rows[1:]] == list(names)
+
+
+def test_an_svmlight_file_is_known_by_its_lines_and_not_told_no_labels(tmp_path, capsys):
+    """libsvm's files have no suffix (a8a, a8a.t): they were read as CSV ('14 fields where
+    the first row has 15'); a test file of one feature fewer was told to use --no-labels,
+    which an svmlight file never needs."""
+    lines = "".join(f"{2 * c - 1} 1:{a} 2:{b} 3:1\n" for (a, b), c in zip(FEATURES, LABELS))
+    (tmp_path / "train").write_text(lines)
+    (tmp_path / "test.t").write_text(lines.replace(" 3:1", ""))
+    assert main(["fit", "--data", str(tmp_path / "train"), "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["predict", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "test.t")]) == 2
+    err = capsys.readouterr().err
+    assert "--n-features 3" in err and "--no-labels" not in err
+    assert main(["predict", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "test.t"),
+                 "--n-features", "3"]) == 0
+
+
 def test_an_option_is_named_as_the_command_line_spells_it(csv_file, tmp_path, capsys):
     """Errors from the estimator's checks name its parameter; on the command line they
     name the option ("--cache-size must be ...", not "cache_size must be ...")."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import sys
 from pathlib import Path
 
@@ -45,7 +47,7 @@ def run(args) -> int:
             f"{expected}; give data with the model's features (for svmlight, --n-features "
             f"{expected}"
             + ("; for a file without a label column, --no-labels" if X.shape[1] == expected - 1
-               and not args.no_labels else "") + ")")
+               and not args.no_labels and _has_label_column(args) else "") + ")")
     if args.out and Path(args.out).is_dir():
         from muflow.exceptions import MuflowInputError
 
@@ -58,16 +60,18 @@ def run(args) -> int:
         scores = np.asarray(model.decision_function(X))
         scores = scores[:, None] if scores.ndim == 1 else scores
         out = Path(args.out)
-        header = "prediction," + ",".join(f"decision_{j}" for j in range(scores.shape[1]))
-        lines = [header] + [f"{p}," + ",".join(f"{s:.10g}" for s in row) for p, row in zip(pred, scores)]
-        write_text(out, "\n".join(lines) + "\n")
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")  # a label with a comma is quoted
+        writer.writerow(["prediction"] + [f"decision_{j}" for j in range(scores.shape[1])])
+        writer.writerows([p] + [f"{s:.10g}" for s in row] for p, row in zip(pred, scores))
+        write_text(out, buffer.getvalue())
         print(f"predictions written to {out}")
     else:
         sys.stdout.write("\n".join(str(p) for p in pred) + "\n")
     if y is not None and len(y) == len(pred):
         try:
-            truth, known = np.asarray(y).astype(str), model.classes_.astype(str)
-            accuracy = float(np.mean(pred.astype(str) == truth))
+            truth, known, pred = _as_label_text(y), _as_label_text(model.classes_), _as_label_text(pred)
+            accuracy = float(np.mean(pred == truth))
             print(f"accuracy {accuracy:.4f} on {len(y)} samples", file=sys.stderr)
             unknown = sorted(set(truth) - set(known))
             if unknown:
@@ -78,3 +82,22 @@ def run(args) -> int:
         except (TypeError, ValueError):
             pass
     return 0
+
+
+def _as_label_text(labels):
+    """Labels as text to compare a file's with a model's: a whole number as an integer
+    (a label 1.0 of an npz file or a float array is the label 1 of a CSV file)."""
+    import numpy as np
+
+    labels = np.asarray(labels)
+    if labels.dtype.kind == "f" and np.all(labels == np.round(labels)):
+        labels = labels.astype(np.int64)
+    return labels.astype(str)
+
+
+def _has_label_column(args) -> bool:
+    """Whether the data file's format has a label column to leave out (an svmlight file
+    always holds its labels)."""
+    from muflow.data.files import detect_format
+
+    return detect_format(Path(args.data), getattr(args, "format", None)) != "svmlight"

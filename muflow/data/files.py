@@ -29,11 +29,22 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
             raise MuflowInputError(f"unknown data format {fmt!r}; choose one of {', '.join(FORMATS)}")
         return fmt
     suffix = path.suffix.lower()
-    if suffix in SVMLIGHT_SUFFIXES:
+    if suffix in SVMLIGHT_SUFFIXES or (suffix not in (".csv", ".txt") and _looks_like_svmlight(path)):
         return "svmlight"
     if suffix == ".npz":
         return "npz"
     return "csv"
+
+
+def _looks_like_svmlight(path: Path) -> bool:
+    """Whether a file named without a known suffix (libsvm's ``a8a``) begins with an
+    svmlight line: a label, then ``index:value`` pairs."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 16).split()
+    except OSError:
+        return False
+    return len(first) >= 2 and all(b":" in token for token in first[1:]) and b":" not in first[0]
 
 
 def load_data(path, *, label_column=None, fmt: str | None = None, n_features: int | None = None,
@@ -238,7 +249,9 @@ def _load_npz(path: Path, labels: bool = True):
                 raise DataFileError(
                     f"{path}: an .npz data file must hold arrays 'X' and 'y'; missing {', '.join(sorted(missing))}"
                 )
-            return np.asarray(data["X"]), np.asarray(data["y"])
+            y = np.asarray(data["y"])
+            # labels read as every other format reads them (1.0 is the class 1 of a CSV file)
+            return np.asarray(data["X"]), (_labels(y) if y.dtype.kind in "fiuUSO" else y)
     except DataFileError:
         raise
     except Exception as exc:

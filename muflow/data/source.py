@@ -25,7 +25,7 @@ import os
 import re
 import threading
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from muflow.exceptions import DataFileError, MuflowInputError
 
@@ -112,6 +112,10 @@ class DataSource:
         if files and len(files) > 1 or any(_GLOB.search(p) or p.endswith("/") for p in self.paths()):
             raise DataFileError(f"data path {self.label!r}: cannot tell the format from the file "
                                 f"names; give format = one of {', '.join(FORMATS)}")
+        if len(self.paths()) == 1 and not self.is_url:  # one local file: its first line tells
+            from muflow.data.files import detect_format
+
+            return detect_format(Path(self.paths()[0]))
         return "csv"
 
     def filesystem(self):
