@@ -229,6 +229,9 @@ default="rbf"
         The solver's seconds and counts (its ``DualSolution.timings``).
     solver_ : str
     fit_time_ : float
+    multiclass_ : {"ovo", "ovr"}
+        The layout of the fitted problems, which prediction reads (``multiclass`` set after
+        the fit changes nothing until the next fit).
     n_threads_ : int
         The thread budget the fit ran on (``n_jobs`` within the caller's limits; on one
         worker, the worker's).
@@ -403,7 +406,7 @@ default="rbf"
             operator.close()
             raise
         Y, member = binary_problems(y_encoded, len(self.classes_), self.multiclass)
-        U = upper[:, None] * member
+        U = np.where(member, upper[:, None], 0.0)  # (C = inf times 0 would be NaN)
         problem = DualProblem(operator, Y, upper=U, linear=-1.0 + Y * drift[:, None],
                               equality=self.intercept == "exact")
         progress = FitProgress() if self.verbose else None

@@ -164,8 +164,8 @@ def model_digest(meta: dict, arrays_bytes: bytes) -> str:
     return "sha256:" + h.hexdigest()
 
 
-#: The fitted scalars saved in model.json's ``fit`` (SVC's ``fit_status_`` and diagnostics).
-_FIT_SCALARS = {"fit_status_": int, "fit_time_": float, "n_threads_": int, "rows_computed_": int}
+#: The fitted scalars saved in model.json's ``fit`` (SVC's ``fit_status_``, layout, diagnostics).
+_FIT_SCALARS = dict(fit_status_=int, fit_time_=float, n_threads_=int, rows_computed_=int, multiclass_=str)
 
 
 def _fit_record(model) -> dict:
@@ -433,7 +433,8 @@ def _check_consistent(model, meta: dict, arrays_file: Path) -> None:
     if classes.ndim != 1 or len(classes) < 2 or len(np.unique(classes)) != len(classes):
         fail(f"classes {classes.tolist()!r} are not at least 2 distinct labels")
     k = len(classes)
-    ovo = k > 2 and meta.get("params", {}).get("multiclass", "ovr") == "ovo"
+    layout = meta.get("fit", {}).get("multiclass_", meta.get("params", {}).get("multiclass", "ovr"))
+    ovo = k > 2 and layout == "ovo"
     problems = {1} if k == 2 else {k * (k - 1) // 2} if ovo else {k}
     intercept = getattr(model, "intercept_", None)
     if intercept is None:

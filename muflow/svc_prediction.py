@@ -50,6 +50,7 @@ class FittedSVC:
     def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
         """The fitted attributes from a solution; the one place both fit paths set them."""
         k = len(self.classes_)
+        self.multiclass_ = self.multiclass  # what prediction reads, whatever set_params does later
         Y, _ = binary_problems(y_encoded, k, self.multiclass)
         alpha = solution.alpha
         largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
@@ -141,7 +142,8 @@ class FittedSVC:
     @property
     def _ovo(self) -> bool:
         """Whether the fitted problems are one-vs-one pairs (more than two classes)."""
-        return len(self.classes_) > 2 and getattr(self, "multiclass", "ovo") == "ovo"
+        fitted = getattr(self, "multiclass_", getattr(self, "multiclass", "ovo"))
+        return len(self.classes_) > 2 and fitted == "ovo"
 
     # -- predict -----------------------------------------------------------------------
     def _pair_weights(self) -> np.ndarray:

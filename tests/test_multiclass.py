@@ -138,3 +138,31 @@ def test_break_ties_and_its_refusal_with_ovo_shape():
     model.set_params(decision_function_shape="ovo")
     with pytest.raises(ValueError, match="break_ties must be False"):
         model.predict(X)
+
+
+@pytest.mark.parametrize("gram", ["auto", "rows"])
+def test_the_hard_margin_fits_one_vs_one(gram):
+    """C = inf (the hard margin) with three classes: the bound of a sample outside a pair,
+    inf times 0, was NaN and the fit refused its 'upper bounds'. libsvm at a huge C agrees."""
+    X, y = make_blobs(90, centers=[[0, 0], [4, 0], [0, 4]], cluster_std=0.6, random_state=0)
+    model = muflow.SVC(C=float("inf"), gamma=0.5, gram=gram).fit(X, y)
+    assert model.converged_.all() and len(model.intercept_) == 3
+    reference = LibsvmSVC(C=1e10, gamma=0.5).fit(X, y)
+    np.testing.assert_array_equal(model.predict(X), reference.predict(X))
+
+
+def test_the_fitted_layout_is_what_prediction_reads(tmp_path):
+    """multiclass set after the fit (set_params, without refitting) changed how the fitted
+    columns were read: pairs read as one-vs-rest columns (wine: training accuracy 1.00 to
+    0.28 without a word) or an IndexError. The layout is the fitted multiclass_, kept by
+    save and load."""
+    X, y = make_classification(200, 6, n_informative=4, n_classes=4, random_state=0)
+    for fitted, other in (("ovo", "ovr"), ("ovr", "ovo")):
+        model = muflow.SVC(multiclass=fitted).fit(X, y)
+        before = model.predict(X)
+        model.set_params(multiclass=other)
+        assert model.multiclass_ == fitted
+        np.testing.assert_array_equal(model.predict(X), before)
+        loaded = muflow.load(muflow.save(model, tmp_path / fitted))
+        assert loaded.multiclass_ == fitted
+        np.testing.assert_array_equal(loaded.predict(X), before)
