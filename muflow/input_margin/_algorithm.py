@@ -279,10 +279,17 @@ class StepTrace:
 
     @property
     def best(self) -> int:
-        """The step with the largest measured margin (the first of equals; a non-finite
-        measure never wins)."""
+        """The step with the largest measured margin (the first of equals). A measure
+        that is not finite, or in which a projection diverged, never wins: eq. (3) at a
+        diverged point is no distance (values of -1e149 made the margin), and a step that
+        broke the boundary could win against steps whose margins were all measured so. With
+        no step measured throughout, step 0, the SVM itself."""
         measured = self.measured
-        return int(np.argmax(np.where(np.isfinite(measured), measured, -np.inf)))
+        settled = np.array([not np.any(m.diverged) for m in self.measures], dtype=bool)
+        usable = np.isfinite(measured) & settled
+        if not usable.any():
+            return 0
+        return int(np.argmax(np.where(usable, measured, -np.inf)))
 
 
 def run_steps(disc: Discriminant, X, y, G_inv, L, *, upper, method, n_steps, n_projection_iter,
