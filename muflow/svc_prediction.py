@@ -313,7 +313,7 @@ class FittedSVC:
                     raise ValueError(
                         f"cannot use sparse input in {type(self).__name__!r} trained on dense "
                         "data; pass X.toarray() or fit on sparse data")
-        check_finite(X)
+        check_finite(X, before="predicting")
         self._check_support_layout()
         return X
 

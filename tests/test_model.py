@@ -163,6 +163,15 @@ def test_bad_training_data_is_refused_clearly(binary, make, match):
         muflow.SVC().fit(X, y)
 
 
+def test_nan_at_predict_says_before_predicting(binary):
+    X, y = binary
+    model = muflow.SVC().fit(X, y)
+    bad = X.copy()
+    bad[2, 1] = np.nan
+    with pytest.raises(ValueError, match="X contains 1 NaN or infinite value.*before predicting$"):
+        model.predict(bad)
+
+
 @pytest.mark.parametrize(
     "params, match",
     [

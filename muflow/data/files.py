@@ -258,14 +258,15 @@ def _load_npz(path: Path, labels: bool = True):
         raise DataFileError(f"{path}: not a readable .npz file ({exc})") from None
 
 
-def check_finite(X, name="X"):
-    """Refuse NaN and infinity with a message that says how to fix it."""
+def check_finite(X, name="X", *, before="fitting"):
+    """Refuse NaN and infinity with a message that says how to fix it (``before``: what
+    the caller was asked to do, "fitting" or "predicting")."""
     values = X.data if sp.issparse(X) else X
     if not np.all(np.isfinite(values)):
         bad = int(np.size(values) - np.isfinite(values).sum())
         raise MuflowInputError(
             f"{name} contains {bad} NaN or infinite value(s); impute or drop them "
-            "(e.g. sklearn.impute.SimpleImputer) before fitting"
+            f"(e.g. sklearn.impute.SimpleImputer) before {before}"
         )
 
 

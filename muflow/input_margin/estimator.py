@@ -342,7 +342,7 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
         """f(x) of eq. (2), shape (n_samples,); positive for ``classes_[1]``."""
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64, ensure_all_finite=False)
-        check_finite(X)
+        check_finite(X, before="predicting")
         return self.discriminant_.value(X)
 
     def predict(self, X):
