@@ -322,3 +322,20 @@ def test_a_whitespace_separated_file_is_read_whole_and_refused_by_a_glob(tmp_pat
     with pytest.raises(DataFileError) as exc:
         load_source(DataSource(path=str(tmp_path / "d.t*t"), label_column=0))
     assert "d.txt is not comma separated" in one_line(exc)
+
+
+def test_a_pandas_index_is_no_feature(tmp_path):
+    """``DataFrame.to_csv`` writes the row index first, under an empty name, and
+    ``to_parquet`` a column ``__index_level_0__``: both were read as a feature (the row
+    number, which follows the file's order)."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(40, 3)), columns=["f0", "f1", "f2"])
+    df["label"] = np.arange(40) % 2
+    df.index = df.index + 100  # not a default RangeIndex: Parquet stores it as a column
+    df.to_csv(tmp_path / "a.csv")
+    df.to_csv(tmp_path / "part-1.csv")
+    df.to_parquet(tmp_path / "a.parquet")
+    for path in (str(tmp_path / "a.csv"), str(tmp_path / "part-*.csv"), str(tmp_path / "a.parquet")):
+        X, y, layout = load_source(DataSource(path=path, label_column="label"))
+        assert layout.features == ("f0", "f1", "f2"), path
+        np.testing.assert_array_equal(X, df[["f0", "f1", "f2"]].to_numpy())

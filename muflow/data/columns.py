@@ -17,8 +17,13 @@ from muflow.exceptions import DataFileError
 NOT_TEXT = "not a text file, so not CSV; for another format give --format (svmlight, npz, parquet)"
 
 #: Names of a leading column of sample ids (any case): never a feature unless named in
-#: ``feature_columns``.
-ID_COLUMNS = ("id", "sample", "sample_id")
+#: ``feature_columns``. The empty name and "Unnamed: 0" are the row index pandas'
+#: ``DataFrame.to_csv`` writes first (the row number as a feature would follow the file's
+#: order).
+ID_COLUMNS = ("id", "sample", "sample_id", "", "unnamed: 0")
+
+#: Columns pandas adds to a Parquet file for a DataFrame's index, wherever they are.
+INDEX_COLUMNS = ("__index_level_0__",)
 
 
 def is_number(text: str) -> bool:
@@ -100,7 +105,8 @@ def choose_columns(schema, label_column, feature_columns, where: str):
     types = {s[0]: s[1] for s in schema}
     if feature_columns is None:
         features = tuple(n for j, n in enumerate(names) if n != label and numeric[n]
-                         and not (j == 0 and n.lower() in ID_COLUMNS))
+                         and not (j == 0 and n.strip().lower() in ID_COLUMNS)
+                         and n not in INDEX_COLUMNS)
     else:
         features = tuple(str(c) for c in feature_columns)
         for name in features:
