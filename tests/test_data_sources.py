@@ -339,3 +339,13 @@ def test_a_pandas_index_is_no_feature(tmp_path):
         X, y, layout = load_source(DataSource(path=path, label_column="label"))
         assert layout.features == ("f0", "f1", "f2"), path
         np.testing.assert_array_equal(X, df[["f0", "f1", "f2"]].to_numpy())
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    """A label or feature chosen by a name two columns share was the first of them."""
+    (tmp_path / "d.csv").write_text("a,b,a,label\n1,2,3,0\n4,5,6,1\n")
+    (tmp_path / "part-1.csv").write_text("a,b,a,label\n1,2,3,0\n4,5,6,1\n")
+    for path in (tmp_path / "d.csv", tmp_path / "part-*.csv"):
+        with pytest.raises(DataFileError) as exc:
+            load_source(DataSource(path=str(path), label_column="label"))
+        assert "the columns a are named more than once; give every column its own name" in one_line(exc)

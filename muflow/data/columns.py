@@ -86,6 +86,10 @@ def choose_columns(schema, label_column, feature_columns, where: str):
     label is None), the features as given (each must be there and numeric) or every
     numeric column but the label and a leading sample id (:data:`ID_COLUMNS`)."""
     names = [s[0] for s in schema]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:  # a column chosen by name would be either of them
+        raise DataFileError(f"{where}: the columns {names_text(repeated)} are named more than "
+                            "once; give every column its own name")
     if label_column is False:  # no label column: every numeric column is a feature
         label = None
     elif label_column is None:
