@@ -21,7 +21,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from muflow.selection import SweepGrid, run_sweep
 
-LIMIT = 0.4
+LIMIT = 0.15
 
 
 @pytest.fixture(scope="module")
