@@ -85,14 +85,14 @@ def run(args) -> int:
 
 
 def _as_label_text(labels):
-    """Labels as text to compare a file's with a model's: a whole number as an integer
-    (a label 1.0 of an npz file or a float array is the label 1 of a CSV file)."""
+    """Labels as text to compare a file's with a model's, read as the data readers read
+    them (:func:`muflow.data.files._labels`: a label 1.0 is the label 1 of a CSV file)."""
     import numpy as np
 
+    from muflow.data.files import _labels
+
     labels = np.asarray(labels)
-    if labels.dtype.kind == "f" and np.all(labels == np.round(labels)):
-        labels = labels.astype(np.int64)
-    return labels.astype(str)
+    return (_labels(labels) if labels.dtype.kind in "fiuUS" else labels).astype(str)
 
 
 def _has_label_column(args) -> bool:
