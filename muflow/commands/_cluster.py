@@ -139,10 +139,11 @@ def scheduler_gone(client, exc, *, wait=10.0) -> bool:
 
 
 @contextlib.contextmanager
-def one_line_if_scheduler_lost(client, args, *, work, kept, log_file):
+def one_line_if_scheduler_lost(client, args, *, work, kept, log_file, resume=True):
     """In the block, whatever a lost scheduler raises (:func:`scheduler_gone`) becomes one
     :class:`muflow.exceptions.SchedulerLostError` whose hint continues the work:
-    ``kept()``, called then, says what was saved (:func:`continue_hint`)."""
+    ``kept()``, called then, says what was saved (:func:`continue_hint`, ``resume`` as
+    there). ``log_file`` (None where distributed logs to stderr) receives the traceback."""
     from muflow.exceptions import lost_scheduler_error
 
     try:
@@ -150,10 +151,13 @@ def one_line_if_scheduler_lost(client, args, *, work, kept, log_file):
     except Exception as exc:
         if not scheduler_gone(client, exc):
             raise
-        _keep_traceback(log_file, exc, work)
+        where_logged = ""
+        if log_file is not None:
+            _keep_traceback(log_file, exc, work)
+            where_logged = f" (Dask's log: {log_file})"
         raise lost_scheduler_error(client, work=work, next_step=(
-            f"start the scheduler and its workers again; {continue_hint(args, kept())} "
-            f"(Dask's log: {log_file})")) from None
+            f"start the scheduler and its workers again; "
+            f"{continue_hint(args, kept(), resume=resume)}{where_logged}")) from None
 
 
 def _keep_traceback(log_file, exc, work):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def run(args) -> int:
         return f"its finished tiles ({done} of {total}) are kept in {url}" if done else None
 
     with hint_when_interrupted(args, kept, resume=False), \
-            client_for(args.scheduler, timeout=args.timeout, **cluster) as client:
+            client_for(args.scheduler, timeout=args.timeout, **cluster) as client, \
+            _one_line_if_lost(client, args, kept, log_file):
         gram, report = ensure_gram(X, kernel, client=client, store=args.out,
                                    cache_dir=args.cache_dir, dtype=dtype, tile=args.tile,
                                    deep_check=args.deep_check)
@@ -106,6 +108,17 @@ def run(args) -> int:
     sys.stdout.flush()
     return 0
 
+
+def _one_line_if_lost(client, args, kept, log_file):
+    """With ``--scheduler``, a scheduler lost during the build ends the command in one line
+    naming what was kept and the same command, which continues the partial store; a local
+    cluster is the command's own and is not lost that way."""
+    if not args.scheduler:
+        return contextlib.nullcontext()
+    from muflow.commands._cluster import one_line_if_scheduler_lost
+
+    return one_line_if_scheduler_lost(client, args, work="the Gram build", kept=kept,
+                                      log_file=log_file, resume=False)
 
 
 def _log_file(args) -> Path | None:
