@@ -481,6 +481,10 @@ def _best_model(X, y_enc, classes, record: KernelRecord, intercept, tol, max_ite
                             objective_curve=np.asarray(refit.curve, dtype=np.float64),
                             kkt_violation=viol, converged=viol <= tol, timings=counts,
                             solver=record.solver)
+    # the parameters as the grid named them ("scale" stays "scale", as SVC.fit keeps it); the
+    # kernel holds their values resolved on these data
+    named = {k: v for k, v in record.setting.items() if k in ("gamma", "degree", "coef0")}
     return SVC.from_solution(solution, X=X, y_encoded=y_enc, classes=classes, kernel=record.kernel,
                              fit_time=refit.seconds, C=float(record.rows[refit.c_index].C),
-                             solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter)
+                             solver=record.solver, intercept=intercept, tol=tol, max_iter=max_iter,
+                             **named)

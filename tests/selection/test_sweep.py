@@ -215,6 +215,22 @@ def test_outputs_best_model_test_metrics_and_plots(breast_cancer_200, tmp_path):
     assert len(per_c) == len(result.table) // 2 and all(v > 0 for v in per_c.values())
 
 
+def test_best_model_keeps_the_parameters_as_the_grid_named_them(breast_cancer_200, tmp_path):
+    """gamma "scale" stays "scale" in the best model's parameters, saved and loaded (as
+    SVC.fit keeps it), while its kernel holds the value resolved on the training data: a
+    clone refitted on other data resolves it there again."""
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "poly", "degree": 2}], C=[0.1, 1.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "run", progress=False)
+    model, loaded = result.best_model, muflow.load(result.paths["best_model"])
+    alone = muflow.SVC(kernel="poly", degree=2, C=model.C).fit(X, y)
+    for fitted in (model, loaded):
+        assert fitted.get_params()["gamma"] == "scale"
+        assert fitted.get_params()["degree"] == 2
+        np.testing.assert_array_equal(fitted.predict(X), alone.predict(X))
+    assert json.loads(result.paths["best"].read_text())["gamma"] == "scale"
+
+
 @pytest.mark.parametrize("path", ["continuation", "batched"])
 def test_forked_columns_equal_one_process(breast_cancer_200, tmp_path, path, monkeypatch):
     """n_jobs=2 splits the folds' columns (continuation chains, or cold solves) over
