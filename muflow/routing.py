@@ -201,10 +201,8 @@ def panels_fit(n: int, client, dtype) -> bool:
     on the workers of ``client``: an even share (:func:`panel_bytes`) within
     :data:`PANEL_FRACTION` of the smallest worker's memory limit (none: large enough)."""
     limits = worker_memory_limits(client)
-    if not limits:
-        return False
-    limited = [m for m in limits.values() if m]
-    return not limited or panel_bytes(n, len(limits), dtype) <= PANEL_FRACTION * min(limited)
+    limited, share = [m for m in limits.values() if m], panel_bytes(n, len(limits), dtype)
+    return bool(limits) and (not limited or share <= PANEL_FRACTION * min(limited))
 
 
 def reads_rows(solver: str) -> bool:
@@ -281,8 +279,8 @@ class KernelPlan:
         return self.path == "partitioned" and self.reads_products
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "reason": self.reason, "solves": self.solves,
-                "store": self.store, "gram_bytes": self.gram_bytes, "solver": self.solver}
+        keys = ("path", "reason", "solves", "store", "gram_bytes", "solver")
+        return {key: getattr(self, key) for key in keys}
 
 
 def _size(nbytes: float) -> str:
@@ -290,15 +288,14 @@ def _size(nbytes: float) -> str:
 
 
 def _solves(k: int) -> str:
-    return f"{k} solve" + ("" if k == 1 else "s")
+    return f"{k} solve{'' if k == 1 else 's'}"
 
 
 def _resolved(solver: str, path: str, intercept: str) -> str:
     """The solver that runs on ``path``: the one asked for, except that "auto" is the
     working-set solver (:data:`ROWS_SOLVER`, which fetches rows q at a time in one product)
-    where no K is in this process's memory (rows on demand, X partitioned over the
-    workers), and :data:`muflow.solvers.registry.AUTO` by intercept otherwise (SMO for the
-    exact one)."""
+    where no K is in this process's memory (rows on demand, X partitioned over the workers),
+    and :data:`muflow.solvers.registry.AUTO` by intercept otherwise (SMO for the exact one)."""
     if solver != "auto":
         return solver
     if path in ("rows", "partitioned"):
@@ -348,8 +345,8 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
        held in process; with a ``client`` the working-set solver runs on X partitioned over
        the workers (``"partitioned"``: each computes the rows its working sets touch), a
        multiplicative solver on kernel panels there while they fit in the workers' memory
-       (:func:`panels_fit`), and otherwise on the Gram store built on
-       the cluster (``"cluster-store"``, float32), which serves products only;
+       (:func:`panels_fit`), else on the Gram store built on the cluster (``"cluster-store"``,
+       float32, products only; refused first where the workers cannot stream it);
     2. in process, the solver, the size and the reuse (:func:`gram_mode`, ``sweep`` when
        ``solves > 1``): a solver reading rows takes rows on demand above
        :data:`ROWS_MIN_SAMPLES` samples for one solve, :data:`SWEEP_ROWS_MIN_SAMPLES` when
@@ -464,8 +461,8 @@ def _plan_in_process(n, solver, solves, gram, gram_dtype, store_dir, store_built
 def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_input, store_dir,
                      store_built, free_disk):
     """Step 1 of :func:`plan_kernel` with a client: X partitioned on the workers, or the Gram
-    store on the cluster (refused when it does not fit on the disk, when the solver reads
-    rows, or when X is on the workers already): (path, reason, store, bytes)."""
+    store on the cluster (refused where it does not fit on the disk or the workers' memory,
+    where the solver reads rows, or X is on the workers already): (path, reason, store, bytes)."""
     nbytes = gram_bytes(n, np.float32)
     what = f"K of {n:,} samples ({_size(nbytes)} float32)"
     if runs_on_workers(client, kernel_name, solver):
@@ -494,6 +491,9 @@ def _plan_on_cluster(n, solver, kernel_name, solves, client, gram_dtype, dask_in
             f"solver {solver!r} on the cluster needs the Gram store of {what} in {store_dir}, "
             f"and {_size(free_disk)} is free there; free disk space, set gram.cache_dir "
             "(cache_dir) to a larger disk, or use solver='working_set' (X on the workers, no store)")
+    if reads_products(solver):  # before the build: workers too small to stream it, in words
+        from muflow.dask.store_operator import check_store_fits
+        check_store_fits(client, n)
     why = (f"{solver} reads all of K every pass and its kernel panels do not fit in the workers' "
            "memory" if reads_products(solver) else f"{solver} does not run on X partitioned")
     return "cluster-store", (f"{why}: the Gram store of {what} is built on the cluster and served "

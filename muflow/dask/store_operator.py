@@ -34,15 +34,45 @@ import numpy as np
 
 from muflow.dask.calls import ActorCall
 from muflow.dask.channels import ChannelCall, open_channels, serve
-from muflow.dask.worker_memory import reuse_freed_memory
+from muflow.dask.worker_memory import (WORKER_FRACTION, completed_while_memory_allows,
+                                      lost_workers_message, reuse_freed_memory, tightest_worker,
+                                      too_little_memory_error)
 from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.gram.store import GramStore, StoreCorruptError
-from muflow.gram.tiling import split_rows
+from muflow.gram.tiling import choose_tile, split_rows
 from muflow.memory import worker_memory_limits
 from muflow.operators import GramOperator, split_product
 
 #: Share of a worker's memory limit that resident panels may take.
 RESIDENT_FRACTION = 0.5
+
+#: A tile-row panel of the Gram store streamed by a panel server (:class:`DaskGram`) takes
+#: this many times its bytes on its worker while it is read and multiplied: the panel, the
+#: chunks zarr decodes in flight, the finiteness check, and the freed memory the allocator
+#: keeps (:data:`muflow.dask.worker_memory.MALLOC_THRESHOLDS`)
+STREAM_COPIES = 6
+
+
+def check_store_fits(client, n: int, itemsize: int = 4) -> None:
+    """Refuse, before the Gram store of n samples is built, a cluster whose workers cannot
+    stream one of its tile-row panels (:class:`DaskGram`, its shards kept resident only
+    where they fit): a panel of the tile the build would choose
+    (:func:`muflow.gram.tiling.choose_tile`) takes :data:`STREAM_COPIES` times its bytes, and
+    must fit in what the tightest worker has to spare (:func:`too_little_memory_error`);
+    otherwise the build pauses the workers, or the panel servers push them past their limit
+    and the nanny restarts them again and again. Nothing is checked without limits."""
+    tightest = tightest_worker(client)
+    if tightest is None:
+        return
+    limit, used = tightest
+    n_workers = max(1, len(worker_memory_limits(client)))
+    tile = choose_tile(int(n), itemsize, limit, n_workers)
+    needed = STREAM_COPIES * tile * int(n) * itemsize
+    if needed > WORKER_FRACTION * limit - used:
+        raise too_little_memory_error(
+            f"the Gram store of {int(n):,} samples, served from the store by the workers, needs "
+            f"{needed / 2**20:.0f} MB on each (a streamed panel of {tile} rows of K and its reading)",
+            limit, used)
 
 
 class PanelServer:
@@ -253,15 +283,17 @@ class DaskGram(GramOperator):
         for shard in shards:
             future, _, address = self._actors[shard]
             try:
+                # workers paused for memory never start it: refused in words, not waited on forever
+                for _ in completed_while_memory_allows(self.client, [future], "the panel servers"):
+                    pass
                 with self.client.as_current():  # its calls go through this client
                     actor = future.result()
-            except StoreCorruptError:
+            except (StoreCorruptError, MuflowError):
                 raise
             except Exception:
                 if attempts <= 0:
-                    raise MuflowError(
-                        f"could not start the panel server of rows {shard[0]}:{shard[1]} on any "
-                        "worker (workers keep dying while loading; check their memory)") from None
+                    raise MuflowError(lost_workers_message(
+                        self.client, 4, "the Gram store's panel servers")) from None
                 lost.add(shard)
                 continue
             # the scheduler may have placed it elsewhere when the chosen worker went away
@@ -310,7 +342,8 @@ class DaskGram(GramOperator):
             if attempt == self.max_retries:
                 break
             self._recover(failed)
-        raise MuflowError(f"Gram product failed after {self.max_retries} recoveries: lost workers")
+        raise MuflowError(lost_workers_message(self.client, self.max_retries + 1,
+                                               "the Gram store's panel servers"))
 
     def _collect(self, calls):
         """Wait for every call in one event-loop wait; a shard whose actor's future is no

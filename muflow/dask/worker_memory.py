@@ -1,12 +1,17 @@
-"""What the workers' memory allows a fit on X partitioned over them
-(:mod:`muflow.dask.partitions`): the row cache that fits the smallest worker's memory limit,
-the one line for a fit whose workers kept dying, and the C allocator's thresholds that let a
-worker reuse the memory it frees."""
+"""What the workers' memory allows a fit on the cluster: the row cache of X partitioned over
+them (:mod:`muflow.dask.partitions`) that fits the smallest worker's memory limit, whether
+the Gram store's streamed panels fit
+(:func:`muflow.dask.store_operator.check_store_fits`), a wait on the workers' tasks that ends in
+words when every worker stays paused for memory (:func:`completed_while_memory_allows`),
+the one line for a fit whose workers kept dying, and the C allocator's thresholds that let
+a worker reuse the memory it frees. Every refusal for memory names the fix the same way
+(:func:`too_little_memory_error`)."""
 
 from __future__ import annotations
 
 import functools
 import os
+import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -21,6 +26,13 @@ WORKER_FRACTION = 0.6
 
 #: A row cache holds at least this many rows of a working set
 MIN_CACHE_ROWS = 64
+
+#: A wait on the workers' tasks ends in :func:`too_little_memory_error` once every worker
+#: has stayed paused (distributed pauses a worker at 80 % of its memory limit and runs none
+#: of its tasks then) this many seconds with no task finishing
+PAUSED_SECONDS = 30.0
+
+_MB = 2.0**20
 
 #: distributed's nanny starts its workers with this ``MALLOC_TRIM_THRESHOLD_`` (its
 #: ``distributed.nanny.pre-spawn-environ``), so that they hand freed memory back to the
@@ -88,17 +100,11 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float, copy_bytes: 
     """
     import warnings
 
-    try:
-        limits = {addr: w.get("memory_limit") or 0
-                  for addr, w in scheduler_workers(client).items()}
-        limits = {addr: limit for addr, limit in limits.items() if limit}
-        used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
-    except Exception:  # noqa: BLE001  the solve reports a lost scheduler itself
+    tightest = tightest_worker(client)
+    if tightest is None or not bounds:
         return cache_mb
-    if not limits or not bounds:
-        return cache_mb
-    addr = min(limits, key=lambda a: WORKER_FRACTION * limits[a] - used.get(a, 0))
-    free = WORKER_FRACTION * limits[addr] - used.get(addr, 0)
+    limit, used = tightest
+    free = WORKER_FRACTION * limit - used
     n_total = bounds[-1][1]
     n_p = max(hi - lo for lo, hi in bounds)
     if sp.issparse(X):
@@ -108,16 +114,12 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float, copy_bytes: 
     fixed = n_p * (2 * row_bytes + 12 * 8) + int(copy_bytes)
     cache_row = n_p * np.dtype(dtype).itemsize
     least = min(MIN_CACHE_ROWS, n_total) * cache_row
-    mb = 2.0**20
+    mb = _MB
     if fixed + least > free:
-        raise MuflowError(
-            f"the workers have too little memory for this fit: each of {len(bounds)} partitions "
-            f"needs {(fixed + least) / mb:.0f} MB (its {n_p} rows of X"
-            f"{', a copy of all of X' if copy_bytes else ''} and a cache of "
-            f"{MIN_CACHE_ROWS} kernel rows) but a worker has {max(free, 0) / mb:.0f} MB to spare "
-            f"({WORKER_FRACTION:.0%} of its {limits[addr] / mb:.0f} MB limit, less the "
-            f"{used.get(addr, 0) / mb:.0f} MB it holds); start the workers with a larger "
-            "--memory-limit, or more workers")
+        raise too_little_memory_error(
+            f"each of {len(bounds)} partitions needs {(fixed + least) / mb:.0f} MB (its {n_p} rows "
+            f"of X{', a copy of all of X' if copy_bytes else ''} and a cache of {MIN_CACHE_ROWS} "
+            "kernel rows)", limit, used)
     wanted = min(cache_mb * mb, n_total * cache_row)
     if fixed + wanted <= free:
         return cache_mb
@@ -126,6 +128,67 @@ def cache_to_fit_workers(client, X, bounds, dtype, cache_mb: float, copy_bytes: 
                   f"(cache_size) to fit the smallest worker's memory limit; fits may take longer",
                   ResourceWarning, stacklevel=3)
     return fitted
+
+
+def too_little_memory_error(needs: str, limit: float, used: float) -> MuflowError:
+    """The one line that refuses a fit for the workers' memory: what ``needs`` it, what the
+    tightest worker has to spare (:data:`WORKER_FRACTION` of its ``limit`` less the ``used``
+    bytes it holds), and the fix."""
+    spare = max(WORKER_FRACTION * limit - used, 0)
+    return MuflowError(
+        f"the workers have too little memory for this fit: {needs} but a worker has "
+        f"{spare / _MB:.0f} MB to spare ({WORKER_FRACTION:.0%} of its {limit / _MB:.0f} MB limit, "
+        f"less the {used / _MB:.0f} MB it holds); start the workers with a larger --memory-limit, "
+        "or more workers")
+
+
+def tightest_worker(client):
+    """``(limit, used)`` in bytes of the worker with the least to spare under
+    :data:`WORKER_FRACTION` of its memory limit (``used`` read on the worker once muflow's
+    code is imported, :func:`_memory_in_use`); None where no worker has a limit or the
+    workers cannot be asked (the solve reports a lost scheduler itself)."""
+    try:
+        limits = {addr: w.get("memory_limit") or 0
+                  for addr, w in scheduler_workers(client).items()}
+        limits = {addr: limit for addr, limit in limits.items() if limit}
+        used = client.run(_memory_in_use, workers=list(limits)) if limits else {}
+    except Exception:  # noqa: BLE001
+        return None
+    if not limits:
+        return None
+    addr = min(limits, key=lambda a: WORKER_FRACTION * limits[a] - used.get(a, 0))
+    return limits[addr], used.get(addr, 0)
+
+
+def completed_while_memory_allows(client, futures, what: str, poll: float = 1.0):
+    """Yield each of ``futures`` as it finishes (as ``distributed.as_completed`` does), or
+    raise :func:`too_little_memory_error` once every worker has stayed paused for memory
+    :data:`PAUSED_SECONDS` with none of them finishing: a paused worker runs no task, so
+    the wait would never end. ``what`` names what waited."""
+    from distributed import wait
+
+    pending, paused_since = list(futures), None
+    while pending:
+        try:
+            done, _ = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            done = ()
+        if done:
+            paused_since = None
+            pending = [f for f in pending if f not in done]
+            yield from done
+            continue
+        workers = scheduler_workers(client)
+        if not workers or any(w.get("status") != "paused" for w in workers.values()):
+            paused_since = None
+            continue
+        paused_since = paused_since or time.monotonic()
+        if time.monotonic() - paused_since >= PAUSED_SECONDS:
+            info = min(workers.values(), key=lambda w: w.get("memory_limit") or 0)
+            used = (info.get("metrics") or {}).get("memory") or 0
+            raise too_little_memory_error(
+                f"{what} waited {PAUSED_SECONDS:.0f} s on workers all paused for memory",
+                info.get("memory_limit") or 0, used)
 
 
 def _memory_in_use() -> int:
@@ -139,9 +202,9 @@ def _memory_in_use() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def lost_workers_message(client, times: int) -> str:
+def lost_workers_message(client, times: int, holding: str = "the fit's partitions") -> str:
     """One line for a solve whose workers kept dying: memory, with the nannies' last word
-    on it when they logged one."""
+    on it when they logged one; ``holding`` names what the workers held."""
     said = ""
     try:
         logs = client.get_worker_logs(nanny=True)
@@ -150,6 +213,6 @@ def lost_workers_message(client, times: int) -> str:
             said = f" (a nanny logged: {lines[-1].strip().splitlines()[0]})"
     except Exception:  # noqa: BLE001  the logs are a courtesy
         pass
-    return (f"the workers holding the fit's partitions died {times} times in a row, most likely "
+    return (f"the workers holding {holding} died {times} times in a row, most likely "
             f"out of memory{said}; give the workers more memory (--memory-limit), use more "
             "workers, or lower cache_size")

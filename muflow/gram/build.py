@@ -146,7 +146,7 @@ def build_gram(X, store: GramStore, *, client=None, tiles=None, on_tile=None,
                 compute_tile(store.url, Xb, kernel, i, j, *args)
                 finished(i, j)
         else:
-            from distributed import as_completed
+            from muflow.dask.worker_memory import completed_while_memory_allows
 
             X_remote = client.scatter(Xb, broadcast=True, hash=False)
             token = uuid.uuid4().hex[:8]
@@ -156,7 +156,8 @@ def build_gram(X, store: GramStore, *, client=None, tiles=None, on_tile=None,
                 for i, j in tiles
             ]
             try:
-                for fut in as_completed(futures, loop=client.loop):
+                # workers paused for memory run no tile: refused in words, not waited on forever
+                for fut in completed_while_memory_allows(client, futures, "the Gram store's tiles"):
                     i, j = fut.result()
                     finished(i, j)
             finally:
