@@ -161,23 +161,25 @@ def tightest_worker(client):
 
 
 def completed_while_memory_allows(client, futures, what: str, poll: float = 1.0):
-    """Yield each of ``futures`` as it finishes (as ``distributed.as_completed`` does), or
-    raise :func:`too_little_memory_error` once every worker has stayed paused for memory
-    :data:`PAUSED_SECONDS` with none of them finishing: a paused worker runs no task, so
-    the wait would never end. ``what`` names what waited."""
-    from distributed import wait
+    """Yield each of ``futures`` as it finishes (``distributed.as_completed``, in batches),
+    or raise :func:`too_little_memory_error` once every worker has stayed paused for
+    memory :data:`PAUSED_SECONDS` with none of them finishing: a paused worker runs no
+    task, so the wait would never end. The workers are asked every ``poll`` seconds that
+    nothing finishes. ``what`` names what waited."""
+    from distributed import as_completed
 
-    pending, paused_since = list(futures), None
-    while pending:
-        try:
-            done, _ = wait(pending, timeout=poll, return_when="FIRST_COMPLETED")
-        except TimeoutError:
-            done = ()
-        if done:
-            paused_since = None
-            pending = [f for f in pending if f not in done]
-            yield from done
+    finished = as_completed(futures, loop=client.loop)
+    paused_since, quiet_since = None, time.monotonic()
+    while not finished.is_empty():
+        batch = finished.next_batch(block=False)
+        if batch:
+            paused_since, quiet_since = None, time.monotonic()
+            yield from batch
             continue
+        time.sleep(0.01)
+        if time.monotonic() - quiet_since < poll:
+            continue
+        quiet_since = time.monotonic()
         workers = scheduler_workers(client)
         if not workers or any(w.get("status") != "paused" for w in workers.values()):
             paused_since = None

@@ -14,6 +14,11 @@ import math
 #: Tile sides are multiples of this (BLAS-friendly, and chunk-aligned row panels).
 TILE_QUANTUM = 128
 MIN_TILE, MAX_TILE = 128, 4096
+#: A tile-row panel of K (``tile`` rows, n columns) takes at most this share of a worker's
+#: memory, where the build knows it: a worker that streams the panel from the store holds
+#: several times its bytes meanwhile (:data:`muflow.dask.store_operator.STREAM_COPIES`), beside
+#: what it holds already
+PANEL_MEMORY_SHARE = 0.075
 
 
 def n_tiles(n: int, tile: int) -> int:
@@ -62,7 +67,7 @@ def choose_tile(n: int, itemsize: int = 4, memory_bytes: float | None = None,
     Aims at a few tiles per worker so that the build balances and row panels (``tile``
     rows of K) split evenly between workers, with each tile's working set (the tile in
     float64 plus its temporaries, about ``4 * 8 * tile**2`` bytes) at most a tenth of a
-    worker's memory.
+    worker's memory, and a tile-row panel at most :data:`PANEL_MEMORY_SHARE` of it.
 
     Parameters
     ----------
@@ -81,5 +86,7 @@ def choose_tile(n: int, itemsize: int = 4, memory_bytes: float | None = None,
     tile = max(MIN_TILE, min(MAX_TILE, tile))
     if memory_bytes:
         cap = int(math.sqrt(memory_bytes / 10 / 32)) // TILE_QUANTUM * TILE_QUANTUM
-        tile = max(MIN_TILE, min(tile, cap))
+        # a tile-row panel streamed by a worker takes several times its bytes there
+        panel_cap = int(PANEL_MEMORY_SHARE * memory_bytes / (n * itemsize))
+        tile = max(MIN_TILE, min(tile, cap, panel_cap // TILE_QUANTUM * TILE_QUANTUM))
     return min(tile, n)

@@ -24,6 +24,23 @@ def test_choose_tile_is_a_multiple_of_128_within_memory():
     assert choose_tile(100_000, 4, memory_bytes=50e6, n_workers=2) * 1 <= 512
 
 
+def test_a_tile_row_panel_takes_a_small_share_of_a_worker_and_the_store_check_agrees():
+    """On workers whose limit is known, a panel of ``tile`` rows of K (what a worker streams
+    from the store) stays within PANEL_MEMORY_SHARE of the limit, so that the check made before
+    the build (STREAM_COPIES times a panel within 60 % of the limit, less the 150 MB or so a
+    worker holds) passes on workers of a GB or more."""
+    from muflow.dask.store_operator import STREAM_COPIES
+    from muflow.dask.worker_memory import WORKER_FRACTION
+    from muflow.gram.tiling import PANEL_MEMORY_SHARE
+
+    for n, memory in ((200_000, 12e9), (60_000, 2e9), (30_000, 1e9)):
+        tile = choose_tile(n, 4, memory_bytes=memory, n_workers=2)
+        assert tile % 128 == 0 and tile * n * 4 <= PANEL_MEMORY_SHARE * memory, (n, memory, tile)
+        assert STREAM_COPIES * tile * n * 4 <= WORKER_FRACTION * memory - 150e6
+    # without a limit (a build in process) the panel is not capped
+    assert choose_tile(200_000, 4, n_workers=2) == 4096
+
+
 @pytest.mark.parametrize("n, tile, parts", [(683, 128, 2), (1000, 100, 3), (50, 128, 2), (22696, 1408, 2)])
 def test_split_rows_is_contiguous_tile_aligned_and_balanced(n, tile, parts):
     shards = split_rows(n, tile, parts)
