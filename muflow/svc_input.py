@@ -134,8 +134,9 @@ class FitInput:
         if X.shape[0] == 0:
             raise ValueError(f"Found array with 0 sample(s) (shape={X.shape}) while a minimum "
                              "of 1 is required by SVC.")
-        from muflow.dask.row_blocks import check_finite_blocks
+        from muflow.dask.row_blocks import check_finite_blocks, without_empty_rows
 
+        X = without_empty_rows(X)
         check_finite_blocks(X)
         if is_dask_collection(y):
             y = y.compute()

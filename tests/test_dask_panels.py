@@ -139,3 +139,17 @@ def test_a_worker_killed_mid_fit_the_fit_completes_with_the_same_objective(clien
     assert sol.n_iter == PASSES
     np.testing.assert_allclose(sol.objective, reference.objective, rtol=OBJECTIVE_RTOL)
     client.wait_for_workers(2, timeout=60)  # the nanny restarts the killed worker
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_a_row_chunk_of_no_rows_is_skipped_on_the_panels(client, data):
+    """An empty row chunk made a panel of no rows, which refused to start."""
+    import dask.array as da
+
+    X, y = data
+    params = dict(kernel="rbf", C=1.0, solver="m3", max_iter=PASSES, tol=1e-12)
+    local = muflow.SVC(**params).fit(X, y)
+    gappy = da.from_array(X, chunks=((300, 0, 300), (X.shape[1],)))
+    remote = muflow.SVC(client=client, **params).fit(gappy, y)
+    assert remote.solver_ == "m3" and remote.n_iter_.max() == PASSES
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=OBJECTIVE_RTOL)

@@ -618,3 +618,34 @@ def test_dask_input_is_checked_as_pandas_and_numpy_input_are(client, data):
     closed.close()
     with pytest.raises(MuflowInputError, match="client is closed"):
         muflow.SVC(client=closed).fit(X, y)  # NumPy X: scattered by this client
+
+
+def test_row_chunks_of_no_rows_are_skipped(client, data):
+    """A dask array with an empty row chunk, and a filtered dask DataFrame with empty
+    partitions, fit as the same rows without them (gamma "scale" included); each empty
+    block made a partition of no rows, which refused to start."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+
+    X, y = data
+    local = muflow.SVC(solver="working_set", tol=1e-6).fit(X, y)
+    gappy = da.from_array(X, chunks=((700, 0, 800), (X.shape[1],)))
+    remote = muflow.SVC(client=client, tol=1e-6).fit(gappy, y)
+    assert remote.solver_ == "working_set"
+    np.testing.assert_allclose(remote.kernel_.gamma, local.kernel_.gamma, rtol=1e-12)
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=SAME_LOOP_RTOL)
+    np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+    parts = DaskRowPartitions(gappy, Kernel("rbf", gamma=0.05), client)
+    try:
+        assert parts.bounds == [(0, 700), (700, 1500)]
+    finally:
+        parts.close()
+    frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]).assign(label=y, row=np.arange(len(y)))
+    kept = dd.from_pandas(frame, npartitions=4)
+    kept = kept[kept["row"] < 700]  # the last partitions have no rows left
+    assert 0 in kept.map_partitions(len).compute().tolist()
+    remote = muflow.SVC(client=client, tol=1e-6).fit(kept.drop(columns=["label", "row"]),
+                                                      kept["label"].compute().to_numpy())
+    local = muflow.SVC(solver="working_set", tol=1e-6).fit(X[:700], y[:700])
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=SAME_LOOP_RTOL)

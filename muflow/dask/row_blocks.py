@@ -53,7 +53,7 @@ def row_blocks(client, X):
         from distributed import futures_of
 
         # one block per row range, kept on the workers that computed it
-        X = client.persist(X.rechunk({1: -1}))
+        X = client.persist(without_empty_rows(X).rechunk({1: -1}))
         by_key = {f.key: f for f in futures_of(X)}
         blocks = [by_key[row[0]] for row in X.__dask_keys__()]
         sizes, from_dask = X.chunks[0], True
@@ -74,6 +74,15 @@ def row_blocks(client, X):
         bounds.append((lo, lo + int(s)))
         lo += int(s)
     return blocks, bounds, from_dask, nbytes
+
+
+def without_empty_rows(X):
+    """A dask array without its row chunks of no rows (a filtered dataframe's empty
+    partitions): the others are the same blocks (the rechunk only names them anew), and
+    dask's reductions (``X.var()``, gamma's ``"scale"``) are then not NaN."""
+    if all(X.chunks[0]):
+        return X
+    return X.rechunk({0: tuple(c for c in X.chunks[0] if c)})
 
 
 def check_finite_blocks(X) -> None:
@@ -156,4 +165,5 @@ def stacked(parts):
 
 
 __all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "ENV_VAR", "check_finite_blocks", "copy_everywhere",
-           "copy_fits", "held_bytes", "held_form", "homes", "row_blocks", "stacked"]
+           "copy_fits", "held_bytes", "held_form", "homes", "row_blocks", "stacked",
+           "without_empty_rows"]
