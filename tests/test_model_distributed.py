@@ -191,3 +191,28 @@ def test_grid_search_over_an_svc_given_a_client_object(client):
         local = GridSearchCV(muflow.SVC(gamma=0.5), {"C": [0.5, 2.0]}, cv=3).fit(X, y)
         np.testing.assert_allclose(search.cv_results_["mean_test_score"],
                                    local.cv_results_["mean_test_score"], atol=1e-9)
+
+
+def test_prediction_on_blocks_of_no_rows_is_the_in_process_prediction(client):
+    """A dask array with an empty row chunk and a filtered dask DataFrame with empty
+    partitions: the empty blocks give empty results (the in-memory method refused them,
+    "Found array with 0 sample(s)", at compute)."""
+    import dask.array as da
+    import dask.dataframe as dd
+    import pandas as pd
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=300, centers=3, n_features=6, random_state=0)
+    model = muflow.SVC(gamma=0.1, probability=True, random_state=0).fit(X, y)
+    gappy = da.from_array(X, chunks=((100, 0, 200), (6,)))
+    frame = pd.DataFrame(X).assign(row=np.arange(len(X)))
+    kept = dd.from_pandas(frame, npartitions=4)
+    kept = kept[kept["row"] < 120].drop(columns="row")
+    assert 0 in kept.map_partitions(len).compute().tolist()
+    for method in ("predict", "decision_function", "predict_proba"):
+        expected = getattr(model, method)(X)
+        got = client.compute(getattr(model, method)(gappy)).result()
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+        got = client.compute(getattr(model, method)(kept)).result()
+        np.testing.assert_allclose(got, expected[:120], rtol=1e-12, atol=1e-14)

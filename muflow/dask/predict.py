@@ -99,9 +99,19 @@ def map_rows(fn, X, *, n_outputs=None, dtype=np.float64):
 def predict_block(block, state, method):
     """One task: ``state.<method>(block)`` on a NumPy block of rows (the in-memory path), its
     temporaries reusing the memory the worker frees
-    (:func:`muflow.dask.worker_memory.reuse_freed_memory`)."""
+    (:func:`muflow.dask.worker_memory.reuse_freed_memory`). A block of no rows (an empty
+    chunk, a filtered dataframe's empty partition), which the in-memory method refuses as
+    it refuses any empty X, gives an empty result of the method's dtype and columns."""
+    if block.shape[0] == 0:
+        n_out = output_columns(state, method)
+        return np.empty((0,) if n_out is None else (0, n_out), dtype=output_dtype(state, method))
     reuse_freed_memory()
     return getattr(state, method)(block)
+
+
+def output_dtype(model, method):
+    """dtype of ``method``'s result: the classes' for ``predict``, float64 otherwise."""
+    return model.classes_.dtype if method == "predict" else np.dtype(np.float64)
 
 
 def output_columns(model, method):
@@ -181,7 +191,7 @@ def predict_lazy(model, method, X):
         X = X.rechunk({1: -1})
     state = dask.delayed(model._prediction_state(), pure=True)
     n_out = output_columns(model, method)
-    dtype = model.classes_.dtype if method == "predict" else np.dtype(np.float64)
+    dtype = output_dtype(model, method)
     if n_out is None:
         return X.map_blocks(predict_block, state, method, drop_axis=1, dtype=dtype,
                             meta=np.empty((0,), dtype=dtype))
