@@ -435,7 +435,8 @@ def resolve_gamma(gamma, X) -> float:
             if sp.issparse(X):
                 var = X.multiply(X).mean() - X.mean() ** 2
             elif hasattr(X, "compute"):  # a dask array: reduced where its blocks are
-                var = float(X.var().compute())
+                from muflow.dask.block_stats import dask_variance
+                var = dask_variance(X)
             else:
                 var = np.asarray(X).var()
             return 1.0 / (n_features * var) if var != 0 else 1.0

@@ -398,7 +398,7 @@ default="rbf"
         if is_dask_collection(X_fit):  # X stays on the workers: the fit reads its rows there
             from muflow.dask.fitting import RowsOnWorkers
 
-            X_fit = RowsOnWorkers(operator, X_fit.shape)
+            X_fit = RowsOnWorkers(operator, X_fit)
         try:
             info = choose_solver(plan.solver, intercept=self.intercept,
                                  kernel_nonnegative=operator.nonnegative, operator=operator)

@@ -69,7 +69,7 @@ class FittedSVC:
             self.intercept_ = kernel.offset * (Y * alpha).sum(axis=0) + solution.bias
         else:
             self.intercept_ = np.asarray(solution.bias, dtype=np.float64).copy()
-        self._sparse = sp.issparse(X) and not callable(self.kernel)
+        self._sparse = (sp.issparse(X) or getattr(X, "sparse", False)) and not callable(self.kernel)
         if callable(self.kernel):
             self._X_fit = X
             self.support_vectors_ = np.empty((0, 0))

@@ -48,7 +48,7 @@ def _stores(tmp_path):
 
 
 @pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
-@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array"])
+@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array", "dask.csr"])
 @pytest.mark.parametrize("solver", ["m3", "munk", "musik"])
 def test_multiplicative_fits_on_the_panels_equal_the_in_process_fit(client, data, solver, form,
                                                                    tmp_path):

@@ -48,13 +48,15 @@ def as_form(X, form):
         return sp.csr_matrix(X)
     if form == "dask.array":
         return da.from_array(X, chunks=(500, X.shape[1]))
+    if form == "dask.csr":  # chunks that are CSR matrices
+        return da.from_array(sp.csr_matrix(X), chunks=(500, X.shape[1]), asarray=False)
     import dask.dataframe as dd
     import pandas as pd
 
     return dd.from_pandas(pd.DataFrame(X, columns=[f"f{i}" for i in range(X.shape[1])]), npartitions=3)
 
 
-@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array", "dask.dataframe"])
+@pytest.mark.parametrize("form", ["numpy", "csr", "dask.array", "dask.csr", "dask.dataframe"])
 @pytest.mark.parametrize("intercept", ["exact", "regularized", "none"])
 def test_distributed_fit_equals_the_in_process_fit(client, data, intercept, form):
     X, y = data
@@ -649,3 +651,26 @@ def test_row_chunks_of_no_rows_are_skipped(client, data):
                                                       kept["label"].compute().to_numpy())
     local = muflow.SVC(solver="working_set", tol=1e-6).fit(X[:700], y[:700])
     np.testing.assert_allclose(remote.objective_, local.objective_, rtol=SAME_LOOP_RTOL)
+
+
+def test_a_dask_array_of_sparse_chunks_fits_as_its_csr_matrix(client):
+    """Chunks that are CSR matrices: checked for NaN in their stored values, gamma "scale"
+    from their values, and the model sparse as one fitted on the CSR matrix (the finite
+    check raised numpy's TypeError, and the model refused to predict on sparse input)."""
+    import dask.array as da
+
+    X = sp.random(1200, 40, density=0.15, format="csr", random_state=0)
+    s = np.asarray(X.sum(axis=1)).ravel()
+    y = (s > np.median(s)).astype(int)
+    local = muflow.SVC(solver="working_set", tol=1e-6).fit(X, y)
+    chunked = da.from_array(X, chunks=(500, 40), asarray=False)
+    remote = muflow.SVC(client=client, tol=1e-6).fit(chunked, y)
+    np.testing.assert_allclose(remote.kernel_.gamma, local.kernel_.gamma, rtol=1e-12)
+    np.testing.assert_allclose(remote.objective_, local.objective_, rtol=SAME_LOOP_RTOL)
+    assert remote._sparse and sp.issparse(remote.support_vectors_) and sp.issparse(remote.dual_coef_)
+    np.testing.assert_array_equal(remote.predict(X), local.predict(X))
+    np.testing.assert_array_equal(remote.predict(chunked).compute(), local.predict(X))
+    bad = X.copy()
+    bad.data[bad.indptr[700]] = np.inf
+    with pytest.raises(ValueError, match=r"NaN or infinity \(in rows 500 to 999\)"):
+        muflow.SVC(client=client).fit(da.from_array(bad, chunks=(500, 40), asarray=False), y)

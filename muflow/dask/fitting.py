@@ -15,6 +15,8 @@ import collections
 import time
 import uuid
 
+import scipy.sparse as sp
+
 from muflow.dask.calls import ActorCall
 from muflow.dask.worker_memory import reuse_freed_memory
 
@@ -157,11 +159,14 @@ def _fitter_on(client) -> _FitterOn:
 
 class RowsOnWorkers:
     """Rows of X that live on the workers, as :meth:`muflow.SVC._set_fitted` reads them:
-    ``X[support]`` fetched from their partitions (the operator's ``take``)."""
+    ``X[support]`` fetched from their partitions (the operator's ``take``), and whether X
+    is sparse, from the type of the dask array's chunks (its ``_meta``), so that the model
+    predicts on sparse input as one fitted on a CSR matrix."""
 
-    def __init__(self, operator, shape):
+    def __init__(self, operator, X):
         self.operator = operator
-        self.shape = tuple(shape)
+        self.shape = tuple(X.shape)
+        self.sparse = sp.issparse(X._meta)
 
     def __getitem__(self, idx):
         return self.operator.take(idx)

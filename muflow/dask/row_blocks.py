@@ -88,14 +88,21 @@ def without_empty_rows(X):
 def check_finite_blocks(X) -> None:
     """Refuse a dask array with NaN or infinite values, naming the rows of the first block
     that holds one; one pass over the blocks where they are, one boolean each back."""
-    ok = X.map_blocks(lambda b: np.array([[bool(np.all(np.isfinite(b)))]]), chunks=(1, 1),
-                      dtype=bool).rechunk({1: -1}).compute()
+    ok = X.map_blocks(_block_finite, chunks=(1, 1), dtype=bool,
+                      meta=np.empty((0, 0), dtype=bool)).rechunk({1: -1}).compute()
     bad = np.flatnonzero(~np.all(np.asarray(ok), axis=1))
     if bad.size:
         lo = int(np.sum(X.chunks[0][: bad[0]]))
         hi = lo + int(X.chunks[0][bad[0]]) - 1
         raise ValueError(f"Input X contains NaN or infinity (in rows {lo} to {hi}); remove or "
                          "impute them before fitting")
+
+
+def _block_finite(block) -> np.ndarray:
+    """One task of :func:`check_finite_blocks`: whether a block's values (a sparse block's
+    stored ones) are all finite, as a 1 x 1 array."""
+    values = block.data if sp.issparse(block) else block
+    return np.array([[bool(np.all(np.isfinite(values)))]])
 
 
 def held_bytes(X) -> int:
