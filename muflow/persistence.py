@@ -96,7 +96,9 @@ def save(model, path) -> Path:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "estimator": type(model).__name__,
-        "params": {k: v for k, v in model.get_params().items() if _is_json_scalar(v)},
+        # client None: an address outlives its scheduler (a loaded model's refit tried it)
+        "params": {k: None if k == "client" else v for k, v in model.get_params().items()
+                   if k == "client" or _is_json_scalar(v)},
         "classes": _json_classes(model.classes_),
         "kernel": model.kernel_.to_dict() if hasattr(model, "kernel_") else None,
         "solver": getattr(model, "solver_", None),
@@ -245,8 +247,7 @@ def _load_once(path):
         if meta.get("format_version", 0) > FORMAT_VERSION:
             raise MuflowInputError(
                 f"{meta_file}: format version {meta['format_version']} is newer than this muflow "
-                f"reads ({FORMAT_VERSION}); upgrade muflow"
-            )
+                f"reads ({FORMAT_VERSION}); upgrade muflow")
         arrays_file = path / "arrays.npz"
         exact = meta.get("arrays_bytes")
         if exact is not None and not (isinstance(exact, int) and exact >= 0):
@@ -268,7 +269,7 @@ def _load_once(path):
         params = dict(meta["params"])
         if cls is SVC and len(meta["classes"]["values"]) > 2:
             params.setdefault("multiclass", "ovr")  # saved before one-vs-one: one-vs-rest
-        model = cls(**params)
+        model = cls(**(dict(params, client=None) if "client" in params else params))
         meta["params"] = params
         model.classes_ = _classes_from_json(meta["classes"])
         if meta.get("kernel") is not None:
@@ -289,9 +290,8 @@ def _load_once(path):
                 model._sparse = True
                 model.dual_coef_ = sp.csr_matrix(model.dual_coef_)
             if meta.get("support_vectors") == "csr":
-                model.support_vectors_ = sp.csr_matrix(
-                    (data["sv_data"], data["sv_indices"], data["sv_indptr"]), shape=tuple(data["sv_shape"])
-                )
+                sv = (data["sv_data"], data["sv_indices"], data["sv_indptr"])
+                model.support_vectors_ = sp.csr_matrix(sv, shape=tuple(data["sv_shape"]))
                 model.support_vectors_.check_format(full_check=True)
             elif meta.get("support_vectors") == "dense":
                 model.support_vectors_ = data["support_vectors_"]

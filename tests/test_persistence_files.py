@@ -195,3 +195,25 @@ def test_saving_replaces_a_saved_model_and_nothing_else(fitted, saved, tmp_path)
     assert afile.read_text() == "a,b\n"
     assert json.loads((foreign / "model.json").read_text()) == {"format": "other"}
     assert os.path.islink(link)
+
+
+def test_a_saved_model_records_no_client(client, tmp_path):
+    """A model fitted on a cluster, given its scheduler's address or a Client, saves
+    client=None: the address outlives the cluster, and a refit after loading tried the dead
+    scheduler. A model saved with an address before loads without it too."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 4))
+    y = np.where(X[:, 0] - X[:, 1] > 0, 0, 1)
+    local = muflow.SVC(gamma=0.5).fit(X, y)
+    for i, given in enumerate((client.scheduler.address, client)):
+        path = muflow.save(muflow.SVC(gamma=0.5, client=given).fit(X, y), tmp_path / f"m{i}")
+        assert json.loads((path / "model.json").read_text())["params"]["client"] is None
+        loaded = muflow.load(path)
+        assert loaded.client is None
+        np.testing.assert_array_equal(loaded.predict(X), local.predict(X))
+        np.testing.assert_allclose(loaded.fit(X, y).objective_, local.objective_, rtol=1e-12)
+    meta = json.loads((path / "model.json").read_text())
+    meta["params"]["client"] = "tcp://127.0.0.1:1"
+    meta["digest"] = model_digest(meta, (path / "arrays.npz").read_bytes())
+    (path / "model.json").write_text(json.dumps(meta))
+    assert muflow.load(path).client is None
