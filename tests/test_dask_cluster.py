@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 import dask
+import pytest
 
 from muflow.dask.cluster import HOUSEKEEPING, housekeeping, local_cluster
 from muflow.dask.worker_memory import MALLOC_THRESHOLDS
@@ -89,3 +90,26 @@ def test_the_workers_are_asked_of_the_scheduler_not_read_from_the_clients_cache(
         assert len(parts.bounds) == 2
     finally:
         parts.close()
+
+
+def test_the_dashboard_is_named_only_where_the_scheduler_serves_one(client, capsys):
+    """A scheduler without a dashboard still runs its HTTP server, which distributed lists
+    as the ``dashboard`` service and links to: no line for it (it named a page that answers
+    404); the line stays for one with a dashboard."""
+    import urllib.error
+    import urllib.request
+
+    from distributed import Client, LocalCluster
+
+    from muflow.dask.cluster import print_dashboard
+
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as bare, \
+            Client(bare, set_as_default=False) as bare_client:
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(bare_client.dashboard_link, timeout=10)
+        print_dashboard(bare_client)
+        assert "dashboard" not in capsys.readouterr().err
+    print_dashboard(client)
+    line = capsys.readouterr().err
+    assert line == f"Dask dashboard: {client.dashboard_link}\n"
+    assert urllib.request.urlopen(client.dashboard_link, timeout=10).status == 200

@@ -176,12 +176,34 @@ def client_for(scheduler: str | None = None, *, timeout: float = 10.0, **cluster
 
 
 def print_dashboard(client) -> None:
-    """Say on stderr where the cluster's Dask dashboard is (bokeh serves it), if it has one."""
+    """Say on stderr where the cluster's Dask dashboard is (bokeh serves it), if it has one
+    (:func:`serves_dashboard`: distributed gives a link either way)."""
     import sys
 
     try:
         link = client.dashboard_link
     except Exception:  # noqa: BLE001 (no dashboard: nothing to say)
         return
-    if link:
+    if link and serves_dashboard(client):
         print(f"Dask dashboard: {link}", file=sys.stderr, flush=True)
+
+
+def serves_dashboard(client) -> bool:
+    """Whether the scheduler of ``client`` serves the dashboard's pages.
+
+    A scheduler always runs its HTTP server (metrics, health), which
+    ``scheduler_info()["services"]`` lists as ``"dashboard"`` and ``client.dashboard_link``
+    links to, dashboard or not; the pages are there only where bokeh's application is
+    mounted on that server, which the scheduler is asked. True where it cannot be asked (a
+    scheduler that refuses to run functions, a distributed that mounts them otherwise): the
+    link is then given as distributed gives it.
+    """
+    def mounted(dask_scheduler):  # a closure: pickled by value, the scheduler needs no muflow
+        apps = getattr(getattr(dask_scheduler, "http_application", None), "applications", None)
+        return None if apps is None else bool(apps)
+
+    try:
+        answer = client.run_on_scheduler(mounted)
+    except Exception:  # noqa: BLE001 (cannot tell: keep distributed's link)
+        return True
+    return answer is not False
