@@ -123,9 +123,12 @@ def summary_rows(run_dir) -> list[tuple[str, str]]:
                                                            if rf.get("iteration_unit") else "")),
                  ("support vectors", str(rf["support_vectors"]))]
         if rf.get("converged") is False:  # said wherever the summary shows, as SVC.fit warns
+            from muflow.selection.convergence import advice, short_of_tol
+
             rows.append(("not converged", f"the model stopped at {rf['iterations']} iterations with "
-                         f"KKT violation {rf['kkt_violation']:.3g} > tol {rf['tol']:g}; raise "
-                         "sweep.max_iter (or sweep.tol) and run again"))
+                         f"{short_of_tol(rf['kkt_violation'], rf['tol'])}; "
+                         f"{advice(max_iter='sweep.max_iter', tol='sweep.tol', solver='sweep.solver')}"
+                         " and run again"))
     elif sw is not None:
         rows.append(("best configuration", _params_text(best_params(sw))))
     if (run_dir / "metrics.json").exists():

@@ -77,6 +77,7 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
                       halving_min_iter=halving_min_iter, masks=masks, y_enc=y_enc, **common)
         del ycols, upper
     solve_seconds = time.perf_counter() - t0
+    worst = out.viol.reshape(len(Cs), per_c).max(axis=1)  # every fold and problem of a C
     D = decision_values(operator, labelled(Y, out.alpha), out.bias, masks, P)
     products = None
     if hasattr(operator, "cross_matmul") and out.gradient is not None \
@@ -85,7 +86,8 @@ def solve_kernel(operator, Y, masks, Cs, info, path, intercept, tol, max_iter, h
     return KernelSolve(path=path, solver=info.name, solve_seconds=solve_seconds, decision=D,
                        alpha=out.alpha, bias=out.bias, n_problems=P, per_c=per_c,
                        n_iter=out.n_iter, seconds=out.seconds, stopped=out.stopped,
-                       curves=out.curves, products=products)
+                       curves=out.curves, kkt_violation=worst, converged=worst <= tol,
+                       products=products)
 
 
 def known_products(gradient, D, bias, Y, masks) -> np.ndarray:

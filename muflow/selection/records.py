@@ -47,6 +47,9 @@ class KernelSolve:
         SMO's pair steps), seconds, and whether successive halving stopped it.
     curves : list of ndarray
         Per C: the objective curve of fold 0's columns.
+    kkt_violation, converged : ndarray of shape (n_C,)
+        Per C: the worst KKT violation over its columns, and whether it is at most ``tol``
+        (every fold solve reached tol: :mod:`muflow.selection.convergence`).
     products : ndarray of shape (n_samples, n_columns), optional
         ``K @ (y * alpha)`` of every column where known without a product (NaN elsewhere;
         :func:`muflow.selection.kernel_solve.known_products`), None where the solver kept
@@ -65,6 +68,8 @@ class KernelSolve:
     seconds: np.ndarray
     stopped: np.ndarray
     curves: list
+    kkt_violation: np.ndarray | None = None
+    converged: np.ndarray | None = None
     products: np.ndarray | None = None
 
     def block(self, c: int) -> slice:
@@ -105,6 +110,8 @@ class ConfigurationRow:
     ``gamma``, ``degree`` and ``coef0`` are None where the kernel does not read them (an
     empty cell in the CSV). Accuracies are over the held-out samples of each fold; the
     std is the population standard deviation, as scikit-learn's ``std_test_score``.
+    ``converged``: every fold solve reached ``tol``; ``kkt_violation``: the worst of them
+    (:mod:`muflow.selection.convergence`).
     """
 
     kernel: str
@@ -122,6 +129,8 @@ class ConfigurationRow:
     path: str
     split_accuracies: tuple = ()
     finished: bool = True  # False: cut or never started at the sweep's time_limit
+    converged: bool = True
+    kkt_violation: float = 0.0
 
     @property
     def params(self) -> dict:
@@ -140,7 +149,8 @@ class ConfigurationRow:
                    std_cv_accuracy=self.std_cv_accuracy, n_iter=self.n_iter,
                    n_support=self.n_support, time_s=self.time_s,
                    stopped_early=self.stopped_early, solver=self.solver, path=self.path,
-                   finished=self.finished)
+                   finished=self.finished, converged=self.converged,
+                   kkt_violation=self.kkt_violation)
         out.update({f"split{f}_accuracy": a for f, a in enumerate(self.split_accuracies)})
         return out
 
@@ -156,7 +166,13 @@ class ConfigurationRow:
                    n_support=float(d["n_support"]), time_s=float(d["time_s"]),
                    stopped_early=bool(d["stopped_early"]), solver=d["solver"], path=d["path"],
                    split_accuracies=tuple(splits),
-                   finished=str(d.get("finished", True)) not in ("False", "false", "0"))
+                   finished=_flag(d.get("finished", True)), converged=_flag(d.get("converged", True)),
+                   kkt_violation=float(d.get("kkt_violation", 0.0)))
+
+
+def _flag(value) -> bool:
+    """A boolean as JSON or the CSV holds it."""
+    return str(value) not in ("False", "false", "0")
 
 
 @dataclass

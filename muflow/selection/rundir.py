@@ -31,9 +31,10 @@ from muflow.atomic import atomic_directory, write_json, write_text
 from muflow.exceptions import MuflowInputError
 from muflow.selection.records import KernelRecord
 
-FORMAT_VERSION = 2  # 2: multiclass columns are one-vs-one pairs (were one-vs-rest)
+FORMAT_VERSION = 3  # 2: multiclass columns are one-vs-one pairs; 3: rows say converged
 CSV_COLUMNS = ("kernel", "gamma", "degree", "coef0", "C", "mean_cv_accuracy", "std_cv_accuracy",
-               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path", "finished")
+               "n_iter", "n_support", "time_s", "stopped_early", "solver", "path", "finished",
+               "converged", "kkt_violation")
 
 
 def data_digest(X, y) -> str:

@@ -48,7 +48,8 @@ def cv_accuracy(operator, ycols, alpha, bias, masks, y_enc):
 def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[ConfigurationRow]:
     """One row per C of a kernel setting: accuracies per fold (on its held-out samples, where
     its column of ``masks``, the training samples of each fold, is False), support vectors
-    (mean over folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds."""
+    (mean over folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds,
+    and whether every fold solve reached tol."""
     from muflow.model import SUPPORT_THRESHOLD
 
     rows = []
@@ -69,7 +70,8 @@ def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[Conf
             std_cv_accuracy=float(np.std(accs)), n_iter=int(res.n_iter[c]),
             n_support=float(np.mean(n_sv)), time_s=float(res.seconds[c]),
             stopped_early=bool(res.stopped[c]), solver=res.solver, path=res.path,
-            split_accuracies=tuple(accs)))
+            split_accuracies=tuple(accs), converged=bool(res.converged[c]),
+            kkt_violation=float(res.kkt_violation[c])))
     return rows
 
 

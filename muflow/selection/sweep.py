@@ -24,6 +24,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.kernels import kernel_from_setting
 from muflow.routing import sweep_path
 from muflow.selection import rundir, timeout
+from muflow.selection.convergence import warn_not_converged
 from muflow.selection.kernel_plan import plan_setting, sweep_solves
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
@@ -117,14 +118,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         the batch in one round trip a pass, :mod:`muflow.dask.panels`) when those fit in
         the workers' memory, else on a Gram store built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
-        See :mod:`muflow.selection.kernel_solve`; "compare" solves the first kernel setting both
-        ways, keeps the faster path for the rest and reports both times in
-        :attr:`SweepResult.path_report`.
+        See :mod:`muflow.selection.kernel_solve`; "compare" solves the first kernel setting
+        both ways, keeps the faster for the rest, both times in :attr:`SweepResult.path_report`.
     intercept : {"exact", "regularized", "none"}, default="exact"
     tol : float, default=1e-3
         KKT tolerance of every column.
     max_iter : int, default=10000
-        Solver budget per solve call, in the solver's own iterations (see the registry).
+        Solver budget per solve call, in the solver's own iterations (see the registry);
+        solves stopped above ``tol``: ``converged=False`` (:mod:`~muflow.selection.convergence`).
     client : distributed.Client, optional
         Solve on the cluster: X partitioned over the workers (see ``solver``), or each
         Gram built on the cluster into the store cache and served by the workers
@@ -416,6 +417,8 @@ class _SweepRun:
         timings["total"] = time.perf_counter() - t_start
         if self.deadline is not None:
             timeout.warn_unfinished(table, self.deadline, self.out_dir)
+        warn_not_converged(table, model, max_iter=self.max_iter, tol=self.tol, out_dir=self.out_dir,
+                           timed_out=self.deadline is not None and self.deadline.stopped)
         timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]
         path_report = {"settings": [{"setting": r.setting, "gram": r.gram, "reason": r.reason,
                                      "solver": r.solver, "path": r.path,

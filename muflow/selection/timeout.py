@@ -33,7 +33,8 @@ def not_started_rows(setting, Cs, folds, info, path) -> list[ConfigurationRow]:
     return [ConfigurationRow(kernel=setting["kernel"], **params, C=float(C), mean_cv_accuracy=nan,
                              std_cv_accuracy=nan, n_iter=0, n_support=nan, time_s=0.0,
                              stopped_early=False, solver=info.name, path=str(path),
-                             split_accuracies=(nan,) * folds, finished=False)
+                             split_accuracies=(nan,) * folds, finished=False, converged=False,
+                             kkt_violation=nan)
             for C in Cs]
 
 

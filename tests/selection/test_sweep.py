@@ -479,3 +479,33 @@ def test_iterations_are_reported_in_the_unit_of_svc_n_iter(breast_cancer_200, tm
     assert 1 < model.n_iter_.max() < len(y)
     assert muflow.load(result.paths["best_model"]).n_iter_.max() == model.n_iter_.max()
     assert svc_iteration_unit("smo") == "pair step" and svc_iteration_unit("m3") == "pass"
+
+
+# -- solves that stop short of tol --------------------------------------------------------
+def test_unconverged_solves_are_flagged_and_warned(sonar, tmp_path):
+    """Solves stopped at max_iter above tol were reported finished=True without a word (the
+    best model's KKT violation far above tol, fit_status_=1). Each row now says whether
+    every fold solve of it reached tol, and the sweep warns once: how many configurations
+    did not converge, the worst KKT violation, and what to raise."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = sonar
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [1.0]}], C=[1.0, 100.0])
+    with pytest.warns(ConvergenceWarning, match=r"2 of 2 configurations did not converge") as caught:
+        result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "run", solver="munk",
+                           max_iter=5, progress=False)
+    message = str([w for w in caught if "did not converge" in str(w.message)][0].message)
+    assert "max_iter" in message and "KKT violation" in message and "best model" in message
+    rows = list(csv.DictReader(open(result.paths["results"])))
+    assert [r["converged"] for r in rows] == ["False", "False"]
+    assert all(float(r["kkt_violation"]) > 1e-3 for r in rows)
+    assert result.best_model.fit_status_ == 1
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        done = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "smo", solver="smo", progress=False)
+    assert all(row.converged for row in done.table)
+    assert all(r["converged"] == "True" for r in csv.DictReader(open(done.paths["results"])))
+
