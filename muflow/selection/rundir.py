@@ -184,9 +184,13 @@ def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics) 
 
     The model comes first, and a failure (a full disk) removes the files this call wrote
     before it: ``best.json`` never names a ``best_model/`` that is not there, and the
-    command's "nothing half-written was kept" holds for the set, not only each file."""
+    command's "nothing half-written was kept" holds for the set, not only each file. A
+    ``test_metrics.json`` this call does not rewrite (no test set: a resumed sweep given
+    none) is removed first, in one unlink: it described an earlier call's best model."""
     from muflow.persistence import save
 
+    if test_metrics is None:
+        (out_dir / "test_metrics.json").unlink(missing_ok=True)
     paths = {}
     try:
         paths["best_model"] = save(model, out_dir / "best_model")

@@ -133,3 +133,22 @@ def test_sweep_resume_needs_a_sweep_to_resume(tmp_path, capsys):
     assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1", "--folds",
                  "3", "--out", str(out), "--no-progress", "--resume"]) == 2
     assert "holds no sweep to resume" in capsys.readouterr().err and not out.exists()
+
+def test_a_resumed_sweep_without_a_test_set_leaves_no_earlier_test_metrics(tmp_path):
+    """``sweep --resume`` without --test-data after a sweep with one rewrote best.json and
+    best_model/ and kept the earlier test_metrics.json, which described another model.
+    Outputs written together now never leave one from an earlier call."""
+    X, y = muflow.datasets.load_breast_cancer()
+    idx = np.random.default_rng(0).choice(len(y), 160, replace=False)
+    X, y = X[idx] / 10.0, y[idx]
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0])
+    run = tmp_path / "run"
+    first = run_sweep(X[:120], y[:120], grid, folds=3, out_dir=run, solver="smo", progress=False,
+                      X_test=X[120:], y_test=y[120:])
+    assert (run / "test_metrics.json").exists() and "test_metrics" in first.paths
+    again = run_sweep(X[:120], y[:120], grid, folds=3, out_dir=run, solver="smo", progress=False,
+                      resume=True)
+    assert again.counts["kernels_resumed"] == 1
+    assert "test_metrics" not in again.paths and again.test_metrics is None
+    assert not (run / "test_metrics.json").exists()
+    assert (run / "best.json").exists() and (run / "best_model").is_dir()
