@@ -30,11 +30,14 @@ def add_parser(subparsers):
                    help="grid and options from a run configuration file (the schema of `run`): "
                         "its [grid], [sweep] and [gram] tables; [data] and [cluster] belong to "
                         "`run` (here: --data, --scheduler)")
-    p.add_argument("--kernel", help="comma-separated kernels, e.g. rbf,poly (default: rbf)")
+    p.add_argument("--kernel", help="comma-separated kernels, e.g. rbf,poly (default: rbf); "
+                                    "replaces the kernels of --config")
     p.add_argument("--gamma", help="comma-separated gamma values (numbers, 'scale', 'auto'); "
-                                   "used by every listed kernel that takes gamma")
-    p.add_argument("--degree", help="comma-separated degrees for poly")
-    p.add_argument("--coef0", help="comma-separated coef0 values for poly and sigmoid")
+                                   "set on every kernel that takes gamma (those of --kernel, "
+                                   "else of --config, whose other parameters stay)")
+    p.add_argument("--degree", help="comma-separated degrees, set on every poly kernel (as --gamma)")
+    p.add_argument("--coef0", help="comma-separated coef0 values, set on every poly and sigmoid "
+                                    "kernel (as --gamma)")
     p.add_argument("--C", help="comma-separated C values, e.g. 0.01,0.1,1,10 (default: 1)")
     p.add_argument("--folds", type=int, help="stratified folds (default: 5)")
     p.add_argument("--seed", type=int, help="seed of the fold shuffle (default: 0)")
@@ -100,32 +103,13 @@ def grid_from_args(args):
     """The grid and options from --config and the command line (the command line wins)."""
     from dataclasses import replace
 
-    from muflow.kernels import KERNEL_PARAMETERS
     from muflow.config import load_grid_toml
-    from muflow.selection import SweepGrid
 
     options = {}
     grid = None
     if args.config:
         grid, options = load_grid_toml(args.config)
-    if args.kernel or args.gamma or args.degree or args.coef0 or grid is None:
-        kernels = _split(args.kernel or "rbf")
-        if not kernels:
-            raise MuflowInputError("--kernel is empty; give e.g. --kernel rbf,poly")
-        given = {}
-        if args.gamma:
-            given["gamma"] = [parse_gamma(t) for t in _split(args.gamma)]
-        if args.degree:
-            given["degree"] = _numbers(args.degree, "degree", int)
-        if args.coef0:
-            given["coef0"] = _numbers(args.coef0, "coef0")
-        for key in given:
-            if not any(key in KERNEL_PARAMETERS.get(k, ()) for k in kernels):
-                raise MuflowInputError(f"--{key} is given but none of the kernels "
-                                       f"({', '.join(kernels)}) takes {key}")
-        specs = [dict({"kernel": k}, **{key: v for key, v in given.items()
-                                        if key in KERNEL_PARAMETERS.get(k, ())}) for k in kernels]
-        grid = SweepGrid(kernels=specs, C=grid.C if grid is not None else [1.0])
+    grid = _kernels_from_args(args, grid)
     if args.C:
         grid = replace(grid, C=[parse_C(t) for t in _split(args.C)])
         if not grid.C:
@@ -138,6 +122,41 @@ def grid_from_args(args):
     if options.get("cache_size") is not None and not options["cache_size"] > 0:
         raise MuflowInputError(f"--cache-size must be a positive number of MB, got {options['cache_size']:g}")
     return grid.validate(), options
+
+
+def _kernels_from_args(args, grid):
+    """The grid with the command line's kernels and kernel parameters: ``--kernel``
+    replaces the kernels (of ``--config``, or the default rbf); ``--gamma``, ``--degree``
+    and ``--coef0`` set that parameter on every kernel that takes it, and are refused
+    when none does."""
+    from muflow.kernels import KERNEL_PARAMETERS
+    from muflow.selection import SweepGrid
+
+    given = {}
+    if args.gamma:
+        given["gamma"] = [parse_gamma(t) for t in _split(args.gamma)]
+    if args.degree:
+        given["degree"] = _numbers(args.degree, "degree", int)
+    if args.coef0:
+        given["coef0"] = _numbers(args.coef0, "coef0")
+    if grid is not None and not args.kernel and not given:
+        return grid
+    if args.kernel or grid is None:
+        kernels = _split(args.kernel or "rbf")
+        if not kernels:
+            raise MuflowInputError("--kernel is empty; give e.g. --kernel rbf,poly")
+        specs, where = [{"kernel": k} for k in kernels], ""
+    else:
+        specs, where = [dict(spec) for spec in grid.kernels], f" of {args.config}"
+    names = ", ".join(str(spec["kernel"]) for spec in specs)
+    for key, values in given.items():
+        taking = [spec for spec in specs if key in KERNEL_PARAMETERS.get(spec["kernel"], ())]
+        if not taking:
+            raise MuflowInputError(f"--{key} is given but none of the kernels ({names}){where} "
+                                   f"takes {key}")
+        for spec in taking:
+            spec[key] = values
+    return SweepGrid(kernels=specs, C=grid.C if grid is not None else [1.0])
 
 
 def run(args) -> int:

@@ -509,3 +509,42 @@ def test_unconverged_solves_are_flagged_and_warned(sonar, tmp_path):
     assert all(row.converged for row in done.table)
     assert all(r["converged"] == "True" for r in csv.DictReader(open(done.paths["results"])))
 
+# -- the command line's grid over --config ------------------------------------------------
+_TWO_KERNELS = """[grid]
+C = [0.1, 1.0]
+kernels = [
+  { kernel = "poly", degree = [2, 3], gamma = [0.1], coef0 = [1.0] },
+  { kernel = "rbf", gamma = [0.01, 0.05] },
+]
+"""
+
+
+def _cli_grid(*argv):
+    from muflow.cli import build_parser
+    from muflow.commands.sweep import grid_from_args
+
+    args = build_parser().parse_args(["sweep", "--data", "d.npz", "--out", "o", *argv])
+    return grid_from_args(args)[0]
+
+
+def test_cli_kernel_parameters_override_the_config_kernels_that_take_them(tmp_path):
+    """--gamma, --degree or --coef0 with --config replaced the file's whole kernel list by
+    rbf (a poly and rbf grid became rbf alone), and --degree on an rbf file was refused as
+    "none of the kernels (rbf)". Now a parameter from the command line overrides that
+    parameter on the file's kernels that take it; --kernel replaces the kernels."""
+    g2 = tmp_path / "g2.toml"
+    g2.write_text(_TWO_KERNELS)
+    grid = _cli_grid("--config", str(g2), "--gamma", "0.5")
+    assert grid.kernels == [{"kernel": "poly", "degree": [2, 3], "gamma": [0.5], "coef0": [1.0]},
+                            {"kernel": "rbf", "gamma": [0.5]}]
+    assert grid.C == [0.1, 1.0]
+    grid = _cli_grid("--config", str(g2), "--degree", "4", "--coef0", "0,2")
+    assert grid.kernels == [{"kernel": "poly", "degree": [4], "gamma": [0.1], "coef0": [0.0, 2.0]},
+                            {"kernel": "rbf", "gamma": [0.01, 0.05]}]
+    grid = _cli_grid("--config", str(g2), "--kernel", "linear,rbf", "--gamma", "2")
+    assert grid.kernels == [{"kernel": "linear"}, {"kernel": "rbf", "gamma": [2.0]}]
+    g1 = tmp_path / "g1.toml"
+    g1.write_text('[grid]\nC = [1.0]\nkernels = [{ kernel = "rbf", gamma = [0.1] }]\n')
+    with pytest.raises(MuflowInputError, match=r"--degree is given but none of the kernels "
+                                               r"\(rbf\) of .*g1.toml takes degree"):
+        _cli_grid("--config", str(g1), "--degree", "3")
