@@ -60,7 +60,7 @@ kernels = [
 folds = 3
 solver = "auto"
 tol = 1e-3
-max_iter = 2000
+max_iter = 2000      # per solve, in SVC's unit (SMO: pair steps), sweep and refit alike
 seed = 0
 on_cluster = false  # true: solve on the Dask workers (multiplicative solvers, K never
                     # in this process); false: Grams built on the cluster, solved here (SMO)

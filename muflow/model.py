@@ -30,7 +30,7 @@ from muflow.multiclass import binary_problems
 from muflow.progress import FitProgress
 from muflow.dask.predict import is_dask_collection
 from muflow.svc_input import FitInput, _wants_probability
-from muflow.svc_fit import NO_LIMIT, FitSteps, iteration_budget
+from muflow.svc_fit import NO_LIMIT, FitSteps, iteration_budget  # noqa: F401  (NO_LIMIT: its home before)
 from muflow.svc_prediction import SUPPORT_THRESHOLD, FittedSVC  # noqa: F401 (muflow.model.SUPPORT_THRESHOLD)
 from muflow.solvers import DualProblem
 from muflow.solvers.registry import choose_solver, svc_iterations
@@ -486,11 +486,10 @@ default="rbf"
         model.class_weight_ = np.ones(len(model.classes_))
         model.n_features_in_ = X.shape[1]
         model._probA = model._probB = np.empty(0)
-        max_iter = params.get("max_iter", -1)
-        budget = iteration_budget(max_iter)
+        # max_iter in SVC's unit, the budget the solve was given (the sweep's solves count
+        # SMO's pair steps, as SVC.fit's); n_iter_ counts pair steps whatever SMO counted
+        budget = iteration_budget(params.get("max_iter", -1))
         if solution.solver == "smo" and "pair_steps" in solution.timings:
-            # the solver counted sweeps of n pair steps; SVC counts libsvm's pair steps
-            budget = budget if budget == NO_LIMIT else budget * max(X.shape[0], 1)
             solution = dataclasses.replace(solution, n_iter=svc_iterations(solution))
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,

@@ -49,7 +49,10 @@ def add_parser(subparsers):
                         "faster (default: auto)")
     p.add_argument("--intercept", choices=("exact", "regularized", "none"), help="default: exact")
     p.add_argument("--tol", type=float, help="KKT tolerance of every problem (default: 1e-3)")
-    p.add_argument("--max-iter", type=int, help="solver budget per solve (default: 10000)")
+    p.add_argument("--max-iter", type=int,
+                   help="iteration budget per solve, in the unit of `fit --max-iter` and the "
+                        "model's n_iter_ (SMO: libsvm's pair steps; multiplicative solvers: "
+                        "passes), so the best model's n_iter_ <= it (default: 10000)")
     p.add_argument("--halving", type=int, metavar="ETA",
                    help="successive halving with factor ETA >= 2 (batched path; off by default)")
     p.add_argument("--n-jobs", dest="n_jobs", type=int,

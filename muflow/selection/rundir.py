@@ -31,7 +31,7 @@ from muflow.atomic import atomic_directory, write_json, write_text
 from muflow.exceptions import MuflowInputError
 from muflow.selection.records import KernelRecord
 
-FORMAT_VERSION = 3  # 2: multiclass columns are one-vs-one pairs; 3: rows say converged
+FORMAT_VERSION = 4  # 2: one-vs-one pairs; 3: rows say converged; 4: max_iter in SVC's unit
 CSV_COLUMNS = ("kernel", "gamma", "degree", "coef0", "C", "mean_cv_accuracy", "std_cv_accuracy",
                "n_iter", "n_support", "time_s", "stopped_early", "solver", "path", "finished",
                "converged", "kkt_violation")

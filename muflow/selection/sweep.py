@@ -124,8 +124,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     tol : float, default=1e-3
         KKT tolerance of every column.
     max_iter : int, default=10000
-        Solver budget per solve call, in the solver's own iterations (see the registry);
-        solves stopped above ``tol``: ``converged=False`` (:mod:`~muflow.selection.convergence`).
+        Budget per solve call in the unit of :class:`muflow.SVC`'s ``max_iter`` and
+        ``n_iter_``, handed to the solver as ``SVC.fit`` hands it (SMO: libsvm's pair steps,
+        not sweeps of n), so the best model's ``n_iter_ <= max_iter``; ``halving_min_iter``
+        too. Solves stopped above ``tol``: :mod:`muflow.selection.convergence`.
     client : distributed.Client, optional
         Solve on the cluster: X partitioned over the workers (see ``solver``), or each
         Gram built on the cluster into the store cache and served by the workers
@@ -178,14 +180,12 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     -------
     SweepResult
     """
-    t_start = time.perf_counter()
-    deadline = start_deadline(time_limit)
+    t_start, deadline = time.perf_counter(), start_deadline(time_limit)
     grid.validate()
     options = dict(folds=folds, seed=seed, solver=solver, path=path, intercept=intercept, tol=tol,
                    max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter)
     check_options(dict(options, n_jobs=n_jobs))
-    xp = fit_device(device, client)
-    budget = thread_budget(n_jobs)
+    xp, budget = fit_device(device, client), thread_budget(n_jobs)
     data = _check_data(X, y, X_test, y_test, folds, seed, client)
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
@@ -365,7 +365,7 @@ class _SweepRun:
         """Every (C, fold, class) column on ``kpath``; "compare" solves both paths, keeps
         the faster for the settings after and reports both times."""
         d = self.data
-        options = info.options(cache_mb=self.cache_size)
+        options = info.options(cache_mb=self.cache_size, libsvm_iterations=True)  # SVC's unit
 
         def solve(p, halving_eta):
             return solve_kernel(operator, d.Y, d.masks, self.Cs, info, p, self.intercept, self.tol,
@@ -395,7 +395,8 @@ class _SweepRun:
             return Refit()  # an earlier setting is better: this one's model would never be used
         d = self.data
         refit = refit_setting(operator, d.Y, self.Cs[c_best], res, c_best, info, self.intercept,
-                              self.tol, self.max_iter, d.member, info.options(cache_mb=self.cache_size))
+                              self.tol, self.max_iter, d.member,
+                              info.options(cache_mb=self.cache_size, libsvm_iterations=True))
         self.timings["refit"] += refit.seconds
         return refit
 

@@ -548,3 +548,23 @@ def test_cli_kernel_parameters_override_the_config_kernels_that_take_them(tmp_pa
     with pytest.raises(MuflowInputError, match=r"--degree is given but none of the kernels "
                                                r"\(rbf\) of .*g1.toml takes degree"):
         _cli_grid("--config", str(g1), "--degree", "3")
+
+
+def test_max_iter_counts_in_the_unit_of_svc(sonar, tmp_path):
+    """max_iter=20 with SMO let each solve take 20 sweeps of n pair steps (rows with n_iter
+    226 and 493; a best model saying max_iter=20, n_iter_=257, fit_status_=0), where
+    SVC(max_iter=20) stops at 20 pair steps. The sweep now takes max_iter in SVC's unit."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = sonar
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [1.0]}], C=[1.0, 100.0])
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "run", solver="smo",
+                           max_iter=20, progress=False)
+    assert all(row.n_iter <= 20 and not row.converged for row in result.table)
+    model = result.best_model
+    with pytest.warns(ConvergenceWarning):
+        alone = muflow.SVC(kernel="rbf", gamma=1.0, C=model.C, solver="smo", max_iter=20).fit(X, y)
+    assert model.max_iter == 20 and model.n_iter_.max() <= 20
+    assert model.fit_status_ == alone.fit_status_ == 1
+    assert model.n_iter_.max() == alone.n_iter_.max() == 20
