@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from muflow.exceptions import MuflowInputError
 
 
@@ -105,6 +107,13 @@ def parse_gamma(text):
     return _positive(text, "--gamma", words=("scale", "auto"), spelled=", 'scale' or 'auto'")
 
 
-def parse_C(text):
-    """``--C``: a positive number, or 'inf' for the hard margin."""
-    return _positive(text, "--C", spelled=" (or 'inf' for the hard margin)")
+def parse_C(text, *, finite=False):
+    """``--C``: a positive number, or 'inf' for the hard margin; ``finite`` (a sweep's C
+    values, :class:`muflow.selection.SweepGrid`): a positive finite number."""
+    if not finite:
+        return _positive(text, "--C", spelled=" (or 'inf' for the hard margin)")
+    value = _positive(text, "--C")
+    if not math.isfinite(value):
+        raise MuflowInputError(f"--C must be finite in a sweep (C=inf, the hard margin, is "
+                               f"`fit --C inf`), got {text}")
+    return value

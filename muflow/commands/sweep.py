@@ -38,7 +38,8 @@ def add_parser(subparsers):
     p.add_argument("--degree", help="comma-separated degrees, set on every poly kernel (as --gamma)")
     p.add_argument("--coef0", help="comma-separated coef0 values, set on every poly and sigmoid "
                                     "kernel (as --gamma)")
-    p.add_argument("--C", help="comma-separated C values, e.g. 0.01,0.1,1,10 (default: 1)")
+    p.add_argument("--C", help="comma-separated positive finite C values, e.g. 0.01,0.1,1,10 "
+                               "(default: 1)")
     p.add_argument("--folds", type=int, help="stratified folds (default: 5)")
     p.add_argument("--seed", type=int, help="seed of the fold shuffle (default: 0)")
     p.add_argument("--solver", help="solver name, or auto (default: SMO with continuation along C "
@@ -114,7 +115,7 @@ def grid_from_args(args):
         grid, options = load_grid_toml(args.config)
     grid = _kernels_from_args(args, grid)
     if args.C:
-        grid = replace(grid, C=[parse_C(t) for t in _split(args.C)])
+        grid = replace(grid, C=[parse_C(t, finite=True) for t in _split(args.C)])
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
@@ -142,10 +143,10 @@ def _kernels_from_args(args, grid):
         given["degree"] = _numbers(args.degree, "degree", int)
     if args.coef0:
         given["coef0"] = _numbers(args.coef0, "coef0")
-    if grid is not None and not args.kernel and not given:
+    if grid is not None and args.kernel is None and not given:
         return grid
-    if args.kernel or grid is None:
-        kernels = _split(args.kernel or "rbf")
+    if args.kernel is not None or grid is None:  # --kernel '' is refused, not taken as rbf
+        kernels = _split("rbf" if args.kernel is None else args.kernel)
         if not kernels:
             raise MuflowInputError("--kernel is empty; give e.g. --kernel rbf,poly")
         specs, where = [{"kernel": k} for k in kernels], ""

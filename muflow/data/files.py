@@ -274,10 +274,10 @@ def check_labels_are_classes(y, *, labels: str, choose: str):
     """Refuse labels that are continuous numbers (a feature column taken for the labels),
     before a classifier or a stratified split meets them: the message names the column
     (``labels``: "the last column of data.csv") and the option that chooses another
-    (``choose``: "--label-column")."""
+    (``choose``: "--label-column"; None where the caller passed the labels themselves)."""
     from sklearn.utils.multiclass import type_of_target
 
     if type_of_target(np.asarray(y)) == "continuous":
-        raise MuflowInputError(
-            f"the labels ({labels}) are continuous numbers, not classes; choose the column of "
-            f"the classes with {choose} (a name or a 0-based index)")
+        fix = ("give the class of each sample" if choose is None else
+               f"choose the column of the classes with {choose} (a name or a 0-based index)")
+        raise MuflowInputError(f"the labels ({labels}) are continuous numbers, not classes; {fix}")

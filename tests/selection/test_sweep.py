@@ -91,6 +91,23 @@ def test_more_folds_than_the_smallest_class_is_refused(breast_cancer_200, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
+def test_a_class_of_one_sample_and_continuous_labels_are_refused_in_words(breast_cancer_200, tmp_path):
+    """A class of one sample was refused as "use at most 1 folds" (folds must be >= 2), and
+    continuous y the same way, where the command line says "continuous numbers, not
+    classes"."""
+    X, y = breast_cancer_200
+    grid = SweepGrid([{"kernel": "rbf"}], C=[1.0])
+    lonely = y.copy()
+    lonely[0] = 99
+    with pytest.raises(MuflowInputError, match=r"^the class '99' has only 1 sample; .* at least 2 "
+                                               r"samples of every class: drop it or merge it"):
+        run_sweep(X, lonely, grid, folds=2, out_dir=tmp_path / "run", progress=False)
+    continuous = np.random.default_rng(0).normal(size=len(y))
+    with pytest.raises(MuflowInputError, match=r"the labels \(y\) are continuous numbers, not classes"):
+        run_sweep(X, continuous, grid, folds=2, out_dir=tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 # -- batched CV against one configuration at a time -----------------------------------------
 @pytest.mark.parametrize("path", ["continuation", "batched"])
 def test_every_configuration_matches_svc_fitted_alone_breast_cancer(breast_cancer_200, tmp_path, path):
@@ -370,6 +387,10 @@ def test_cli_sweep_writes_the_run_directory(breast_cancer_200, tmp_path, capsys)
     (["--kernel", "rbf", "--degree", "2"], "none of the kernels"),
     (["--folds", "500"], "smallest class"),
     (["--kernel", "rbf", "--gamma", "-1"], "--gamma must be positive"),
+    # the sweep's C is finite: its messages neither offer 'inf' nor call it not a number
+    (["--C", "-1"], "--C must be positive, got -1"),
+    (["--C", "inf"], "--C must be finite in a sweep (C=inf, the hard margin, is `fit --C inf`), got inf"),
+    (["--kernel", ""], "--kernel is empty"),
 ])
 def test_cli_bad_input_exits_2(breast_cancer_200, tmp_path, capsys, argv, message):
     from muflow.cli import main
