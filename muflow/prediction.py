@@ -23,10 +23,20 @@ the rounding of :func:`~muflow._kernel_compiled.finish_rbf`); otherwise the bloc
 :meth:`muflow.kernels.Kernel.block_into`'s, the code path of every block of K in muflow.
 The blocks of a large X are shared among the process's threads (its budget,
 :func:`muflow.threads.thread_budget`), each with one BLAS thread, so that the finish runs
-on every core too (BLAS threads alone leave it on one). Sparse X is densified a block at a
-time for sgemm, which at a8a's density (11 % non-zeros) beats SciPy's single-threaded
-sparse-dense product; support vectors whose dense form would exceed
-:data:`DENSE_SUPPORT_BYTES` stay sparse and take SciPy's sparse product in float64.
+on every core too (BLAS threads alone leave it on one).
+
+Sparse data
+-----------
+Sparse support vectors are held dense, and sparse X densified a block at a time for the
+GEMM, only where that is the cheaper product (:func:`keeps_sparse`): a dense block costs
+``d * n_SV`` multiply-adds per row whatever the zeros, SciPy's sparse x sparse' product
+about ``sum_j c_j^2 / n_SV`` per row like a support vector (``c_j``: the support vectors
+using feature j), each of them :data:`SPARSE_PRODUCT_COST` times dearer. At a8a's density
+(11 % non-zeros, 123 features) the GEMM wins; with thousands of features and a few dozen
+non-zeros per row the sparse product does, and nothing of size ``d`` per row or
+``d * n_SV`` is ever allocated. Support vectors whose dense form would exceed
+:data:`DENSE_SUPPORT_BYTES` stay sparse either way. Sparse support vectors take SciPy's
+product with X's rows as they come (sparse, or a dense block made sparse), in float64.
 
 Precision rule
 --------------
@@ -81,6 +91,13 @@ PROBE_ROWS = 256
 FLOAT32_MIN_SUPPORT = 1024
 #: Support vectors are held dense (d x n_SV, float64 and float32) up to this many bytes.
 DENSE_SUPPORT_BYTES = 512 * 2**20
+#: Densified rows of sparse X (float64, d per row) per block, besides the kernel values.
+PREDICT_ROWS_BYTES = 32 * 2**20
+#: One multiply-add of SciPy's sparse x sparse' product (single-threaded, an index lookup
+#: and a scatter each) weighed against one of a dense GEMM block (vectorised, on every
+#: core): the ratio :func:`keeps_sparse` compares their counts by; docs/prediction.md has
+#: the runs that set it.
+SPARSE_PRODUCT_COST = 250
 
 #: The kernels a :class:`Predictor` serves: those built on inner products.
 PREDICTOR_KERNELS = ("linear", "poly", "rbf", "sigmoid")
@@ -90,6 +107,24 @@ def _sq_rows(A) -> np.ndarray:
     """Squared row norms in float64 of A's values (whatever A's dtype)."""
     A = np.asarray(A, dtype=np.float64)
     return np.einsum("ij,ij->i", A, A)
+
+
+def keeps_sparse(S) -> bool:
+    """Whether sparse support vectors S (n_SV, d) predict cheaper sparse than dense.
+
+    A row x like a support vector meets, through SciPy's sparse product, the ``c_j``
+    support vectors that use each of its features j: ``sum_j c_j^2 / n_SV`` multiply-adds
+    per row on average over the support vectors' own rows (common features count as often
+    as they occur). The dense GEMM takes ``d * n_SV`` per row. Sparse when
+    ``SPARSE_PRODUCT_COST * sum_j c_j^2 / n_SV < d * n_SV``, or when the dense form would
+    exceed :data:`DENSE_SUPPORT_BYTES`.
+    """
+    n_sv, d = S.shape
+    if 8 * n_sv * d > DENSE_SUPPORT_BYTES:
+        return True
+    S = sp.csr_matrix(S)
+    counts = np.bincount(S.indices[S.data != 0], minlength=d).astype(np.float64)
+    return SPARSE_PRODUCT_COST * float(counts @ counts) < float(d) * n_sv * n_sv
 
 
 def _merge_identical(S, W):
@@ -125,7 +160,9 @@ class Predictor:
         ``{dtype: (n_SV,) float64}``: squared norms of the shifted support vectors as held
         in that dtype (summed in float64); the sparse support vectors' under float64.
     support_sparse : csr_matrix or None
-        The support vectors when too large to hold dense.
+        The support vectors when they stay sparse (:func:`keeps_sparse`).
+    support_sparse_T : csr_matrix or None
+        Their transpose (d, n_SV), CSR: the right operand of every sparse block.
     primal : ndarray of shape (n_features, n_problems) or None
         ``SV' W`` for the linear kernel.
     dtype : numpy dtype
@@ -142,6 +179,7 @@ class Predictor:
     support_T: dict | None = None
     sq_support: dict | None = None
     support_sparse: sp.csr_matrix | None = None
+    support_sparse_T: sp.csr_matrix | None = field(default=None, repr=False)
     primal: np.ndarray | None = None
     dtype: np.dtype = np.dtype(np.float64)
     sq_limit: float = np.inf
@@ -163,9 +201,10 @@ class Predictor:
             primal = np.asarray(support_vectors.T @ W, dtype=np.float64)
             return cls(kernel, W, primal=np.ascontiguousarray(primal))
         n_sv, d = support_vectors.shape
-        if sp.issparse(support_vectors) and 8 * n_sv * d > DENSE_SUPPORT_BYTES:
-            S = sp.csr_matrix(support_vectors, dtype=np.float64)
-            return cls(kernel, W, support_sparse=S,
+        if sp.issparse(support_vectors) and keeps_sparse(support_vectors):
+            S = sp.csr_matrix(support_vectors, dtype=np.float64, copy=True)
+            S.sum_duplicates()  # canonical, in a copy: the model's arrays stay as they are
+            return cls(kernel, W, support_sparse=S, support_sparse_T=S.T.tocsr(),
                        sq_support={np.dtype(np.float64): _sq_rows_sparse(S)})
         S = support_vectors.toarray() if sp.issparse(support_vectors) else support_vectors
         S, W = _merge_identical(np.asarray(S, dtype=np.float64), W)
@@ -216,10 +255,15 @@ class Predictor:
         return np.dtype(np.float32 if np.all(error <= FLOAT32_CHECK_RTOL * scale) else np.float64)
 
     # -- evaluation -------------------------------------------------------------------
-    def block_rows(self) -> int:
-        """Rows per block: their kernel values within :data:`PREDICT_BLOCK_BYTES`."""
+    def block_rows(self, n_features=0) -> int:
+        """Rows per block: their kernel values within :data:`PREDICT_BLOCK_BYTES` and, with
+        dense support vectors, their dense rows of ``n_features`` within
+        :data:`PREDICT_ROWS_BYTES`."""
         n_sv = len(self.weights)
-        return max(1, PREDICT_BLOCK_BYTES // (self.dtype.itemsize * max(n_sv, 1)))
+        rows = PREDICT_BLOCK_BYTES // (self.dtype.itemsize * max(n_sv, 1))
+        if self.support_sparse is None and n_features:
+            rows = min(rows, PREDICT_ROWS_BYTES // (8 * n_features))
+        return max(1, rows)
 
     def decision(self, X) -> np.ndarray:
         """``K(X, SV) @ W``, shape (n_samples, n_problems), float64; X validated (float64
@@ -230,10 +274,11 @@ class Predictor:
                 scores += self.kernel.offset * self.weights.sum(axis=0)
             return scores
         n = X.shape[0]
-        step = self.block_rows()
+        step = self.block_rows(X.shape[1])
         starts = range(0, n, step)
         scores = np.empty((n, self.weights.shape[1]))
-        small = n * len(self.weights) * X.shape[1] <= SMALL_PRODUCT
+        width = X.shape[1] if self.support_sparse is None else 1  # sparse: no d x n_SV GEMM
+        small = n * len(self.weights) * width <= SMALL_PRODUCT
         budget = 1 if small else thread_budget()  # the budget costs a one-row call its time
         threads = min(len(starts), budget)
         if threads < 2:
@@ -295,11 +340,12 @@ class Predictor:
         return scores
 
     def _sparse_block(self, A) -> np.ndarray:
-        """``K(A, SV) @ W`` with the support vectors sparse (float64, SciPy's product)."""
-        A = sp.csr_matrix(A) if not sp.issparse(A) else A
-        K = np.empty((A.shape[0], self.support_sparse.shape[0]))
-        self.kernel.block_into(A, self.support_sparse, K, sq_A=_sq_rows_sparse(A),
-                               sq_B=self.sq_support[np.dtype(np.float64)])
+        """``K(A, SV) @ W`` with the support vectors sparse (float64, SciPy's product of the
+        rows by the support vectors transposed once, then the kernel's finish)."""
+        A = sp.csr_matrix(A, dtype=np.float64)
+        K = (A @ self.support_sparse_T).toarray()
+        self.kernel.block_into(A, None, K, sq_A=_sq_rows_sparse(A),
+                               sq_B=self.sq_support[np.dtype(np.float64)], product_ready=True)
         return K @ self.weights
 
 

@@ -176,6 +176,57 @@ def test_support_vectors_too_large_to_hold_dense_take_the_sparse_product(monkeyp
                                    reference_decisions(model, X_test).ravel(), rtol=1e-10, atol=1e-12)
 
 
+def few_nonzeros_per_row(n, d, nnz, seed):
+    """CSR of n rows in d columns, nnz standard normal values per row at random columns."""
+    rng = np.random.default_rng(seed)
+    cols = np.concatenate([rng.choice(d, nnz, replace=False) for _ in range(n)])
+    return sp.csr_matrix((rng.standard_normal(n * nnz), cols, np.arange(0, n * nnz + 1, nnz)),
+                         shape=(n, d))
+
+
+@pytest.fixture(scope="module")
+def wide_sparse_split():
+    """300 training rows and 400 test rows of 20,000 features, 20 non-zeros per row."""
+    X = few_nonzeros_per_row(300, 20_000, 20, seed=0)
+    y = np.random.default_rng(1).integers(0, 2, 300)
+    return X, y, few_nonzeros_per_row(400, 20_000, 20, seed=2)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "poly", "sigmoid", "linear"])
+def test_wide_sparse_data_is_predicted_sparse_without_densifying(wide_sparse_split, kernel):
+    """Thousands of features and a few non-zeros per row: the support vectors stay sparse
+    and so do the test rows (no (rows, d) or (n_SV, d) dense array: the peak stays far
+    below one block of densified rows), with the float64 reference's decisions."""
+    import tracemalloc
+
+    X, y, X_test = wide_sparse_split
+    model = muflow.SVC(kernel=kernel, gamma=0.05, coef0=0.5).fit(X, y)
+    reference = reference_decisions(model, X_test).ravel()
+    tracemalloc.start()
+    try:
+        decisions = model.decision_function(X_test)  # prepares the model too
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_allclose(decisions, reference, rtol=1e-10, atol=1e-12)
+    # dense support vectors alone would be 8 * 300 * 20,000 bytes, 400 dense rows 8 * 400 * 20,000
+    assert peak < 8 * 300 * 20_000 / 8, f"peak {peak} bytes"
+    if kernel != "linear":
+        assert model._predictor().support_sparse is not None
+
+
+def test_sparse_data_of_few_features_is_predicted_dense(a8a_model):
+    """At a8a's density the GEMM over densified rows is the cheaper product; with the
+    same rows spread over many more features the sparse product is."""
+    from muflow.prediction import keeps_sparse
+
+    model, _ = a8a_model
+    S = sp.csr_matrix(model.support_vectors_)
+    assert model._predictor().support_sparse is None and not keeps_sparse(S)
+    wide = sp.csr_matrix((S.data, S.indices * 100, S.indptr), shape=(S.shape[0], 12_300))
+    assert keeps_sparse(wide)
+
+
 def test_the_compiled_float64_exponential_matches_numpys():
     from numba import njit
 
