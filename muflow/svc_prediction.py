@@ -352,8 +352,14 @@ class FittedSVC:
     def _check_precomputed_shape(self, shape):
         """A precomputed kernel to predict is K(X_test, X_train): one column per training
         sample (also checked on a Dask array's shape, without computing it)."""
-        if len(shape) != 2 or shape[1] != self.shape_fit_[0]:
+        if len(shape) != 2:
             raise MuflowInputError(
-                f"X.shape[1] = {shape[-1]} should be equal to {self.shape_fit_[0]}, the number "
+                f"Expected 2D array, got {len(shape)}D array instead (shape {tuple(shape)}): a "
+                f"precomputed kernel for prediction is K(X_test, X_train) of shape (n_samples, "
+                f"{self.shape_fit_[0]}). Reshape your data using array.reshape(1, -1) if it "
+                f"contains a single sample")
+        if shape[1] != self.shape_fit_[0]:
+            raise MuflowInputError(
+                f"X.shape[1] = {shape[1]} should be equal to {self.shape_fit_[0]}, the number "
                 f"of samples at training time: a precomputed kernel for prediction is "
                 f"K(X_test, X_train), got shape {tuple(shape)}")

@@ -390,6 +390,20 @@ def test_a_class_weight_that_zeroes_a_class_and_a_fractional_degree_are_refused(
     assert muflow.SVC(kernel="poly", degree=3.0).fit(X, y).kernel_.degree == 3
 
 
+def test_a_one_dimensional_precomputed_kernel_to_predict_asks_for_two_dimensions(binary):
+    """One row of K(X_test, X_train) passed as a 1-D array: scikit-learn's "Expected 2D
+    array" with the reshape that fixes it (it said "X.shape[1] = 200 should be equal to
+    200"); a 2-D kernel of the wrong width still names both widths."""
+    X, y = binary
+    K = Kernel("rbf", gamma=0.5).block(X)
+    model = muflow.SVC(kernel="precomputed").fit(K, y)
+    with pytest.raises(ValueError, match=r"Expected 2D array, got 1D array") as info:
+        model.predict(K[0])
+    assert "reshape(1, -1)" in str(info.value) and "should be equal" not in str(info.value)
+    with pytest.raises(ValueError, match=rf"X.shape\[1\] = 10 should be equal to {len(y)}"):
+        model.predict(K[:3, :10])
+
+
 def test_an_asymmetric_precomputed_kernel_is_refused(binary):
     """A pair solver on a K that is not symmetric may never stop (libsvm's does not)."""
     X, y = binary
