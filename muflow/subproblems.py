@@ -202,6 +202,7 @@ class _Gathered:
         self.curves, self.final = [None] * m, np.full(m, np.nan)
         self.violations, self.converged = np.zeros(m), np.zeros(m, dtype=bool)
         self.iters, self.solver = 0, ""
+        self.each = np.zeros(m, dtype=np.int64)  # per column, SVC's unit
         self.timings: dict = {"restricted_samples": 0}
 
     def add(self, idx, cols, sol):
@@ -216,6 +217,12 @@ class _Gathered:
         self.violations[cols] = sol.kkt_violation
         self.converged[cols] = sol.converged
         self.iters = max(self.iters, int(sol.n_iter))
+        if sol.column_iters is not None:
+            self.each[cols] = sol.column_iters
+        else:  # a batch that shares its passes: its count for each column
+            from muflow.solvers.registry import svc_iterations
+
+            self.each[cols] = svc_iterations(sol)
         self.solver = sol.solver or self.solver  # a group left at its start names none
         self.timings["restricted_samples"] += idx.size
         for key, value in sol.timings.items():
@@ -227,7 +234,8 @@ class _Gathered:
         return DualSolution(alpha=self.alpha, bias=self.bias, n_iter=self.iters,
                             objective_curve=pad_curves(self.curves), kkt_violation=self.violations,
                             converged=self.converged, timings=timings, solver=self.solver,
-                            gradient=self.gradient if self.kept_gradient else None)
+                            gradient=self.gradient if self.kept_gradient else None,
+                            column_iters=self.each)
 
 
 def _restricted(operator, idx, kept, key):

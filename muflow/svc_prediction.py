@@ -83,7 +83,11 @@ class FittedSVC:
                 "The dual coefficients or intercepts are not finite. The input data may "
                 "contain large values and need to be preprocessed (e.g. StandardScaler)")
         self.kernel_ = kernel.with_offset(0.0)
-        self.n_iter_ = np.full(Y.shape[1], solution.n_iter, dtype=np.int32)
+        # one count per problem where the solver solved them one at a time; a batch that
+        # shares its passes (multiplicative updates) gives every problem its count
+        per_problem = getattr(solution, "column_iters", None)
+        self.n_iter_ = (np.full(Y.shape[1], solution.n_iter, dtype=np.int32) if per_problem is None
+                        else np.asarray(per_problem, dtype=np.int32).copy())
         self.objective_ = np.asarray(solution.objective, dtype=np.float64)
         self.objective_curve_ = np.asarray(solution.objective_curve)
         self.kkt_violation_ = np.asarray(solution.kkt_violation)

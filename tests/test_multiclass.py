@@ -166,3 +166,16 @@ def test_the_fitted_layout_is_what_prediction_reads(tmp_path):
         loaded = muflow.load(muflow.save(model, tmp_path / fitted))
         assert loaded.multiclass_ == fitted
         np.testing.assert_array_equal(loaded.predict(X), before)
+
+
+@pytest.mark.parametrize("params", [{}, {"solver": "cd", "intercept": "regularized"}],
+                         ids=["smo", "cd"])
+def test_n_iter_counts_each_pair_on_its_own(params):
+    """One count per one-vs-one pair, solved one after another, so they differ (it was the
+    largest count repeated for every pair)."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(300, 8, n_informative=5, n_classes=4, random_state=0)
+    model = muflow.SVC(gamma=0.1, **params).fit(X, y)
+    assert model.n_iter_.shape == (6,) and model.n_iter_.min() > 0
+    assert len(set(model.n_iter_.tolist())) > 1, model.n_iter_

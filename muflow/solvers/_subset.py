@@ -146,9 +146,10 @@ def pad_curves(curves) -> np.ndarray:
 
 
 def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, n_iter,
-             gradients=None):
+             gradients=None, column_iters=None):
     """The batch :class:`DualSolution` from per-column results (``gradients``: each
-    column's final Q alpha + p where the solver kept it)."""
+    column's final Q alpha + p where the solver kept it; ``column_iters``: each column's
+    iterations in SVC's unit)."""
     alpha = np.stack(alphas, axis=1) if alphas else np.zeros((problem.n, 0))
     violation = np.asarray(violations, dtype=np.float64)
     curve = pad_curves(curves)
@@ -162,6 +163,7 @@ def assemble(problem, alphas, biases, curves, violations, tol, timings, solver, 
         timings=timings,
         solver=solver,
         gradient=np.stack(gradients, axis=1) if gradients else None,
+        column_iters=None if column_iters is None else np.asarray(column_iters, dtype=np.int64),
     )
 
 

@@ -159,7 +159,7 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
     cache = row_cache(problem.operator, cache_mb)
     rng = np.random.default_rng(random_state)
     alpha0, _ = problem.check_init(init)
-    alphas, biases, curves, viols, epochs_max = [], [], [], [], 0
+    alphas, biases, curves, viols, epochs_max, epochs = [], [], [], [], 0, []
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
@@ -172,7 +172,9 @@ def solve_coordinate(problem: DualProblem, *, init=None, tol: float = 1e-3,
         curves.append(curve)
         viols.append(v)
         epochs_max = max(epochs_max, ep)
+        epochs.append(ep)
         timings["coordinate_updates"] += upd
     timings.update(cache.stats())
     timings["total"] = time.perf_counter() - t_start
-    return assemble(problem, alphas, biases, curves, viols, tol, timings, solver_name, epochs_max)
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, solver_name, epochs_max,
+                    column_iters=epochs)

@@ -185,6 +185,12 @@ class DualSolution:
     timings : dict
         Seconds spent per phase (``"products"``, ``"updates"``, ``"kkt"``, ``"total"`` ...).
     solver : str
+    column_iters : ndarray of int, shape (m,), optional
+        Each column's own iterations where the solver solves the columns one at a time
+        (SMO, coordinate descent, the working set), in the unit of :class:`muflow.SVC`'s
+        ``n_iter_`` (:func:`muflow.solvers.registry.svc_iterations`: SMO's single pair
+        steps, the solver's own unit otherwise). None where the batch shares its passes
+        (the multiplicative solvers update every column at every pass until all are done).
     gradient : ndarray of shape (n, m), optional
         Q alpha + p at ``alpha`` where the solver kept it (the working set in this process;
         NaN where a column's solve did not see a sample), so that a warm start of the same
@@ -201,6 +207,7 @@ class DualSolution:
     timings: dict = field(default_factory=dict)
     solver: str = ""
     gradient: np.ndarray | None = None
+    column_iters: np.ndarray | None = None
 
     @property
     def objective(self) -> np.ndarray:
@@ -219,4 +226,5 @@ class DualSolution:
             timings=dict(self.timings),
             solver=self.solver,
             gradient=None if self.gradient is None else self.gradient[:, [j]],
+            column_iters=None if self.column_iters is None else self.column_iters[[j]],
         )

@@ -210,7 +210,7 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
     alpha0, bias0 = problem.check_init(init)
     n = max(problem.n, 1)
     size = iteration_size(n, libsvm_iterations)
-    alphas, biases, curves, viols, iters = [], [], [], [], 0
+    alphas, biases, curves, viols, iters, steps = [], [], [], [], 0, []
     for j in range(problem.m):
         col = Column(problem, j)
         alpha = col.start(None if alpha0 is None else alpha0[:, j])
@@ -226,7 +226,9 @@ def solve_smo(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: i
         curves.append(curve)
         viols.append(v)
         iters = max(iters, it)
+        steps.append(it)
     timings["pair_steps"] = iters
     timings.update(cache.stats())
     timings["total"] = time.perf_counter() - t_start
-    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", sweeps(iters, size))
+    return assemble(problem, alphas, biases, curves, viols, tol, timings, "smo", sweeps(iters, size),
+                    column_iters=steps)

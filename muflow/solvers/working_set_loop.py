@@ -409,7 +409,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     starts = [col.start(None if alpha0 is None else alpha0[:, j]) for j, col in enumerate(cols)]
     given = given_gradients(start_gradient(init, n, m), alpha0, starts)
     alpha0 = None  # the clipped copy of the start: the columns' starts are made from it
-    alphas, biases, curves, viols, iters, gradients = [], [], [], [], 0, []
+    alphas, biases, curves, viols, iters, gradients, each = [], [], [], [], 0, [], []
     try:
         home.begin(cols, starts, timings, given)
         for j, col in enumerate(cols):
@@ -431,6 +431,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
             curves.append(curve)
             viols.append(v)
             iters = max(iters, it)
+            each.append(it)
             gradients.append(state.gradient())
             # the column's vectors (y, U, p: copies where m > 1) go with it
             cols[j] = col = state = report = on_iter = None
@@ -440,7 +441,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     timings["total"] = time.perf_counter() - t_start
     kept = gradients if all(G is not None for G in gradients) else None
     return assemble(problem, alphas, biases, curves, viols, tol, timings, "working_set", iters,
-                    gradients=kept)
+                    gradients=kept, column_iters=each)
 
 
 def given_gradients(G0, alpha0, starts) -> list:
