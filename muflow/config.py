@@ -60,7 +60,7 @@ kernels = [
 folds = 3
 solver = "auto"
 tol = 1e-3
-max_iter = 2000      # per solve, in SVC's unit (SMO: pair steps), sweep and refit alike
+max_iter = -1        # per solve, in SVC's unit (SMO: pair steps), sweep and refit alike; -1: no limit
 seed = 0
 on_cluster = false  # true: solve on the Dask workers (multiplicative solvers, K never
                     # in this process); false: Grams built on the cluster, solved here (SMO)
@@ -119,7 +119,7 @@ class SweepConfig:
     folds: int = 3
     solver: str = "auto"
     tol: float = 1e-3
-    max_iter: int = 2000
+    max_iter: int = -1
     seed: int = 0
     on_cluster: bool = False
     path: str = "auto"

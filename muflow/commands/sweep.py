@@ -53,7 +53,7 @@ def add_parser(subparsers):
     p.add_argument("--max-iter", type=int,
                    help="iteration budget per solve, in the unit of `fit --max-iter` and the "
                         "model's n_iter_ (SMO: libsvm's pair steps; multiplicative solvers: "
-                        "passes), so the best model's n_iter_ <= it (default: 10000)")
+                        "passes), so the best model's n_iter_ <= it (default: -1, no limit, as fit's)")
     p.add_argument("--halving", type=int, metavar="ETA",
                    help="successive halving with factor ETA >= 2 (batched path; off by default)")
     p.add_argument("--n-jobs", dest="n_jobs", type=int,

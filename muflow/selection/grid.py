@@ -180,8 +180,10 @@ def check_options(options: dict, *, where: str = "", prefix: str = "") -> dict:
     out = dict(options)
     integers = {"folds": 2, "seed": 0, "max_iter": 1, "halving_min_iter": 1}
     for key, low in integers.items():
-        if key in out:
-            out[key] = check_number(out[key], name(key), integer=True, low=low, where=where)
+        if key in out and not (key == "max_iter" and out[key] == -1):  # -1: no limit
+            hint = "or -1 for no limit" if key == "max_iter" else ""
+            out[key] = check_number(out[key], name(key), integer=True, low=low, where=where,
+                                    hint=hint)
     if out.get("n_jobs") is not None:
         from muflow.threads import check_n_jobs
 

@@ -26,6 +26,7 @@ from muflow.routing import sweep_path
 from muflow.selection import rundir, timeout
 from muflow.selection.convergence import warn_not_converged
 from muflow.selection.kernel_plan import plan_setting, sweep_solves
+from muflow.svc_fit import iteration_budget
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
@@ -81,7 +82,7 @@ class SweepResult:
 
 def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
-              intercept: str = "exact", tol: float = 1e-3, max_iter: int = 10_000,
+              intercept: str = "exact", tol: float = 1e-3, max_iter: int = -1,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
               halving: int | None = None, halving_min_iter: int = 10, n_jobs: int | None = None,
               cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
@@ -123,8 +124,9 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     intercept : {"exact", "regularized", "none"}, default="exact"
     tol : float, default=1e-3
         KKT tolerance of every column.
-    max_iter : int, default=10000
-        Budget per solve call in the unit of :class:`muflow.SVC`'s ``max_iter`` and
+    max_iter : int, default=-1
+        -1: no limit, as :class:`muflow.SVC`'s default. Otherwise the budget per solve call
+        in the unit of :class:`muflow.SVC`'s ``max_iter`` and
         ``n_iter_``, handed to the solver as ``SVC.fit`` hands it (SMO: libsvm's pair steps,
         not sweeps of n), so the best model's ``n_iter_ <= max_iter``; ``halving_min_iter``
         too. Solves stopped above ``tol``: :mod:`muflow.selection.convergence`.
@@ -375,7 +377,7 @@ class _SweepRun:
 
         def solve(p, halving_eta):
             return solve_kernel(operator, d.Y, d.masks, self.Cs, info, p, self.intercept, self.tol,
-                                self.max_iter, halving_eta, self.halving_min_iter,
+                                iteration_budget(self.max_iter), halving_eta, self.halving_min_iter,
                                 self.bar.iteration_callback(), self.budget, d.member, d.y_enc, options)
 
         if kpath == "compare":
@@ -401,7 +403,7 @@ class _SweepRun:
             return Refit()  # an earlier setting is better: this one's model would never be used
         d = self.data
         refit = refit_setting(operator, d.Y, self.Cs[c_best], res, c_best, info, self.intercept,
-                              self.tol, self.max_iter, d.member,
+                              self.tol, iteration_budget(self.max_iter), d.member,
                               info.options(cache_mb=self.cache_size, libsvm_iterations=True))
         self.timings["refit"] += refit.seconds
         return refit

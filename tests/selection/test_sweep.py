@@ -571,6 +571,29 @@ def test_cli_kernel_parameters_override_the_config_kernels_that_take_them(tmp_pa
         _cli_grid("--config", str(g1), "--degree", "3")
 
 
+def test_max_iter_defaults_to_no_limit_as_svc(tmp_path):
+    """The sweep's default budget is SVC's: -1, no limit (in SVC's unit a fixed default of
+    10,000 pair steps leaves these noisy C=1e4 solves short of tol); -1 is accepted where given,
+    and 0 is refused in words naming it."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(400, n_features=5, flip_y=0.2, random_state=0)
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [1.0]}], C=[1.0, 1e4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "run", solver="smo",
+                           progress=False)
+    assert all(row.converged for row in result.table)
+    assert result.best_model.max_iter == -1 and result.best_model.fit_status_ == 0
+    assert max(row.n_iter for row in result.table) > 10_000  # more than a fixed default gave
+    with pytest.raises(MuflowInputError, match="max_iter must be an integer >= 1.*-1 for no limit"):
+        run_sweep(X, y, grid, folds=3, out_dir=tmp_path / "bad", max_iter=0, progress=False)
+
+
 def test_max_iter_counts_in_the_unit_of_svc(sonar, tmp_path):
     """max_iter=20 with SMO let each solve take 20 sweeps of n pair steps (rows with n_iter
     226 and 493; a best model saying max_iter=20, n_iter_=257, fit_status_=0), where
