@@ -125,11 +125,10 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     tol : float, default=1e-3
         KKT tolerance of every column.
     max_iter : int, default=-1
-        -1: no limit, as :class:`muflow.SVC`'s default. Otherwise the budget per solve call
-        in the unit of :class:`muflow.SVC`'s ``max_iter`` and
-        ``n_iter_``, handed to the solver as ``SVC.fit`` hands it (SMO: libsvm's pair steps,
-        not sweeps of n), so the best model's ``n_iter_ <= max_iter``; ``halving_min_iter``
-        too. Solves stopped above ``tol``: :mod:`muflow.selection.convergence`.
+        -1: no limit, as :class:`muflow.SVC`'s. Else the budget per solve in SVC's unit of
+        ``max_iter`` and ``n_iter_``, handed to the solver as ``SVC.fit`` hands it (SMO: pair
+        steps, not sweeps of n), so the best model's ``n_iter_ <= max_iter``;
+        ``halving_min_iter`` too. Solves stopped above ``tol``: :mod:`~.convergence`.
     client : distributed.Client, optional
         Solve on the cluster: X partitioned over the workers (see ``solver``), or each
         Gram built on the cluster into the store cache and served by the workers
