@@ -2,8 +2,8 @@
 
 A model is a directory holding
 
-- ``model.json``: format version, estimator class, parameters, kernel, classes and fitted
-  scalars, as plain JSON;
+- ``model.json``: format version, estimator class, parameters, kernel, classes, feature
+  names and fitted scalars, as plain JSON (:mod:`muflow.persistence_params`);
 - ``arrays.npz``: the fitted arrays, read back with ``allow_pickle=False``.
 
 No pickle anywhere: loading a model from an untrusted source runs no code. The directory
@@ -23,7 +23,8 @@ Nothing loads silently wrong: ``model.json`` records a SHA-256 digest of ``array
 of its own content (:func:`model_digest`), and :func:`load` checks it and the model's
 consistency (shapes agree with the classes, the support vectors and the features; every
 array finite) before it returns. Each failure is a :class:`MuflowInputError` naming the
-file and what is wrong. Models of format version 1 (no digest) load with a warning.
+file and what is wrong. Models of format version 1 (no digest) load with a warning, and
+those of version 2 (no feature names) as they were saved.
 """
 
 from __future__ import annotations
@@ -44,9 +45,12 @@ import scipy.sparse as sp
 from muflow.atomic import atomic_directory
 from muflow.exceptions import MuflowInputError
 from muflow.kernels import Kernel
+from muflow.persistence_params import (classes_from_json, classes_to_json, feature_names_from_json,
+                                       feature_names_to_json, is_json_scalar, params_from_json,
+                                       params_to_json)
 
 FORMAT = "muflow-model"
-FORMAT_VERSION = 2  # 2: model.json carries the digest
+FORMAT_VERSION = 3  # 2: model.json carries the digest; 3: and the feature names
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
            "objective_curve_", "kkt_violation_", "converged_", "coef_",
            "n_support_", "class_weight_", "_probA", "_probB")
@@ -69,22 +73,6 @@ def _dense(a):
     return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
-def _json_classes(classes: np.ndarray):
-    kind = classes.dtype.kind
-    if kind in "iu":
-        return {"dtype": "int", "values": [int(c) for c in classes]}
-    if kind == "f":
-        return {"dtype": "float", "values": [float(c) for c in classes]}
-    if kind == "b":
-        return {"dtype": "bool", "values": [bool(c) for c in classes]}
-    return {"dtype": "str", "values": [str(c) for c in classes]}
-
-
-def _classes_from_json(d) -> np.ndarray:
-    dtype = {"int": np.int64, "float": np.float64, "bool": bool, "str": str}[d["dtype"]]
-    return np.asarray(d["values"], dtype=dtype)
-
-
 def save(model, path) -> Path:
     """Save a fitted muflow estimator to the directory ``path``: created, or replaced where
     it holds a saved model (nothing else is ever replaced: :func:`check_replaceable`)."""
@@ -96,13 +84,12 @@ def save(model, path) -> Path:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "estimator": type(model).__name__,
-        # client None: an address outlives its scheduler (a loaded model's refit tried it)
-        "params": {k: None if k == "client" else v for k, v in model.get_params().items()
-                   if k == "client" or _is_json_scalar(v)},
-        "classes": _json_classes(model.classes_),
+        "params": params_to_json(model),
+        "classes": classes_to_json(model.classes_),
         "kernel": model.kernel_.to_dict() if hasattr(model, "kernel_") else None,
         "solver": getattr(model, "solver_", None),
         "n_features_in": int(getattr(model, "n_features_in_", 0)),
+        "feature_names_in": feature_names_to_json(model),
         "shape_fit": list(getattr(model, "shape_fit_", ())),
         "sparse_fit": bool(getattr(model, "_sparse", False)),
         "fit": _fit_record(model),
@@ -177,7 +164,7 @@ def _fit_record(model) -> dict:
               if hasattr(model, name)}
     timings = getattr(model, "timings_", None) or {}
     plain = {str(k): v.item() if isinstance(v, np.generic) else v for k, v in timings.items()}
-    record["timings_"] = {k: v for k, v in plain.items() if _is_json_scalar(v)}
+    record["timings_"] = {k: v for k, v in plain.items() if is_json_scalar(v)}
     return record
 
 
@@ -190,12 +177,6 @@ def _restore_fit_record(model, meta) -> None:
             setattr(model, name, kind(record[name]))
     if "timings_" in record:
         model.timings_ = dict(record["timings_"])
-
-
-def _is_json_scalar(v) -> bool:
-    if isinstance(v, float) and not np.isfinite(v):
-        return True  # stored as JSON Infinity (Python's json reads it back)
-    return v is None or isinstance(v, (bool, int, float, str))
 
 
 class ModelBeingReplaced(MuflowInputError):
@@ -266,16 +247,19 @@ def _load_once(path):
     if cls is None:
         raise MuflowInputError(f"{meta_file}: unknown estimator {meta.get('estimator')!r}")
     try:
-        params = dict(meta["params"])
+        params = params_from_json(meta["params"])
         if cls is SVC and len(meta["classes"]["values"]) > 2:
             params.setdefault("multiclass", "ovr")  # saved before one-vs-one: one-vs-rest
         model = cls(**(dict(params, client=None) if "client" in params else params))
         meta["params"] = params
-        model.classes_ = _classes_from_json(meta["classes"])
+        model.classes_ = classes_from_json(meta["classes"])
         if meta.get("kernel") is not None:
             model.kernel_ = Kernel.from_dict(meta["kernel"])
         model.solver_ = meta.get("solver")
         model.n_features_in_ = int(meta["n_features_in"])
+        names = feature_names_from_json(meta.get("feature_names_in"), model.n_features_in_)
+        if names is not None:
+            model.feature_names_in_ = names
         model.shape_fit_ = tuple(int(v) for v in meta.get("shape_fit", ()))
     except (KeyError, TypeError, ValueError, MuflowInputError) as exc:
         raise MuflowInputError(f"{meta_file}: {type(exc).__name__}: {exc}; the model's metadata "

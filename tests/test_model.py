@@ -117,7 +117,7 @@ def test_save_and_load_round_trip_without_pickle(binary, tmp_path):
     model = muflow.SVC(kernel="poly", degree=2, gamma=0.5, coef0=1.0, solver="m3").fit(X, y)
     path = muflow.save(model, tmp_path / "model")
     meta = json.loads((path / "model.json").read_text())
-    assert meta["format_version"] == 2 and meta["estimator"] == "SVC"
+    assert meta["format_version"] == 3 and meta["estimator"] == "SVC"
     assert meta["digest"].startswith("sha256:")
     with np.load(path / "arrays.npz", allow_pickle=False) as data:
         assert "dual_coef_" in data.files
@@ -140,6 +140,26 @@ def test_a_loaded_model_keeps_its_fitted_scalars(binary, tmp_path):
         for name in ("fit_status_", "fit_time_", "n_threads_", "rows_computed_", "timings_"):
             assert getattr(loaded, name) == getattr(model, name), name
     assert loaded.fit_status_ == 1
+
+
+def test_a_loaded_model_checks_feature_names_as_the_fitted_one(binary, tmp_path):
+    """A model fitted on a DataFrame keeps feature_names_in_ through save and load: columns
+    given in another order are refused as by the fitted model (the loaded one took them in
+    that order, said it was "fitted without feature names" and predicted other labels)."""
+    pd = pytest.importorskip("pandas")
+    X, y = binary
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    model = muflow.SVC(gamma=0.5).fit(frame, y)
+    loaded = muflow.load(muflow.save(model, tmp_path / "model"))
+    np.testing.assert_array_equal(loaded.feature_names_in_, model.feature_names_in_)
+    np.testing.assert_array_equal(loaded.predict(frame), model.predict(frame))
+    for fitted in (model, loaded):
+        with pytest.raises(ValueError, match="same order as they were in fit"):
+            fitted.predict(frame[["b", "a"]])
+        with pytest.warns(UserWarning, match="X does not have valid feature names"):
+            fitted.predict(X)
+    plain = muflow.load(muflow.save(muflow.SVC(gamma=0.5).fit(X, y), tmp_path / "plain"))
+    assert not hasattr(plain, "feature_names_in_")
 
 
 def test_load_refuses_what_is_not_a_model(tmp_path):

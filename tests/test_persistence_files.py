@@ -217,3 +217,19 @@ def test_a_saved_model_records_no_client(client, tmp_path):
     meta["digest"] = model_digest(meta, (path / "arrays.npz").read_bytes())
     (path / "model.json").write_text(json.dumps(meta))
     assert muflow.load(path).client is None
+
+
+def test_a_model_saved_in_format_version_2_loads_as_it_was_saved(fitted, saved):
+    """Format version 3 added the feature names (and typed parameters and labels); a model
+    that version 2 wrote (no such keys, integer labels as "int") still loads and predicts."""
+    meta = json.loads((saved / "model.json").read_text())
+    meta["format_version"] = 2
+    meta.pop("feature_names_in")
+    meta["classes"] = {"dtype": "int", "values": meta["classes"]["values"]}
+    meta["digest"] = model_digest(meta, (saved / "arrays.npz").read_bytes())
+    (saved / "model.json").write_text(json.dumps(meta))
+    loaded = muflow.load(saved)
+    X = np.random.default_rng(4).normal(size=(30, 3))
+    np.testing.assert_array_equal(loaded.predict(X), fitted.predict(X))
+    assert loaded.get_params() == fitted.get_params()
+    assert not hasattr(loaded, "feature_names_in_")

@@ -1,0 +1,66 @@
+"""What ``model.json`` says of a saved estimator besides its arrays: its parameters, its class
+labels and the names of its features, as JSON and back (for :mod:`muflow.persistence`).
+
+Each comes back as the fitted estimator had it, so that the loaded model predicts the same
+labels, checks its input's columns the same way, and trains the same model once cloned.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_json_scalar(v) -> bool:
+    """Whether ``v`` is a value JSON holds as itself: None, a bool, an int, a float or a str."""
+    if isinstance(v, float) and not np.isfinite(v):
+        return True  # stored as JSON Infinity (Python's json reads it back)
+    return v is None or isinstance(v, (bool, int, float, str))
+
+
+def params_to_json(model) -> dict:
+    """``model.get_params()`` for model.json."""
+    # client None: an address outlives its scheduler (a loaded model's refit tried it)
+    return {k: None if k == "client" else v for k, v in model.get_params().items()
+            if k == "client" or is_json_scalar(v)}
+
+
+def params_from_json(params: dict) -> dict:
+    """The constructor's arguments that model.json's ``params`` holds."""
+    return dict(params)
+
+
+def classes_to_json(classes: np.ndarray) -> dict:
+    """The class labels for model.json."""
+    kind = classes.dtype.kind
+    if kind in "iu":
+        return {"dtype": "int", "values": [int(c) for c in classes]}
+    if kind == "f":
+        return {"dtype": "float", "values": [float(c) for c in classes]}
+    if kind == "b":
+        return {"dtype": "bool", "values": [bool(c) for c in classes]}
+    return {"dtype": "str", "values": [str(c) for c in classes]}
+
+
+def classes_from_json(d: dict) -> np.ndarray:
+    """The class labels model.json's ``classes`` holds."""
+    dtype = {"int": np.int64, "float": np.float64, "bool": bool, "str": str}[d["dtype"]]
+    return np.asarray(d["values"], dtype=dtype)
+
+
+def feature_names_to_json(model) -> list | None:
+    """The names of the features the model was fitted on (``feature_names_in_``, set by a
+    fit on a DataFrame whose column names are all strings), or None."""
+    names = getattr(model, "feature_names_in_", None)
+    return None if names is None else [str(name) for name in names]
+
+
+def feature_names_from_json(names, n_features: int) -> np.ndarray | None:
+    """``feature_names_in_`` as scikit-learn holds it (an object array of strings) from
+    model.json's ``feature_names_in``, or None for a model fitted without names."""
+    if names is None:
+        return None
+    if (not isinstance(names, list) or len(names) != n_features
+            or not all(isinstance(name, str) for name in names)):
+        raise ValueError(f"feature_names_in is not a list of {n_features} names (strings), "
+                         "one per feature")
+    return np.asarray(names, dtype=object)
