@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from muflow.exceptions import MuflowInputError
+
 
 def is_json_scalar(v) -> bool:
     """Whether ``v`` is a value JSON holds as itself: None, a bool, an int, a float or a str."""
@@ -18,9 +20,18 @@ def is_json_scalar(v) -> bool:
 
 
 def params_to_json(model) -> dict:
-    """``model.get_params()`` for model.json."""
+    """``model.get_params()`` for model.json; a callable kernel is refused, since a saved
+    model holds no code (its kernel could never be evaluated after a load)."""
+    params = model.get_params()
+    kernel = params.get("kernel")
+    if callable(kernel):
+        raise MuflowInputError(
+            f"kernel is a callable ({getattr(kernel, '__qualname__', type(kernel).__name__)}), "
+            "which a saved model cannot hold: muflow.save writes JSON and .npz, never code; "
+            "save this model with pickle or joblib, or fit it with kernel='precomputed' on the "
+            "Gram matrix your callable computes and save that one")
     # client None: an address outlives its scheduler (a loaded model's refit tried it)
-    return {k: None if k == "client" else v for k, v in model.get_params().items()
+    return {k: None if k == "client" else v for k, v in params.items()
             if k == "client" or is_json_scalar(v)}
 
 

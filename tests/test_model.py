@@ -162,6 +162,36 @@ def test_a_loaded_model_checks_feature_names_as_the_fitted_one(binary, tmp_path)
     assert not hasattr(plain, "feature_names_in_")
 
 
+def _same_model(loaded, model, X, y):
+    """The loaded model predicts as the fitted one, has its parameters, and trains the same
+    model when cloned and fitted again."""
+    from sklearn.base import clone
+
+    np.testing.assert_array_equal(loaded.predict(X), model.predict(X))
+    assert loaded.get_params() == model.get_params()
+    refit, again = clone(loaded).fit(X, y), clone(model).fit(X, y)
+    np.testing.assert_array_equal(refit.support_, again.support_)
+    np.testing.assert_allclose(refit.dual_coef_, again.dual_coef_, rtol=1e-12)
+    np.testing.assert_array_equal(refit.predict(X), again.predict(X))
+
+
+def test_save_refuses_a_callable_kernel_and_says_what_saves_it(binary, tmp_path):
+    """A callable kernel is code, which a saved model does not hold: save refuses it in one
+    line naming pickle/joblib and the precomputed kernel (it saved a model that no load
+    could read: "support_vectors_ has shape (0, 0)"). The precomputed kernel round trips."""
+    X, y = binary
+    model = muflow.SVC(kernel=lambda A, B: A @ B.T).fit(X, y)
+    with pytest.raises(MuflowInputError, match=r"^kernel is a callable .*pickle or joblib.*"
+                       r"kernel='precomputed'[^\n]*$"):
+        muflow.save(model, tmp_path / "model")
+    assert not (tmp_path / "model").exists()
+    K = X @ X.T
+    precomputed = muflow.SVC(kernel="precomputed").fit(K, y)
+    loaded = muflow.load(muflow.save(precomputed, tmp_path / "precomputed"))
+    _same_model(loaded, precomputed, K, y)
+    np.testing.assert_array_equal(loaded.predict(K), model.predict(X))
+
+
 def test_load_refuses_what_is_not_a_model(tmp_path):
     with pytest.raises(MuflowInputError, match="not a muflow model"):
         muflow.load(tmp_path)
