@@ -50,7 +50,7 @@ from muflow.persistence_params import (classes_from_json, classes_to_json, featu
                                        params_to_json)
 
 FORMAT = "muflow-model"
-FORMAT_VERSION = 3  # 2: model.json carries the digest; 3: and the feature names
+FORMAT_VERSION = 3  # 2: model.json carries the digest; 3: feature names, typed parameters
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
            "objective_curve_", "kkt_violation_", "converged_", "coef_",
            "n_support_", "class_weight_", "_probA", "_probB")
@@ -236,6 +236,8 @@ def _load_once(path):
         cap = exact if exact is not None else arrays_size_bound(meta)
         content = directory.read("arrays.npz", cap, exact=exact, missing=(
             f"{arrays_file} is missing; the model directory is incomplete"))
+    # before params are decoded into meta (its digest covers them as saved)
+    _check_digest(meta, meta_file, content)
     estimators = {"SVC": SVC}
     try:
         from muflow.linear import LinearSVC
@@ -264,7 +266,6 @@ def _load_once(path):
     except (KeyError, TypeError, ValueError, MuflowInputError) as exc:
         raise MuflowInputError(f"{meta_file}: {type(exc).__name__}: {exc}; the model's metadata "
                                "is damaged: re-fit and save the model") from None
-    _check_digest(meta, meta_file, content)
     try:
         with np.load(io.BytesIO(content), allow_pickle=False) as data:
             for name in _ARRAYS:

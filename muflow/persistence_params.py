@@ -31,13 +31,55 @@ def params_to_json(model) -> dict:
             "save this model with pickle or joblib, or fit it with kernel='precomputed' on the "
             "Gram matrix your callable computes and save that one")
     # client None: an address outlives its scheduler (a loaded model's refit tried it)
-    return {k: None if k == "client" else v for k, v in params.items()
-            if k == "client" or is_json_scalar(v)}
+    return {name: None if name == "client" else _param_to_json(name, value)
+            for name, value in params.items()}
+
+
+def _plain(value):
+    """A NumPy scalar as the Python scalar of the same value (what a grid search over NumPy
+    arrays sets: ``np.float32(2)``, ``np.int64(3)``); anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _is_weights(items) -> bool:
+    """Whether ``items`` are ``[label, weight]`` pairs: labels JSON scalars other than None
+    (JSON keeps an int, a float, a bool and a str apart), weights numbers."""
+    return isinstance(items, list) and all(
+        isinstance(item, list) and len(item) == 2 and item[0] is not None
+        and is_json_scalar(item[0]) and isinstance(item[1], (int, float)) for item in items)
+
+
+def _param_to_json(name: str, value):
+    """One parameter for model.json: a JSON scalar as itself, a dict of class weights as
+    ``{"dict": [[label, weight], ...]}`` (labels keep their type, which JSON object keys,
+    always strings, would not); anything else is refused, naming the parameter."""
+    value = _plain(value)
+    if is_json_scalar(value):
+        return value
+    if isinstance(value, dict):
+        items = [[_plain(label), _plain(weight)] for label, weight in value.items()]
+        if _is_weights(items):
+            return {"dict": items}
+    shown = " ".join(repr(value).split())
+    raise MuflowInputError(
+        f"{name} = {shown[:80]} cannot be saved: a saved model's parameters are numbers, "
+        f"strings, booleans, None and dicts of labels to numbers; set {name} to one of those "
+        "before saving, or save the model with pickle or joblib")
 
 
 def params_from_json(params: dict) -> dict:
-    """The constructor's arguments that model.json's ``params`` holds."""
-    return dict(params)
+    """The constructor's arguments that model.json's ``params`` holds (the inverse of
+    :func:`params_to_json`)."""
+    decoded = {}
+    for name, value in params.items():
+        if isinstance(value, dict):
+            if set(value) != {"dict"} or not _is_weights(value["dict"]):
+                raise ValueError(f"parameter {name} is {value!r}, not a saved dict of weights")
+            value = {label: weight for label, weight in value["dict"]}
+        elif not is_json_scalar(value):
+            raise ValueError(f"parameter {name} is a {type(value).__name__}, not a saved value")
+        decoded[name] = value
+    return decoded
 
 
 def classes_to_json(classes: np.ndarray) -> dict:

@@ -192,6 +192,45 @@ def test_save_refuses_a_callable_kernel_and_says_what_saves_it(binary, tmp_path)
     np.testing.assert_array_equal(loaded.predict(K), model.predict(X))
 
 
+@pytest.mark.parametrize("params", [
+    {"class_weight": {"yes": 3}},
+    {"class_weight": {"no": 0.5, "yes": np.float64(2)}},
+    {"class_weight": "balanced"},
+    {"C": np.float32(2), "gamma": np.float32(0.3), "tol": np.float64(1e-4)},
+    {"kernel": "poly", "degree": np.int64(2), "coef0": np.float32(1), "max_iter": np.int32(-1)},
+    {"shrinking": np.bool_(False), "kernel": np.str_("linear")},
+], ids=["dict", "dict-numpy", "balanced", "numpy-floats", "numpy-ints", "numpy-bool-str"])
+def test_a_loaded_model_keeps_every_parameter(binary, tmp_path, params):
+    """Parameters that are not plain Python scalars (numpy scalars from a GridSearchCV over
+    numpy grids, a class_weight dict) come back with their values: they came back as the
+    defaults, so get_params differed and a clone of the loaded model trained another model."""
+    X, y = binary
+    model = muflow.SVC(**params).fit(X, y)
+    _same_model(muflow.load(muflow.save(model, tmp_path / "model")), model, X, y)
+
+
+@pytest.mark.parametrize("labels", [[0, 3], [1.0, -2.0], [True, False]], ids=["int", "float", "bool"])
+def test_class_weight_keys_keep_their_type(binary, tmp_path, labels):
+    X, y = binary
+    target = np.asarray(labels)[(y == "yes").astype(int)]
+    model = muflow.SVC(gamma=0.5, class_weight={labels[1]: 4, labels[0]: 0.5}).fit(X, target)
+    loaded = muflow.load(muflow.save(model, tmp_path / "model"))
+    assert [type(k) for k in loaded.class_weight] == [type(k) for k in model.class_weight]
+    _same_model(loaded, model, X, target)
+
+
+@pytest.mark.parametrize("params, name", [
+    ({"random_state": np.random.RandomState(0)}, "random_state"),
+    ({"class_weight": {"yes": object()}}, "class_weight"),
+])
+def test_save_refuses_a_parameter_it_cannot_hold_naming_it(binary, tmp_path, params, name):
+    X, y = binary
+    model = muflow.SVC(gamma=0.5).fit(X, y).set_params(**params)
+    with pytest.raises(MuflowInputError, match=rf"^{name} = .* cannot be saved[^\n]*$"):
+        muflow.save(model, tmp_path / "model")
+    assert not (tmp_path / "model").exists()
+
+
 def test_load_refuses_what_is_not_a_model(tmp_path):
     with pytest.raises(MuflowInputError, match="not a muflow model"):
         muflow.load(tmp_path)
