@@ -50,7 +50,7 @@ from muflow.persistence_params import (classes_from_json, classes_to_json, featu
                                        params_to_json)
 
 FORMAT = "muflow-model"
-FORMAT_VERSION = 3  # 2: model.json carries the digest; 3: feature names, typed parameters
+FORMAT_VERSION = 3  # 2: model.json carries the digest; 3: feature names, typed params and labels
 _ARRAYS = ("support_", "dual_coef_", "intercept_", "n_iter_", "objective_",
            "objective_curve_", "kkt_violation_", "converged_", "coef_",
            "n_support_", "class_weight_", "_probA", "_probB")

@@ -82,22 +82,50 @@ def params_from_json(params: dict) -> dict:
     return decoded
 
 
+#: The kinds of label arrays saved: bool, signed and unsigned int, float, str, object.
+_LABEL_KINDS = "biufUO"
+#: The label types of format versions 1 and 2, which saved a kind instead of the dtype.
+_KINDS_BEFORE_3 = {"int": np.int64, "float": np.float64, "bool": bool, "str": str}
+
+
 def classes_to_json(classes: np.ndarray) -> dict:
-    """The class labels for model.json."""
-    kind = classes.dtype.kind
-    if kind in "iu":
-        return {"dtype": "int", "values": [int(c) for c in classes]}
-    if kind == "f":
-        return {"dtype": "float", "values": [float(c) for c in classes]}
-    if kind == "b":
-        return {"dtype": "bool", "values": [bool(c) for c in classes]}
-    return {"dtype": "str", "values": [str(c) for c in classes]}
+    """The class labels for model.json: their NumPy dtype (``"<u8"``, ``"|i1"``, ``"<U3"``,
+    ``"|O"``) and their values, exactly (uint64 above 2**63 included), so that the loaded
+    model predicts labels of the fitted model's dtype."""
+    dtype = classes.dtype
+    values = [_plain(c) for c in classes]
+    if dtype.kind not in _LABEL_KINDS or not all(
+            c is not None and is_json_scalar(c) for c in values):
+        raise MuflowInputError(
+            f"classes_ of dtype {dtype} cannot be saved: a saved model's labels are booleans, "
+            "integers, floats or strings; fit with labels of one of those types")
+    return {"dtype": dtype.str, "values": values}
 
 
 def classes_from_json(d: dict) -> np.ndarray:
-    """The class labels model.json's ``classes`` holds."""
-    dtype = {"int": np.int64, "float": np.float64, "bool": bool, "str": str}[d["dtype"]]
-    return np.asarray(d["values"], dtype=dtype)
+    """The class labels model.json's ``classes`` holds, in their saved dtype."""
+    values = d["values"]
+    if not isinstance(values, list) or not all(c is not None and is_json_scalar(c) for c in values):
+        raise ValueError("classes values are not a list of labels")
+    if d["dtype"] in _KINDS_BEFORE_3:
+        dtype = _KINDS_BEFORE_3[d["dtype"]]
+        if dtype is np.int64 and values and max(values) > np.iinfo(np.int64).max:
+            dtype = np.uint64  # such a model never loaded before version 3
+        return np.asarray(values, dtype=dtype)
+    dtype = np.dtype(str(d["dtype"]))
+    if dtype.kind not in _LABEL_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise ValueError(f"classes dtype {d['dtype']!r} is not one of labels")
+    if dtype.kind == "O":
+        labels = np.empty(len(values), dtype=object)
+        labels[:] = values
+        return labels
+    try:
+        labels = np.asarray(values, dtype=dtype)
+    except OverflowError:
+        labels = None
+    if labels is None or [_plain(c) for c in labels] != values:
+        raise ValueError(f"classes values do not fit their dtype {dtype}")  # truncated, wrapped
+    return labels
 
 
 def feature_names_to_json(model) -> list | None:

@@ -231,6 +231,25 @@ def test_save_refuses_a_parameter_it_cannot_hold_naming_it(binary, tmp_path, par
     assert not (tmp_path / "model").exists()
 
 
+@pytest.mark.parametrize("labels", [
+    np.array([2**63 + 5, 1], dtype=np.uint64), np.array([-3, 7], dtype=np.int8),
+    np.array([3.0, -2.0], dtype=np.float32), np.array(["no", "yes"], dtype=object),
+    np.array(["no", "yes!"]), np.array([False, True]),
+], ids=["uint64", "int8", "float32", "object", "str", "bool"])
+def test_a_loaded_model_predicts_labels_of_the_fitted_dtype(binary, tmp_path, labels):
+    """Labels come back with their dtype and exact values: uint64 labels above 2**63 failed
+    to load (OverflowError), int8 came back int64, object strings as '<U' strings."""
+    X, y = binary
+    target = labels[(y == "yes").astype(int)]
+    model = muflow.SVC(gamma=0.5).fit(X, target)
+    loaded = muflow.load(muflow.save(model, tmp_path / "model"))
+    assert loaded.classes_.dtype == model.classes_.dtype
+    expected, got = model.predict(X), loaded.predict(X)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+    assert [type(v) for v in got[:4]] == [type(v) for v in expected[:4]]
+
+
 def test_load_refuses_what_is_not_a_model(tmp_path):
     with pytest.raises(MuflowInputError, match="not a muflow model"):
         muflow.load(tmp_path)

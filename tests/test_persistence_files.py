@@ -233,3 +233,14 @@ def test_a_model_saved_in_format_version_2_loads_as_it_was_saved(fitted, saved):
     np.testing.assert_array_equal(loaded.predict(X), fitted.predict(X))
     assert loaded.get_params() == fitted.get_params()
     assert not hasattr(loaded, "feature_names_in_")
+
+
+def test_labels_that_do_not_fit_their_saved_dtype_are_refused(saved):
+    """Labels are loaded in their saved dtype and must come back exactly: a value that dtype
+    would wrap or truncate is refused, never turned into another label."""
+    meta = json.loads((saved / "model.json").read_text())
+    meta["classes"] = {"dtype": "|i1", "values": [0, 300]}
+    meta["digest"] = model_digest(meta, (saved / "arrays.npz").read_bytes())
+    (saved / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(MuflowInputError, match="classes values do not fit their dtype int8"):
+        muflow.load(saved)
