@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from muflow import routing
-from muflow.exceptions import MuflowInputError
+from muflow.exceptions import MuflowError, MuflowInputError
 from muflow.memory import gram_bytes
 from muflow.routing import plan_kernel
 
@@ -92,8 +92,13 @@ def test_on_a_cluster_x_is_partitioned_or_the_store_built_or_refused_for_want_of
         assert (ws.path, ws.store) == ("partitioned", False) and "working-set" in ws.reason
         panels = plan_kernel(300, solver="m3", solves=4, client=client, free_disk=0)
         assert (panels.path, panels.store) == ("partitioned", False) and "kernel panels" in panels.reason
-        # 20,000 samples: 1.5 GiB of float32 panels, more than half of the worker's 256 MiB
+        # 20,000 samples on a worker of 256 MiB: not even a panel of 128 rows can be streamed
         need = gram_bytes(20_000, "float32")
+        with pytest.raises(MuflowError, match="too little memory for this fit: the Gram store of "
+                                              "20,000 samples"):
+            plan_kernel(20_000, solver="m3", solves=4, client=client, store_dir="/s", free_disk=need)
+    with local_client(n_workers=1, memory_limit="2GiB") as client:
+        # 1.5 GiB of float32 panels, more than half of the worker's 2 GiB: the store is built
         store = plan_kernel(20_000, solver="m3", solves=4, client=client, store_dir="/s", free_disk=need)
         assert (store.path, store.store) == ("cluster-store", True)
         with pytest.raises(MuflowInputError, match=r"needs the Gram store of K of 20,000 samples "
