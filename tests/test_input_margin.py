@@ -428,3 +428,47 @@ def test_a_step_whose_measure_diverged_is_never_kept():
     model = InputMarginSVC("rbf", gamma=0.5, C=1.0).fit(X[:80], y[:80])
     assert model.best_step_ == 0
     assert model.score(X[:80], y[:80]) == model.svm_.score(X[:80], y[:80]) == 0.975
+
+
+def test_step_zero_with_diverged_far_samples_is_kept_over_worse_steps():
+    """Hard margin on separable data: the projections of the SVM's far samples (correctly
+    classified, where grad f of the RBF vanishes) diverged, so step 0 was dropped and a step
+    with a negative measured margin (-1.50, training accuracy 0.60) was kept against the
+    SVM's 0.633. Step 0, the SVM, is always a fallback: a later step must be measured
+    throughout and beat its margin over the samples it measured. Not improving is warned."""
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(60, 2))
+    y = X[:, 0] > 0
+    X[y, 0] += 1
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = InputMarginSVC("rbf", gamma=0.5, n_steps=3).fit(X, y)
+    assert model.score(X, y) == model.svm_.score(X, y) == 1.0
+    assert model.input_margin_ >= model.initial_margin_ > 0
+    assert model.best_step_ == 0
+    assert any(issubclass(w.category, ConvergenceWarning) and "did not improve" in str(w.message)
+               for w in caught)
+
+
+def test_best_step_compares_with_what_step_zero_measured():
+    """StepTrace.best on made-up measures: step 0's diverged samples do not set the figure
+    to beat when correctly classified, and cap it at 0 when misclassified; a later step with
+    a diverged projection, or a margin not above that figure, is never kept."""
+    from muflow.input_margin import InputMargin, StepTrace
+
+    def measure(distances, diverged=()):
+        d = np.asarray(distances, dtype=float)
+        div = np.isin(np.arange(len(d)), diverged)
+        return InputMargin(np.zeros((len(d), 2)), d, float(d.min()), ~div, 1, div)
+
+    def best(*measures):
+        return StepTrace([0.0] * len(measures), list(measures), [None] * len(measures), [None] * len(measures)).best
+
+    far = measure([0.6, 0.9, 1e149], diverged=[2])  # correctly classified, flat f: reference 0.6
+    assert best(far, measure([0.5, 0.7, 0.8]), measure([-1.5, 0.2, 0.3])) == 0
+    assert best(far, measure([0.5, 0.7, 0.8]), measure([0.65, 0.7, 0.8])) == 2
+    assert best(far, measure([9.0, 9.0, -1e8], diverged=[2])) == 0
+    lost = measure([0.6, 0.9, -3.0], diverged=[2])  # misclassified, unmeasured: reference 0
+    assert best(lost, measure([-0.1, 0.7, 0.8])) == 0
+    assert best(lost, measure([0.1, 0.7, 0.8])) == 1
+    assert best(measure([1e149, 1e149], diverged=[0, 1]), measure([5.0, 5.0])) == 0

@@ -43,7 +43,9 @@ the Euclidean metric of the simulation). On the 100 runs of the section 4 simula
 By the estimate 7 runs keep another step than by the measure, and run 20 a step whose
 measured margin is below the SVM's. The linearisation of constraint (4) into (5) decides
 how far a step gets, not how it is judged. Hence :class:`InputMarginSVC` keeps the step with
-the largest measured margin (:attr:`StepTrace.best`), and step 0 is a candidate.
+the largest measured margin (:attr:`StepTrace.best`), and step 0, the SVM it started from,
+unless a later step measured throughout beats it (:func:`reference_margin` when some of
+step 0's projections diverged): the step kept is never worse than the start.
 
 Notes
 -----
@@ -278,18 +280,56 @@ class StepTrace:
         return np.array([m.margin for m in self.measures])
 
     @property
+    def settled(self) -> np.ndarray:
+        """Whether each step's margin was measured throughout: no projection diverged and
+        the margin is finite, shape (n_steps + 1,)."""
+        return np.array([not np.any(m.diverged) and np.isfinite(m.margin) for m in self.measures],
+                        dtype=bool)
+
+    @property
+    def reference(self) -> float:
+        """Step 0's margin as a later step must beat it: :func:`reference_margin` of its
+        measure."""
+        return reference_margin(self.measures[0])
+
+    @property
     def best(self) -> int:
-        """The step with the largest measured margin (the first of equals). A measure
-        that is not finite, or in which a projection diverged, never wins: eq. (3) at a
-        diverged point is no distance (values of -1e149 made the margin), and a step that
-        broke the boundary could win against steps whose margins were all measured so. With
-        no step measured throughout, step 0, the SVM itself."""
+        """The step kept: step 0, the starting SVM, unless a later step's margin was
+        measured throughout (:attr:`settled`) and exceeds :attr:`reference`; then the
+        largest such margin (the first of equals).
+
+        Step 0 is always a valid fallback, whatever the trust in its measure: its model is
+        the SVM the caller started from. A later step is judged only by a measure: eq. (3)
+        at a diverged point is no distance (values of -1e149 made margins), so a step with a
+        diverged projection never wins. Since the reference is at most 0 when step 0
+        misclassifies a sample and otherwise positive, a negative margin never beats a
+        positive one.
+        """
         measured = self.measured
-        settled = np.array([not np.any(m.diverged) for m in self.measures], dtype=bool)
-        usable = np.isfinite(measured) & settled
-        if not usable.any():
+        better = self.settled & (measured > self.reference)
+        better[0] = False
+        if not better.any():
             return 0
-        return int(np.argmax(np.where(usable, measured, -np.inf)))
+        return int(np.argmax(np.where(better, measured, -np.inf)))
+
+
+def reference_margin(measure) -> float:
+    """The margin of a starting step (step 0) that a later step must exceed to replace it.
+
+    With every projection settled, the measured margin. Otherwise the smallest distance
+    over the samples whose projection settled with a finite distance (``inf`` if none),
+    and at most 0 when an unmeasured sample is misclassified (or of unknown side): a
+    correctly classified sample whose projection diverged lies where f is flat, far from
+    the boundary, and does not set the margin, while a misclassified one makes the true
+    margin negative by an unknown amount, so only a step that classifies every sample
+    (a positive measured margin) is known to be better.
+    """
+    dist = measure.distances
+    measured = ~measure.diverged & np.isfinite(dist)
+    ref = float(dist[measured].min()) if measured.any() else np.inf
+    if np.any(~measured & ~(dist > 0)):
+        ref = min(ref, 0.0)
+    return ref
 
 
 def run_steps(disc: Discriminant, X, y, G_inv, L, *, upper, method, n_steps, n_projection_iter,

@@ -81,6 +81,19 @@ def _warn_unsettled(res: InputMargin, what: str, stacklevel: int) -> None:
             ConvergenceWarning, stacklevel=stacklevel + 1)
 
 
+def _warn_no_improvement(trace) -> None:
+    """Warn that no step of the algorithm beat the SVM it started from, and why."""
+    later = np.arange(1, len(trace.measures))
+    unmeasured = int(np.sum(~trace.settled[later]))
+    warnings.warn(
+        f"InputMarginSVC: the {len(later)} step(s) did not improve on the ordinary SVM (step 0), "
+        f"whose margin {trace.reference:.6g} is kept: {unmeasured} had projections (eq. 12) that "
+        f"diverged, so no measured margin, and {len(later) - unmeasured} a measured margin at "
+        "most the SVM's. margin_history_ shows each step's; fewer n_steps, a finite C or "
+        "another gamma may do better",
+        ConvergenceWarning, stacklevel=3)  # _warn_no_improvement < fit < caller
+
+
 def input_space_margin(model, X, y, metric=None, *, x_start=None, max_iter=MEASURE_MAX_ITER,
                        tol=1e-9, slow_down=True, max_bytes=DEFAULT_MAX_BYTES,
                        force=False) -> InputMargin:
@@ -171,8 +184,9 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
     n_steps : int, default=5
         Steps of the algorithm. The margin of every step's boundary is measured (eq. 12 from
         each sample until it converges, then eq. 3: :func:`input_space_margin`) and the step
-        with the largest measured margin is kept; step 0, the ordinary SVM, is a candidate,
-        so the kept margin is never below the SVM's. (The paper keeps the best by the
+        with the largest measured margin is kept; step 0, the ordinary SVM, is kept unless
+        a later step's margin, from projections none of which diverged, exceeds the SVM's, so
+        the kept model is never worse than the SVM. (The paper keeps the best by the
         algorithm's estimate, section 3.6; see ``estimated_margin_history_``.)
     n_projection_iter : int, default=10
         Iterations of eq. (12) per step to update x_hat (the paper's figures use 10).
@@ -214,7 +228,14 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
         of eq. (12) from the previous step's points (from the samples for "simplified"). It
         may differ from ``margin_history_``; see Notes.
     best_step_ : int
-        Index of the kept step, the largest measured margin (the earliest of equals).
+        Index of the kept step: 0, or the step with the largest measured margin (the earliest
+        of equals) among the later steps with no diverged projection whose margin exceeds
+        the SVM's. Where some of the SVM's projections diverged, the SVM's margin so compared
+        is the smallest over the samples whose projection settled, and at most 0 when an
+        unmeasured sample is misclassified
+        (:func:`~muflow.input_margin._algorithm.reference_margin`).
+        Hence ``input_margin_ >= initial_margin_`` and a misclassifying step never replaces
+        an SVM that separates the training set.
     initial_margin_ : float
         Measured margin of the ordinary SVM, ``margin_history_[0]``.
     projections_ : ndarray of shape (n_samples, n_features)
@@ -225,8 +246,9 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
     Warns
     -----
     ConvergenceWarning
-        When a QP step stops at ``max_iter``, or when the measurement of the kept step rests
-        on projections that diverged or did not converge (see :func:`input_space_margin`).
+        When a QP step stops at ``max_iter``; when no step improved on the SVM, which is then
+        kept; or when the measurement of the kept step rests on projections that diverged or
+        did not converge (see :func:`input_space_margin`).
 
     Notes
     -----
@@ -323,6 +345,8 @@ class InputMarginSVC(ClassifierMixin, BaseEstimator):
         self.input_margin_ = float(self.margin_history_[self.best_step_])
         self.initial_margin_ = float(self.margin_history_[0])
         self.projections_ = measure.projections
+        if self.best_step_ == 0 and len(trace.measures) > 1:
+            _warn_no_improvement(trace)
         _warn_unsettled(measure, f"InputMarginSVC (step {self.best_step_} kept)", stacklevel=2)
         return self
 
