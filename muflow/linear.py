@@ -19,10 +19,12 @@ with ``positive=True`` the intercept itself stays unconstrained in sign.
 from __future__ import annotations
 
 import numbers
+import warnings
 
 import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted
 
@@ -79,7 +81,20 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     objective_ : ndarray of shape (n_problems,)
         Final dual objective F(alpha) = 1/2 ||beta||^2 - (e - dbar)'alpha per problem.
     kkt_violation_ : ndarray of shape (n_problems,)
+        Natural KKT residual of the dual (:mod:`muflow.solvers.kkt`, no equality) at the
+        returned alpha, over every sample (shrunk or not), per problem.
+    converged_ : ndarray of bool of shape (n_problems,)
+        ``kkt_violation_ <= tol``.
+    fit_status_ : int
+        0 when every problem met ``tol``, 1 when one stopped at ``max_iter`` above it (as
+        ``muflow.SVC``'s and libsvm's).
     n_features_in_ : int
+
+    Warns
+    -----
+    ConvergenceWarning
+        When a problem stopped at ``max_iter`` epochs with its KKT violation above ``tol``
+        (liblinear warns in the same case); the warning names the violation reached.
 
     Notes
     -----
@@ -228,8 +243,24 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self.dual_coef_ = np.vstack(dual)
         self.objective_ = np.asarray(objectives)
         self.kkt_violation_ = np.asarray(violations)
+        self.converged_ = self.kkt_violation_ <= float(self.tol)
+        self.fit_status_ = int(not self.converged_.all())
         self.n_iter_ = iters
+        if self.fit_status_:
+            self._warn_not_converged()
         return self
+
+    def _warn_not_converged(self):
+        """scikit-learn's ``ConvergenceWarning`` for a problem that ran out of epochs above
+        ``tol``, naming the violation reached and the usual causes."""
+        worst = float(np.max(self.kkt_violation_))
+        warnings.warn(
+            f"LinearSVC stopped at max_iter={self.max_iter} epochs with KKT violation "
+            f"{worst:.3g} > tol={float(self.tol):g} in {int(np.sum(~self.converged_))} of "
+            f"{self.converged_.size} problem(s) (fit_status_ = 1); the coefficients are not "
+            "the optimum. Raise max_iter, scale the features (StandardScaler), or use a "
+            "smaller C (a large C makes coordinate descent slow)",
+            ConvergenceWarning, stacklevel=3)  # _warn_not_converged < fit < caller
 
     def decision_function(self, X):
         """x' beta + b per problem: shape (n_samples,) for two classes, else (n, n_classes)."""

@@ -64,6 +64,9 @@ def test_matches_liblinear_on_a8a(a8a_sparse, intercept, fit_intercept):
     assert ours.kkt_violation_[0] <= 1e-4
 
 
+# the default 1000 epochs stop above tol=1e-5 here (warned): the point is that both row
+# formats take the same steps
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
 def test_dense_and_sparse_agree(a8a_sparse):
     Xtr, _, ytr, _ = a8a_sparse
     Xtr, ytr = Xtr[:500], ytr[:500]
@@ -202,3 +205,37 @@ def test_linear_cd_curve_is_the_decreasing_dual_objective():
     w = (alpha * y) @ np.hstack([X, np.ones((n, 1))])
     np.testing.assert_allclose(v, w, atol=1e-10)
     assert F == pytest.approx(0.5 * w @ w - alpha.sum(), rel=1e-12)
+
+
+def test_stopping_at_max_iter_warns_and_measures_the_violation():
+    """C=1e4 on 400 x 8 data: 1000 epochs leave the dual objective far from its minimum.
+    The fit ended silently with kkt_violation_ inf (the measure was taken only once the
+    shrunk set's gap passed tol); liblinear warns in the same case. Now the violation is
+    the common KKT measure over every sample at the returned alpha, the fit warns, and
+    converged_ / fit_status_ say it, as muflow.SVC's do."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    from muflow.solvers.kkt import kkt_violation_reference
+
+    rng = np.random.default_rng(10)
+    X = rng.normal(size=(400, 8))
+    y = (X[:, 0] + 0.5 * X[:, 1] + 0.5 * rng.normal(size=400) > 0).astype(int)
+    with pytest.warns(ConvergenceWarning, match=r"max_iter=1000.*KKT violation.*max_iter.*C"):
+        model = LinearSVC(C=1e4, tol=1e-8, random_state=0).fit(X, y)
+    yy = np.where(y == 1, 1.0, -1.0)
+    alpha = model.dual_coef_[0]
+    grad = yy * (X @ model.coef_[0]) - 1.0
+    expected, _ = kkt_violation_reference(alpha, grad, yy, np.full(400, 1e4), equality=False)
+    assert np.isfinite(model.kkt_violation_).all()
+    np.testing.assert_allclose(model.kkt_violation_, expected, rtol=1e-8)
+    assert model.kkt_violation_[0] > 1e-8
+    assert model.converged_.tolist() == [False] and model.fit_status_ == 1
+    assert model.n_iter_ == 1000
+    # a fit that meets tol: measured, no warning
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        easy = LinearSVC(C=1.0, tol=1e-4, random_state=0).fit(X, y)
+    assert easy.kkt_violation_[0] <= 1e-4
+    assert easy.converged_.tolist() == [True] and easy.fit_status_ == 0
