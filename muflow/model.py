@@ -207,8 +207,10 @@ default="rbf"
     intercept_ : ndarray of shape (n_problems,)
         One per binary problem: 1, k(k-1)/2 (one-vs-one, pairs in libsvm's order) or k.
     fit_status_ : int
-        0 when every problem met ``tol``, 1 when a solve stopped at ``max_iter`` or at
-        ``time_limit``.
+        0 when every problem met ``tol``, 1 (libsvm's "not converged") when a solve ended
+        above it: stopped at ``max_iter``, at ``time_limit``, or where no further progress
+        was possible (a ``tol`` below what the arithmetic reaches); a ``ConvergenceWarning``
+        then names the KKT violation reached and the cause.
     shape_fit_ : tuple
         Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)

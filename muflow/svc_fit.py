@@ -79,11 +79,23 @@ class FitSteps:
                                              cache_mb=float(self.cache_size))
 
     def _warn_from_fit_status(self):
-        """scikit-learn's ``ConvergenceWarning`` when a solve stopped at ``max_iter``."""
-        if self.fit_status_ == 1:
-            warnings.warn(
-                f"Solver terminated early (max_iter={self.max_iter}).  Consider pre-processing "
-                "your data with StandardScaler or MinMaxScaler.", ConvergenceWarning, stacklevel=3)
+        """scikit-learn's ``ConvergenceWarning`` for a solve that ended above ``tol``: it
+        names the KKT violation reached and what stopped the solver, ``max_iter`` or no
+        further progress (the time limit warns through :func:`muflow.time_limit.finish_fit`)."""
+        if self.fit_status_ != 1:
+            return
+        reached = (f"with KKT violation {float(np.max(self.kkt_violation_)):.3e} > "
+                   f"tol={float(self.tol):g} (fit_status_ = 1)")
+        if getattr(self, "_budget_spent", True):
+            # scikit-learn's words first (its tests match them), then what was reached
+            message = (f"Solver terminated early (max_iter={self.max_iter}).  Consider "
+                       "pre-processing your data with StandardScaler or MinMaxScaler. Stopped "
+                       f"{reached}.")
+        else:
+            message = (f"Solver stopped {reached}: no further progress was possible at this "
+                       "tol, which is below what floating-point arithmetic reaches on this "
+                       "problem (or the kernel is not positive semi-definite); raise tol.")
+        warnings.warn(message, ConvergenceWarning, stacklevel=3)
 
     def _fit_as_one_task(self, X, y, sample_weight, offset):
         """The whole fit on one worker, next to its data, as one task

@@ -92,7 +92,10 @@ class FittedSVC:
         self.objective_curve_ = np.asarray(solution.objective_curve)
         self.kkt_violation_ = np.asarray(solution.kkt_violation)
         self.converged_ = np.asarray(solution.converged)
-        self.fit_status_ = int(not self.converged_.all() and solution.n_iter >= budget)
+        # libsvm's status: 1 for a solve that ended above tol, whatever stopped it (the
+        # budget, a deadline, or a solver that could make no further progress)
+        self.fit_status_ = int(not self.converged_.all())
+        self._budget_spent = bool(solution.n_iter >= budget)
         self.timings_ = dict(solution.timings)
         self.rows_computed_ = int(solution.timings.get("rows_fetched", 0))
         self.shape_fit_ = X.shape if hasattr(X, "shape") else (_num_samples(X),)

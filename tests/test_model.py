@@ -521,3 +521,18 @@ def test_an_asymmetric_precomputed_kernel_is_refused(binary):
         muflow.SVC(kernel="precomputed").fit(K, y)
     K[1, 0] += 1.0
     assert muflow.SVC(kernel="precomputed").fit(K, y).n_support_.sum() > 0
+
+
+def test_a_solver_that_gives_up_above_tol_warns_and_reports_fit_status_1():
+    """A tol below rounding: the working-set loop stops where it can make no further
+    progress, before max_iter. The fit is libsvm's "not converged" (fit_status_ = 1) and a
+    ConvergenceWarning names the violation reached and the cause, as a stop at max_iter."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 5))
+    y = (X[:, 0] * X[:, 1] + 0.3 * rng.normal(size=300) > 0).astype(int)
+    model = muflow.SVC(kernel="rbf", gamma=0.5, C=100, solver="working_set", tol=1e-15)
+    with pytest.warns(ConvergenceWarning, match=r"KKT violation [0-9.e+-]+ > tol=1e-15 "
+                                                r"\(fit_status_ = 1\): no further progress"):
+        model.fit(X, y)
+    assert not model.converged_.all() and model.fit_status_ == 1
+    assert model.score(X, y) > 0.9  # the iterate is usable, only short of an unreachable tol
