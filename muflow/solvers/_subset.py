@@ -17,6 +17,10 @@ from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
 #: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
 MAX_STALLS = 20
 
+#: Steps without a new low of the objective after which a loop that never meets its gap
+#: certifies its point (:meth:`StallGuard.flat`).
+FLAT_STEPS = 1 << 16
+
 
 def column_view(v) -> np.ndarray:
     """``v`` as an (n, 1) C-ordered float64 array: a view of a contiguous float64 vector, a
@@ -116,22 +120,48 @@ class StallGuard:
     those the gap cannot be closed further (rounding) and the loop gives up uncertified.
 
     Shared by the working-set loop (:func:`muflow.solvers.working_set_loop.run_column`) and
-    SMO's outer loop (:func:`muflow.solvers.smo.smo_column`).
+    SMO's outer loop (:func:`muflow.solvers.smo.smo_column`). A loop whose steps never meet
+    its gap (SMO's pair steps at a gap below rounding move by rounding and cycle) asks
+    :meth:`flat` whether its objective still falls, and certifies where it does not; such a
+    loop passes the violation each failed certificate reached, and one that does not halve
+    the lowest so far counts as a stall even where variables had been shrunk (shrinking
+    again and again then cannot keep the loop going).
     """
 
-    def __init__(self, tol: float, max_stalls: int = MAX_STALLS):
+    def __init__(self, tol: float, max_stalls: int = MAX_STALLS, flat_steps: int = FLAT_STEPS):
         self.gap_tol = float(tol)
         self.stalls = 0
         self.max_stalls = max_stalls
+        self.flat_steps = int(flat_steps)
+        self.best = np.inf  # the lowest violation certified
+        self._low_F, self._low_step = np.inf, None
 
-    def go_on(self, shrunk: bool) -> bool:
+    def go_on(self, shrunk: bool, violation: float | None = None) -> bool:
         """After a failed certificate: False to give up."""
-        if not shrunk:
+        improved = violation is None or violation < 0.5 * self.best
+        if violation is not None:
+            self.best = min(self.best, violation)
+        self._low_step = None  # a fresh window of steps for the next round
+        if not shrunk or not improved:
             self.stalls += 1
             if self.stalls > self.max_stalls:
                 return False
-            self.gap_tol *= 0.25
+            if not shrunk:
+                self.gap_tol *= 0.25
         return True
+
+    def flat(self, curve: np.ndarray, steps: int) -> bool:
+        """After ``steps`` steps, the last of which left the objective values ``curve``:
+        True when the objective has reached no new low in the last ``flat_steps`` steps
+        (in exact arithmetic every step of a descent method lowers it)."""
+        if self._low_step is None:
+            self._low_step = steps
+        if curve.size:
+            k = int(np.argmin(curve))
+            if curve[k] < self._low_F:
+                self._low_F = float(curve[k])
+                self._low_step = steps - (curve.size - 1 - k)
+        return steps - self._low_step >= self.flat_steps
 
 
 def pad_curves(curves) -> np.ndarray:

@@ -15,7 +15,11 @@ maximal violating pair says cannot move leave the active set. The compiled loop 
 the active set meets the internal gap; the driver then recomputes the full gradient with
 one product ``K @ v`` (the operator's cheapest question), certifies the point with the
 common KKT measure and, if it falls short of ``tol``, brings the variables back and goes
-on. The loop stops as libsvm does, at an internal gap m(alpha) - M(alpha) <= tol: the
+on. Where the steps no longer lower the objective (a gap below what rounding lets the
+pairs close: they cycle) the driver certifies as well, and the rule of
+:class:`~muflow.solvers._subset.StallGuard`, which the working-set loop shares, gives up
+where certificates stop improving; the point returned is the best one certified. The loop
+stops as libsvm does, at an internal gap m(alpha) - M(alpha) <= tol: the
 natural residual is then <= tol / 2 (the bias at the middle of the gap), so normally one
 check suffices, and SVC(tol=...) stops where scikit-learn's SVC with the same tol stops.
 
@@ -116,6 +120,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     data, slot_of, stamp, clock = cache.arrays
     compact = compact_rows(n, data.dtype) if col.equality else None
     stopped = False
+    best = (np.inf, None, 0.0, 0.0)  # (violation, alpha, bias, F) of the best point certified
     while True:
         t = time.perf_counter()
         if col.equality:
@@ -137,30 +142,35 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         if status == sc.CURVE_FULL:
             if on_chunk is not None and on_chunk(int(state[sc.STATE_ITER]), F[0]):
                 stopped = True
-            else:
+            elif not guard.flat(pieces[-1], int(state[sc.STATE_ITER])):
                 continue
-        # the active set is solved (or the budget is spent): certify on the whole set
+        # the active set is solved, its steps no longer lower F (a gap below rounding: the
+        # pairs cycle) or the budget is spent: certify on the whole set
         t = time.perf_counter()
         G = col.gradient(alpha)
         F[0] = col.objective(alpha, G)
         violation, bias = col.kkt(alpha, G, bias)
         timings["kkt"] = timings.get("kkt", 0.0) + time.perf_counter() - t
+        if violation < best[0]:
+            best = (violation, alpha.copy(), bias, F[0])
         if violation <= tol or status == sc.MAX_ITER or stopped:
             break
         n_act = int(state[sc.STATE_NACT])
         if grow == "violators":
             r = col.residuals(alpha, G, bias)
             new = member | ((r > 0.5 * tol) & valid)
-            go_on = guard.go_on(shrunk=new.sum() > member.sum())
+            go_on = guard.go_on(shrunk=new.sum() > member.sum(), violation=violation)
             member = new
         else:
-            go_on = guard.go_on(shrunk=n_act < int(valid.sum()))
+            go_on = guard.go_on(shrunk=n_act < int(valid.sum()), violation=violation)
             member = valid.copy()
         if not go_on:
             break
         act[:] = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)])
         state[sc.STATE_NACT] = int(member.sum())
         state[sc.STATE_SHRINK] = 0
+    if best[0] < violation:  # a later round ended worse (a stop amid cycling): the best back
+        violation, alpha[:], bias, F[0] = best[0], best[1], best[2], best[3]
     curve = np.concatenate(pieces)
     curve[-1] = F[0]
     return alpha, bias, curve, violation, int(state[sc.STATE_ITER])

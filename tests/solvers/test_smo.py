@@ -169,3 +169,20 @@ def test_the_callback_interval_does_not_grow_with_n():
                     callback=hear, libsvm_iterations=True)
     assert len(steps) == 3 and np.diff([0] + steps).max() <= callback_interval(n) < n
     assert sol.timings["pair_steps"] == steps[-1]  # stopped at the third check
+
+
+def test_smo_stops_where_a_tol_below_rounding_cannot_be_met_with_its_best_point():
+    """At tol = 1e-15 the pair steps cycle at rounding level and never meet their gap: SMO
+    notices that its objective no longer falls, certifies, and gives up where certificates
+    stop improving (the working-set loop's stall rule), long before max_iter, returning
+    the best point it certified: no worse than what tol = 1e-12 reaches."""
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(300, 5))
+    y = np.where(X[:, 0] * X[:, 1] + 0.3 * rng.normal(size=300) > 0, 1.0, -1.0)
+    problem = DualProblem(DenseGram(Kernel("rbf", gamma=0.5).block(X)), y, upper=100.0,
+                          equality=True)
+    reachable = solve_smo(problem, tol=1e-12, max_iter=40_000)
+    assert reachable.converged.all()
+    below = solve_smo(problem, tol=1e-15, max_iter=40_000)
+    assert below.n_iter < 40_000 and not below.converged.all()
+    assert below.kkt_violation.max() <= max(reachable.kkt_violation.max(), 1e-13)
