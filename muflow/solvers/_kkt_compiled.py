@@ -250,7 +250,45 @@ def _kkt_equality(aj, gj, yj, uj, b0, L, A, B, il, iu):
     r0 = residual_max(aj, gj, yj, uj, b0)
     if r0 <= r:
         b, r = b0, r0
+    # far from a KKT point V is flat over a range of b (every residual at its cap: after
+    # one step, or where a deadline stopped): the bisection's end then says nothing (it
+    # gave 0, and a model that predicts one class); libsvm's bias where it is as good
+    bl = libsvm_bias(aj, gj, yj, uj)
+    rl = residual_max(aj, gj, yj, uj, bl)
+    if rl <= r:
+        b, r = bl, rl
     return r, b
+
+
+@njit(cache=True)
+def libsvm_bias(alpha, grad, y, upper):
+    """libsvm's bias of any iterate: b = -rho, rho the mean of y_i g_i over the free
+    variables or, with none free, the middle of [max over one bound set, min over the
+    other] (Fan, Chen & Lin, JMLR 6, 2005; libsvm's ``calculate_rho``). A pinned sample
+    (U_i <= 0) counts in neither."""
+    lb = -np.inf
+    ub = np.inf
+    total = 0.0
+    free = 0
+    for i in range(alpha.shape[0]):
+        u = upper[i]
+        if u <= 0.0:
+            continue
+        yg = y[i] * grad[i]
+        at_upper = alpha[i] >= u
+        if at_upper or alpha[i] <= 0.0:
+            if at_upper == (y[i] > 0):  # y = +1 at U, y = -1 at 0: rho >= y g
+                lb = yg if yg > lb else lb
+            else:
+                ub = yg if yg < ub else ub
+        else:
+            total += yg
+            free += 1
+    if free > 0:
+        return -total / free
+    if np.isfinite(lb) and np.isfinite(ub):
+        return -0.5 * (lb + ub)
+    return 0.0
 
 
 @njit(cache=True)
@@ -261,7 +299,8 @@ def kkt_columns(alpha, grad, y, upper, equality, hint, violation, bias):
     ``bias`` (m,). With the equality constraint the smallest level tau at which the
     samples' bias intervals intersect is found by bisection, on the per-sample thresholds
     of :func:`bias_thresholds` computed once per column; the bias is the middle of the
-    intersection at that level (:func:`bias_interval`), or the hint where that is no worse.
+    intersection at that level (:func:`bias_interval`), or the hint where that is no worse,
+    or libsvm's (:func:`libsvm_bias`) where that is no worse either (a V flat in b).
 
     Each column is copied into contiguous vectors first: the bisection visits it tens of
     times, and a strided column of a row-major (n, m) array costs a cache line per element.

@@ -246,3 +246,28 @@ def test_a_solver_refuses_a_non_finite_start(name):
         SOLVERS[name].solve(problem, init=start, tol=1e-3, max_iter=10)
     with pytest.raises(MuflowInputError, match=r"init bias holds 1 non-finite"):
         SOLVERS[name].solve(problem, init=(np.zeros(40), np.inf), tol=1e-3, max_iter=10)
+
+
+def test_the_bias_of_an_iterate_far_from_kkt_is_libsvms():
+    """After libsvm's first pair step (max_iter=1) both alphas sit at C: every residual is
+    at its cap and every b minimises V. The measure then gives libsvm's bias of the
+    iterate (the middle of its bound sets), not 0, so that a fit stopped early predicts
+    as libsvm's does."""
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics.pairwise import rbf_kernel
+    from sklearn.svm import SVC
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(600, 5))
+    labels = (X[:, 0] + 0.5 * rng.normal(size=600) > 1.0).astype(int)
+    K = rbf_kernel(X, X, gamma=0.2)
+    with pytest.warns(ConvergenceWarning):
+        ref = SVC(kernel="precomputed", C=1.0, max_iter=1).fit(K, labels)
+    y = np.where(labels == 1, 1.0, -1.0)
+    alpha = np.zeros(600)
+    alpha[ref.support_] = np.abs(ref.dual_coef_[0])
+    g = y * (K @ (y * alpha)) - 1.0
+    U = np.ones(600)
+    viol, bias = kkt_violation(_Columns(y[:, None], U[:, None], True), alpha[:, None], g[:, None])
+    assert viol[0] == pytest.approx(1.0)  # saturated: V says nothing about b
+    assert bias[0] == pytest.approx(ref.intercept_[0], abs=1e-7) and abs(bias[0]) > 0.01
