@@ -61,7 +61,11 @@ def test_a_cache_that_cannot_be_allocated_names_cache_size():
     assert "lower cache_size (--cache-size), or n_jobs" in last
 
 
-def test_the_cap_keeps_what_fits_and_warns_once_per_value():
+def test_the_cap_keeps_what_fits_and_warns_once_per_value(monkeypatch):
+    import muflow.memory
+
+    # "unknown room" below: the machine's own free memory must not decide the test
+    monkeypatch.setattr(muflow.memory, "available_memory_bytes", lambda: None)
     row = 8 * 100_000  # float64 rows of 100,000 samples
     with pytest.warns(CacheCappedWarning, match=r"cache_size=123456 MB .* capped to"):
         assert cache_rows_that_fit(10_000, row, 123456, available=2**30) == 2**29 // row
