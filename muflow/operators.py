@@ -29,10 +29,15 @@ from muflow.exceptions import MuflowInputError, SolverCombinationError
 
 
 def operand_dtype(operator) -> type:
-    """The dtype an operator multiplies in: float32 for an in-memory float32 Gram (its
-    compiled loops are specialised for it), float64 otherwise."""
-    dense = operator.dense
-    return np.float32 if dense is not None and dense.dtype == np.float32 else np.float64
+    """The dtype an operator's products ``K @ V`` are computed and rounded in
+    (:attr:`GramOperator.product_dtype`): the dtype of the operand and of the product a
+    multiplicative pass hands to :meth:`GramOperator.matmul_native` (its compiled loops are
+    specialised for float32 and float64), and the precision by which the solver judges
+    whether a pass lowered the objective. One rule for every operator: a float32 Gram in
+    memory, float32 rows on demand, float32 panels on Dask workers all multiply in float32;
+    an operator whose rows are float32 but whose products are summed in float64 says so."""
+    dtype = getattr(operator, "product_dtype", None)
+    return np.dtype(operator.dtype if dtype is None else dtype).type
 
 
 #: Rows of K split at a time by :func:`split_product` (bounds its temporaries).
@@ -82,6 +87,10 @@ class GramOperator(ABC):
         True when no entry of K is negative (MUNK applies, ``matmul_parts`` is cheap).
     dtype : numpy dtype
         Storage of K (float32 or float64).
+    product_dtype : numpy dtype
+        The dtype :meth:`matmul` and :meth:`matmul_native` compute and round ``K @ V`` in;
+        None (the default): :attr:`dtype`. An operator whose products are summed in float64
+        over float32 rows sets float64.
     seconds : float
         Time spent in products, for solvers' timing reports.
     products : int
@@ -91,6 +100,7 @@ class GramOperator(ABC):
     n: int
     nonnegative: bool
     dtype = np.dtype(np.float64)
+    product_dtype = None
     seconds = 0.0
     products = 0
     #: Rows per block of the default :meth:`matmul_parts`.

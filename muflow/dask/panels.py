@@ -152,6 +152,8 @@ class DaskRowPanels(DaskRowPartitions):
         Products answered and the client's seconds in them.
     """
 
+    product_dtype = None  # the panels' dtype: products are computed in it
+
     def __init__(self, X, kernel, client, *, gram_dtype="auto", owns_client=False,
                  cache_mb=DEFAULT_CACHE_MB):
         self.requested_dtype = gram_dtype

@@ -227,6 +227,8 @@ class DaskRowPartitions(GramOperator):
         (:func:`~muflow.dask.row_blocks.copy_fits`). Never with one partition.
     """
 
+    product_dtype = np.dtype(np.float64)  # float64 blocks summed (RowPartition._accumulate)
+
     def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB,
                  copy_x=None):
         self.client = client

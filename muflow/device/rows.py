@@ -110,6 +110,9 @@ class DeviceRows(GramOperator):
     :data:`PANEL_BYTES`, K when resident, and the row cache the working set asks for.
     """
 
+    #: products are summed in float64 whatever the rows' dtype (:meth:`product_on_device`)
+    product_dtype = np.dtype(np.float64)
+
     def __init__(self, X, kernel: Kernel, xp, dtype="float64", resident_bytes: int = 0):
         if not isinstance(kernel, Kernel) or kernel.name not in PRODUCT_KERNELS:
             raise MuflowInputError(

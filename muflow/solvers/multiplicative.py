@@ -439,7 +439,9 @@ def rounding_slack(problem, prod, objective) -> np.ndarray:
     carries an error up to about eps sqrt(n) a'|Q|a, with a'|Q|a = sum_i w_i (P_i + N_i)
     from the halves of the product; near the optimum a pass lowers F by less than that,
     and judged on the rounded values every step there looked like a rise: the line search
-    put back the previous iterate, whose next step was the same, for ever."""
+    put back the previous iterate, whose next step was the same, for ever. The precision is
+    the one the operator's products are rounded in (:func:`muflow.operators.operand_dtype`),
+    whichever operator: float32 rows on demand round as a float32 Gram in memory does."""
     slack = 1e-13 * np.abs(objective)
     if operand_dtype(problem.operator) == np.float64 or prod.P is None:
         return slack

@@ -110,6 +110,32 @@ def test_a_float32_gram_converges_where_a_float64_one_does(rule):
     np.testing.assert_allclose(fits["float32"].objective_, fits["float64"].objective_, rtol=1e-6)
 
 
+def test_float32_rows_on_demand_converge_as_a_float32_gram_does():
+    """Rows computed on demand in float32 round the products as a stored float32 Gram does,
+    but the safeguard judged them with a float64 slack: nearly every pass was rolled back and
+    the KKT violation stood still for ever (0.046 after 40,000 passes). The slack follows
+    the dtype the operator's products are rounded in (:func:`muflow.operators.operand_dtype`)."""
+    import muflow
+    from muflow.kernel_rows import KernelRows
+    from muflow.kernels import Kernel
+    from muflow.operators import operand_dtype
+    from tests.conftest import dual_objective, reference_libsvm
+
+    X, y = muflow.datasets.load_sonar()
+    X, y = X[::2], y[::2]
+    fits = {gram: muflow.SVC(gamma=0.5, C=10.0, solver="munk", gram=gram, gram_dtype="float32",
+                             max_iter=10_000).fit(X, y)
+            for gram in ("stored", "rows")}
+    assert all(bool(f.converged_.all()) for f in fits.values())
+    assert fits["rows"].timings_["safeguard_passes"] < 0.1 * fits["rows"].n_iter_[0]
+    assert abs(fits["rows"].n_iter_[0] - fits["stored"].n_iter_[0]) <= 0.01 * fits["stored"].n_iter_[0]
+    K = Kernel("rbf", gamma=0.5).block(np.asarray(X, dtype=np.float64))
+    labels = np.where(y == np.unique(y)[1], 1.0, -1.0)
+    f_ref = dual_objective(K, labels, reference_libsvm(K, labels, 10.0)[0])
+    np.testing.assert_allclose(fits["rows"].objective_, f_ref, rtol=1e-5)
+    assert operand_dtype(KernelRows(X, Kernel("rbf", gamma=0.5), dtype="float32")) == np.float32
+
+
 def test_work_arrays_given_back_do_not_pile_up():
     """The flipped box (and any kernel with negative entries) takes no work array from the
     scratch but gives three back a pass: they piled up, n x m each, until memory ran out."""
