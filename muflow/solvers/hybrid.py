@@ -25,16 +25,35 @@ import time
 import numpy as np
 
 from muflow.operators import require_rows
-from muflow.solvers._subset import Column, assemble
+from muflow.solvers._subset import Column, assemble, column_callback
 from muflow.solvers.multiplicative import solve_multiplicative
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, row_cache
-from muflow.solvers.smo import smo_column, sweeps
+from muflow.solvers.smo import callback_interval, smo_column, sweeps
 
 
 def _support(alpha, upper, threshold):
     scale = np.where(np.isfinite(upper), upper, np.maximum(alpha.max(axis=0, keepdims=True), 1e-300))
     return alpha > threshold * scale
+
+
+def _subset_callback(callback, history, problem, alphas, curves, j, alpha, passes):
+    """SMO's ``on_chunk`` for column j of the subset phase: ``callback`` (a
+    :class:`muflow.time_limit.Deadline`) heard every :func:`callback_interval` steps, as
+    :func:`muflow.solvers.smo.solve_smo` hears it, with the iteration counted after the
+    multiplicative passes; once the callback has stopped the solve (in either phase), every
+    later chunk stops at once, so the remaining columns are only certified."""
+    if callback is None:
+        return None
+    on_sweep = column_callback(callback, problem, alphas, curves, j, alpha)
+    n = max(problem.n, 1)
+
+    def on_chunk(steps, F):
+        if history["stopped"] or on_sweep(passes + sweeps(steps, n), F):
+            history["stopped"] = True
+        return history["stopped"]
+
+    return on_chunk
 
 
 def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter: int = 10_000,
@@ -55,7 +74,11 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
         Iterations at most, multiplicative passes and subset sweeps (n SMO steps each)
         together: the subset phase gets ``(max_iter - passes) * n`` steps per column.
     callback : callable, optional
-        Passed to the multiplicative phase (``callback(pass, alpha, objective)``).
+        ``callback(iteration, alpha, objective)`` after every multiplicative pass, then
+        every :func:`muflow.solvers.smo.callback_interval` steps of the subset phase
+        (``iteration`` counting passes plus sweeps begun); returning True stops both phases
+        (a :class:`muflow.time_limit.Deadline`: the subset phase is where most of the time
+        goes).
     cache_mb : float, default=256
         Row cache of the subset phase, in MB.
     rule : {"m3", "munk", "seminmf", "musik"}, optional
@@ -87,11 +110,12 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     if rule is None:
         rule = "munk" if problem.operator.nonnegative else "m3"
     U = problem.upper
-    history = {"prev": None, "stable": 0}
+    history = {"prev": None, "stable": 0, "stopped": False}
     slack = max(2, int(0.01 * problem.n))
 
     def watch(iteration, alpha, objective):
         if callback is not None and callback(iteration, alpha, objective):
+            history["stopped"] = True
             return True
         if iteration == 0 or iteration % check_every:
             return False
@@ -124,8 +148,12 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
             continue
         support = _support(mult.alpha[:, [j]], U[:, [j]], threshold)[:, 0]
         alpha = col.start(np.where(support, mult.alpha[:, j], 0.0))
+        on_chunk = _subset_callback(callback, history, problem, alphas, curves, j, alpha,
+                                    mult.n_iter)
         a, b, curve, v, it = smo_column(col, cache, alpha, tol=tol, max_updates=max_updates,
-                                        subset=support, grow="violators", timings=sub_timings)
+                                        subset=support, grow="violators", on_chunk=on_chunk,
+                                        chunk=callback_interval(n) if on_chunk else 65536,
+                                        timings=sub_timings)
         alphas.append(a)
         biases.append(b)
         curves.append(np.concatenate([mult.objective_curve[:, j], curve]))

@@ -60,3 +60,48 @@ def test_hybrid_without_intercept_matches_box_qp(generated_split):
     Kte = kern.block(Xte, Xtr)
     agree = np.mean(np.sign(Kte @ (y * sol.alpha[:, 0])) == np.sign(Kte @ (y * res.x)))
     assert agree >= 0.99
+
+
+def test_the_subset_phase_hears_the_callback_and_stops_when_told():
+    """The callback reached the multiplicative passes only: the SMO phase, where the time
+    goes, ran to the end whatever the callback (a deadline) answered."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 5))
+    y = np.where(rng.random(300) < 0.5, 1.0, -1.0)
+    problem = DualProblem(DenseGram(Kernel("rbf", gamma=0.05).block(X)), y, upper=1e4, equality=True)
+    passes = 5
+    heard = []
+
+    def stop_in_subset_phase(iteration, alpha, objective):
+        heard.append(iteration)
+        return iteration > passes
+
+    sol = solve_hybrid(problem, tol=1e-6, max_passes=passes, callback=stop_in_subset_phase)
+    assert max(heard) > passes  # heard after the multiplicative passes
+    assert sum(it > passes for it in heard) == 1  # and stopped at the first answer there
+    assert not sol.converged.all() and sol.kkt_violation.max() > 1e-6
+    assert np.all(sol.alpha >= 0) and np.all(sol.alpha <= 1e4)
+    np.testing.assert_allclose(y @ sol.alpha, 0.0, atol=1e-6)
+
+
+def test_a_hybrid_fit_stopped_by_its_time_limit_says_so():
+    """SVC(solver="hybrid", time_limit=...) stopped only the multiplicative phase: the fit
+    overran its limit by the whole SMO phase and reported fit_status_ = 0 with no warning.
+    (The unlimited fit takes thousands of sweeps; the limit is a small part of it.)"""
+    import warnings
+
+    import muflow
+    from sklearn.exceptions import ConvergenceWarning
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(800, 5))
+    y = np.where(rng.random(800) < 0.5, 1, -1)
+    muflow.SVC(C=1.0, gamma=1.0, solver="hybrid").fit(X[:100], y[:100])  # loops loaded first
+    model = muflow.SVC(C=1e4, gamma=0.05, tol=1e-6, solver="hybrid", time_limit=0.2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(X, y)
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert any(m.startswith("Solver stopped at time_limit=0.2 s") for m in messages), messages
+    assert model.fit_status_ == 1 and not model.converged_.all()
+    assert len(model.support_) > 0 and np.all(np.isfinite(model.dual_coef_))
