@@ -17,6 +17,9 @@ within ``tol`` the full gradient is recomputed with one product (shrunk variable
 are stale) and the point is certified with the common KKT measure; a failed check
 brings every variable back.
 
+A hard margin (C = inf) on data that are not separable raises, certified every epoch by
+the direction of the iterate (:mod:`muflow.solvers.unbounded`).
+
 The Kernel Adatron (:mod:`muflow.solvers.adatron`) is this loop in its original form:
 sequential sweeps in index order, rate eta / K_ii, no shrinking.
 """
@@ -30,6 +33,7 @@ import numpy as np
 from muflow.operators import require_rows
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
+from muflow.solvers.unbounded import check_bounded, has_hard_margin
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 
@@ -63,6 +67,8 @@ def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, ma
     violation, bias = np.inf, 0.0
     epochs = 0
     checked = False
+    # a hard margin: is the dual bounded? (muflow.solvers.unbounded)
+    scale = float(QD.max()) if has_hard_margin(col.U) and QD.size else None
     while epochs < max_epochs:
         act = np.flatnonzero(active).astype(np.int64)
         order = rng.permutation(act) if shuffle else act
@@ -102,6 +108,8 @@ def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, ma
             checked = False
             bounds[0] = pg_max if pg_max > 0 else np.inf
             bounds[1] = pg_min if pg_min < 0 else -np.inf
+        if scale is not None:  # G = Q alpha + p wherever alpha > 0 (never shrunk there)
+            check_bounded(alpha, G - col.p, col.p, col.U, scale)
         if on_epoch is not None and on_epoch(epochs, F[0]):
             break
     if not checked:

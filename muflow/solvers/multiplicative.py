@@ -40,6 +40,9 @@ parallel form and the combination of clipping with the sum constraint carry no m
 proof), the iterate is moved back along the step to the exact minimiser of F on the segment
 (one extra pass). Both ends are feasible, so the result is. F therefore never increases.
 
+A hard margin (C = inf) on data that are not separable has no solution: the iterate's
+direction certifies it (:mod:`muflow.solvers.unbounded`) and the solver raises.
+
 Degenerate cases (the papers' a_i = 0 or c_i = 0 rows, alpha reaching 0) are guarded:
 denominators are floored, the stable form of the quadratic root is used when c > 0, and
 alpha is floored at a tiny fraction of its column maximum so that a coefficient can come
@@ -66,10 +69,13 @@ from muflow.solvers._compiled import (
 from muflow.solvers._equality_compiled import equality_step
 from muflow.solvers.kkt import kkt_violation
 from muflow.solvers.problem import DualProblem, DualSolution
+from muflow.solvers.unbounded import UNBOUNDED_MESSAGE, check_bounded, has_hard_margin, kernel_scale
 
 RULES = ("m3", "munk", "seminmf", "musik")
 _TINY = 1e-300
 _RELATIVE_FLOOR = 1e-12
+#: Passes between two tests of a hard margin's boundedness (a pass's cost is far above it)
+_HARD_MARGIN_EVERY = 8
 
 
 class _Products:
@@ -348,6 +354,7 @@ def solve_multiplicative(
 
     scratch = _Scratch()
     constants = _Constants(problem, tol)
+    scale = kernel_scale(problem.operator) if has_hard_margin(U) else None  # C = inf: bounded?
 
     def products(a):
         """(timed with the summary fused into them on the common path)"""
@@ -384,10 +391,9 @@ def solve_multiplicative(
             curve.append(objective)
         unbounded, done = pass_verdict(objective, satisfied, col_max, _RELATIVE_FLOOR, floor)
         if unbounded:
-            raise MuflowError(
-                "the dual objective is unbounded: the hard-margin problem (C=inf) has no "
-                "solution on data that are not separable; use a finite C"
-            )
+            raise MuflowError(UNBOUNDED_MESSAGE)
+        if scale is not None and not done and iteration % _HARD_MARGIN_EVERY == 0:
+            check_bounded(alpha, prod.q_alpha, problem.linear, U, scale)
         if callback is not None and callback(iteration, alpha, objective):
             break
         if done or iteration == max_iter:

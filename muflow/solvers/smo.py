@@ -23,6 +23,9 @@ stops as libsvm does, at an internal gap m(alpha) - M(alpha) <= tol: the
 natural residual is then <= tol / 2 (the bias at the middle of the gap), so normally one
 check suffices, and SVC(tol=...) stops where scikit-learn's SVC with the same tol stops.
 
+A hard margin (C = inf) on data that are not separable raises, certified by the direction
+of the iterate every chunk of steps (:mod:`muflow.solvers.unbounded`).
+
 Rows of K come through ``operator.rows`` into a :class:`~muflow.solvers.rowcache.RowCache`
 of ``cache_mb`` megabytes.
 """
@@ -41,6 +44,7 @@ from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
+from muflow.solvers.unbounded import check_bounded, has_hard_margin
 
 
 def sweeps(steps: int, n: int) -> int:
@@ -119,6 +123,8 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     shrink_every = min(n, 1000)
     data, slot_of, stamp, clock = cache.arrays
     compact = compact_rows(n, data.dtype) if col.equality else None
+    # a hard margin: is the dual bounded? (muflow.solvers.unbounded)
+    scale = float(QD.max()) if has_hard_margin(col.U) and QD.size else None
     stopped = False
     best = (np.inf, None, 0.0, 0.0)  # (violation, alpha, bias, F) of the best point certified
     while True:
@@ -140,6 +146,8 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         pieces.append(buf[: state[sc.STATE_CURVE]].copy())
         state[sc.STATE_CURVE] = 0
         if status == sc.CURVE_FULL:
+            if scale is not None:  # C = inf: G = Q alpha + p where alpha > 0 (never shrunk)
+                check_bounded(alpha, G - col.p, col.p, col.U, scale)
             if on_chunk is not None and on_chunk(int(state[sc.STATE_ITER]), F[0]):
                 stopped = True
             elif not guard.flat(pieces[-1], int(state[sc.STATE_ITER])):
@@ -153,6 +161,8 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         timings["kkt"] = timings.get("kkt", 0.0) + time.perf_counter() - t
         if violation < best[0]:
             best = (violation, alpha.copy(), bias, F[0])
+        if scale is not None and violation > tol:
+            check_bounded(alpha, G - col.p, col.p, col.U, scale)
         if violation <= tol or status == sc.MAX_ITER or stopped:
             break
         n_act = int(state[sc.STATE_NACT])

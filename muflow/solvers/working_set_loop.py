@@ -36,6 +36,7 @@ import numpy as np
 from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
+from muflow.solvers.unbounded import bounded_check, has_hard_margin, kernel_scale
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, choose_working_set, pair_gains
 from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
@@ -304,8 +305,8 @@ class ColumnState:
 
 
 def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
-               shrinking: bool, timings: dict, on_iter=None, curve: list, report=None
-               ) -> tuple[float, int]:
+               shrinking: bool, timings: dict, on_iter=None, curve: list, report=None,
+               bounded=None) -> tuple[float, int]:
     """The outer loop on one column until certified, stalled or ``max_iter``.
 
     The loop stops where libsvm stops: when the maximal violating pair's gap is at most
@@ -317,7 +318,9 @@ def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
     Returns
     -------
     (violation, outer iterations). ``report(iteration, gap, target)``, when given, hears of
-    every outer iteration; ``on_iter(iteration, F)`` returning True stops.
+    every outer iteration; ``on_iter(iteration, F)`` returning True stops;
+    ``bounded(state)`` every :data:`HARD_MARGIN_EVERY` iterations raises on an unbounded
+    hard margin (:func:`muflow.solvers.unbounded.bounded_check`).
     """
     guard = StallGuard(tol)
     shrink_every = max(1, min(n, 1000) // q)  # libsvm: every 1000 steps
@@ -351,6 +354,8 @@ def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
             if on_iter is not None and on_iter(it, state.F):
                 stopped = True
                 break
+            if bounded is not None and it % HARD_MARGIN_EVERY == 0:
+                bounded(state)
             if not moved:
                 break
         violation = state.certify()
@@ -360,6 +365,10 @@ def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
         if not guard.go_on(shrunk=state.shrunk > 0):
             return violation, it
         state.reactivate()
+
+
+#: Outer iterations between two tests of a hard margin's boundedness.
+HARD_MARGIN_EVERY = 16
 
 
 class ColumnHome:
@@ -410,6 +419,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     given = given_gradients(start_gradient(init, n, m), alpha0, starts)
     alpha0 = None  # the clipped copy of the start: the columns' starts are made from it
     alphas, biases, curves, viols, iters, gradients, each = [], [], [], [], 0, [], []
+    scale = kernel_scale(problem.operator) if has_hard_margin(problem.upper) else None
     try:
         home.begin(cols, starts, timings, given)
         for j, col in enumerate(cols):
@@ -425,7 +435,8 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
                 report = _reporter(progress, home, state, timings, n=n, column=j, columns=m)
                 v, it = run_column(state, q=qj, n=n, tol=tol, max_iter=max(0, int(max_iter)),
                                    shrinking=shrinking, timings=timings, on_iter=on_iter,
-                                   curve=curve, report=report)
+                                   curve=curve, report=report,
+                                   bounded=bounded_check(col, scale))
             alphas.append(state.alpha)
             biases.append(state.bias if col.equality else 0.0)
             curves.append(curve)

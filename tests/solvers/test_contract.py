@@ -93,3 +93,43 @@ def test_a_resumed_fit_spends_the_rest_of_the_same_budget(name, breast_cancer_sp
         Xtr, ytr, checkpoint_dir=run, checkpoint_every=1)
     assert spent.n_iter_.max() == 0
     np.testing.assert_allclose(spent.objective_, resumed.objective_, rtol=1e-9)
+
+
+def _hard_margin_data(separable: bool):
+    """Points in the unit square (a linear kernel on them has no negative entry, so MUNK
+    applies too), labelled by a line: with a band of width 0.1 left empty around it, or
+    with a quarter of the labels flipped (not separable by any line)."""
+    rng = np.random.default_rng(1)
+    X = rng.random((120, 2))
+    side = X[:, 0] + X[:, 1] - 1.0
+    if separable:
+        X, side = X[np.abs(side) > 0.05], side[np.abs(side) > 0.05]
+        return X, np.where(side > 0, 1, -1)
+    y = np.where(side > 0, 1, -1)
+    y[rng.random(len(y)) < 0.25] *= -1
+    return X, y
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_hard_margin_on_data_that_are_not_separable_is_refused(name):
+    """C = inf on data no line separates: the dual is unbounded and the coefficients grow
+    for ever; every solver ran until its time limit (or, without one, for ever) and
+    returned a meaningless model. Each now raises, certified by the iterate's direction
+    (:mod:`muflow.solvers.unbounded`); the time limit only ends the old behaviour here."""
+    X, y = _hard_margin_data(separable=False)
+    intercept = "exact" if "exact" in SOLVERS[name].intercepts else "regularized"
+    model = muflow.SVC(kernel="linear", C=float("inf"), solver=name, intercept=intercept,
+                       tol=1e-3, time_limit=5.0)
+    with pytest.raises(muflow.MuflowError, match="use a finite C"):
+        model.fit(X, y)
+
+
+@pytest.mark.parametrize("name", sorted(SOLVERS))
+def test_a_hard_margin_on_separable_data_is_solved(name):
+    """The test for an unbounded dual never fires on separable data: the margin here,
+    0.05 on points within sqrt(2) of the origin, puts (R / rho)^2 near 1e3."""
+    X, y = _hard_margin_data(separable=True)
+    intercept = "exact" if "exact" in SOLVERS[name].intercepts else "regularized"
+    model = muflow.SVC(kernel="linear", C=float("inf"), solver=name, intercept=intercept,
+                       tol=1e-3, max_iter=10**6).fit(X, y)
+    assert model.converged_.all() and model.score(X, y) == 1.0
