@@ -50,3 +50,29 @@ def breast_cancer():
 
     X, y = muflow.datasets.load_breast_cancer()
     return X / 10.0, np.where(y == 4, 1.0, -1.0)
+
+
+def stderr_lines_after_closing(cluster, argv, ready, repo):
+    """Run ``python -m muflow *argv`` against ``cluster`` (its scheduler's address in argv),
+    close the cluster once ``ready()`` holds, and return the command's exit code and its
+    stderr lines, the dashboard's line left out: what a user sees when the scheduler goes
+    away mid-command."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "muflow", *argv], cwd=repo,
+                            env=dict(os.environ, PYTHONPATH=str(repo)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and not ready():
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.communicate()
+        cluster.close(timeout=10)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    lines = [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
+    return proc.returncode, lines, err

@@ -4,13 +4,11 @@ worker processes, which the test closes once the first kernel setting is saved."
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from tests.dask_cluster import stderr_lines_after_closing
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -27,24 +25,11 @@ def test_a_scheduler_lost_mid_sweep_fails_in_one_line_naming_sweep_resume(tmp_pa
     cluster = LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
                            dashboard_address=":0", memory_limit="1GiB")
     gammas = ",".join(str(g) for g in np.geomspace(0.01, 10, 40))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muflow", "sweep", "--data", str(data), "--scheduler",
-         cluster.scheduler_address, "--out", str(out), "--gamma", gammas, "--C", "1,10,100",
-         "--folds", "3", "--no-progress"],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not (
-                (out / "kernels").exists() and any((out / "kernels").iterdir())):
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()
-        cluster.close(timeout=10)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1
-    lines = [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
+    argv = ["sweep", "--data", str(data), "--scheduler", cluster.scheduler_address, "--out",
+            str(out), "--gamma", gammas, "--C", "1,10,100", "--folds", "3", "--no-progress"]
+    returncode, lines, err = stderr_lines_after_closing(
+        cluster, argv, lambda: (out / "kernels").exists() and any((out / "kernels").iterdir()), REPO)
+    assert returncode == 1
     assert len(lines) == 1, err
     assert lines[0].startswith("muflow sweep: failed: SchedulerLostError: the Dask scheduler at ")
     assert "sweep --data" in lines[0] and lines[0].endswith(

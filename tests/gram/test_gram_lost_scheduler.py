@@ -5,13 +5,11 @@ test closes once the first tiles are written."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from tests.dask_cluster import stderr_lines_after_closing
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,22 +28,11 @@ def test_a_scheduler_lost_mid_build_fails_in_one_line_naming_the_same_command(tm
     store = tmp_path / "K.zarr"
     cluster = LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
                            dashboard_address=":0", memory_limit="1GiB")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "muflow", "gram", "--data", str(data), "--scheduler",
-         cluster.scheduler_address, "--out", str(store), "--tile", "500"],
-        cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None and not _tiles_written(store):
-            time.sleep(0.1)
-        assert proc.poll() is None, proc.communicate()
-        cluster.close(timeout=10)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 1
-    lines = [line for line in err.strip().splitlines() if not line.startswith("Dask dashboard:")]
+    argv = ["gram", "--data", str(data), "--scheduler", cluster.scheduler_address, "--out",
+            str(store), "--tile", "500"]
+    returncode, lines, err = stderr_lines_after_closing(cluster, argv,
+                                                        lambda: _tiles_written(store), REPO)
+    assert returncode == 1
     assert len(lines) == 1, err
     line = lines[0]
     assert line.startswith("muflow gram: failed: SchedulerLostError: the Dask scheduler at "), line
