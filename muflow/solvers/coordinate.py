@@ -33,7 +33,7 @@ import numpy as np
 from muflow.operators import require_rows
 from muflow.solvers import _subset_compiled as sc
 from muflow.solvers._subset import Column, assemble, column_callback
-from muflow.solvers.unbounded import check_bounded, has_hard_margin
+from muflow.solvers.unbounded import check_bounded, hard_margin_scale
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
 
@@ -68,7 +68,7 @@ def cd_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float, ma
     epochs = 0
     checked = False
     # a hard margin: is the dual bounded? (muflow.solvers.unbounded)
-    scale = float(QD.max()) if has_hard_margin(col.U) and QD.size else None
+    scale = hard_margin_scale(col.U, QD)
     while epochs < max_epochs:
         act = np.flatnonzero(active).astype(np.int64)
         order = rng.permutation(act) if shuffle else act

@@ -69,7 +69,7 @@ from muflow.solvers._compiled import (
 from muflow.solvers._equality_compiled import equality_step
 from muflow.solvers.kkt import kkt_violation
 from muflow.solvers.problem import DualProblem, DualSolution
-from muflow.solvers.unbounded import UNBOUNDED_MESSAGE, check_bounded, has_hard_margin, kernel_scale
+from muflow.solvers.unbounded import UNBOUNDED_MESSAGE, check_bounded, hard_margin_scale
 
 RULES = ("m3", "munk", "seminmf", "musik")
 _TINY = 1e-300
@@ -354,7 +354,7 @@ def solve_multiplicative(
 
     scratch = _Scratch()
     constants = _Constants(problem, tol)
-    scale = kernel_scale(problem.operator) if has_hard_margin(U) else None  # C = inf: bounded?
+    scale = hard_margin_scale(U, problem.operator)  # C = inf: is the dual bounded?
 
     def products(a):
         """(timed with the summary fused into them on the common path)"""

@@ -44,7 +44,7 @@ from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
 from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
-from muflow.solvers.unbounded import check_bounded, has_hard_margin
+from muflow.solvers.unbounded import check_bounded, hard_margin_scale
 
 
 def sweeps(steps: int, n: int) -> int:
@@ -124,7 +124,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     data, slot_of, stamp, clock = cache.arrays
     compact = compact_rows(n, data.dtype) if col.equality else None
     # a hard margin: is the dual bounded? (muflow.solvers.unbounded)
-    scale = float(QD.max()) if has_hard_margin(col.U) and QD.size else None
+    scale = hard_margin_scale(col.U, QD)
     stopped = False
     best = (np.inf, None, 0.0, 0.0)  # (violation, alpha, bias, F) of the best point certified
     while True:

@@ -57,18 +57,19 @@ UNBOUNDED_MESSAGE = (
     "solution on data that are not separable; use a finite C")
 
 
-def kernel_scale(operator) -> float | None:
-    """kappa = max_i K_ii (>= |K_ij| for a PSD kernel), or None where the operator gives no
-    diagonal (then only a non-finite objective is caught)."""
-    if not operator.has_rows:
+def hard_margin_scale(upper, diagonal) -> float | None:
+    """kappa = max_i K_ii (>= |K_ij| for a PSD kernel) where some sample has no upper bound
+    (C = inf: the test is worth making), else None. ``diagonal``: Q's diagonal, or the
+    operator that gives it (None where it gives none: then only a non-finite objective is
+    caught)."""
+    if not np.isinf(upper).any():
         return None
-    diagonal = np.asarray(operator.diagonal(), dtype=np.float64)
+    if hasattr(diagonal, "has_rows"):
+        if not diagonal.has_rows:
+            return None
+        diagonal = diagonal.diagonal()
+    diagonal = np.asarray(diagonal, dtype=np.float64)
     return float(diagonal.max()) if diagonal.size else None
-
-
-def has_hard_margin(upper) -> bool:
-    """Whether any sample of any column has no upper bound (the test is then worth making)."""
-    return bool(np.isinf(upper).any())
 
 
 def unbounded_columns(alpha, q_alpha, linear, upper, scale) -> np.ndarray:
@@ -80,7 +81,7 @@ def unbounded_columns(alpha, q_alpha, linear, upper, scale) -> np.ndarray:
     alpha, q_alpha, linear, upper : ndarray of shape (n,) or (n, m)
         A feasible iterate, Q alpha there, p and U.
     scale : float or None
-        :func:`kernel_scale`; None tests the objective's finiteness only.
+        :func:`hard_margin_scale`; None tests the objective's finiteness only.
     """
     alpha = np.asarray(alpha, dtype=np.float64)
     if alpha.ndim == 1:
@@ -133,7 +134,7 @@ def bounded_check(col, scale):
     (:class:`muflow.solvers._subset.Column`) with a hard margin, or None: the test of
     :func:`check_bounded` on the state's alpha and G where its home holds G in this
     process, else :func:`check_objective` on its F."""
-    if scale is None or not has_hard_margin(col.U):
+    if scale is None or not np.isinf(col.U).any():  # this column has no unbounded sample
         return None
 
     def bounded(state):

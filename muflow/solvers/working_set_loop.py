@@ -36,7 +36,7 @@ import numpy as np
 from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
 from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
-from muflow.solvers.unbounded import bounded_check, has_hard_margin, kernel_scale
+from muflow.solvers.unbounded import bounded_check, hard_margin_scale
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, choose_working_set, pair_gains
 from muflow.solvers._working_set_compiled import Threads
 from muflow.solvers.problem import DualProblem, DualSolution, start_gradient
@@ -419,7 +419,7 @@ def solve_columns(problem: DualProblem, home: ColumnHome, *, init, tol: float, m
     given = given_gradients(start_gradient(init, n, m), alpha0, starts)
     alpha0 = None  # the clipped copy of the start: the columns' starts are made from it
     alphas, biases, curves, viols, iters, gradients, each = [], [], [], [], 0, [], []
-    scale = kernel_scale(problem.operator) if has_hard_margin(problem.upper) else None
+    scale = hard_margin_scale(problem.upper, problem.operator)
     try:
         home.begin(cols, starts, timings, given)
         for j, col in enumerate(cols):
