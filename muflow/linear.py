@@ -26,7 +26,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._linear_compiled import linear_cd
@@ -89,6 +89,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         0 when every problem met ``tol``, 1 when one stopped at ``max_iter`` above it (as
         ``muflow.SVC``'s and libsvm's).
     n_features_in_ : int
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        The column names, when X was a DataFrame with string names; X at predict must then
+        have the same columns in the same order.
 
     Warns
     -----
@@ -123,6 +126,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         check_bool(self.positive, "positive")
 
     def _validate_X(self, X, *, fitting):
+        """X as a float64 CSR matrix or C-contiguous array, checked; the column names of a
+        DataFrame are kept at fit (``feature_names_in_``) and checked at predict, as
+        scikit-learn's estimators do."""
+        given = X
         if sp.issparse(X):
             X = sp.csr_matrix(X, dtype=np.float64)
             X.sort_indices()
@@ -145,6 +152,7 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if not fitting and X.shape[1] != self.n_features_in_:
             raise MuflowInputError(
                 f"X has {X.shape[1]} features but LinearSVC was fitted with {self.n_features_in_}")
+        validate_data(self, given, reset=fitting, skip_check_array=True)
         return X
 
     @staticmethod
@@ -210,7 +218,6 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if np.any(weight < 0):
             raise MuflowInputError("sample_weight must be non-negative")
         offset = _per_sample(offset, n, "offset", 0.0)
-        self.n_features_in_ = d
         self.classes_ = classes
         bias = self.intercept == "regularized"
         da = d + 1 if bias else d  # the bias feature is implicit in the compiled loop

@@ -239,3 +239,18 @@ def test_stopping_at_max_iter_warns_and_measures_the_violation():
         easy = LinearSVC(C=1.0, tol=1e-4, random_state=0).fit(X, y)
     assert easy.kkt_violation_[0] <= 1e-4
     assert easy.converged_.tolist() == [True] and easy.fit_status_ == 0
+
+
+def test_dataframe_column_names_are_kept_and_checked():
+    """As scikit-learn's estimators: a model fitted on named columns refuses the same
+    columns in another order (which would predict with the wrong coefficients)."""
+    pd = pytest.importorskip("pandas")
+    rng = np.random.default_rng(3)
+    X = pd.DataFrame(rng.normal(size=(60, 3)), columns=["age", "height", "weight"])
+    y = np.where(X["age"] + 0.3 * X["weight"] > 0, 1, -1)
+    model = LinearSVC().fit(X, y)
+    assert list(model.feature_names_in_) == ["age", "height", "weight"]
+    np.testing.assert_array_equal(model.predict(X), model.predict(X.to_numpy()[:, :]))
+    with pytest.raises(ValueError, match="feature names"):
+        model.predict(X[["weight", "height", "age"]])
+    assert not hasattr(LinearSVC().fit(X.to_numpy(), y), "feature_names_in_")
