@@ -56,6 +56,10 @@ def add_parser(subparsers):
                         "passes), so the best model's n_iter_ <= it (default: -1, no limit, as fit's)")
     p.add_argument("--halving", type=int, metavar="ETA",
                    help="successive halving with factor ETA >= 2 (batched path; off by default)")
+    p.add_argument("--halving-min-iter", dest="halving_min_iter", type=int, metavar="N",
+                   help="with --halving: iterations of the first rung; rung r runs "
+                        "N * ETA**r, the configurations left after each rung going on "
+                        "(default: 10)")
     p.add_argument("--n-jobs", dest="n_jobs", type=int,
                    help="threads the sweep uses, forked fold chains included (default: every "
                         "core this process may use, at most MUFLOW_NUM_THREADS; -1: the same)")
@@ -119,10 +123,13 @@ def grid_from_args(args):
         if not grid.C:
             raise MuflowInputError("--C is empty; give e.g. --C 0.1,1,10")
     for key in ("folds", "seed", "solver", "path", "intercept", "tol", "max_iter", "halving",
-                "cache_dir", "n_jobs", "time_limit", "cache_size"):
+                "halving_min_iter", "cache_dir", "n_jobs", "time_limit", "cache_size"):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    if args.halving_min_iter is not None and options.get("halving") is None:
+        raise MuflowInputError("--halving-min-iter sets the first rung of successive halving, "
+                               "which is off; add --halving ETA (e.g. --halving 3)")
     if options.get("cache_size") is not None and not options["cache_size"] > 0:
         raise MuflowInputError(f"--cache-size must be a positive number of MB, got {options['cache_size']:g}")
     return grid.validate(), options

@@ -612,3 +612,23 @@ def test_max_iter_counts_in_the_unit_of_svc(sonar, tmp_path):
     assert model.max_iter == 20 and model.n_iter_.max() <= 20
     assert model.fit_status_ == alone.fit_status_ == 1
     assert model.n_iter_.max() == alone.n_iter_.max() == 20
+
+
+def test_cli_sets_the_first_rung_of_successive_halving(tmp_path):
+    """--halving-min-iter reaches the sweep's options (the command line had no way to set
+    the first rung, which run_sweep and [sweep] halving_min_iter take); alone, without
+    --halving, it is refused in words saying what to add."""
+    from muflow.cli import build_parser
+    from muflow.commands.sweep import grid_from_args
+    from muflow.selection.grid import check_options
+
+    def options(*argv):
+        args = build_parser().parse_args(["sweep", "--data", "d.npz", "--out", "o", *argv])
+        return grid_from_args(args)[1]
+
+    assert options("--halving", "3", "--halving-min-iter", "4")["halving_min_iter"] == 4
+    assert "halving_min_iter" not in options("--halving", "3")
+    with pytest.raises(MuflowInputError, match="add --halving ETA"):
+        options("--halving-min-iter", "4")
+    with pytest.raises(MuflowInputError, match="halving_min_iter must be an integer >= 1"):
+        check_options({"halving": 2, "halving_min_iter": 0})
