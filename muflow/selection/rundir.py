@@ -82,13 +82,23 @@ def open_run_dir(out_dir, X, y, grid: dict, options: dict, resume: bool):
     return out_dir, meta
 
 
+def _in_sweep_order(meta: dict) -> dict:
+    """A recorded sweep's settings with its C values ascending, the order the sweep runs
+    them in: a grid given as C = [10, 1] is the sweep of C = [1, 10] (records written
+    before the grid was kept in this order held C as given)."""
+    grid = meta.get("grid")
+    if isinstance(grid, dict) and isinstance(grid.get("C"), list):
+        meta = dict(meta, grid=dict(grid, C=sorted(grid["C"])))
+    return meta
+
+
 def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
     """Record the sweep's settings, or on resume refuse a directory of another sweep.
 
     A fresh (not resumed) sweep drops the kernel records of an earlier one."""
     meta_file = out_dir / "sweep.json"
     if resume and meta_file.exists():
-        old, new = json.loads(meta_file.read_text()), _plain(meta)
+        old, new = _in_sweep_order(json.loads(meta_file.read_text())), _plain(meta)
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise MuflowInputError(

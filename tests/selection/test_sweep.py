@@ -337,6 +337,24 @@ def test_resume_skips_the_finished_kernel(breast_cancer_200, tmp_path, monkeypat
         run_sweep(X, y, grid, folds=4, out_dir=run, solver="smo", progress=False, resume=True)
 
 
+def test_resume_takes_the_same_C_values_in_another_order(breast_cancer_200, tmp_path):
+    """The sweep runs its C values ascending, so C = [1, 0.1] is the sweep of C = [0.1, 1];
+    resuming with the values in another order was refused as a sweep of "other settings"
+    (grid differ). Now it resumes, and the finished settings are not solved again."""
+    X, y = breast_cancer_200
+    run = tmp_path / "run"
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[0.1, 1.0])
+    first = run_sweep(X, y, grid, folds=3, out_dir=run, solver="smo", progress=False)
+    reordered = SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[1.0, 0.1])
+    resumed = run_sweep(X, y, reordered, folds=3, out_dir=run, solver="smo", progress=False,
+                        resume=True)
+    assert resumed.counts["kernels_resumed"] == 1 and resumed.counts["kernels_solved"] == 0
+    assert _without_times(resumed.table) == _without_times(first.table)
+    with pytest.raises(MuflowInputError, match="grid differ"):
+        run_sweep(X, y, SweepGrid([{"kernel": "rbf", "gamma": [0.5]}], C=[1.0, 10.0]),
+                  folds=3, out_dir=run, solver="smo", progress=False, resume=True)
+
+
 # -- successive halving -------------------------------------------------------------------
 def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_path):
     X, y = breast_cancer_200
