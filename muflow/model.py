@@ -440,7 +440,7 @@ default="rbf"
             else:
                 self._probA = self._probB = np.empty(0)
             self._set_fitted(solution, X=X_fit, y_encoded=y_encoded, kernel=kernel, solver=info.name,
-                             fit_time=time.perf_counter() - t0, budget=budget)
+                             fit_time=time.perf_counter() - t0, budget=budget, upper=U)
             self.n_threads_ = int(threads)
         finally:
             operator.close()

@@ -39,22 +39,36 @@ DEVICE_KERNELS = ("linear", "poly", "rbf", "sigmoid")
 _PREDICTORS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-#: alpha below this fraction of the largest coefficient of its problem is not a support
-#: vector (multiplicative iterates approach zero without reaching it).
+#: alpha below this fraction of the largest coefficient of its problem, or of its own
+#: upper bound where that is smaller, is not a support vector (multiplicative iterates
+#: approach zero without reaching it).
 SUPPORT_THRESHOLD = 1e-8
+
+
+def support_mask(alpha: np.ndarray, upper=None) -> np.ndarray:
+    """Which samples are support vectors of any problem: alpha_ij above
+    :data:`SUPPORT_THRESHOLD` times the smaller of its problem's largest alpha and its own
+    bound U_ij. The bound counts where per-sample C's spread wide: a sample weighted 1e-9 at
+    its bound C w_i is a support vector (libsvm keeps every alpha > 0), which a threshold
+    from the largest alpha alone dropped."""
+    scale = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)[None, :]
+    if upper is not None:
+        scale = np.minimum(scale, np.broadcast_to(upper, alpha.shape))
+    return (alpha > SUPPORT_THRESHOLD * scale).any(axis=1)
 
 
 class FittedSVC:
     """The fitted side of :class:`muflow.SVC`: attributes derived from the fit, prediction."""
 
-    def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget):
-        """The fitted attributes from a solution; the one place both fit paths set them."""
+    def _set_fitted(self, solution, *, X, y_encoded, kernel, solver, fit_time, budget,
+                    upper=None):
+        """The fitted attributes from a solution; the one place both fit paths set them
+        (``upper``: the problems' bounds U, where known, for :func:`support_mask`)."""
         k = len(self.classes_)
         self.multiclass_ = self.multiclass  # what prediction reads, whatever set_params does later
         Y, _ = binary_problems(y_encoded, k, self.multiclass)
         alpha = solution.alpha
-        largest = np.maximum(alpha.max(axis=0), np.finfo(float).tiny)
-        candidates = np.flatnonzero((alpha > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1))
+        candidates = np.flatnonzero(support_mask(alpha, upper))
         # libsvm's order: grouped by class, ascending within a class
         support = candidates[np.argsort(y_encoded[candidates], kind="stable")]
         self.support_ = support.astype(np.int32)

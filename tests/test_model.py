@@ -83,6 +83,25 @@ def test_sample_weight_scales_C_per_sample(binary):
     assert np.mean(model.predict(X) == ref.predict(X)) >= 0.99
 
 
+@pytest.mark.parametrize("solver", ["smo", "working_set"])
+def test_support_vectors_at_a_tiny_per_sample_bound_are_kept(solver):
+    """libsvm keeps every alpha > 0 as a support vector. Half the samples weighted 1e-9
+    sit at their bound C w_i = 1e-8; the threshold of 1e-8 times the problem's largest
+    alpha dropped them (59, 49, 48 support vectors per class became 24, 25, 30) and their
+    terms from the decision function."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(200, centers=3, cluster_std=2.5, random_state=0)
+    w = np.ones(len(y))
+    w[::2] = 1e-9
+    ref = LibsvmSVC(C=10, tol=1e-8).fit(X, y, sample_weight=w)
+    model = muflow.SVC(C=10, tol=1e-6, solver=solver).fit(X, y, sample_weight=w)
+    np.testing.assert_array_equal(model.support_, ref.support_)
+    np.testing.assert_array_equal(model.n_support_, ref.n_support_)
+    np.testing.assert_allclose(model.dual_coef_, ref.dual_coef_, atol=1e-3)
+    np.testing.assert_allclose(model.decision_function(X), ref.decision_function(X), atol=1e-4)
+
+
 def test_drifted_offset_changes_the_linear_term(binary):
     X, y = binary
     d = np.linspace(-0.5, 0.5, len(y))

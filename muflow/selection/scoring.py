@@ -48,9 +48,9 @@ def cv_accuracy(operator, ycols, alpha, bias, masks, y_enc):
 def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[ConfigurationRow]:
     """One row per C of a kernel setting: accuracies per fold (on its held-out samples, where
     its column of ``masks``, the training samples of each fold, is False), support vectors
-    (mean over folds, by :data:`muflow.model.SUPPORT_THRESHOLD`), iterations and seconds,
+    (mean over folds, by :func:`muflow.svc_prediction.support_mask`), iterations and seconds,
     and whether every fold solve reached tol."""
-    from muflow.model import SUPPORT_THRESHOLD
+    from muflow.svc_prediction import support_mask
 
     rows = []
     n_classes = int(y_enc.max()) + 1
@@ -61,9 +61,7 @@ def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[Conf
             cols = res.fold_columns(c, f)
             pred = fold_predictions(res.decision[test, cols], n_classes)
             accs.append(float(np.mean(pred == y_enc[test])))
-            a = res.alpha[:, cols]
-            largest = np.maximum(a.max(axis=0), np.finfo(float).tiny)
-            n_sv.append(int((a > SUPPORT_THRESHOLD * largest[None, :]).any(axis=1).sum()))
+            n_sv.append(int(support_mask(res.alpha[:, cols]).sum()))
         params = {k: setting.get(k) for k in PARAM_ORDER}
         rows.append(ConfigurationRow(
             kernel=setting["kernel"], **params, C=float(C), mean_cv_accuracy=float(np.mean(accs)),
