@@ -156,10 +156,12 @@ class Kernel:
             raise MuflowInputError(
                 f"unknown kernel {self.name!r}; choose one of {', '.join(KERNELS)}"
             )
-        if self.name in ("poly", "rbf", "sigmoid", "laplacian") and not self.gamma > 0:
-            raise MuflowInputError(f"gamma must be positive for the {self.name} kernel, got {self.gamma!r}")
-        if self.name == "poly" and (int(self.degree) != self.degree or self.degree < 1):
-            raise MuflowInputError(f"degree must be a positive integer, got {self.degree!r}")
+        # gamma = 0 and degree = 0 give a constant kernel: degenerate, but scikit-learn's
+        # SVC takes them (a grid may hold them), so they are taken here too
+        if self.name in ("poly", "rbf", "sigmoid", "laplacian") and not self.gamma >= 0:
+            raise MuflowInputError(f"gamma must be >= 0 for the {self.name} kernel, got {self.gamma!r}")
+        if self.name == "poly" and (int(self.degree) != self.degree or self.degree < 0):
+            raise MuflowInputError(f"degree must be a non-negative integer, got {self.degree!r}")
 
     # -- evaluation -------------------------------------------------------------------
     def block(self, A, B=None) -> np.ndarray:
@@ -442,10 +444,10 @@ def resolve_gamma(gamma, X) -> float:
             return 1.0 / (n_features * var) if var != 0 else 1.0
         if gamma == "auto":
             return 1.0 / n_features
-        raise MuflowInputError(f"gamma must be 'scale', 'auto' or a positive number, got {gamma!r}")
+        raise MuflowInputError(f"gamma must be 'scale', 'auto' or a number >= 0, got {gamma!r}")
     gamma = float(gamma)
-    if not gamma > 0:
-        raise MuflowInputError(f"gamma must be positive, got {gamma!r}")
+    if not gamma >= 0:
+        raise MuflowInputError(f"gamma must be >= 0 (or 'scale', 'auto'), got {gamma!r}")
     return gamma
 
 
@@ -486,7 +488,7 @@ def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
         degree = setting.get("degree", 3)
         if isinstance(degree, bool) or not isinstance(degree, (int, float, np.integer, np.floating)) \
                 or degree != int(degree):  # 2.5 was truncated to 2
-            raise MuflowInputError(f"degree must be a positive integer, got {degree!r}")
+            raise MuflowInputError(f"degree must be a non-negative integer, got {degree!r}")
         params["degree"] = int(degree)
     if "coef0" in reads:
         params["coef0"] = float(setting.get("coef0", 0.0))

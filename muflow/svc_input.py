@@ -91,7 +91,7 @@ class FitInput:
                      hint="megabytes of kernel rows to cache, as libsvm's cache_size")
         check_number(self.tol, "tol", low=0, closed="neither")
         if self.max_iter != -1:
-            check_number(self.max_iter, "max_iter", integer=True, low=1,
+            check_number(self.max_iter, "max_iter", integer=True, low=0,
                          hint="-1 means no limit (scikit-learn's default)")
         check_bool(self.shrinking, "shrinking")
         check_bool(self.break_ties, "break_ties")

@@ -308,7 +308,7 @@ def test_nan_at_predict_says_before_predicting(binary):
         ({"solver": "newton"}, "solver must be one of .*'m3'.*got 'newton'"),
         ({"intercept": "maybe"}, "intercept must be one of"),
         ({"tol": 0}, "tol must be a positive number"),
-        ({"max_iter": 0}, "max_iter must be an integer >= 1"),
+        ({"max_iter": -2}, "max_iter must be an integer >= 0"),
         ({"gram_dtype": "float16"}, "gram_dtype must be one of"),
     ],
 )
@@ -512,7 +512,7 @@ def test_a_class_weight_that_zeroes_a_class_and_a_fractional_degree_are_refused(
     classes = np.unique(y)
     with pytest.raises(MuflowInputError, match="give every class a positive class_weight"):
         muflow.SVC(class_weight={classes[0]: 0.0, classes[1]: 1.0}).fit(X, y)
-    with pytest.raises(MuflowInputError, match="degree must be a positive integer, got 2.5"):
+    with pytest.raises(MuflowInputError, match="degree must be a non-negative integer, got 2.5"):
         muflow.SVC(kernel="poly", degree=2.5).fit(X, y)
     assert muflow.SVC(kernel="poly", degree=3.0).fit(X, y).kernel_.degree == 3
 
@@ -555,3 +555,26 @@ def test_a_solver_that_gives_up_above_tol_warns_and_reports_fit_status_1():
         model.fit(X, y)
     assert not model.converged_.all() and model.fit_status_ == 1
     assert model.score(X, y) > 0.9  # the iterate is usable, only short of an unreachable tol
+
+
+def test_degenerate_values_scikit_learn_takes_are_taken():
+    """gamma=0 and degree=0 (a constant kernel) and max_iter=0 (no step) are valid for
+    scikit-learn's SVC and turn up in grids; muflow refused them. They now fit as libsvm
+    does: the same predictions, and max_iter=0 ends at the start with fit_status_ = 1."""
+    from sklearn.datasets import load_iris, make_classification
+
+    X, y = load_iris(return_X_y=True)
+    for params in (dict(gamma=0.0), dict(kernel="poly", degree=0)):
+        ref = LibsvmSVC(**params).fit(X, y)
+        model = muflow.SVC(**params).fit(X, y)
+        np.testing.assert_array_equal(model.predict(X), ref.predict(X))
+        np.testing.assert_array_equal(model.n_support_, ref.n_support_)
+    Xb, yb = make_classification(300, random_state=0)
+    with pytest.warns(ConvergenceWarning):
+        ref = LibsvmSVC(max_iter=0).fit(Xb, yb)
+    with pytest.warns(ConvergenceWarning):
+        model = muflow.SVC(max_iter=0, solver="smo").fit(Xb, yb)
+    assert model.fit_status_ == ref.fit_status_ == 1 and list(model.n_iter_) == [0]
+    np.testing.assert_array_equal(model.predict(Xb), ref.predict(Xb))
+    with pytest.raises(MuflowInputError, match="gamma must be >= 0"):
+        muflow.SVC(gamma=-1.0).fit(X, y)
