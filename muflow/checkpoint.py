@@ -26,6 +26,7 @@ point), and a tag key of the run that the checkpoint lacks is a mismatch.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -224,6 +225,18 @@ class Checkpointer:
             save_checkpoint(self.run_dir, alpha, self._bias(alpha), total, objective, self.tag)
             self.saved.append(total)
         return self.stop_after is not None and total >= self.stop_after
+
+    def counted_from_the_start(self, solution):
+        """The solution of a solve resumed at :attr:`start_iteration`, its iterations
+        counted from the fit's beginning: ``n_iter_`` is the whole fit's, and a resumed fit
+        stopped by ``max_iter`` is told apart from one that could make no further progress
+        (its warning said "raise tol" where the budget had run out)."""
+        if not self.start_iteration:
+            return solution
+        per_problem = solution.column_iters
+        return dataclasses.replace(
+            solution, n_iter=solution.n_iter + self.start_iteration,
+            column_iters=None if per_problem is None else np.asarray(per_problem) + self.start_iteration)
 
     def finish(self, solution):
         """Save the final state (marked finished) after the solver returns."""

@@ -435,6 +435,7 @@ default="rbf"
             solution = solve_by_rule(problem, member, solve, info.name, init=init, callback=callback)
             if checkpointer is not None:
                 checkpointer.finish(solution)
+                solution = checkpointer.counted_from_the_start(solution)
             if probability:  # its folds are bounded by the same time limit
                 self._fit_probability(operator, Y, U, info, options, drift, deadline)
             else:
@@ -496,3 +497,4 @@ default="rbf"
         return model._set_fitted(solution, X=X, y_encoded=np.asarray(y_encoded), kernel=kernel,
                                  solver=solution.solver or model.solver, fit_time=fit_time,
                                  budget=budget)
+

@@ -230,3 +230,27 @@ def test_a_negative_or_misshapen_checkpoint_is_refused(tmp_path):
     save_checkpoint(run, -np.ones(5), 0.5, 10, -3.0)
     with pytest.raises(MuflowInputError, match="is damaged: alpha of shape .*negative values: 5"):
         load_checkpoint(run)
+
+
+def test_a_resumed_fit_counts_its_iterations_from_the_start(problem_data, tmp_path):
+    """A fit resumed from a checkpoint and stopped by max_iter said n_iter_ = the resumed
+    part's count and warned "raise tol" (the budget check compared that part with the whole
+    budget); it now counts from the fit's beginning and warns as the same fit without a
+    resume does."""
+    import warnings
+
+    import muflow
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y, _ = problem_data
+    ckpt = tmp_path / "ck"
+    with pytest.warns(ConvergenceWarning):
+        muflow.SVC(gamma=0.5, solver="munk", max_iter=30, tol=1e-12).fit(
+            X, y, checkpoint_dir=ckpt, checkpoint_every=10)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        resumed = muflow.SVC(gamma=0.5, solver="munk", max_iter=60, tol=1e-12).fit(
+            X, y, checkpoint_dir=ckpt, checkpoint_every=10)
+    assert list(resumed.n_iter_) == [60]
+    messages = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert messages and "max_iter=60" in messages[0] and "raise tol" not in messages[0]
