@@ -73,7 +73,7 @@ def open_run_dir(out_dir, X, y, grid: dict, options: dict, resume: bool):
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     o = options
-    meta = {"format_version": FORMAT_VERSION, "data": data_digest(X, y), "grid": grid,
+    meta = {"format_version": FORMAT_VERSION, "data": data_digest(X, y), "grid": _grid_in_order(grid),
             "folds": int(o["folds"]), "seed": int(o["seed"]), "solver": o["solver"],
             "path": o["path"], "intercept": o["intercept"], "tol": float(o["tol"]),
             "max_iter": int(o["max_iter"]), "halving": o["halving"],
@@ -82,14 +82,13 @@ def open_run_dir(out_dir, X, y, grid: dict, options: dict, resume: bool):
     return out_dir, meta
 
 
-def _in_sweep_order(meta: dict) -> dict:
-    """A recorded sweep's settings with its C values ascending, the order the sweep runs
-    them in: a grid given as C = [10, 1] is the sweep of C = [1, 10] (records written
-    before the grid was kept in this order held C as given)."""
-    grid = meta.get("grid")
+def _grid_in_order(grid):
+    """A sweep's grid with its C values ascending, the order the sweep runs them in: a grid
+    given as C = [10, 1] is the sweep of C = [1, 10] (records written before the grid was
+    kept in this order held C as given, and are read through this too)."""
     if isinstance(grid, dict) and isinstance(grid.get("C"), list):
-        meta = dict(meta, grid=dict(grid, C=sorted(grid["C"])))
-    return meta
+        grid = dict(grid, C=sorted(grid["C"]))
+    return grid
 
 
 def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
@@ -98,7 +97,8 @@ def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
     A fresh (not resumed) sweep drops the kernel records of an earlier one."""
     meta_file = out_dir / "sweep.json"
     if resume and meta_file.exists():
-        old, new = _in_sweep_order(json.loads(meta_file.read_text())), _plain(meta)
+        old, new = json.loads(meta_file.read_text()), _plain(meta)
+        old["grid"] = _grid_in_order(old.get("grid"))
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise MuflowInputError(

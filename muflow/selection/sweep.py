@@ -192,8 +192,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
                            device=xp is not None, halving=halving)
-    out_dir, meta = rundir.open_run_dir(out_dir, data.X, y, dict(grid.to_dict(), C=Cs), options,
-                                        resume)
+    out_dir, meta = rundir.open_run_dir(out_dir, data.X, y, grid.to_dict(), options, resume)
     run = _SweepRun(data=data, Cs=Cs, out_dir=out_dir, meta=meta, intercept=intercept, tol=tol,
                     max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
                     budget=budget, device=xp, client=client, cache_dir=cache_dir,
