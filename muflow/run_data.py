@@ -153,6 +153,39 @@ def check_solver_on_data(cfg: RunConfig, X_train):
                             f"{setting_label(setting)} on these data: {exc}") from None
 
 
+def test_source(cfg: RunConfig, layout, *, whole_files: bool = True):
+    """The :class:`muflow.data.DataSource` of ``data.test_path``, its columns matched to the
+    training set's (``layout``, of ``data.path``) by name where both have names (Parquet, CSV
+    with a header): the training set's feature and label columns, in the training set's
+    order, so a test set whose columns are in another order is read as trained on. One
+    lacking a training column is refused naming it. Where either has no names (CSV without
+    a header, npz, svmlight, zarr), the columns are matched by position (:func:`check_test`
+    compares their count)."""
+    from dataclasses import replace
+
+    from muflow.data.columns import names_text
+    from muflow.data.tabular import column_names
+
+    source = cfg.data.source(test=True)
+    if layout is None or not layout.header:
+        return source
+    wanted = (*layout.features, *([layout.label] if layout.label is not None else []))
+    # the label's name also tells the test file's header (muflow.data.columns.is_header)
+    names = column_names(replace(source, label_column=layout.label), whole_files=whole_files)
+    if names is None:
+        return source
+    missing = [name for name in wanted if name not in names]
+    if missing:
+        raise MuflowInputError(
+            f"data.test_path {source.label!r} lacks the columns {names_text(missing)} of "
+            f"data.path {cfg.data.source().label!r}; give a test set with the training set's "
+            "columns (in any order)")
+    label = layout.label
+    if label is not None and label.lstrip("-").isdigit():  # a name that reads as an index
+        label = names.index(label)
+    return replace(source, label_column=label, feature_columns=layout.features)
+
+
 def check_test(X_train, X_test):
     if X_test.shape[1] != X_train.shape[1]:
         raise MuflowInputError(f"data.test_path has {X_test.shape[1]} features and data.path "
@@ -166,7 +199,7 @@ def read_split_on_workers(cfg: RunConfig, client):
 
     X, y, layout = read_on_workers(cfg.data.source(), client)
     if cfg.data.test_path is not None:
-        X_test, y_test, _ = read_on_workers(cfg.data.source(test=True), client)
+        X_test, y_test, _ = read_on_workers(test_source(cfg, layout, whole_files=False), client)
         check_test(X, X_test)
         with client.as_current():
             X, X_test = persisted(client, even_blocks(X, client), even_blocks(X_test, client))
@@ -271,7 +304,7 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
     if cfg.data.test_path is not None:
         from muflow.data.local import load_source
 
-        X_test, y_test, _ = load_source(cfg.data.source(test=True))
+        X_test, y_test, _ = load_source(test_source(cfg, layout))
         check_test(X, X_test)
         X_train, y_train = X, y
     else:

@@ -321,3 +321,24 @@ def test_feature_columns_and_a_leading_id_column_on_the_workers(sources, client,
         assert layout.features == expected
         np.testing.assert_array_equal(X.compute(), df[list(expected)].to_numpy())
         np.testing.assert_array_equal(y, df["label"].to_numpy())
+
+
+def test_a_test_set_with_its_columns_in_another_order_is_read_by_name(sources, client, tmp_path):
+    """``data.test_path`` on the workers: its columns are chosen by the training set's names
+    (they were taken by position: the reordered test set was scored on scrambled features);
+    one lacking a training column is refused naming it."""
+    df = pd.read_csv(sources / "one.csv")
+    test = df.iloc[:60]
+    test[["label"] + [f"f{j}" for j in reversed(range(D))]].to_parquet(tmp_path / "test.parquet",
+                                                                       index=False)
+    cfg = config({"path": str(sources / "pq"), "test_path": str(tmp_path / "test.parquet")})
+    stages.start_run(cfg, tmp_path / "run")
+    stages.prepare_data(cfg, tmp_path / "run", client)
+    X_test, y_test = stages.test_split(cfg, tmp_path / "run", client)
+    stages.release_data(tmp_path / "run", client)
+    np.testing.assert_array_equal(X_test.compute(), test[[f"f{j}" for j in range(D)]].to_numpy())
+    np.testing.assert_array_equal(y_test, test["label"].to_numpy())
+    test.drop(columns=["f3"]).to_parquet(tmp_path / "test.parquet", index=False)
+    stages.start_run(cfg, tmp_path / "run2")
+    with pytest.raises(MuflowInputError, match=r"lacks the columns f3 of data.path"):
+        stages.prepare_data(cfg, tmp_path / "run2", client)

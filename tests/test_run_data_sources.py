@@ -5,6 +5,10 @@
 - Bad sources are one line and exit code 2 with nothing written: a missing URL, no label
   column, files of different schemas (checked from metadata before the run starts), NaN
   values (found when the data stage reads them).
+- A test set (``data.test_path``) whose columns have names is matched to the training set
+  by name, whatever their order (it was matched by position: a test CSV with its columns
+  in another order was scored on scrambled features); one lacking a training column is
+  refused naming it; one without names keeps the positional match.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from muflow.config import from_dict
+from muflow.exceptions import MuflowInputError
+from muflow.pipeline import load_split, prepare_data, start_run
 from test_run_command import muflow
 
 SMALL_RUN = """
@@ -101,3 +108,49 @@ def test_nan_values_exit_2_with_nothing_written(tmp_path):
     assert res.returncode == 2, res.stdout[-2000:]
     assert "1 NaN or infinite value" in res.stderr.strip().splitlines()[-1]
     assert not (tmp_path / "run").exists()
+
+
+def _write(df, path, **kwargs):
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False, float_format="%.17g", **kwargs)
+    else:
+        df.to_parquet(path, index=False)
+    return path
+
+
+def _test_set_run(tmp_path, train, test, **data):
+    cfg = from_dict({"data": {"path": str(train), "test_path": str(test), "label_column": "label",
+                              **data}})
+    prepare_data(cfg, start_run(cfg, tmp_path / "run"))
+    return load_split(tmp_path / "run")
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_test_set_with_its_columns_in_another_order_is_read_by_name(tmp_path, suffix):
+    write_frame(tmp_path / f"train{suffix}", seed=0)  # columns a, b, c, label
+    test = write_frame(tmp_path / "unused.csv", seed=1, id=np.arange(80))
+    reordered = _write(test[["id", "label", "c", "a", "b"]], tmp_path / f"test{suffix}")
+    _, X_test, _, y_test = _test_set_run(tmp_path, tmp_path / f"train{suffix}", reordered)
+    np.testing.assert_array_equal(X_test, test[["a", "b", "c"]].to_numpy())
+    np.testing.assert_array_equal(y_test, test["label"].to_numpy())
+
+
+def test_a_test_set_lacking_training_columns_is_refused_naming_them(tmp_path):
+    write_frame(tmp_path / "train.csv")
+    test = write_frame(tmp_path / "unused.csv", seed=1)
+    _write(test[["label", "c", "a"]].rename(columns={"a": "A"}), tmp_path / "test.csv")
+    with pytest.raises(MuflowInputError, match=r"^data.test_path '.*test.csv' lacks the columns "
+                                               r"a, b of data.path '.*train.csv'; give a test set "
+                                               r"with the training set's columns"):
+        _test_set_run(tmp_path, tmp_path / "train.csv", tmp_path / "test.csv")
+    assert not (tmp_path / "run" / "data.json").exists()
+
+
+def test_a_test_set_without_names_is_matched_by_position(tmp_path):
+    write_frame(tmp_path / "train.csv")
+    test = write_frame(tmp_path / "unused.csv", seed=1)
+    _write(test, tmp_path / "test.csv", header=False)
+    _, X_test, _, y_test = _test_set_run(tmp_path, tmp_path / "train.csv", tmp_path / "test.csv",
+                                         label_column=3)
+    np.testing.assert_array_equal(X_test, test[["a", "b", "c"]].to_numpy())
+    np.testing.assert_array_equal(y_test, test["label"].to_numpy())

@@ -64,6 +64,30 @@ def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
     if kind == "zarr":
         return _within(source.timeout, lambda: _zarr_layout(source, urls, entries),
                        f"data path {source.label!r}")
+    schema, rows, header, whole = _table_schema(source, urls, kind, whole_files)
+    label, features = choose_columns(schema, source.label_column, source.feature_columns,
+                                     f"data path {source.label!r}")
+    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries), whole)
+
+
+def column_names(source: DataSource, *, whole_files: bool = True) -> tuple | None:
+    """Every column's name of a Parquet or CSV source whose columns have names (a CSV file
+    with a header), in the files' order; None for a source without names (npz, svmlight,
+    zarr, CSV without a header), whose columns are known by position only. Metadata only,
+    as :func:`inspect`; no column is chosen, so none is refused for being absent."""
+    entries = source.files()
+    urls = tuple(e["path"] for e in entries)
+    kind = source.kind(list(urls))
+    if kind not in ("parquet", "csv"):
+        return None
+    schema, _, header, _ = _table_schema(source, urls, kind, whole_files)
+    return tuple(name for name, _, _ in schema) if header else None
+
+
+def _table_schema(source, urls, kind, whole_files):
+    """``(schema, rows, header, whole)`` of a Parquet or CSV source: ``schema`` the first
+    file's ``[(name, type text, numeric)]``, a column numeric when it is in every file,
+    the files checked to share it and to hold rows."""
     whole = (whole_files and kind == "csv" and len(urls) == 1 and not source.is_url
              and _looks_plain(source))
     read = _parquet_schemas if kind == "parquet" else _csv_schemas
@@ -82,9 +106,7 @@ def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
                                 "partition); remove it or write it with rows")
     # a column is numeric when it is in every file (CSV: by its first row)
     first = [(n, t, all(s[j][2] for s in schemas)) for j, (n, t, _) in enumerate(first)]
-    label, features = choose_columns(first, source.label_column, source.feature_columns,
-                                     f"data path {source.label!r}")
-    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries), whole)
+    return first, rows, header, whole
 
 
 def _looks_plain(source) -> bool:
