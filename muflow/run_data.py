@@ -186,10 +186,20 @@ def test_source(cfg: RunConfig, layout, *, whole_files: bool = True):
     return replace(source, label_column=label, feature_columns=layout.features)
 
 
-def check_test(X_train, X_test):
-    if X_test.shape[1] != X_train.shape[1]:
-        raise MuflowInputError(f"data.test_path has {X_test.shape[1]} features and data.path "
-                               f"{X_train.shape[1]}; give a test set of the same columns")
+def check_test(X_train, X_test, *layouts):
+    """Refuse a test set of another number of features than the training set, with the fix
+    its format calls for (``layouts``: the two sources' :class:`~muflow.data.tabular.Layout`,
+    None for a bundled set): an svmlight file has as many features as its largest index, so
+    two files of one feature set differ unless ``data.n_features`` says how many."""
+    n_test, n_train = X_test.shape[1], X_train.shape[1]
+    if n_test == n_train:
+        return
+    if any(layout is not None and layout.format == "svmlight" for layout in layouts):
+        fix = (f" (an svmlight file has as many as its largest index); set data.n_features = "
+               f"{max(n_test, n_train)} to read both with the same columns")
+    else:
+        fix = "; give a test set of the same columns"
+    raise MuflowInputError(f"data.test_path has {n_test} features and data.path {n_train}{fix}")
 
 
 def read_split_on_workers(cfg: RunConfig, client):
@@ -199,8 +209,9 @@ def read_split_on_workers(cfg: RunConfig, client):
 
     X, y, layout = read_on_workers(cfg.data.source(), client)
     if cfg.data.test_path is not None:
-        X_test, y_test, _ = read_on_workers(test_source(cfg, layout, whole_files=False), client)
-        check_test(X, X_test)
+        X_test, y_test, test_layout = read_on_workers(test_source(cfg, layout, whole_files=False),
+                                                      client)
+        check_test(X, X_test, layout, test_layout)
         with client.as_current():
             X, X_test = persisted(client, even_blocks(X, client), even_blocks(X_test, client))
         return X, X_test, y, y_test, layout
@@ -304,8 +315,8 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
     if cfg.data.test_path is not None:
         from muflow.data.local import load_source
 
-        X_test, y_test, _ = load_source(test_source(cfg, layout))
-        check_test(X, X_test)
+        X_test, y_test, test_layout = load_source(test_source(cfg, layout))
+        check_test(X, X_test, layout, test_layout)
         X_train, y_train = X, y
     else:
         X_train, X_test, y_train, y_test = train_test_split(

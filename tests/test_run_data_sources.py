@@ -154,3 +154,17 @@ def test_a_test_set_without_names_is_matched_by_position(tmp_path):
                                          label_column=3)
     np.testing.assert_array_equal(X_test, test[["a", "b", "c"]].to_numpy())
     np.testing.assert_array_equal(y_test, test["label"].to_numpy())
+
+
+def test_svmlight_files_of_different_widths_are_told_to_set_n_features(tmp_path):
+    """An svmlight file has as many features as its largest index: a test file whose last
+    feature is non-zero somewhere is wider. The fix is data.n_features, and it works."""
+    (tmp_path / "train.svm").write_text("".join(f"{i % 2} 1:{i} 3:1\n" for i in range(40)))
+    (tmp_path / "test.svm").write_text("".join(f"{i % 2} 2:{i} 4:1\n" for i in range(10)))
+    with pytest.raises(MuflowInputError, match=r"^data.test_path has 4 features and data.path 3 "
+                                               r"\(an svmlight file has as many as its largest "
+                                               r"index\); set data.n_features = 4"):
+        _test_set_run(tmp_path, tmp_path / "train.svm", tmp_path / "test.svm", label_column=None)
+    X_train, X_test, _, _ = _test_set_run(tmp_path, tmp_path / "train.svm", tmp_path / "test.svm",
+                                          label_column=None, n_features=4)
+    assert X_train.shape == (40, 4) and X_test.shape == (10, 4)
