@@ -21,6 +21,7 @@ import numpy as np
 
 from muflow.atomic import atomic_path
 from muflow.config import RunConfig
+from muflow.data.files import label_text
 from muflow.exceptions import MuflowInputError
 
 
@@ -107,7 +108,7 @@ def check_classes(cfg: RunConfig, y):
     than two, or one too small for the stratified folds."""
     from muflow.data.files import check_labels_are_classes
 
-    where = f"data path {cfg.data.source().label!r}" if not cfg.data.bundled else "the data"
+    where = _where(cfg)
     column = (f"column {cfg.data.label_column}" if cfg.data.label_column is not None
               else "the last column")
     check_labels_are_classes(y, labels=f"{column} of {where}",
@@ -117,15 +118,30 @@ def check_classes(cfg: RunConfig, y):
         raise MuflowInputError(f"{where}: needs at least two classes, found {len(classes)}")
     if counts.min() < max(2, cfg.sweep.folds):
         raise MuflowInputError(
-            f"{where}: class {_plain(classes[counts.argmin()])} has {counts.min()} samples; "
+            f"{where}: class {label_text(classes[counts.argmin()])} has {counts.min()} samples; "
             f"stratified {cfg.sweep.folds}-fold cross-validation needs at least {cfg.sweep.folds}")
     return classes
 
 
-def _plain(label) -> str:
-    """A class as a person writes it: ``2``, ``-1.5``, ``'cat'`` (not ``np.int64(2)``)."""
-    value = label.item() if hasattr(label, "item") else label
-    return repr(value) if isinstance(value, str) else str(value)
+def check_training_split(cfg: RunConfig, y, y_train) -> None:
+    """Refuse a seeded split that leaves a class fewer training samples than the folds
+    (:func:`check_classes` counted all of ``y``; the test split takes its share of every
+    class), naming the class and what to change, before the sweep meets it."""
+    folds = cfg.sweep.folds
+    classes, counts = np.unique(y, return_counts=True)
+    left = np.array([np.count_nonzero(np.asarray(y_train) == c) for c in classes])
+    if left.min() < folds:
+        short = left.argmin()
+        name = label_text(classes[short])
+        raise MuflowInputError(
+            f"{_where(cfg)}: class {name} has {counts[short]} samples, {left[short]} of them left "
+            f"for training by the test split (data.test_size = {cfg.data.test_size:g}); "
+            f"stratified {folds}-fold cross-validation needs at least {folds}: use fewer folds "
+            f"(sweep.folds), a smaller data.test_size, or more samples of class {name}")
+
+
+def _where(cfg: RunConfig) -> str:
+    return f"data path {cfg.data.source().label!r}" if not cfg.data.bundled else "the data"
 
 
 def check_solver_on_data(cfg: RunConfig, X_train):
@@ -216,7 +232,10 @@ def read_split_on_workers(cfg: RunConfig, client):
             X, X_test = persisted(client, even_blocks(X, client), even_blocks(X_test, client))
         return X, X_test, y, y_test, layout
     check_classes(cfg, y)
-    return (*split_on_workers(X, y, cfg.data.test_size, cfg.data.seed, client), layout)
+    X_train, X_test, y_train, y_test = split_on_workers(X, y, cfg.data.test_size, cfg.data.seed,
+                                                        client)
+    check_training_split(cfg, y, y_train)
+    return X_train, X_test, y_train, y_test, layout
 
 
 _PARTS = ("X_train", "X_test", "y_train", "y_test")
@@ -321,6 +340,7 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
     else:
         X_train, X_test, y_train, y_test = train_test_split(
             X, y, test_size=cfg.data.test_size, random_state=cfg.data.seed, stratify=y)
+        check_training_split(cfg, y, y_train)
     check_solver_on_data(cfg, X_train)
     arrays = {"y_train": np.asarray(y_train), "y_test": np.asarray(y_test)}
     for name, part in (("X_train", X_train), ("X_test", X_test)):

@@ -342,3 +342,18 @@ def test_a_test_set_with_its_columns_in_another_order_is_read_by_name(sources, c
     stages.start_run(cfg, tmp_path / "run2")
     with pytest.raises(MuflowInputError, match=r"lacks the columns f3 of data.path"):
         stages.prepare_data(cfg, tmp_path / "run2", client)
+
+
+def test_a_class_the_test_split_leaves_short_is_named_with_the_fix_on_the_workers(client, tmp_path):
+    """The workers' split counts the training split as the in-process one does: the class
+    with as many samples as the folds was said to have fewer ("class 9 has 2 samples")."""
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame(rng.normal(size=(43, 3)), columns=["a", "b", "c"])
+    df["label"] = [0] * 20 + [1] * 20 + [9] * 3
+    df.to_csv(tmp_path / "d.csv", index=False)
+    cfg = from_dict({"data": {"path": str(tmp_path / "d.csv"), "label_column": "label",
+                              "test_size": 0.5}, "sweep": {"folds": 3, "on_cluster": True}})
+    stages.start_run(cfg, tmp_path / "run")
+    with pytest.raises(MuflowInputError, match=r"class 9 has 3 samples, [12] of them left for "
+                                               r"training by the test split"):
+        stages.prepare_data(cfg, tmp_path / "run", client)

@@ -268,6 +268,25 @@ def test_a_class_too_small_for_the_folds_is_named_by_its_plain_value(tmp_path):
         prepare_data(cfg, start_run(cfg, tmp_path / "run"))
 
 
+def test_a_class_the_test_split_leaves_short_of_the_folds_is_refused_by_the_data_stage(tmp_path):
+    """Class 9 has 3 samples in the file, as many as the folds, and passed the data stage's
+    check on all labels; the test split took some, and the sweep failed later with
+    "folds=3 but the smallest class ('9') has only 2 samples". The data stage counts the
+    training split and says what to change."""
+    from muflow.config import from_dict
+    from muflow.pipeline import prepare_data, start_run
+
+    path = _labelled_csv(tmp_path / "d.csv", np.array([0] * 20 + [1] * 20 + [9] * 3))
+    cfg = from_dict({"data": {"path": str(path), "label_column": "label", "test_size": 0.5}})
+    with pytest.raises(MuflowInputError, match=r"': class 9 has 3 samples, [12] of them left for "
+                                               r"training by the test split \(data.test_size = "
+                                               r"0.5\); stratified 3-fold cross-validation needs "
+                                               r"at least 3: use fewer folds \(sweep.folds\), a "
+                                               r"smaller data.test_size, or more samples of class 9$"):
+        prepare_data(cfg, start_run(cfg, tmp_path / "run"))
+    assert not (tmp_path / "run" / "data.json").exists()
+
+
 def test_a_solver_whose_kernel_the_data_make_negative_is_refused_by_the_data_stage(tmp_path):
     """MUNK on a linear kernel: accepted when the configuration is read (the data decide),
     refused by the data stage on signed data, before it writes anything (the sweep stage

@@ -201,6 +201,13 @@ def _labels(labels: np.ndarray) -> np.ndarray:
     return labels
 
 
+def label_text(label) -> str:
+    """A class as a person writes it in a message: ``2``, ``-1.5``, ``'cat'`` (not
+    ``np.int64(2)``, nor ``'2'`` for the integer class 2)."""
+    value = label.item() if hasattr(label, "item") else label
+    return repr(value) if isinstance(value, str) else str(value)
+
+
 def _missing(value) -> bool:
     """Whether a label read from a table is missing (None, NaN, an empty text)."""
     return value is None or (isinstance(value, float) and value != value) or value == ""

@@ -224,7 +224,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
     from sklearn.utils.validation import check_X_y
 
     from muflow.data import check_finite
-    from muflow.data.files import check_labels_are_classes
+    from muflow.data.files import check_labels_are_classes, label_text
     from muflow.multiclass import binary_problems
 
     if is_dask_collection(X):  # read by the workers (muflow.data.workers): it stays there
@@ -235,14 +235,14 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
     check_labels_are_classes(y, labels="y", choose=None)  # the command line's check too
     classes, y_enc, counts = np.unique(y, return_inverse=True, return_counts=True)
     if len(classes) < 2:
-        raise MuflowInputError(f"the data hold only one class ({str(classes[0])!r}); a sweep needs at least 2")
+        raise MuflowInputError(f"the data hold only one class ({label_text(classes[0])}); a sweep needs at least 2")
     if counts.min() < 2:  # no number of folds (>= 2) would do
         raise MuflowInputError(
-            f"the class {str(classes[counts.argmin()])!r} has only 1 sample; stratified folds need "
+            f"the class {label_text(classes[counts.argmin()])} has only 1 sample; stratified folds need "
             "at least 2 samples of every class: drop it or merge it with another class")
     if counts.min() < folds:
         raise MuflowInputError(
-            f"folds={folds} but the smallest class ({str(classes[counts.argmin()])!r}) has only "
+            f"folds={folds} but the smallest class ({label_text(classes[counts.argmin()])}) has only "
             f"{counts.min()} samples; use at most {counts.min()} folds")
     if (X_test is None) != (y_test is None):
         raise MuflowInputError("give both X_test and y_test, or neither")
