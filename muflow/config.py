@@ -409,11 +409,16 @@ def check_data_exists(cfg: RunConfig):
     """Refuse a data source that names no file, whose endpoint does not answer within
     ``data.timeout``, or whose layout is wrong (no label column, a non-numeric feature
     column, files of different schemas, an empty file: :func:`muflow.data.tabular.inspect`)
-    before anything is started or written: listings and metadata only, no data."""
+    before anything is started or written: listings and metadata only, no data. The test
+    set is checked with the columns the data stage reads it by
+    (:func:`muflow.run_data.test_source`)."""
     from muflow.data.tabular import inspect
+    from muflow.run_data import test_source
 
     if cfg.data.bundled is not None:
         return
+    whole_files = not cfg.sweep.on_cluster
+    layout = None
     for test in (False, True) if cfg.data.test_path is not None else (False,):
         source = cfg.data.source(test)
         if not source.is_url and len(source.paths()) == 1 and not any(c in source.path for c in "*?["):
@@ -422,4 +427,6 @@ def check_data_exists(cfg: RunConfig):
                     f"data.{'test_path' if test else 'path'} = {source.path!r}: no such file or "
                     f"directory; give an existing data file, directory, glob or URL, or one of "
                     f"{', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")
-        inspect(source, whole_files=not cfg.sweep.on_cluster)
+        if test:
+            source = test_source(cfg, layout, whole_files=whole_files)
+        layout = inspect(source, whole_files=whole_files)

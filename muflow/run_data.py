@@ -176,13 +176,16 @@ def test_source(cfg: RunConfig, layout, *, whole_files: bool = True):
     order, so a test set whose columns are in another order is read as trained on. One
     lacking a training column is refused naming it. Where either has no names (CSV without
     a header, npz, svmlight, zarr), the columns are matched by position (:func:`check_test`
-    compares their count)."""
+    compares their count); an npz, svmlight or zarr test set takes no column options (those
+    name data.path's columns; it holds X and y)."""
     from dataclasses import replace
 
-    from muflow.data.columns import names_text
+    from muflow.data.columns import UNNAMED_LABELS, names_text
     from muflow.data.tabular import column_names
 
     source = cfg.data.source(test=True)
+    if source.kind([f["path"] for f in source.files()]) in UNNAMED_LABELS:
+        return replace(source, label_column=None, feature_columns=None)
     if layout is None or not layout.header:
         return source
     wanted = (*layout.features, *([layout.label] if layout.label is not None else []))

@@ -312,6 +312,36 @@ def test_feature_columns_of_files_without_column_names_are_refused(tmp_path, dat
         assert "drop feature_columns" in one_line(exc)
 
 
+def test_a_label_column_of_files_without_column_names_is_refused(tmp_path, data):
+    """``--label-column`` or ``data.label_column`` on an npz, svmlight file or zarr group
+    was ignored and the run went on with the file's own labels; it is refused as
+    feature_columns is, before the run starts. No labels (``label_column=False``, predict
+    --no-labels) is still taken."""
+    from sklearn.datasets import dump_svmlight_file
+
+    from muflow.config import check_data_exists
+    from muflow.data.files import load_data
+
+    root, df = data
+    X, y = df.iloc[:, :D].to_numpy(), df["label"].to_numpy()
+    np.savez(tmp_path / "d.npz", X=X, y=y)
+    dump_svmlight_file(X, y, str(tmp_path / "d.svm"))
+    for path, kind, labels in ((tmp_path / "d.npz", "an npz file", "its array 'y'"),
+                               (tmp_path / "d.svm", "a svmlight file", "each line's first number"),
+                               (root / "set.zarr", "a zarr group", "its array 'y'")):
+        for column in ("class", 0):
+            with pytest.raises(DataFileError) as exc:
+                load_source(DataSource(path=str(path), label_column=column))
+            assert (f"{kind} has no column names, so label_column cannot choose among them; "
+                    f"drop label_column (--label-column): the labels are {labels}") in one_line(exc)
+        cfg = from_dict({"data": {"path": str(path), "label_column": "class"}})
+        with pytest.raises(DataFileError, match="label_column cannot choose"):
+            check_data_exists(cfg)
+    with pytest.raises(DataFileError, match="npz data have no column names, so label_column"):
+        load_data(tmp_path / "d.npz", label_column="class")
+    assert load_source(DataSource(path=str(tmp_path / "d.npz"), label_column=False))[1] is None
+
+
 def test_a_whitespace_separated_file_is_read_whole_and_refused_by_a_glob(tmp_path):
     """Its columns are chosen from its first lines too: whitespace separated when read
     whole; a glob's files are read as comma separated, so it is refused there."""

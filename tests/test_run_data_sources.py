@@ -136,14 +136,21 @@ def test_a_test_set_with_its_columns_in_another_order_is_read_by_name(tmp_path, 
 
 
 def test_a_test_set_lacking_training_columns_is_refused_naming_them(tmp_path):
+    """By the data stage, and before the run starts (:func:`muflow.config.check_data_exists`)."""
+    from muflow.config import check_data_exists
+
     write_frame(tmp_path / "train.csv")
     test = write_frame(tmp_path / "unused.csv", seed=1)
     _write(test[["label", "c", "a"]].rename(columns={"a": "A"}), tmp_path / "test.csv")
-    with pytest.raises(MuflowInputError, match=r"^data.test_path '.*test.csv' lacks the columns "
-                                               r"a, b of data.path '.*train.csv'; give a test set "
-                                               r"with the training set's columns"):
+    message = (r"^data.test_path '.*test.csv' lacks the columns a, b of data.path '.*train.csv'; "
+               r"give a test set with the training set's columns")
+    with pytest.raises(MuflowInputError, match=message):
         _test_set_run(tmp_path, tmp_path / "train.csv", tmp_path / "test.csv")
     assert not (tmp_path / "run" / "data.json").exists()
+    with pytest.raises(MuflowInputError, match=message):
+        check_data_exists(from_dict({"data": {"path": str(tmp_path / "train.csv"),
+                                              "test_path": str(tmp_path / "test.csv"),
+                                              "label_column": "label"}}))
 
 
 def test_a_test_set_without_names_is_matched_by_position(tmp_path):
@@ -168,3 +175,21 @@ def test_svmlight_files_of_different_widths_are_told_to_set_n_features(tmp_path)
     X_train, X_test, _, _ = _test_set_run(tmp_path, tmp_path / "train.svm", tmp_path / "test.svm",
                                           label_column=None, n_features=4)
     assert X_train.shape == (40, 4) and X_test.shape == (10, 4)
+
+
+def test_a_test_set_without_column_names_takes_no_column_options(tmp_path):
+    """label_column and feature_columns name data.path's columns: an npz test set (X and y,
+    no names) is read by position, not refused for them, neither before the run starts
+    (:func:`muflow.config.check_data_exists`) nor by the data stage."""
+    from muflow.config import check_data_exists
+
+    write_frame(tmp_path / "train.csv")
+    test = write_frame(tmp_path / "unused.csv", seed=1)
+    np.savez(tmp_path / "test.npz", X=test[["c", "a"]].to_numpy(), y=test["label"].to_numpy())
+    check_data_exists(from_dict({"data": {"path": str(tmp_path / "train.csv"),
+                                          "test_path": str(tmp_path / "test.npz"),
+                                          "label_column": "label"}}))
+    _, X_test, _, y_test = _test_set_run(tmp_path, tmp_path / "train.csv", tmp_path / "test.npz",
+                                         feature_columns=["c", "a"])
+    np.testing.assert_array_equal(X_test, test[["c", "a"]].to_numpy())
+    np.testing.assert_array_equal(y_test, test["label"].to_numpy())

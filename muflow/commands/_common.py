@@ -20,7 +20,9 @@ def add_data_options(parser, *, required=True, run=False):
              + ("; overrides data.path" if run else ""),
     )
     parser.add_argument("--label-column", metavar="NAME",
-                        help="the column holding the labels (name or 0-based index; default: the last)")
+                        help="the column holding the labels (name or 0-based index; default: the "
+                             "last); CSV and Parquet only: npz, zarr and svmlight data have no "
+                             "column names (their labels are y, or each line's first number)")
     parser.add_argument("--format", dest="data_format", choices=FORMATS,
                         help="data format when the suffix does not tell")
     parser.add_argument("--storage-options", dest="storage_options", metavar="JSON",

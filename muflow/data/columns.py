@@ -26,6 +26,28 @@ ID_COLUMNS = ("id", "sample", "sample_id", "", "unnamed: 0")
 INDEX_COLUMNS = ("__index_level_0__",)
 
 
+#: Where a source without column names keeps its labels.
+UNNAMED_LABELS = {"npz": "its array 'y'", "svmlight": "each line's first number",
+                  "zarr": "its array 'y'"}
+
+
+def check_no_columns_chosen(what: str, kind: str, label_column, feature_columns, where: str,
+                            fix: str = "") -> None:
+    """Refuse ``feature_columns`` or a ``label_column`` on a source whose columns have no
+    names (an npz or svmlight file, a zarr group: ``kind`` in :data:`UNNAMED_LABELS`;
+    ``what`` names it in the message): they would be ignored, and the run would go on with
+    other columns than asked for. ``label_column=False`` (no labels) is taken. ``fix``:
+    more to say after "drop feature_columns"."""
+    if feature_columns is not None:
+        raise DataFileError(f"{where}: {what} no column names, so feature_columns cannot choose "
+                            f"among them; drop feature_columns and write X with the features to "
+                            f"use alone{fix}")
+    if label_column is not None and label_column is not False:
+        raise DataFileError(f"{where}: {what} no column names, so label_column cannot choose "
+                            "among them; drop label_column (--label-column): the labels are "
+                            f"{UNNAMED_LABELS[kind]}")
+
+
 def is_number(text: str) -> bool:
     """Whether a cell's text is a number (``float`` reads it)."""
     try:

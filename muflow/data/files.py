@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.data.columns import (NOT_TEXT, cells, choose_columns, delimiter, first_lines, is_header,
-                                  is_number)
+from muflow.data.columns import (NOT_TEXT, cells, check_no_columns_chosen, choose_columns,
+                                  delimiter, first_lines, is_header, is_number)
 from muflow.exceptions import DataFileError, MuflowInputError
 
 SVMLIGHT_SUFFIXES = (".svm", ".svmlight", ".libsvm")
@@ -57,7 +57,8 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     label_column : str, int or False, optional
         CSV only: the column that holds the labels, by header name or 0-based index.
         Default: the last column. False: the file has no labels (CSV, npz without y);
-        y is then None.
+        y is then None. An npz or svmlight file has no column names (its labels are its
+        array ``y``, each line's first number): giving one is an error.
     fmt : {"csv", "svmlight", "npz"}, optional
         Default: from the suffix (``.svm``, ``.svmlight``, ``.libsvm``: svmlight; ``.npz``;
         anything else: CSV).
@@ -80,10 +81,8 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     if path.is_dir():
         raise DataFileError(f"{str(path)!r} is a directory; give a data file")
     kind = detect_format(path, fmt)
-    if kind != "csv" and feature_columns is not None:
-        raise DataFileError(f"{path}: {kind} data have no column names, so feature_columns "
-                            "cannot choose among them; drop feature_columns and write X with "
-                            "the features to use alone")
+    if kind != "csv":
+        check_no_columns_chosen(f"{kind} data have", kind, label_column, feature_columns, str(path))
     if kind == "svmlight":
         return _load_svmlight(path, n_features)
     if kind == "npz":

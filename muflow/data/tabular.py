@@ -15,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from muflow.data.columns import (NOT_TEXT, cells, choose_columns, delimiter, first_lines, is_header,
-                                  is_number, names_text)
+from muflow.data.columns import (NOT_TEXT, UNNAMED_LABELS, cells, check_no_columns_chosen,
+                                  choose_columns, delimiter, first_lines, is_header, is_number,
+                                  names_text)
 from muflow.data.source import DataSource, _within
 from muflow.exceptions import DataFileError
 
@@ -50,12 +51,11 @@ def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
     entries = source.files()
     urls = tuple(e["path"] for e in entries)
     kind = source.kind(list(urls))
-    if kind in ("npz", "svmlight", "zarr") and source.feature_columns is not None:
+    if kind in UNNAMED_LABELS:
         what = {"npz": "an npz file", "svmlight": "a svmlight file", "zarr": "a zarr group"}[kind]
-        raise DataFileError(f"data path {source.label!r}: {what} has no column names, so "
-                            "feature_columns cannot choose among them; drop feature_columns "
-                            "and write X with the features to use alone, or write the data as "
-                            "Parquet or CSV with named columns")
+        check_no_columns_chosen(f"{what} has", kind, source.label_column, source.feature_columns,
+                                f"data path {source.label!r}", ", or write the data as Parquet "
+                                "or CSV with named columns")
     if kind in ("npz", "svmlight"):
         if len(urls) != 1:
             raise DataFileError(f"data path {source.label!r}: {len(urls)} files; a {kind} source is "
