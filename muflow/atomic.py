@@ -61,9 +61,7 @@ def atomic_path(path, *, suffix: str = "") -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, _mode_after_umask(0o666))
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -71,6 +69,15 @@ def atomic_path(path, *, suffix: str = "") -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
         raise
     _fsync_directory(path.parent)
+
+
+def _mode_after_umask(requested: int) -> int:
+    """The mode ``open`` or ``mkdir`` would give for ``requested``: ``mkstemp`` and
+    ``mkdtemp`` make their temporaries private (0o600, 0o700), and a result renamed into
+    place keeping that mode could not be read by another user (a serving account)."""
+    umask = os.umask(0)  # the only way to read it; set back at once
+    os.umask(umask)
+    return requested & ~umask
 
 
 def _existing_kind(path: Path) -> str | None:
@@ -104,11 +111,14 @@ def atomic_directory(path, write_into: Callable[[Path], object]) -> Path:
 
     ``write_into(tmp_dir)`` writes the content. An existing ``path`` is replaced only after
     the new one is complete; on failure the temporary is removed and ``path`` is untouched.
+    The directory gets the permissions a plain ``mkdir`` would give (``0o777`` less the
+    umask); directories ``write_into`` makes inside it are its own to set.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
     try:
+        os.chmod(tmp, _mode_after_umask(0o777))
         write_into(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old-{os.getpid()}")

@@ -34,3 +34,18 @@ def test_a_fifo_is_written_into_not_replaced(tmp_path):
     reader.join(10)
     assert got == ["through\n"]
     assert not fifo.is_file() and fifo.exists()  # still the FIFO
+
+
+def test_a_directory_gets_the_mode_mkdir_would_give(tmp_path):
+    """A directory written whole (a saved model, a run's model/) is readable by others as
+    its files are: 0o777 less the umask, not the 0o700 of a temporary directory."""
+    from muflow.atomic import atomic_directory
+
+    for umask, expected in ((0o022, 0o755), (0o027, 0o750)):
+        previous = os.umask(umask)
+        try:
+            made = atomic_directory(tmp_path / f"model-{umask:o}", lambda d: write_text(d / "f.json", "{}\n"))
+        finally:
+            os.umask(previous)
+        assert made.stat().st_mode & 0o777 == expected
+        assert (made / "f.json").stat().st_mode & 0o777 == 0o666 & ~umask
