@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from muflow.exceptions import MuflowInputError
 from tests.prefect_home import prefect_home
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,6 +158,37 @@ def test_a_non_empty_out_dir_needs_resume(tmp_path):
     assert res.returncode == 2 and "--resume" in res.stderr
     res = muflow("run", "--resume", "--out", str(tmp_path / "nothing"), cwd=tmp_path)
     assert res.returncode == 2 and "no muflow run to resume" in res.stderr
+
+
+def _stopped_before_its_configuration(out: Path) -> Path:
+    """What a run killed in its first seconds leaves: its lock and run.log, no config.json."""
+    from muflow.runlock import hold_run_dir
+
+    with hold_run_dir(out):
+        (out / "run.log").write_text("2024-01-01 00:00:00 distributed.scheduler INFO ...\n")
+    return out
+
+
+def test_a_run_killed_before_writing_its_configuration_can_be_started_again(tmp_path):
+    """A directory holding only the lock and run.log counts as empty for a new run, and
+    --resume on it, with nothing to resume, says to run without --resume (the two
+    refusals used to point at each other, and the directory had to be deleted by hand)."""
+    from argparse import Namespace
+
+    from muflow.commands.run import _check_run_dir
+    from muflow.config import default_config
+
+    cfg = default_config()
+    out = _stopped_before_its_configuration(tmp_path / "run")
+    _check_run_dir(Namespace(resume=False), out, cfg)  # not refused as "not empty"
+    with pytest.raises(MuflowInputError, match="no muflow run to resume.*run without --resume"):
+        _check_run_dir(Namespace(resume=True), out, cfg)
+    # anything else in it is someone's: refused both ways, without sending one to the other
+    (out / "notes.txt").write_text("x")
+    with pytest.raises(MuflowInputError, match="not empty"):
+        _check_run_dir(Namespace(resume=False), out, cfg)
+    with pytest.raises(MuflowInputError, match=r"no muflow run to resume \(no config.json\); check --out"):
+        _check_run_dir(Namespace(resume=True), out, cfg)
 
 
 def test_help_explains_the_options(tmp_path):

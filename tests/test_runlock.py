@@ -65,7 +65,8 @@ def test_a_sigkilled_holder_leaves_the_directory_free(holder, capsys):
     code = main(["run", "--out", str(run), "--resume"])
     assert code == 2
     assert capsys.readouterr().err == (f"muflow run: error: --out {str(run)!r} holds no muflow run "
-                                       "to resume (no config.json)\n")
+                                       "to resume (no config.json); run without --resume to start "
+                                       "it from the beginning\n")
 
 
 def test_the_lock_file_alone_does_not_make_a_directory_a_run(tmp_path):

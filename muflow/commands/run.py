@@ -36,6 +36,7 @@ from muflow.commands._common import add_data_options, data_overrides
 from muflow.exceptions import MuflowInputError
 
 EXIT_FAILURE = 1
+RUN_LOG = "run.log"  # Prefect's and Dask's log records (--verbose: stderr)
 
 
 def add_parser(subparsers):
@@ -65,7 +66,8 @@ def add_parser(subparsers):
     add_data_options(p, required=False, run=True)
     p.add_argument("--out", metavar="DIR",
                    help="run directory (default: a new folder under ./muflow-runs/); must be new "
-                        "or empty unless --resume")
+                        "or empty unless --resume (one holding only run.log, a run stopped before "
+                        "it wrote config.json, counts as empty)")
     p.add_argument("--resume", action="store_true",
                    help="continue the run in --out DIR: finished stages are not recomputed, the "
                         "sweep resumes its finished kernel settings")
@@ -91,13 +93,20 @@ def _out_path(args) -> Path:
 
 def _check_run_dir(args, out: Path, cfg):
     """Refuse a run directory that this run cannot write into, before anything is written
-    (its lock is held: no other run changes it meanwhile)."""
-    from muflow.runlock import is_lock_file
+    (its lock is held: no other run changes it meanwhile).
 
+    A directory holding nothing but the lock and ``run.log`` is a run stopped (killed)
+    before its flow wrote ``config.json``: nothing of it is kept, so a new run takes it
+    as empty, and ``--resume``, with nothing to continue, says to run without it (as
+    ``fit`` and ``sweep`` do).
+    """
     if args.resume:
         config = out / "config.json"
         if not config.is_file():
-            raise MuflowInputError(f"--out {str(out)!r} holds no muflow run to resume (no config.json)")
+            fix = ("run without --resume to start it from the beginning" if _holds_no_output(out)
+                   else "check --out")
+            raise MuflowInputError(
+                f"--out {str(out)!r} holds no muflow run to resume (no config.json); {fix}")
         from muflow.run_directory import config_matches
 
         if not config_matches(out, cfg):
@@ -116,10 +125,18 @@ def _check_run_dir(args, out: Path, cfg):
                 f"--out {str(out)!r} holds a run of another configuration (its config.json); "
                 "choose a new directory, or resume that run with the configuration it was "
                 "started with")
-    if out.exists() and (not out.is_dir() or any(not is_lock_file(p) for p in out.iterdir())):
+    if out.exists() and (not out.is_dir() or not _holds_no_output(out)):
         raise MuflowInputError(
             f"--out {str(out)!r} exists and is not empty; add --resume to continue that run "
             "or choose a new directory")
+
+
+def _holds_no_output(out: Path) -> bool:
+    """Whether directory ``out`` holds nothing but its lock and ``run.log`` (what a run
+    writes before its flow records its configuration)."""
+    from muflow.runlock import is_lock_file
+
+    return all(is_lock_file(p) or p.name == RUN_LOG for p in out.iterdir())
 
 
 def _has_finished_stage(out: Path) -> bool:
@@ -217,7 +234,7 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
         print(f"muflow run: error: {problem}", file=sys.stderr)
         return EXIT_FAILURE
     # the console keeps the stages' progress (stdout) and the failure's one line (stderr)
-    log_to_file(out / "run.log", verbose=args.verbose)
+    log_to_file(out / RUN_LOG, verbose=args.verbose)
     if args.resume:
         from muflow.cut_sweep import reopen_cut_sweep
 
@@ -240,7 +257,7 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
         if isinstance(exc, Exception) and _scheduler_lost(cfg, exc):
             from muflow.exceptions import lost_scheduler_error
 
-            log = f" (Prefect's and Dask's log: {out / 'run.log'})" if out.exists() else ""
+            log = f" (Prefect's and Dask's log: {out / RUN_LOG})" if out.exists() else ""
             raise lost_scheduler_error(cfg.cluster.scheduler, work="the run", next_step=(
                 f"start the scheduler and its workers again; {continue_hint(args, kept)}{log}")
             ) from None
