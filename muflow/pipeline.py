@@ -95,7 +95,7 @@ def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
                 "n_features": int(X_train.shape[1]), "n_train": int(X_train.shape[0]),
                 "n_test": int(X_test.shape[0]), "format": layout.format,
                 "features": list(layout.features), "label": layout.label,
-                "classes": [c.item() if hasattr(c, "item") else c for c in classes],
+                "classes": [_json_value(c) for c in classes],
                 "fingerprint": fingerprint}
     return split_in_process(cfg, run_dir, fingerprint)
 
@@ -250,17 +250,41 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
 def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
     """Stage ``evaluate``: test-set accuracy and confusion matrix of ``model/``, predicted
     where the test split is (on the workers of ``client`` for a source they read: only the
-    predicted labels come here). Output: ``metrics.json``."""
+    predicted labels come here). Output: ``metrics.json``.
+
+    The matrix has a row for every class of the test set, those the training split lacks
+    among them (a separate ``data.test_path``): the model never predicts them, so their
+    rows count as errors and the matrix sums to ``n_test``, as the accuracy is taken over
+    every test row. Such classes are listed in ``unseen_classes`` (class: rows) and warned
+    about (:func:`muflow.run_report.unseen_classes_note`).
+    """
+    import warnings
+
     import muflow
     from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
+    from muflow.run_data import _plain
+    from muflow.run_report import unseen_classes_note
+
     X_test, y_test = test_split(cfg, run_dir, client)
+    y_test = np.asarray(y_test)
     model = muflow.load(run_dir / "model")
     pred = model.predict(X_test)
     if hasattr(pred, "compute"):
         pred = pred.compute()
+    labels = np.union1d(model.classes_, y_test)
+    unseen, rows = np.unique(y_test[~np.isin(y_test, model.classes_)], return_counts=True)
+    unseen_classes = {_plain(c): int(n) for c, n in zip(unseen, rows)}
+    if unseen_classes:
+        warnings.warn(unseen_classes_note(unseen_classes), UserWarning, stacklevel=2)
     metrics = {"n_test": int(len(y_test)), "accuracy": float(np.mean(pred == y_test)),
                "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
-               "classes": [c.item() if hasattr(c, "item") else c for c in model.classes_],
-               "confusion_matrix": confusion_matrix(y_test, pred, labels=model.classes_).tolist()}
+               "classes": [_json_value(c) for c in labels],
+               "confusion_matrix": confusion_matrix(y_test, pred, labels=labels).tolist(),
+               "unseen_classes": unseen_classes}
     return metrics
+
+
+def _json_value(label):
+    """A class as JSON holds it: ``2``, ``'cat'`` (not ``np.int64(2)``)."""
+    return label.item() if hasattr(label, "item") else label

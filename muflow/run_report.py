@@ -27,6 +27,16 @@ def best_params(sweep_info: dict) -> dict:
     return params
 
 
+def unseen_classes_note(unseen_classes: dict) -> str:
+    """One line naming the test set's classes that the training split lacks and their
+    rows (``metrics.json``'s ``unseen_classes``): the model cannot predict them, so the
+    test accuracy, taken over every row, counts them as errors."""
+    listed = ", ".join(f"{label} ({rows} row{'' if rows == 1 else 's'})"
+                       for label, rows in unseen_classes.items())
+    return (f"the test set holds classes the training split does not: {listed}; the model "
+            "cannot predict them, and their rows count as errors in the test accuracy")
+
+
 def _params_text(params: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in params.items())
 
@@ -175,7 +185,10 @@ def write_report(cfg: RunConfig, run_dir) -> Path:
     if sw:
         lines += ["## Sweep results", "", results_markdown(run_dir), ""]
     m = read_record(run_dir / "metrics.json")
-    lines += ["## Test set", "", f"classes {m['classes']}, confusion matrix (rows: true, "
+    lines += ["## Test set", ""]
+    if m.get("unseen_classes"):
+        lines += [f"**Warning:** {unseen_classes_note(m['unseen_classes'])}.", ""]
+    lines += [f"classes {m['classes']}, confusion matrix (rows: true, "
               f"columns: predicted): `{m['confusion_matrix']}`", "", "## Plots", ""]
     lines += [f"![{p.stem}]({rel(p)})" for p in plot_paths(run_dir)]
     write_text(done, "\n".join(lines) + "\n")

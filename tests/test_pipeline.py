@@ -308,3 +308,35 @@ def test_a_solver_whose_kernel_the_data_make_negative_is_refused_by_the_data_sta
                                           labels]), delimiter=",", header="a,b,c,label", comments="")
     cfg = from_dict({"data": {"path": str(positive), "label_column": "label"}, **table})
     assert prepare_data(cfg, start_run(cfg, tmp_path / "run2"))["n_train"] == 32
+
+
+def test_test_labels_the_model_never_saw_are_counted_and_named(tmp_path):
+    """A test set holding a class absent from training (5 rows of class 9): the confusion
+    matrix has a row for it and sums to n_test, "classes" lists it, and the stage warns,
+    as the report does, naming the class and its rows (they used to vanish from the matrix)."""
+    import json
+
+    import muflow
+    from muflow.config import default_config
+    from muflow.pipeline import evaluate, write_report
+
+    rng = np.random.default_rng(0)
+    X_train = np.vstack([rng.normal(-2, 1, (40, 3)), rng.normal(2, 1, (40, 3))])
+    y_train = np.repeat([2, 4], 40)
+    X_test = np.vstack([rng.normal(-2, 1, (10, 3)), rng.normal(2, 1, (10, 3)), rng.normal(0, 1, (5, 3))])
+    y_test = np.repeat([2, 4, 9], [10, 10, 5])
+    np.savez(tmp_path / "data.npz", X_train=X_train, X_test=X_test, y_train=y_train, y_test=y_test)
+    muflow.save(muflow.SVC(kernel="rbf", gamma=0.1, C=1.0).fit(X_train, y_train), tmp_path / "model")
+    with pytest.warns(UserWarning, match=r"the test set holds classes the training split does "
+                                         r"not: 9 \(5 rows\)"):
+        metrics = evaluate(default_config(), tmp_path)
+    assert metrics["classes"] == [2, 4, 9]
+    matrix = np.array(metrics["confusion_matrix"])
+    assert matrix.shape == (3, 3) and matrix.sum() == metrics["n_test"] == 25
+    assert matrix[2].sum() == 5 and matrix[:, 2].sum() == 0  # never predicted
+    assert metrics["accuracy"] == pytest.approx(np.trace(matrix) / 25)
+    assert json.loads((tmp_path / "metrics.json").read_text())["unseen_classes"] == {"9": 5}
+    (tmp_path / "data.json").write_text(
+        '{"source": "s", "n_samples": 105, "n_features": 3, "n_train": 80, "n_test": 25}')
+    report = write_report(default_config(), tmp_path).read_text()
+    assert "the test set holds classes the training split does not: 9 (5 rows)" in report
