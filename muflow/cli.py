@@ -137,10 +137,12 @@ EXIT_BROKEN_PIPE = 141
 
 def _warning_line(command: str):
     """A warning as one line on stderr, ``muflow <command>: warning: ...`` (Python's own
-    format adds the source file and line of code, which say nothing to a user)."""
+    format adds the source file and line of code, which say nothing to a user). Written,
+    not printed: inside a flow that logs its prints (``run``), ``print`` becomes a Prefect
+    log record, which the run sends to stdout among its progress lines."""
     def show(message, category, filename, lineno, file=None, line=None):
         text = " ".join(str(message).split())
-        print(f"muflow {command}: warning: {text} ({category.__name__})",
-              file=file if file is not None else sys.stderr)
+        stream = file if file is not None else sys.stderr
+        stream.write(f"muflow {command}: warning: {text} ({category.__name__})\n")
 
     return show

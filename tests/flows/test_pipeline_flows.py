@@ -208,3 +208,34 @@ def test_the_retry_condition_retries_all_but_input_errors():
     for exc, retried in ((OSError("storage unavailable"), True), (RuntimeError("x"), True),
                          (MuflowInputError("bad"), False), (DataFileError("bad file"), False)):
         assert retry_unless_input_error(None, None, Failed(data=exc)) is retried, exc
+
+
+def test_a_warning_inside_a_flow_is_one_line_on_stderr(capfd):
+    """The command line's warning line reaches stderr from a task of a flow that logs its
+    prints (the run command's flows), not Prefect's log on stdout: the run's warnings (a
+    test class the model never saw, a sweep cut at its time limit) are the command's."""
+    import warnings
+
+    from prefect import flow, task
+
+    from muflow.cli import _warning_line
+
+    @task
+    def warn():
+        warnings.warn("the test set holds classes the training split does not", UserWarning)
+
+    @flow(log_prints=True)
+    def warns():
+        warn()
+
+    shown = warnings.showwarning
+    warnings.showwarning = _warning_line("run")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warns()
+    finally:
+        warnings.showwarning = shown
+    out, err = capfd.readouterr()
+    line = "muflow run: warning: the test set holds classes the training split does not (UserWarning)"
+    assert line in err.splitlines()  # as written, not a log record of Prefect's (stdout in `run`)
