@@ -167,7 +167,8 @@ def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
 
 
 @stage("sweep", "sweep-summary.json")
-def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
+def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True,
+          resume_command: str | None = None) -> dict:
     """Stage ``sweep``: cross-validate every configuration of the grid with
     :func:`muflow.selection.run_sweep` into ``sweep/``. The solves run on the cluster behind
     ``client`` only with ``sweep.on_cluster = true`` (X partitioned over the workers: the
@@ -182,7 +183,10 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     ``sweep-summary.json`` (best configuration, the paths of the sweep's outputs, its
     counts of Grams built and settings resumed, and ``kernel_paths``: per kernel setting
     the path taken, why, the solver and its seconds). The test split is scored by the
-    ``evaluate`` stage alone."""
+    ``evaluate`` stage alone. A sweep cut at ``sweep.time_limit`` warns naming
+    ``resume_command``, the command that continues the run (the ``run`` command's own; by
+    default ``python -m muflow run CONFIG.toml --out RUN_DIR --resume``): resuming the
+    sweep alone would leave the run's later stages undone."""
     from muflow import selection
 
     t0 = time.perf_counter()
@@ -190,7 +194,8 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True) -> dict:
     result = selection.run_sweep(
         X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
-        resume=True, progress=progress, **cfg.sweep.sweep_options())
+        resume=True, progress=progress, **cfg.sweep.sweep_options(),
+        resume_command=resume_command or f"python -m muflow run CONFIG.toml --out {run_dir} --resume")
     paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
              for k, v in dict(result.paths).items()}
     kernel_paths = [{"setting": r["setting"], "path": r["gram"], "reason": r.get("reason", ""),

@@ -31,7 +31,8 @@ from datetime import datetime
 from pathlib import Path
 
 from muflow.cli import one_line, set_hint
-from muflow.commands._cluster import add_cluster_options, continue_hint, log_to_file
+from muflow.commands._cluster import (add_cluster_options, continue_hint, log_to_file,
+                                      rerun_command)
 from muflow.commands._common import add_data_options, data_overrides
 from muflow.exceptions import MuflowInputError
 
@@ -247,7 +248,7 @@ def _run_held(args, cfg, out: Path, created: bool, launched=None) -> int:
     try:
         with temporary_prefect_server(launched):
             result = pipeline.with_options(flow_run_name=f"muflow-run-{out.name}")(
-                config=cfg.to_dict(), out_dir=str(out))
+                config=cfg.to_dict(), out_dir=str(out), resume_command=rerun_command(args))
     except BaseException as exc:
         finished = out.exists() and _has_finished_stage(out)
         if created and out.exists() and not finished:

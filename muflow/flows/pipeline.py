@@ -1,7 +1,8 @@
 """Prefect flows of muflow: ``pipeline`` (the main job), and ``gram``, ``train`` and
 ``sweep`` on their own.
 
-Every flow takes the same three infrastructure-free parameters:
+Every flow takes the same three infrastructure-free parameters (``pipeline`` also
+``resume_command``, the command its warnings name to continue the run):
 
 - ``config``: a run configuration (:mod:`muflow.config`): None for the embedded default, a
   path to a TOML file, or the TOML's content as a dict (what a deployment's parameters hold);
@@ -120,18 +121,22 @@ def _on_cluster(cfg, run_dir):
 
 @flow(name="pipeline", log_prints=True)
 def pipeline(config: dict | str | None = None, out_dir: str | None = None,
-             scheduler: str | None = None) -> dict:
+             scheduler: str | None = None, resume_command: str | None = None) -> dict:
     """Load and validate data -> build or reuse the Gram stores the kernel settings' plans
     read (store or stream: :func:`muflow.pipeline.kernel_plans`) -> sweep -> refit the best
     -> evaluate on the test set -> write the report, which says which path each setting
     took and why (and publish it as artifacts).
+
+    ``resume_command``: what a sweep cut at ``sweep.time_limit`` names as the command that
+    continues the run (the ``run`` command passes its own; default
+    ``python -m muflow run CONFIG.toml --out OUT_DIR --resume``).
 
     Returns ``{"run_dir", "report", "summary"}``.
     """
     cfg, run_dir = _setup(config, out_dir, scheduler)
     with _on_cluster(cfg, run_dir) as address:
         tasks.build_gram(cfg, run_dir, address)
-        tasks.fit_grid(cfg, run_dir, address)
+        tasks.fit_grid(cfg, run_dir, address, resume_command)
         on_workers = stages.reads_on_workers(run_dir)
         if on_workers:  # the test split is on the workers: evaluated there
             tasks.refit_best(cfg, run_dir)

@@ -71,10 +71,12 @@ def build_gram(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
 
 @task(name="fit-grid", retries=1, retry_delay_seconds=2, retry_condition_fn=retry_unless_input_error,
       **_COMPUTE)
-def fit_grid(cfg: RunConfig, run_dir: str, scheduler: str | None) -> dict:
-    """Cross-validate the grid (resuming finished kernel settings) on the cluster."""
+def fit_grid(cfg: RunConfig, run_dir: str, scheduler: str | None,
+             resume_command: str | None = None) -> dict:
+    """Cross-validate the grid (resuming finished kernel settings) on the cluster; a sweep
+    cut at its time limit names ``resume_command`` (:func:`muflow.pipeline.sweep`)."""
     with client_of(scheduler, cfg.cluster.timeout) as client:
-        return stages.sweep(cfg, run_dir, client)
+        return stages.sweep(cfg, run_dir, client, resume_command=resume_command)
 
 
 @task(name="refit-best", **_STORAGE)

@@ -14,8 +14,8 @@
 """
 
 from muflow.selection.grid import PATHS, SUBSET_SOLVERS, SweepGrid, check_options
-from muflow.selection.records import ConfigurationRow, KernelRecord
-from muflow.selection.sweep import SweepResult, run_sweep
+from muflow.selection.records import ConfigurationRow, KernelRecord, SweepResult
+from muflow.selection.sweep import run_sweep
 
 __all__ = ["SweepGrid", "SweepResult", "ConfigurationRow", "KernelRecord", "run_sweep",
            "check_options", "PATHS", "SUBSET_SOLVERS"]

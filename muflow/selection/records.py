@@ -6,7 +6,8 @@
 - :class:`ConfigurationRow`: one configuration's cross-validation scores (a row of
   ``results.csv``);
 - :class:`KernelRecord`: what a finished kernel setting leaves in the run directory
-  (:mod:`muflow.selection.rundir`) and what a resumed sweep reads back.
+  (:mod:`muflow.selection.rundir`) and what a resumed sweep reads back;
+- :class:`SweepResult`: what the whole sweep returns.
 
 ``to_dict`` / ``from_dict`` give the plain-JSON form the run directory stores.
 """
@@ -229,3 +230,44 @@ class KernelRecord:
                    solve_seconds=float(info["solve_seconds"]), refit=refit,
                    curves=[padded[c, :lengths[c]] for c in range(len(lengths))],
                    gram=info.get("gram", "stored"), reason=info.get("reason", ""))
+
+
+@dataclass
+class SweepResult:
+    """What :func:`muflow.selection.run_sweep` returns.
+
+    Attributes
+    ----------
+    table : list of ConfigurationRow
+        One row per configuration (the rows of ``results.csv``), in sweep order.
+    best : dict
+        The best configuration (the content of ``best.json``).
+    best_model : muflow.SVC
+        Fitted on all training data (the refit of the best configuration).
+    paths : dict of str -> Path
+        ``results``, ``best``, ``best_model``, ``test_metrics`` (with a test set), one
+        ``heatmap_<kernel>`` per kernel and ``convergence``.
+    timings : dict
+        Seconds: ``gram`` (Gram builds), ``solve`` (solver iterations of the folds),
+        ``"solve C=<C>"`` (the same, by C value: :func:`muflow.selection.sweep.solve_key`),
+        ``refit`` (the best configurations refitted on all rows), ``overhead`` (everything
+        else: validation, scoring, outputs, plots), ``total``.
+    test_metrics : dict or None
+    path_report : dict
+        Per kernel setting where K came from (``gram``: a path of
+        :func:`muflow.routing.plan_kernel`, "stored", "rows", "partitioned" or
+        "cluster-store") and why (``reason``), the path and solver used and its solve
+        seconds; with
+        ``path="compare"`` also both paths' times on the first setting.
+    counts : dict
+        ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
+    """
+
+    table: list
+    best: dict
+    best_model: object
+    paths: dict
+    timings: dict
+    test_metrics: dict | None = None
+    path_report: dict = field(default_factory=dict)
+    counts: dict = field(default_factory=dict)

@@ -30,7 +30,7 @@ from muflow.svc_fit import iteration_budget
 from muflow.selection.kernel_solve import refit as refit_setting, solve_kernel
 from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
-from muflow.selection.records import KernelRecord, Refit
+from muflow.selection.records import KernelRecord, Refit, SweepResult
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
 from muflow.solvers.registry import choose_solver
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
@@ -39,53 +39,12 @@ from muflow.time_limit import bounded
 from muflow.time_limit import start as start_deadline
 
 
-@dataclass
-class SweepResult:
-    """What :func:`run_sweep` returns.
-
-    Attributes
-    ----------
-    table : list of ConfigurationRow
-        One row per configuration (the rows of ``results.csv``), in sweep order.
-    best : dict
-        The best configuration (the content of ``best.json``).
-    best_model : muflow.SVC
-        Fitted on all training data (the refit of the best configuration).
-    paths : dict of str -> Path
-        ``results``, ``best``, ``best_model``, ``test_metrics`` (with a test set), one
-        ``heatmap_<kernel>`` per kernel and ``convergence``.
-    timings : dict
-        Seconds: ``gram`` (Gram builds), ``solve`` (solver iterations of the folds),
-        ``"solve C=<C>"`` (the same, by C value: :func:`solve_key`), ``refit`` (the best
-        configurations refitted on all rows), ``overhead`` (everything else: validation,
-        scoring, outputs, plots), ``total``.
-    test_metrics : dict or None
-    path_report : dict
-        Per kernel setting where K came from (``gram``: a path of
-        :func:`muflow.routing.plan_kernel`, "stored", "rows", "partitioned" or
-        "cluster-store") and why (``reason``), the path and solver used and its solve
-        seconds; with
-        ``path="compare"`` also both paths' times on the first setting.
-    counts : dict
-        ``grams_built``, ``kernels_solved``, ``kernels_resumed``.
-    """
-
-    table: list
-    best: dict
-    best_model: object
-    paths: dict
-    timings: dict
-    test_metrics: dict | None = None
-    path_report: dict = field(default_factory=dict)
-    counts: dict = field(default_factory=dict)
-
-
 def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
               X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
               intercept: str = "exact", tol: float = 1e-3, max_iter: int = -1,
               client=None, cache_dir=None, resume: bool = False, progress: bool = True,
               halving: int | None = None, halving_min_iter: int = 10, n_jobs: int | None = None,
-              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
+              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None, resume_command=None,
               time_limit: float | None = None, device: str = "cpu") -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
@@ -98,9 +57,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Stratified folds: ``StratifiedKFold(folds, shuffle=True, random_state=seed)``.
     seed : int, default=0
     out_dir : str or Path
-        Run directory (created; :mod:`muflow.selection.rundir`). Outputs are written
-        atomically; each kernel setting's results land in ``out_dir/kernels/`` as soon as
-        it is done.
+        Run directory (created; :mod:`muflow.selection.rundir`). Outputs are written atomically;
+        each kernel setting's results land in ``out_dir/kernels/`` as soon as it is done.
     X_test, y_test : optional
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
@@ -111,8 +69,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         :func:`muflow.routing.plan_kernel`, which :class:`muflow.SVC` and the pipeline
         follow too) kernel rows are computed on demand and "auto" is the working-set
         solver: each fold's problem on rows over its own training samples
-        (:func:`muflow.routing.solves_on_own_samples`),
-        warm-started along C, and the refit on all samples by the engine of ``SVC.fit``.
+        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
+        on all samples by the engine of ``SVC.fit``.
         With a Dask client the working-set solver on X partitioned over the workers
         (:mod:`muflow.dask.working_set`); "m3", "munk" and the other multiplicative solvers
         with a client run on the same partitions with their kernel panels (every column of
@@ -144,8 +102,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
     progress : bool, default=True
         A rich progress bar of configurations and solver iterations.
     halving : int, optional
-        Successive-halving factor eta >= 2 (off by default); see
-        :mod:`muflow.selection.halving`.
+        Successive-halving factor eta >= 2 (off by default); see :mod:`muflow.selection.halving`.
     halving_min_iter : int, default=10
         Iterations of the first halving rung.
     n_jobs : int, default=None
@@ -176,6 +133,8 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         As :class:`muflow.SVC`'s: on a GPU each kernel setting's rows (and its products)
         are computed there and the working-set solves keep their state there
         (:mod:`muflow.device`); not with ``client``.
+    resume_command : str, default="sweep --resume --out OUT_DIR"
+        What the warning of a sweep cut at ``time_limit`` says continues it (``run``: its own).
 
     Returns
     -------
@@ -197,7 +156,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                     max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
                     budget=budget, device=xp, client=client, cache_dir=cache_dir,
                     cache_size=cache_size, deadline=deadline, on_kernel_done=on_kernel_done,
-                    bar=Progress(progress, total=len(settings) * len(Cs)))
+                    resume_command=resume_command, bar=Progress(progress, total=len(settings) * len(Cs)))
     run.every_setting(settings, plans, resume=resume)
     return run.result(t_start)
 
@@ -297,6 +256,7 @@ class _SweepRun:
     cache_size: float
     deadline: object
     on_kernel_done: object
+    resume_command: str | None  # named by the warning of a sweep cut at its time limit
     bar: Progress
     records: list = field(default_factory=list)
     not_started: list = field(default_factory=list)  # rows of the settings the time limit left
@@ -424,7 +384,7 @@ class _SweepRun:
         timings = self.timings
         timings["total"] = time.perf_counter() - t_start
         if self.deadline is not None:
-            timeout.warn_unfinished(table, self.deadline, self.out_dir)
+            timeout.warn_unfinished(table, self.deadline, self.out_dir, self.resume_command)
         warn_not_converged(table, model, max_iter=self.max_iter, tol=self.tol, out_dir=self.out_dir,
                            timed_out=self.deadline is not None and self.deadline.stopped)
         timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]

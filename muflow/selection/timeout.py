@@ -50,13 +50,16 @@ def rows_to_choose_from(records) -> list[list]:
     return [rec.rows if done else [] for rec, done in zip(records, finished)]
 
 
-def warn_unfinished(table, deadline, out_dir) -> int:
-    """Warn how many configurations the time limit left unfinished; returns that count."""
+def warn_unfinished(table, deadline, out_dir, resume_command: str | None = None) -> int:
+    """Warn how many configurations the time limit left unfinished, naming the command
+    that continues them: ``resume_command``, the caller's own (the ``run`` command's: the
+    sweep alone would skip the run's later stages), by default the ``sweep`` command's;
+    returns that count."""
     unfinished = sum(not r.finished for r in table)
     if unfinished:
         warnings.warn(
             f"the sweep stopped at time_limit={deadline.seconds:g} s (after {deadline.elapsed:.2f} s): "
             f"{unfinished} of {len(table)} configurations are not finished (finished=False in "
-            f"{out_dir}/results.csv); continue with `sweep --resume --out {out_dir}`",
+            f"{out_dir}/results.csv); continue with `{resume_command or f'sweep --resume --out {out_dir}'}`",
             ConvergenceWarning, stacklevel=3)
     return unfinished

@@ -124,3 +124,30 @@ def test_run_resume_reopens_a_sweep_the_time_limit_cut(tmp_path):
     whole = run_dir(0)
     assert not reopen_cut_sweep(whole)
     assert (whole / "report.md").exists() and (whole / "model").is_dir()
+
+
+def test_the_cut_warning_names_the_command_that_continues_the_sweep(slow, tmp_path):
+    """run_sweep's caller names its own continuation (the run: `python -m muflow run ...
+    --resume`, which works; `sweep --resume --out DIR/sweep` needed --data and would have
+    bypassed the run's later stages); the pipeline's sweep stage passes one naming the run."""
+    import dataclasses
+
+    from muflow.config import default_config
+    from muflow.pipeline import sweep as sweep_stage
+
+    X, y = slow
+    command = "python -m muflow run c.toml --out /runs/r --resume"
+    with pytest.warns(ConvergenceWarning, match=f"continue with `{command}`"):
+        _sweep(X, y, tmp_path / "direct", n_jobs=1, time_limit=LIMIT, resume_command=command)
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    np.savez(run_dir / "data.npz", X_train=X, X_test=X[:10], y_train=y, y_test=y[:10])
+    cfg = default_config()
+    cfg = dataclasses.replace(cfg, grid=GRID, sweep=dataclasses.replace(
+        cfg.sweep, folds=2, solver="smo", tol=1e-4, max_iter=1_000_000, n_jobs=1, time_limit=LIMIT))
+    with pytest.warns(ConvergenceWarning) as caught:
+        sweep_stage(cfg, run_dir, progress=False)
+    said = " ".join(str(w.message) for w in caught)
+    assert f"continue with `python -m muflow run CONFIG.toml --out {run_dir} --resume`" in said
+    assert "sweep --resume" not in said
