@@ -276,6 +276,7 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
 
     sw = check_options({k: v for k, v in merged["sweep"].items() if k != "on_cluster"},
                        where=where, prefix="sweep.")
+    _check_halving_min_iter(sw, where)
     sweep_cfg = SweepConfig(**sw, on_cluster=check_bool(merged["sweep"]["on_cluster"],
                                                         "sweep.on_cluster", where=where))
     _check_solver(sweep_cfg, grid, where)
@@ -291,6 +292,19 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
     )
     gram_cfg = GramConfig(cache_dir=_string(merged["gram"]["cache_dir"], "gram.cache_dir", where))
     return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
+
+
+def _check_halving_min_iter(sweep: dict, where: str):
+    """Refuse ``sweep.halving_min_iter`` without ``sweep.halving``: it sets the first rung
+    of successive halving, which is then off, so it would do nothing (the ``sweep``
+    command refuses ``--halving-min-iter`` alone). Its default passes: every ``to_dict``
+    of a configuration carries it, and reading one back must not fail."""
+    given = sweep.get("halving_min_iter", SweepConfig.halving_min_iter)
+    if sweep.get("halving") is None and given != SweepConfig.halving_min_iter:
+        raise MuflowInputError(
+            f"{where}sweep.halving_min_iter = {given} sets the first rung of successive "
+            "halving, which is off; set sweep.halving too (e.g. halving = 3), or remove "
+            "halving_min_iter")
 
 
 def _check_solver(sweep: SweepConfig, grid: SweepGrid, where: str):

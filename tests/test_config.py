@@ -131,3 +131,21 @@ def test_a_solver_that_cannot_solve_the_grid_is_refused_when_the_config_is_read(
 ])
 def test_munk_is_accepted_where_the_data_may_make_the_kernel_non_negative(kernels):
     assert from_dict({"sweep": {"solver": "munk"}, "grid": {"C": [1.0], "kernels": kernels}}).sweep.solver == "munk"
+
+
+def test_halving_min_iter_without_halving_is_refused_in_one_line(tmp_path):
+    """``halving_min_iter`` sets the first rung of successive halving: without ``halving``
+    it had no effect and was accepted without a word (the sweep command's flag alone is
+    refused). The default it takes when left out (a round trip of any configuration
+    carries it) is no reason to refuse."""
+    path = tmp_path / "run.toml"
+    path.write_text("[sweep]\nhalving_min_iter = 5\n")
+    with pytest.raises(MuflowInputError) as refused:
+        load_config(path)
+    message = str(refused.value)
+    assert message.startswith(f"{path}: sweep.halving_min_iter = 5 ") and "\n" not in message
+    assert "set sweep.halving too" in message
+    assert from_dict({"sweep": {"halving": 3, "halving_min_iter": 5}}).sweep.halving_min_iter == 5
+    cfg = default_config()
+    assert from_dict(cfg.to_dict()) == cfg  # the default 10 travels in every to_dict
+    assert cfg.with_overrides(sweep={"folds": 4}).sweep.folds == 4
