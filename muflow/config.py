@@ -219,10 +219,13 @@ def _string(v, key, where):
     return v
 
 
-def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
+def from_dict(d: dict | None, *, source: str = "", complete: bool = True) -> RunConfig:
     """Validate a configuration dict (a parsed TOML file) into a :class:`RunConfig`.
 
     Tables and keys left out take the embedded default's values (:data:`DEFAULT_TOML`).
+    ``complete=False``: the file's [sweep] options are completed elsewhere (``sweep
+    --config`` with options on the command line), so halving_min_iter may wait there for
+    a ``--halving``.
     """
     where = f"{source}: " if source else ""
     merged = tomllib.loads(DEFAULT_TOML)
@@ -276,7 +279,8 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
 
     sw = check_options({k: v for k, v in merged["sweep"].items() if k != "on_cluster"},
                        where=where, prefix="sweep.")
-    _check_halving_min_iter(sw, where)
+    if complete:
+        check_halving_min_iter(sw, where)
     sweep_cfg = SweepConfig(**sw, on_cluster=check_bool(merged["sweep"]["on_cluster"],
                                                         "sweep.on_cluster", where=where))
     _check_solver(sweep_cfg, grid, where)
@@ -294,7 +298,7 @@ def from_dict(d: dict | None, *, source: str = "") -> RunConfig:
     return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
 
 
-def _check_halving_min_iter(sweep: dict, where: str):
+def check_halving_min_iter(sweep: dict, where: str):
     """Refuse ``sweep.halving_min_iter`` without ``sweep.halving``: it sets the first rung
     of successive halving, which is then off, so it would do nothing (the ``sweep``
     command refuses ``--halving-min-iter`` alone). Its default passes: every ``to_dict``
@@ -371,7 +375,7 @@ def load_grid_toml(path) -> tuple[SweepGrid, dict]:
     if "grid" not in data:
         raise MuflowInputError(f"{path}: no [grid] table; a sweep grid needs `C = [...]` and "
                                f"`kernels = [{GRID_EXAMPLE}]` under [grid]")
-    cfg = from_dict(data, source=str(path))
+    cfg = from_dict(data, source=str(path), complete=False)  # the caller's check, after merging
     options = {k: getattr(cfg.sweep, k) for k in data.get("sweep", {}) if k in SWEEP_OPTIONS}
     if cfg.gram.cache_dir:
         options["cache_dir"] = cfg.gram.cache_dir

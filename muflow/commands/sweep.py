@@ -127,9 +127,13 @@ def grid_from_args(args):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
-    if args.halving_min_iter is not None and options.get("halving") is None:
-        raise MuflowInputError("--halving-min-iter sets the first rung of successive halving, "
-                               "which is off; add --halving ETA (e.g. --halving 3)")
+    if options.get("halving") is None:
+        if args.halving_min_iter is not None:
+            raise MuflowInputError("--halving-min-iter sets the first rung of successive "
+                                   "halving, which is off; add --halving ETA (e.g. --halving 3)")
+        if args.config:
+            from muflow.config import check_halving_min_iter
+            check_halving_min_iter(options, f"{args.config}: ")
     if options.get("cache_size") is not None and not options["cache_size"] > 0:
         raise MuflowInputError(f"--cache-size must be a positive number of MB, got {options['cache_size']:g}")
     return grid.validate(), options

@@ -650,3 +650,24 @@ def test_cli_sets_the_first_rung_of_successive_halving(tmp_path):
         options("--halving-min-iter", "4")
     with pytest.raises(MuflowInputError, match="halving_min_iter must be an integer >= 1"):
         check_options({"halving": 2, "halving_min_iter": 0})
+
+
+def test_a_config_file_rung_waits_for_halving_from_the_command_line(tmp_path):
+    """`sweep --config f.toml --halving 3` with halving_min_iter in the file's [sweep]: the
+    file alone has halving off, but the command line turns it on, so the file's rung is
+    taken; without --halving it is refused naming the file."""
+    from muflow.cli import build_parser
+    from muflow.commands.sweep import grid_from_args
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[grid]\nC = [1.0]\nkernels = [{ kernel = "rbf", gamma = [0.1] }]\n'
+                   '[sweep]\nhalving_min_iter = 4\n')
+
+    def options(*argv):
+        args = build_parser().parse_args(["sweep", "--data", "d.npz", "--out", "o",
+                                          "--config", str(cfg), *argv])
+        return grid_from_args(args)[1]
+
+    assert options("--halving", "3")["halving_min_iter"] == 4
+    with pytest.raises(MuflowInputError, match=r"g.toml: sweep.halving_min_iter = 4 .*halving"):
+        options()
