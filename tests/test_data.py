@@ -171,3 +171,27 @@ def test_the_file_loader_takes_feature_columns(tmp_path):
     np.savez(tmp_path / "d.npz", X=np.ones((2, 2)), y=np.arange(2))
     with pytest.raises(DataFileError, match="npz data have no column names.*drop feature_columns"):
         load_data(tmp_path / "d.npz", feature_columns=["0"])
+
+
+@pytest.mark.parametrize("index", [False, True])
+def test_pandas_default_column_names_are_a_header(tmp_path, index):
+    """``pandas.DataFrame(X).to_csv(index=False)`` writes the header 0, 1, ..., k-1 (and,
+    with its index, an empty name first): read as data it made a spurious sample, with a
+    one-sample class of its own, on every path."""
+    pd = pytest.importorskip("pandas")
+    from muflow.data.local import load_source
+    from muflow.data.source import DataSource
+
+    X = np.array([[0.5, 1.5, 2.5], [3.5, 4.5, 5.5]])
+    frame = pd.DataFrame(X)
+    frame[3] = [1, 2]
+    path = tmp_path / "d.csv"
+    frame.to_csv(path, index=index)
+    assert load_data(path)[0].tolist() == X.tolist()
+    assert load_data(path)[1].tolist() == [1, 2]
+    for source in (str(path), str(tmp_path / "d.c*v")):
+        X_read, y, layout = load_source(DataSource(path=source))
+        assert X_read.tolist() == X.tolist() and y.tolist() == [1, 2] and layout.header, source
+    # a data row of other numbers stays data
+    path.write_text("0,1,3,1\n0.5,1.5,2.5,2\n")
+    assert load_data(path)[1].tolist() == [1, 2]

@@ -66,14 +66,25 @@ def is_header(first: list, second: list | None, label_column=None) -> bool:
     is data: its text cell has text below it too, whichever column the label is in. An
     empty cell is no name (a missing value). A file of one line (``second`` None) is a
     header when it holds text and no number. A header of numbers above numbers cannot be
-    told from data and is read as data.
+    told from data and is read as data, but for pandas' default column names
+    (:func:`is_pandas_default_header`).
     """
     if (isinstance(label_column, str) and not label_column.lstrip("-").isdigit()
             and label_column in first):
         return True
+    if is_pandas_default_header(first):
+        return True
     if second is None:
         return any(first) and not any(is_number(c) for c in first)
     return any(a and not is_number(a) and is_number(b) for a, b in zip(first, second))
+
+
+def is_pandas_default_header(first: list) -> bool:
+    """Whether a first line is exactly ``0,1,...,k-1`` (after an empty cell for the index):
+    the names ``pandas.DataFrame(X).to_csv()`` writes for a frame without column names. Read
+    as data, it would be one more sample, its label a class of its own."""
+    names = first[1:] if first and first[0] == "" else first
+    return len(names) >= 2 and names == [str(j) for j in range(len(names))]
 
 
 def first_lines(fh, count: int = 2) -> list:
