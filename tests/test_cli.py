@@ -324,3 +324,24 @@ def test_an_option_is_named_as_the_command_line_spells_it(csv_file, tmp_path, ca
     assert main(["fit", "--data", str(csv_file), "--out", str(tmp_path / "m"),
                  "--cache-size", "-1"]) == 2
     assert "error: --cache-size must be a positive number" in capsys.readouterr().err
+
+
+def test_fit_out_names_a_directory_by_dot_dotdot_or_a_trailing_slash(csv_file, tmp_path, capsys,
+                                                                       monkeypatch):
+    """``--out .`` crashed (``PosixPath('.') has an empty name``) and ``--out ..`` put the
+    checkpoint at ``...checkpoint``: the path is made absolute first; one that is the
+    current directory or holds it is refused in one line (saving would replace it)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for out in (".", "..", str(work) + "/.."):
+        code, stderr = _run_in_process(["fit", "--data", str(csv_file), "--out", out], capsys)
+        assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+        assert f"--out {out} is the current directory or holds it" in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.csv", "work"]
+    (work / "models").mkdir()
+    assert main(["fit", "--data", str(csv_file), "--out", "models/m/", "--quiet"]) == 0
+    assert (work / "models" / "m" / "model.json").is_file()
+    monkeypatch.chdir(work / "models")
+    assert main(["fit", "--data", str(csv_file), "--out", "../models/./m2/", "--quiet"]) == 0
+    assert sorted(p.name for p in (work / "models").iterdir()) == ["m", "m2"]

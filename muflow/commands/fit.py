@@ -81,7 +81,8 @@ def run(args) -> int:
         max_iter=args.max_iter, verbose=not args.quiet, gram=args.gram, cache_size=args.cache_size,
         time_limit=check_time_limit(args.time_limit, "--time-limit"),
     )
-    checkpoint_dir = Path(args.out).with_name(Path(args.out).name + ".checkpoint")
+    out = _model_path(args.out)
+    checkpoint_dir = out.with_name(out.name + ".checkpoint")
     held = (checkpoint_dir / FILENAME).is_file()
     if held and not args.resume:
         raise MuflowInputError(
@@ -92,7 +93,7 @@ def run(args) -> int:
         raise MuflowInputError(f"--resume: no checkpoint at {checkpoint_dir}; run without --resume")
     from muflow.persistence import check_replaceable
 
-    check_replaceable(args.out)  # refused before the fit, not after it
+    check_replaceable(out)  # refused before the fit, not after it
     before = 0  # iterations the resumed checkpoint holds (n_iter_ counts this call's)
     if args.resume:
         from muflow.checkpoint import load_checkpoint
@@ -104,7 +105,7 @@ def run(args) -> int:
     kept = _checkpoint_kept(checkpoint_dir)
     with hint_when_interrupted(args, kept), _on_cluster(args, model, checkpoint_dir, kept):
         model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
-    path = muflow.save(model, args.out)
+    path = muflow.save(model, out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit
     converged = ("converged" if model.converged_.all() else
@@ -125,6 +126,22 @@ def run(args) -> int:
               f"row-cache hit rate {hits:.1%}")
     print(f"model saved to {path}")
     return 0
+
+
+def _model_path(text) -> Path:
+    """``--out`` made absolute, ``.`` and ``..`` resolved (a link is not followed: saving
+    refuses it), so that its name names the checkpoint beside it (``--out .`` has no name).
+    The current directory, or one that holds it, is refused: the save would replace it."""
+    import os
+
+    from muflow.exceptions import MuflowInputError
+
+    out, here = Path(os.path.abspath(text)), Path(os.getcwd())
+    if out == here or out in here.parents:
+        raise MuflowInputError(f"--out {text} is the current directory or holds it, which "
+                               "saving the model would replace; give a directory of its own, "
+                               "e.g. --out model")
+    return out
 
 
 def _checkpoint_kept(checkpoint_dir):
