@@ -345,3 +345,23 @@ def test_fit_out_names_a_directory_by_dot_dotdot_or_a_trailing_slash(csv_file, t
     monkeypatch.chdir(work / "models")
     assert main(["fit", "--data", str(csv_file), "--out", "../models/./m2/", "--quiet"]) == 0
     assert sorted(p.name for p in (work / "models").iterdir()) == ["m", "m2"]
+
+
+def test_predict_with_a_precomputed_kernel_model_asks_for_kernel_values(tmp_path, capsys):
+    """A model of kernel="precomputed" given features was told to give "the model's
+    features (for svmlight, --n-features 6)": it needs K(test, train), a column per
+    training sample."""
+    import muflow
+
+    K = FEATURES @ FEATURES.T
+    muflow.save(muflow.SVC(kernel="precomputed").fit(K, LABELS), tmp_path / "model")
+    data = tmp_path / "test.csv"
+    data.write_text("".join(f"{a},{b},{c}\n" for (a, b), c in zip(FEATURES, LABELS)))
+    code, stderr = _run_in_process(["predict", "--model", str(tmp_path / "model"),
+                                    "--data", str(data)], capsys)
+    assert code == 2 and len(stderr.strip().splitlines()) == 1, stderr
+    assert ("has a precomputed kernel: give the kernel values K(test, train), one column per "
+            "training sample (6)") in stderr and "--n-features" not in stderr
+    np.savetxt(data, np.c_[K, LABELS], delimiter=",")
+    assert main(["predict", "--model", str(tmp_path / "model"), "--data", str(data)]) == 0
+    assert [int(p) for p in capsys.readouterr().out.split()] == list(LABELS)

@@ -38,16 +38,7 @@ def run(args) -> int:
             raise MuflowInputError("--no-labels and --label-column contradict each other; give one")
         args.label_column = False
     X, y = load_from_args(args)
-    expected = getattr(model, "n_features_in_", None)
-    if expected is not None and X.shape[1] != expected:
-        from muflow.exceptions import MuflowInputError
-
-        raise MuflowInputError(
-            f"{args.data} has {X.shape[1]} features, the model in {args.model} was fitted on "
-            f"{expected}; give data with the model's features (for svmlight, --n-features "
-            f"{expected}"
-            + ("; for a file without a label column, --no-labels" if X.shape[1] == expected - 1
-               and not args.no_labels and _has_label_column(args) else "") + ")")
+    _check_width(args, model, X.shape[1])
     if args.out and Path(args.out).is_dir():
         from muflow.exceptions import MuflowInputError
 
@@ -82,6 +73,27 @@ def run(args) -> int:
         except (TypeError, ValueError):
             pass
     return 0
+
+
+def _check_width(args, model, width):
+    """Refuse data whose width is not the model's, saying what the model takes: its
+    features, or for a precomputed kernel the kernel values K(test, train)."""
+    expected = getattr(model, "n_features_in_", None)
+    if expected is None or width == expected:
+        return
+    from muflow.exceptions import MuflowInputError
+
+    if getattr(model, "kernel", None) == "precomputed":
+        raise MuflowInputError(
+            f"{args.data} has {width} columns of values, the model in {args.model} has a "
+            "precomputed kernel: give the kernel values K(test, train), one column per "
+            f"training sample ({expected})")
+    raise MuflowInputError(
+        f"{args.data} has {width} features, the model in {args.model} was fitted on "
+        f"{expected}; give data with the model's features (for svmlight, --n-features "
+        f"{expected}"
+        + ("; for a file without a label column, --no-labels" if width == expected - 1
+           and not args.no_labels and _has_label_column(args) else "") + ")")
 
 
 def _as_label_text(labels):
