@@ -365,3 +365,55 @@ def test_predict_with_a_precomputed_kernel_model_asks_for_kernel_values(tmp_path
     np.savetxt(data, np.c_[K, LABELS], delimiter=",")
     assert main(["predict", "--model", str(tmp_path / "model"), "--data", str(data)]) == 0
     assert [int(p) for p in capsys.readouterr().out.split()] == list(LABELS)
+
+
+def _overlapping_classes(path, n=60, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 2))
+    y = (X[:, 0] + 0.8 * rng.normal(size=n) > 0).astype(int)
+    np.savetxt(path, np.c_[X, y], delimiter=",", fmt="%.6g")
+    return path
+
+
+def test_a_failed_fit_leaves_no_checkpoint_to_refuse_the_next(tmp_path, capsys):
+    """The hard margin on classes that overlap fails ("use a finite C") after its first
+    checkpoints: the checkpoint it left made the next fit refuse ("holds the checkpoint of
+    an interrupted fit"), and --resume fail again. A failure that a resume cannot get past
+    removes it; the next fit starts over."""
+    from muflow.checkpoint import FILENAME
+
+    data = _overlapping_classes(tmp_path / "d.csv")
+    out = tmp_path / "m"
+    args = ["fit", "--data", str(data), "--kernel", "linear", "--checkpoint-every", "2",
+            "--quiet", "--out", str(out)]
+    code, stderr = _run_in_process(args + ["--C", "inf"], capsys)
+    assert code == 1 and "use a finite C" in stderr, stderr
+    assert not (tmp_path / "m.checkpoint" / FILENAME).exists()
+    assert main(args + ["--C", "1"]) == 0
+    assert (out / "model.json").is_file() and not (tmp_path / "m.checkpoint").exists()
+
+
+@pytest.mark.parametrize("failure", ["scheduler lost", "disk full", "checkpoint of another run"])
+def test_a_fit_stopped_from_outside_keeps_its_checkpoint(csv_file, tmp_path, capsys, monkeypatch,
+                                                         failure):
+    """A lost scheduler (whose line says the checkpoint is kept), a full disk or a resume
+    refused for its settings: a resume can continue once that is fixed."""
+    import errno
+
+    import muflow
+    from muflow.checkpoint import FILENAME
+    from muflow.exceptions import MuflowInputError, SchedulerLostError
+
+    error = {"scheduler lost": SchedulerLostError("the Dask scheduler at tcp://x:1 is gone"),
+             "disk full": OSError(errno.ENOSPC, "No space left on device"),
+             "checkpoint of another run": MuflowInputError("belongs to another run")}[failure]
+
+    def fails(self, X, y, checkpoint_dir=None, **kwargs):
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (checkpoint_dir / FILENAME).write_bytes(b"held")
+        raise error
+
+    monkeypatch.setattr(muflow.SVC, "fit", fails)
+    out = tmp_path / "model"
+    assert main(["fit", "--data", str(csv_file), "--out", str(out), "--quiet"]) in (1, 2)
+    assert (tmp_path / "model.checkpoint" / FILENAME).read_bytes() == b"held"

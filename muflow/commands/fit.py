@@ -48,7 +48,9 @@ def add_parser(subparsers):
     p.add_argument("--checkpoint-every", type=int, default=100, metavar="N",
                    help="save the solver state every N iterations (the unit of --max-iter) into "
                         "MODEL_DIR.checkpoint/ "
-                        "(atomically; removed once the model is saved; default: 100)")
+                        "(atomically; removed once the model is saved, or when the fit "
+                        "fails in a way a resume would repeat; kept when it is interrupted; "
+                        "default: 100)")
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted fit from MODEL_DIR.checkpoint/ with what is "
                         "left of --max-iter")
@@ -103,7 +105,8 @@ def run(args) -> int:
     from muflow.commands._cluster import hint_when_interrupted
 
     kept = _checkpoint_kept(checkpoint_dir)
-    with hint_when_interrupted(args, kept), _on_cluster(args, model, checkpoint_dir, kept):
+    with _checkpoint_removed_on_failure(checkpoint_dir), hint_when_interrupted(args, kept), \
+            _on_cluster(args, model, checkpoint_dir, kept):
         model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
     path = muflow.save(model, out)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -142,6 +145,29 @@ def _model_path(text) -> Path:
                                "saving the model would replace; give a directory of its own, "
                                "e.g. --out model")
     return out
+
+
+@contextlib.contextmanager
+def _checkpoint_removed_on_failure(checkpoint_dir):
+    """A fit that fails removes its checkpoint: a resume would meet the same failure (the
+    hard margin on classes that overlap), and the checkpoint left behind refused the next
+    fit as an interrupted one's. What a resume can get past once its cause is fixed keeps
+    it: an interruption (Ctrl-C, SIGTERM: not an ``Exception``), a lost scheduler (whose
+    line names the ``--resume`` command), a full disk or memory, and a resume refused for
+    its settings (a :class:`MuflowInputError`: the checkpoint of another run). Anything
+    else in the directory (``distributed.log``) stays."""
+    from muflow.checkpoint import FILENAME
+    from muflow.exceptions import MuflowInputError, SchedulerLostError
+
+    try:
+        yield
+    except (SchedulerLostError, MuflowInputError, OSError, MemoryError):
+        raise
+    except Exception:
+        (checkpoint_dir / FILENAME).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # not empty: its log stays
+            checkpoint_dir.rmdir()
+        raise
 
 
 def _checkpoint_kept(checkpoint_dir):
