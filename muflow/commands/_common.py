@@ -53,22 +53,31 @@ def data_overrides(args) -> dict:
     return out
 
 
-def source_from_args(args, *, path=None):
+def source_from_args(args, *, path=None, feature_columns=None):
     """The :class:`muflow.data.DataSource` of ``--data`` (or ``path``) and its options."""
     from muflow.data.source import DataSource, parse_storage_options
 
     return DataSource(path=path or args.data, format=args.data_format,
                       label_column=args.label_column, n_features=getattr(args, "n_features", None),
+                      feature_columns=feature_columns,
                       storage_options=parse_storage_options(getattr(args, "storage_options", None)))
 
 
 def load_from_args(args, *, path=None, classes=False):
-    """``(X, y)`` of ``--data`` (or ``path``) read whole into this process; ``classes``:
+    """``(X, y)`` of ``--data`` (or ``path``) read whole into this process
+    (:func:`read_from_args`)."""
+    X, y, _ = read_from_args(args, path=path, classes=classes)
+    return X, y
+
+
+def read_from_args(args, *, path=None, classes=False, feature_columns=None):
+    """``(X, y, layout)`` of ``--data`` (or ``path``) read whole into this process, with the
+    :class:`muflow.data.tabular.Layout` it was read by (its columns' names); ``classes``:
     labels to train a classifier on, refused in words when they are continuous numbers (a
-    feature column taken for the labels)."""
+    feature column taken for the labels); ``feature_columns``: the columns of X, by name."""
     from muflow.data.local import load_source
 
-    X, y, _ = load_source(source_from_args(args, path=path))
+    X, y, layout = load_source(source_from_args(args, path=path, feature_columns=feature_columns))
     if classes and y is not None:
         from muflow.data.files import check_labels_are_classes
 
@@ -76,7 +85,20 @@ def load_from_args(args, *, path=None, classes=False):
                   else "the last column")
         check_labels_are_classes(y, labels=f"{column} of {path or args.data}",
                                  choose="--label-column")
-    return X, y
+    return X, y, layout
+
+
+def with_names(X, names):
+    """X as a pandas DataFrame whose columns are ``names`` (no copy), for an estimator to
+    keep them at fit (``feature_names_in_``) and check them at predict, as scikit-learn
+    does; X itself where ``names`` is None (columns known by position) or X is sparse."""
+    import scipy.sparse as sp
+
+    if names is None or sp.issparse(X):
+        return X
+    import pandas as pd
+
+    return pd.DataFrame(X, columns=list(names), copy=False)
 
 
 def add_kernel_options(parser):

@@ -6,7 +6,8 @@ import contextlib
 from pathlib import Path
 
 from muflow.commands._cluster import add_cluster_options
-from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_C, parse_gamma
+from muflow.commands._common import (add_data_options, add_kernel_options, parse_C, parse_gamma,
+                                     read_from_args, with_names)
 
 
 def add_parser(subparsers):
@@ -73,7 +74,8 @@ def run(args) -> int:
     from muflow.time_limit import check_time_limit
     from muflow.validation import check_number
 
-    X, y = load_from_args(args, classes=True)
+    X, y, layout = read_from_args(args, classes=True)
+    X = with_names(X, layout.feature_names)  # kept by the model, matched by predict
     check_number(args.tol, "--tol", low=0, closed="neither")
     if args.max_iter != -1:
         check_number(args.max_iter, "--max-iter", integer=True, low=1)

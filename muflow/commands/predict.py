@@ -7,14 +7,17 @@ import io
 import sys
 from pathlib import Path
 
-from muflow.commands._common import add_data_options, load_from_args
+from muflow.commands._common import add_data_options
 
 
 def add_parser(subparsers):
     p = subparsers.add_parser(
         "predict", help="predict labels for a data file with a saved model",
         description="Predict labels with a model saved by `python -m muflow fit`. Prints one "
-                    "label per line (or writes --out CSV) and, when the file has labels, the accuracy.",
+                    "label per line (or writes --out CSV) and, when the file has labels, the "
+                    "accuracy. A model fitted on named columns (a CSV header, Parquet) takes "
+                    "them by name from a file that names its columns, in any order; else by "
+                    "position.",
     )
     p.add_argument("--model", required=True, metavar="MODEL_DIR", help="model directory written by fit")
     add_data_options(p)
@@ -37,8 +40,7 @@ def run(args) -> int:
 
             raise MuflowInputError("--no-labels and --label-column contradict each other; give one")
         args.label_column = False
-    X, y = load_from_args(args)
-    _check_width(args, model, X.shape[1])
+    X, y = _read_for(model, args)
     if args.out and Path(args.out).is_dir():
         from muflow.exceptions import MuflowInputError
 
@@ -73,6 +75,46 @@ def run(args) -> int:
         except (TypeError, ValueError):
             pass
     return 0
+
+
+def _read_for(model, args):
+    """``(X, y)`` of ``--data`` for ``model``: the model's features picked by name where the
+    model and the file both name their columns (in any order, among others), else the
+    file's features by position, their number checked."""
+    from muflow.commands._common import read_from_args, source_from_args, with_names
+    from muflow.data.tabular import inspect
+
+    names = getattr(model, "feature_names_in_", None)
+    if names is not None:
+        layout = inspect(source_from_args(args))
+        if layout.feature_names is not None:
+            _check_named_columns(args, layout, list(names))
+            X, y, _ = read_from_args(args, feature_columns=tuple(names))
+            return with_names(X, names), y
+    X, y, _ = read_from_args(args)
+    _check_width(args, model, X.shape[1])
+    return X, y
+
+
+def _check_named_columns(args, layout, names):
+    """Refuse a file that lacks some of the model's named features, or whose label column
+    (``--label-column``, default the last) is one of them."""
+    from muflow.data.columns import names_text
+    from muflow.exceptions import MuflowInputError
+
+    if layout.label in names:
+        chosen = ("the last column" if args.label_column is None
+                  else f"--label-column {args.label_column}")
+        raise MuflowInputError(
+            f"{args.data}: the label column {layout.label!r} ({chosen}) is one of the model's "
+            f"features ({names_text(names)}); name the labels' column with --label-column"
+            + (" (for a file without a label column, --no-labels)" if args.label_column is None
+               else ""))
+    missing = [name for name in names if name not in layout.columns]
+    if missing:
+        raise MuflowInputError(
+            f"{args.data} lacks the model's feature columns {names_text(missing)} (the model "
+            f"was fitted on {names_text(names)}); give data with those columns")
 
 
 def _check_width(args, model, width):

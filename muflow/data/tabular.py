@@ -26,8 +26,9 @@ from muflow.exceptions import DataFileError
 class Layout:
     """A checked source: its format, files (full URLs, sorted), label and feature columns
     (names; CSV without a header: ``"0"``, ``"1"``, ...), CSV header, rows per file (None
-    where the metadata do not say), the fingerprint's file list, and whether the one file
-    is read whole by the file loader (npz, svmlight, a single local CSV file)."""
+    where the metadata do not say), the fingerprint's file list, whether the one file
+    is read whole by the file loader (npz, svmlight, a single local CSV file), and every
+    column's name in the files' order (Parquet and CSV)."""
 
     format: str
     urls: tuple
@@ -37,10 +38,22 @@ class Layout:
     rows: tuple
     entries: tuple
     whole: bool = False
+    columns: tuple = ()
 
     @property
     def n_rows(self) -> int | None:
         return None if any(r is None for r in self.rows) else int(sum(self.rows))
+
+    @property
+    def feature_names(self) -> tuple | None:
+        """The features' names where the files name their columns (Parquet, a CSV header):
+        what a model keeps (``feature_names_in_``) and a prediction matches by name. None
+        where the columns are known by position: npz, svmlight, zarr, a CSV file without a
+        header, and names that are all whole numbers (pandas' default names 0, 1, ..., which
+        scikit-learn does not keep as feature names either)."""
+        if not self.header or all(name.isdigit() for name in self.features):
+            return None
+        return self.features
 
 
 def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
@@ -67,7 +80,8 @@ def inspect(source: DataSource, *, whole_files: bool = True) -> Layout:
     schema, rows, header, whole = _table_schema(source, urls, kind, whole_files)
     label, features = choose_columns(schema, source.label_column, source.feature_columns,
                                      f"data path {source.label!r}")
-    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries), whole)
+    return Layout(kind, urls, label, features, header, tuple(rows), tuple(entries), whole,
+                  columns=tuple(name for name, _, _ in schema))
 
 
 def column_names(source: DataSource, *, whole_files: bool = True) -> tuple | None:
