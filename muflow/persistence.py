@@ -3,7 +3,8 @@
 A model is a directory holding
 
 - ``model.json``: format version, estimator class, parameters, kernel, classes, feature
-  names and fitted scalars, as plain JSON (:mod:`muflow.persistence_params`);
+  names, fitted scalars and how an svmlight training file was indexed, as plain JSON
+  (:mod:`muflow.persistence_params`);
 - ``arrays.npz``: the fitted arrays, read back with ``allow_pickle=False``.
 
 No pickle anywhere: loading a model from an untrusted source runs no code. The directory
@@ -73,9 +74,14 @@ def _dense(a):
     return a.toarray() if sp.issparse(a) else np.asarray(a)
 
 
-def save(model, path) -> Path:
+def save(model, path, *, svmlight_zero_based=None) -> Path:
     """Save a fitted muflow estimator to the directory ``path``: created, or replaced where
-    it holds a saved model (nothing else is ever replaced: :func:`check_replaceable`)."""
+    it holds a saved model (nothing else is ever replaced: :func:`check_replaceable`).
+
+    ``svmlight_zero_based``: whether the svmlight file the model was fitted on was read
+    with 0-based feature indices (``python -m muflow fit`` records it), so that a test file
+    is read alike (:func:`muflow.data.files.read_svmlight`); default: what the loaded model
+    recorded (``_svmlight_zero_based``), if anything."""
     from sklearn.utils.validation import check_is_fitted
 
     check_is_fitted(model)
@@ -92,6 +98,8 @@ def save(model, path) -> Path:
         "feature_names_in": feature_names_to_json(model),
         "shape_fit": list(getattr(model, "shape_fit_", ())),
         "sparse_fit": bool(getattr(model, "_sparse", False)),
+        "svmlight_zero_based": (getattr(model, "_svmlight_zero_based", None)
+                                if svmlight_zero_based is None else bool(svmlight_zero_based)),
         "fit": _fit_record(model),
     }
     arrays = {name: _dense(getattr(model, name)) for name in _ARRAYS if _stored(model, name)}
@@ -263,6 +271,8 @@ def _load_once(path):
         if names is not None:
             model.feature_names_in_ = names
         model.shape_fit_ = tuple(int(v) for v in meta.get("shape_fit", ()))
+        if meta.get("svmlight_zero_based") is not None:  # read a test file alike
+            model._svmlight_zero_based = bool(meta["svmlight_zero_based"])
     except (KeyError, TypeError, ValueError, MuflowInputError) as exc:
         raise MuflowInputError(f"{meta_file}: {type(exc).__name__}: {exc}; the model's metadata "
                                "is damaged: re-fit and save the model") from None

@@ -506,3 +506,39 @@ def test_a_model_fitted_without_names_predicts_by_position(tmp_path, capsys):
     code, predicted, err = _predicted(capsys, "--model", str(model), "--data",
                                       str(tmp_path / "named.csv"))
     assert code == 0 and [int(p) for p in predicted] == list(LABELS), err
+
+
+def test_predict_reads_an_svmlight_file_indexed_as_the_training_file(tmp_path, capsys):
+    """Each svmlight file's indexing was guessed on its own: a test file whose rows never
+    use feature 0 (zero-based, as dump_svmlight_file writes) was read one-based, every
+    feature one column to the left. The model records how its training file was read and
+    predict reads the test file alike; a file wider than the model is named as such (the
+    advice --n-features N then failed: "input file contains N+1 features")."""
+    from sklearn.datasets import dump_svmlight_file
+
+    import muflow
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(60, 5))
+    y = np.where(X[:, 1] + X[:, 2] > 0, 1, -1)
+    dump_svmlight_file(X[:40], y[:40], str(tmp_path / "train.svm"))
+    X_test = X[40:].copy()
+    X_test[:, 0] = 0.0
+    dump_svmlight_file(X_test, y[40:], str(tmp_path / "test.svm"))
+    model = tmp_path / "model"
+    assert main(["fit", "--data", str(tmp_path / "train.svm"), "--kernel", "linear",
+                 "--out", str(model), "--quiet"]) == 0
+    assert muflow.load(model)._svmlight_zero_based is True  # recorded in model.json
+    expected = muflow.load(model).predict(X_test)
+    assert not np.array_equal(expected, muflow.load(model).predict(np.c_[X_test[:, 1:], 0 * y[40:]]))
+    code, predicted, err = _predicted(capsys, "--model", str(model), "--data",
+                                      str(tmp_path / "test.svm"), "--n-features", "5")
+    assert code == 0 and [int(p) for p in predicted] == list(expected), err
+    dump_svmlight_file(np.c_[X_test, np.ones(20)], y[40:], str(tmp_path / "wide.svm"))
+    for n_features in ([], ["--n-features", "5"]):
+        code, _, err = _predicted(capsys, "--model", str(model), "--data",
+                                  str(tmp_path / "wide.svm"), *n_features)
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert ("uses feature indices beyond the model's 5 features" in err if not n_features
+                else "uses feature indices beyond n_features=5: it holds 6 features" in err), err
+        assert "(for svmlight, --n-features" not in err

@@ -53,13 +53,13 @@ def data_overrides(args) -> dict:
     return out
 
 
-def source_from_args(args, *, path=None, feature_columns=None):
+def source_from_args(args, *, path=None, feature_columns=None, zero_based="auto"):
     """The :class:`muflow.data.DataSource` of ``--data`` (or ``path``) and its options."""
     from muflow.data.source import DataSource, parse_storage_options
 
     return DataSource(path=path or args.data, format=args.data_format,
                       label_column=args.label_column, n_features=getattr(args, "n_features", None),
-                      feature_columns=feature_columns,
+                      feature_columns=feature_columns, zero_based=zero_based,
                       storage_options=parse_storage_options(getattr(args, "storage_options", None)))
 
 
@@ -70,14 +70,16 @@ def load_from_args(args, *, path=None, classes=False):
     return X, y
 
 
-def read_from_args(args, *, path=None, classes=False, feature_columns=None):
+def read_from_args(args, *, path=None, classes=False, feature_columns=None, zero_based="auto"):
     """``(X, y, layout)`` of ``--data`` (or ``path``) read whole into this process, with the
-    :class:`muflow.data.tabular.Layout` it was read by (its columns' names); ``classes``:
-    labels to train a classifier on, refused in words when they are continuous numbers (a
-    feature column taken for the labels); ``feature_columns``: the columns of X, by name."""
+    :class:`muflow.data.tabular.Layout` it was read by (its columns' names, an svmlight
+    file's indexing); ``classes``: labels to train a classifier on, refused in words when
+    they are continuous numbers (a feature column taken for the labels);
+    ``feature_columns``: the columns of X, by name; ``zero_based``: svmlight indexing."""
     from muflow.data.local import load_source
 
-    X, y, layout = load_source(source_from_args(args, path=path, feature_columns=feature_columns))
+    X, y, layout = load_source(source_from_args(args, path=path, feature_columns=feature_columns,
+                                                zero_based=zero_based))
     if classes and y is not None:
         from muflow.data.files import check_labels_are_classes
 

@@ -110,7 +110,7 @@ def run(args) -> int:
     with _checkpoint_removed_on_failure(checkpoint_dir), hint_when_interrupted(args, kept), \
             _on_cluster(args, model, checkpoint_dir, kept):
         model.fit(X, y, checkpoint_dir=checkpoint_dir, checkpoint_every=args.checkpoint_every)
-    path = muflow.save(model, out)
+    path = muflow.save(model, out, svmlight_zero_based=layout.zero_based)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     stopped = args.time_limit is not None and model.fit_time_ >= args.time_limit
     converged = ("converged" if model.converged_.all() else

@@ -91,8 +91,10 @@ def _read_for(model, args):
             _check_named_columns(args, layout, list(names))
             X, y, _ = read_from_args(args, feature_columns=tuple(names))
             return with_names(X, names), y
-    X, y, _ = read_from_args(args)
-    _check_width(args, model, X.shape[1])
+    # an svmlight file indexed as the training file was (recorded by fit), else guessed
+    zero_based = getattr(model, "_svmlight_zero_based", None)
+    X, y, layout = read_from_args(args, zero_based="auto" if zero_based is None else zero_based)
+    _check_width(args, model, X.shape[1], layout.format)
     return X, y
 
 
@@ -117,9 +119,11 @@ def _check_named_columns(args, layout, names):
             f"was fitted on {names_text(names)}); give data with those columns")
 
 
-def _check_width(args, model, width):
+def _check_width(args, model, width, data_format):
     """Refuse data whose width is not the model's, saying what the model takes: its
-    features, or for a precomputed kernel the kernel values K(test, train)."""
+    features, or for a precomputed kernel the kernel values K(test, train). An svmlight
+    file is as wide as its highest index: --n-features widens a narrower one, never a
+    wider one."""
     expected = getattr(model, "n_features_in_", None)
     if expected is None or width == expected:
         return
@@ -130,6 +134,10 @@ def _check_width(args, model, width):
             f"{args.data} has {width} columns of values, the model in {args.model} has a "
             "precomputed kernel: give the kernel values K(test, train), one column per "
             f"training sample ({expected})")
+    if data_format == "svmlight" and width > expected:
+        raise MuflowInputError(
+            f"{args.data} uses feature indices beyond the model's {expected} features (it "
+            f"holds {width}); give data with the model's features")
     raise MuflowInputError(
         f"{args.data} has {width} features, the model in {args.model} was fitted on "
         f"{expected}; give data with the model's features (for svmlight, --n-features "

@@ -48,7 +48,7 @@ def _looks_like_svmlight(path: Path) -> bool:
 
 
 def load_data(path, *, label_column=None, fmt: str | None = None, n_features: int | None = None,
-              feature_columns=None):
+              feature_columns=None, zero_based="auto"):
     """Load a labelled data set.
 
     Parameters
@@ -64,6 +64,9 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
         anything else: CSV).
     n_features : int, optional
         svmlight only: the number of features (a8a has 123).
+    zero_based : bool or "auto", default="auto"
+        svmlight only: whether the feature indices start at 0; "auto" guesses it from the
+        file (:func:`read_svmlight`).
     feature_columns : sequence of str, optional
         CSV only: the columns of X, by header name (without a header: ``"0"``, ``"1"``,
         ...). Default: every numeric column but the label and a leading sample id
@@ -84,7 +87,7 @@ def load_data(path, *, label_column=None, fmt: str | None = None, n_features: in
     if kind != "csv":
         check_no_columns_chosen(f"{kind} data have", kind, label_column, feature_columns, str(path))
     if kind == "svmlight":
-        return _load_svmlight(path, n_features)
+        return read_svmlight(path, n_features=n_features, zero_based=zero_based)[:2]
     if kind == "npz":
         return _load_npz(path, labels=label_column is not False)
     try:
@@ -212,18 +215,49 @@ def _missing(value) -> bool:
     return value is None or (isinstance(value, float) and value != value) or value == ""
 
 
-def _load_svmlight(path: Path, n_features):
+def read_svmlight(path, *, n_features=None, zero_based="auto"):
+    """``(X, y, zero_based)`` of an svmlight/LIBSVM file, and whether its feature indices
+    were read as starting at 0.
+
+    ``zero_based="auto"`` guesses as scikit-learn's ``load_svmlight_file`` does (1-based
+    unless some row uses index 0): a guess per file, so a test file whose rows never use
+    feature 0 would be read 1-based where its training file was 0-based, every feature
+    one column to the left. Read a test file with the training file's ``zero_based``
+    (``python -m muflow fit`` records it in the model). A file with an index beyond
+    ``n_features`` is refused, naming its widest index.
+    """
     from sklearn.datasets import load_svmlight_file
 
-    try:
-        X, y = load_svmlight_file(str(path), n_features=n_features)
+    path = Path(path)
+    try:  # the indices as written; shifted below once the indexing is known
+        X, y = load_svmlight_file(str(path), zero_based=True)
     except (ValueError, IndexError) as exc:
         line = _first_bad_svmlight_line(path)
         where = f", line {line}" if line else ""
         raise DataFileError(f"{path}{where}: not a valid svmlight/LIBSVM file ({exc})") from None
+    X = sp.csr_matrix(X)
+    lowest = int(X.indices.min()) if X.nnz else None
+    if zero_based == "auto":
+        zero_based = lowest is None or lowest == 0
+    zero_based = bool(zero_based)
+    width = X.shape[1] if X.nnz else 0
+    if not zero_based:
+        if lowest == 0:
+            raise DataFileError(f"{path}: a row uses feature index 0, but the file is read "
+                                "1-based (as its training file was); write its indices from 1")
+        X = sp.csr_matrix((X.data, X.indices - 1, X.indptr), shape=(X.shape[0], max(width - 1, 1)))
+        width = max(width - 1, 0)
+    if n_features is not None:
+        if width > n_features:
+            raise DataFileError(
+                f"{path} uses feature indices beyond n_features={n_features}: it holds {width} "
+                f"features ({'0' if zero_based else '1'}-based indices); give a file of "
+                f"{n_features} features")
+        X.resize((X.shape[0], n_features))
+    X.sort_indices()
     if np.all(y == np.round(y)):
         y = y.astype(np.int64)
-    return X.tocsr(), y
+    return X, y, zero_based
 
 
 def _first_bad_svmlight_line(path: Path) -> int | None:

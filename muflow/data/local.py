@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import replace
 from pathlib import PurePosixPath
 
 import numpy as np
 
-from muflow.data.files import _labels, _missing, check_finite, load_data
+from muflow.data.files import _labels, _missing, check_finite, load_data, read_svmlight
 from muflow.data.source import DataSource
 from muflow.data.tabular import Layout, inspect
 from muflow.exceptions import DataFileError, MuflowInputError
@@ -21,10 +22,13 @@ from muflow.exceptions import DataFileError, MuflowInputError
 
 def load_source(source: DataSource):
     """``(X, y, layout)`` of ``source``, validated: numeric features, finite values, one
-    label per row."""
+    label per row; for svmlight, the layout says how the feature indices were read
+    (``layout.zero_based``)."""
     layout = inspect(source)
     where = f"data path {source.label!r}"
-    X, y = _read(source, layout)
+    X, y, zero_based = _read(source, layout)
+    if zero_based is not None:
+        layout = replace(layout, zero_based=zero_based)
     if y is not None:  # label_column=False: features alone
         check_labels(y, where)
     try:
@@ -35,6 +39,8 @@ def load_source(source: DataSource):
 
 
 def _read(source: DataSource, layout: Layout):
+    """``(X, y, zero_based)``: ``zero_based`` how an svmlight file's indices were read,
+    None for the other formats."""
     fs, roots = DataSource(path=layout.urls, storage_options=source.storage_options).filesystem()
     if layout.whole:  # one file, by the file loader
         return _whole_file(source, layout, fs, roots[0])
@@ -45,14 +51,14 @@ def _read(source: DataSource, layout: Layout):
         group = (zarr.open_group(root, mode="r", storage_options=source.options() or None)
                  if "://" in root else zarr.open_group(root, mode="r"))
         X = np.asarray(group["X"][:], dtype=np.float64)
-        return X, None if source.label_column is False else _labels(np.asarray(group["y"][:]))
+        return X, None if source.label_column is False else _labels(np.asarray(group["y"][:])), None
     columns = [*layout.features] + ([layout.label] if layout.label is not None else [])
     parts = [_read_table(fs, root, layout, columns) for root in roots]
     import pandas as pd
 
     frame = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     y = None if layout.label is None else _labels(frame[layout.label].to_numpy())
-    return features_of(frame, layout, source.label), y
+    return features_of(frame, layout, source.label), y, None
 
 
 def _read_table(fs, root, layout, columns):
@@ -81,20 +87,27 @@ def features_of(frame, layout: Layout, label: str) -> np.ndarray:
 
 def _whole_file(source, layout, fs, root):
     """A single npz, svmlight or CSV file, by the file loaders (a CSV file's features: those
-    the layout chose); a remote one is copied to a temporary local file first."""
+    the layout chose), as :func:`_read` returns it; a remote one is copied to a temporary
+    local file first."""
     from fsspec.implementations.local import LocalFileSystem
 
-    kwargs = dict(label_column=source.label_column, fmt=layout.format, n_features=source.n_features,
-                  feature_columns=layout.features if layout.format == "csv" else None)
     if isinstance(fs, LocalFileSystem):
-        return load_data(root, **kwargs)
+        return _load_file(root, source, layout)
     fd, tmp = tempfile.mkstemp(suffix=PurePosixPath(root).suffix)
     os.close(fd)
     try:
         fs.get_file(root, tmp)
-        return load_data(tmp, **kwargs)
+        return _load_file(tmp, source, layout)
     finally:
         os.unlink(tmp)
+
+
+def _load_file(path, source, layout):
+    if layout.format == "svmlight":
+        return read_svmlight(path, n_features=source.n_features, zero_based=source.zero_based)
+    X, y = load_data(path, label_column=source.label_column, fmt=layout.format,
+                     feature_columns=layout.features if layout.format == "csv" else None)
+    return X, y, None
 
 
 def check_labels(y, where: str) -> None:

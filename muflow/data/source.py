@@ -68,6 +68,10 @@ class DataSource:
         ``"${NAME}"`` values are environment variables.
     n_features : int, optional
         svmlight only: the number of features.
+    zero_based : bool or "auto", default="auto"
+        svmlight only: whether the feature indices start at 0; "auto" guesses from the
+        file (:func:`muflow.data.files.read_svmlight`). A test file is read as its
+        training file was (the layout :func:`muflow.data.local.load_source` returns says).
     timeout : float, default=10
         Seconds a listing may take.
     """
@@ -79,6 +83,7 @@ class DataSource:
     storage_options: dict = field(default_factory=dict)
     n_features: int | None = None
     timeout: float = DEFAULT_TIMEOUT
+    zero_based: bool | str = "auto"
 
     def paths(self) -> list[str]:
         return [self.path] if isinstance(self.path, str) else list(self.path)

@@ -27,8 +27,9 @@ class Layout:
     """A checked source: its format, files (full URLs, sorted), label and feature columns
     (names; CSV without a header: ``"0"``, ``"1"``, ...), CSV header, rows per file (None
     where the metadata do not say), the fingerprint's file list, whether the one file
-    is read whole by the file loader (npz, svmlight, a single local CSV file), and every
-    column's name in the files' order (Parquet and CSV)."""
+    is read whole by the file loader (npz, svmlight, a single local CSV file), every
+    column's name in the files' order (Parquet and CSV), and for svmlight whether the
+    feature indices were read 0-based (set once read: :func:`muflow.data.local.load_source`)."""
 
     format: str
     urls: tuple
@@ -39,6 +40,7 @@ class Layout:
     entries: tuple
     whole: bool = False
     columns: tuple = ()
+    zero_based: bool | None = None
 
     @property
     def n_rows(self) -> int | None:
