@@ -429,9 +429,8 @@ def check_data_exists(cfg: RunConfig):
     column, files of different schemas, an empty file: :func:`muflow.data.tabular.inspect`)
     before anything is started or written: listings and metadata only, no data. The test
     set is checked with the columns the data stage reads it by
-    (:func:`muflow.run_data.test_source`)."""
-    from muflow.data.tabular import inspect
-    from muflow.run_data import test_source
+    (:func:`muflow.data.tabular.matched_test_source`)."""
+    from muflow.data.tabular import inspect, matched_test_source
 
     if cfg.data.bundled is not None:
         return
@@ -446,5 +445,6 @@ def check_data_exists(cfg: RunConfig):
                     f"directory; give an existing data file, directory, glob or URL, or one of "
                     f"{', '.join(BUNDLED_PREFIX + b for b in BUNDLED)}")
         if test:
-            source = test_source(cfg, layout, whole_files=whole_files)
+            source = matched_test_source(source, layout, training=cfg.data.source().label,
+                                         whole_files=whole_files)
         layout = inspect(source, whole_files=whole_files)

@@ -268,7 +268,7 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
     import muflow
     from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-    from muflow.run_data import _plain
+    from muflow.data.files import label_text
     from muflow.run_report import unseen_classes_note
 
     X_test, y_test = test_split(cfg, run_dir, client)
@@ -279,7 +279,7 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
         pred = pred.compute()
     labels = np.union1d(model.classes_, y_test)
     unseen, rows = np.unique(y_test[~np.isin(y_test, model.classes_)], return_counts=True)
-    unseen_classes = {_plain(c): int(n) for c, n in zip(unseen, rows)}
+    unseen_classes = {label_text(c): int(n) for c, n in zip(unseen, rows)}
     if unseen_classes:
         warnings.warn(unseen_classes_note(unseen_classes), UserWarning, stacklevel=2)
     metrics = {"n_test": int(len(y_test)), "accuracy": float(np.mean(pred == y_test)),

@@ -171,38 +171,11 @@ def check_solver_on_data(cfg: RunConfig, X_train):
 
 def test_source(cfg: RunConfig, layout, *, whole_files: bool = True):
     """The :class:`muflow.data.DataSource` of ``data.test_path``, its columns matched to the
-    training set's (``layout``, of ``data.path``) by name where both have names (Parquet, CSV
-    with a header): the training set's feature and label columns, in the training set's
-    order, so a test set whose columns are in another order is read as trained on. One
-    lacking a training column is refused naming it. Where either has no names (CSV without
-    a header, npz, svmlight, zarr), the columns are matched by position (:func:`check_test`
-    compares their count); an npz, svmlight or zarr test set takes no column options (those
-    name data.path's columns; it holds X and y)."""
-    from dataclasses import replace
+    training set's (``layout``, of ``data.path``): :func:`muflow.data.tabular.matched_test_source`."""
+    from muflow.data.tabular import matched_test_source
 
-    from muflow.data.columns import UNNAMED_LABELS, names_text
-    from muflow.data.tabular import column_names
-
-    source = cfg.data.source(test=True)
-    if source.kind([f["path"] for f in source.files()]) in UNNAMED_LABELS:
-        return replace(source, label_column=None, feature_columns=None)
-    if layout is None or not layout.header:
-        return source
-    wanted = (*layout.features, *([layout.label] if layout.label is not None else []))
-    # the label's name also tells the test file's header (muflow.data.columns.is_header)
-    names = column_names(replace(source, label_column=layout.label), whole_files=whole_files)
-    if names is None:
-        return source
-    missing = [name for name in wanted if name not in names]
-    if missing:
-        raise MuflowInputError(
-            f"data.test_path {source.label!r} lacks the columns {names_text(missing)} of "
-            f"data.path {cfg.data.source().label!r}; give a test set with the training set's "
-            "columns (in any order)")
-    label = layout.label
-    if label is not None and label.lstrip("-").isdigit():  # a name that reads as an index
-        label = names.index(label)
-    return replace(source, label_column=label, feature_columns=layout.features)
+    return matched_test_source(cfg.data.source(test=True), layout,
+                               training=cfg.data.source().label, whole_files=whole_files)
 
 
 def check_test(X_train, X_test, *layouts):
