@@ -315,6 +315,8 @@ class _SweepRun:
             if cut:
                 rows = timeout.mark_unfinished(rows)
             refit = self._refit(operator, rows, res, info, cut)
+            if not cut and self.deadline is not None and self.deadline.stopped:
+                cut, rows = True, timeout.mark_unfinished(rows)  # the refit ran into the limit
         finally:
             operator.close()  # a cluster's partitions or panels are released here
         res.decision = res.products = None

@@ -151,3 +151,32 @@ def test_the_cut_warning_names_the_command_that_continues_the_sweep(slow, tmp_pa
     said = " ".join(str(w.message) for w in caught)
     assert f"continue with `python -m muflow run CONFIG.toml --out {run_dir} --resume`" in said
     assert "sweep --resume" not in said
+
+
+def test_a_refit_cut_by_the_time_limit_leaves_its_setting_unfinished(slow, tmp_path, monkeypatch):
+    """The folds' solves finished before the limit, the best C's refit ran into it: the
+    setting was saved as done with that cut refit as the best model (best.json said nothing,
+    --resume kept it). Now the setting is unfinished, and --resume refits it."""
+    import time
+
+    import muflow.selection.sweep as sweep_module
+
+    X, y = slow
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.05]}], C=[3e3])
+    real_refit = sweep_module.refit_setting
+
+    def refit_after_the_limit(*args, **kwargs):
+        time.sleep(1.2)  # past the limit: the refit's first check stops it
+        return real_refit(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "refit_setting", refit_after_the_limit)
+    kw = dict(folds=2, solver="smo", tol=1e-4, progress=False, n_jobs=1)
+    with pytest.warns(ConvergenceWarning, match="configurations are not finished"):
+        run_sweep(X[:300], y[:300], grid, out_dir=tmp_path / "cut", time_limit=1.0, **kw)
+    assert [r["finished"] for r in _rows(tmp_path / "cut")] == ["False"]
+    assert json.loads((tmp_path / "cut" / "best.json").read_text())["finished"] is False
+    monkeypatch.setattr(sweep_module, "refit_setting", real_refit)
+    resumed = run_sweep(X[:300], y[:300], grid, out_dir=tmp_path / "cut", resume=True, **kw)
+    assert resumed.counts["kernels_resumed"] == 0 and resumed.best_model.fit_status_ == 0
+    whole = run_sweep(X[:300], y[:300], grid, out_dir=tmp_path / "whole", **kw)
+    np.testing.assert_array_equal(resumed.best_model.dual_coef_, whole.best_model.dual_coef_)
