@@ -18,6 +18,7 @@ import uuid
 import scipy.sparse as sp
 
 from muflow.dask.calls import ActorCall
+from muflow.dask.scheduler_workers import require_workers
 from muflow.dask.worker_memory import reuse_freed_memory
 
 
@@ -111,6 +112,7 @@ class _FitterOn:
     """
 
     def __init__(self, client):
+        require_workers(client)  # an actor for no worker waits forever
         self.future = client.submit(_Fitter, actor=True, pure=False)
         with client.as_current():
             self.actor = self.future.result()

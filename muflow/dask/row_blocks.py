@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from muflow.dask.candidates import stack_rows
-from muflow.dask.scheduler_workers import scheduler_workers
+from muflow.dask.scheduler_workers import require_workers, scheduler_workers
 from muflow.exceptions import MuflowInputError
 
 #: A copy of X goes to every worker where it takes at most this share of the smallest
@@ -59,9 +59,7 @@ def row_blocks(client, X):
         sizes, from_dask = X.chunks[0], True
         nbytes = 8 * int(X.shape[0]) * int(X.shape[1])
     else:
-        workers = sorted(scheduler_workers(client))
-        if not workers:
-            raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
+        workers = sorted(require_workers(client))
         n = X.shape[0]
         parts = max(1, min(len(workers), n))
         edges = np.linspace(0, n, parts + 1).astype(int)

@@ -34,6 +34,7 @@ import numpy as np
 
 from muflow.dask.calls import ActorCall
 from muflow.dask.channels import ChannelCall, open_channels, serve
+from muflow.dask.scheduler_workers import no_workers_error
 from muflow.dask.worker_memory import (WORKER_FRACTION, completed_while_memory_allows,
                                       lost_workers_message, reuse_freed_memory, tightest_worker,
                                       too_little_memory_error)
@@ -232,7 +233,7 @@ class DaskGram(GramOperator):
         self._resident_of = {}
         limits = worker_memory_limits(client)
         if not limits:
-            raise MuflowInputError("the Dask cluster has no workers; start some with `dask worker`")
+            raise no_workers_error()
         shards = split_rows(self.n, store.tile, n_shards or len(limits))
         self._check_panel_fits(limits)
         for shard, address in zip(shards, self._placement(shards, limits)):

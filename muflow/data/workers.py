@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from muflow.dask.scheduler_workers import scheduler_workers
+from muflow.dask.scheduler_workers import require_workers, scheduler_workers
 from muflow.data.files import _labels
 from muflow.data.local import check_labels
 from muflow.data.source import DataSource
@@ -34,8 +34,9 @@ from muflow.exceptions import DataFileError
 def read_on_workers(source: DataSource, client, *, even: bool = False):
     """``(X, y, layout)``: X a float64 dask array persisted on the workers of ``client``
     (one row block per partition, or ``even`` ones: :func:`even_blocks`), y a NumPy array
-    here."""
+    here. A cluster without workers is refused first (it would wait for one forever)."""
     layout = inspect(source, whole_files=False)
+    require_workers(client)
     with client.as_current():  # every compute below runs on this client's workers
         return _read(source, layout, client, even)
 

@@ -268,6 +268,10 @@ def build_lock(url: str, option: str = "--out"):
 
 def _open_or_create_and_build(X, kernel, url, fp, *, client, dtype, tile, deep_check, on_tile,
                               storage_options, given):
+    if client is not None:  # before a store is made: tiles sent to no worker wait forever
+        from muflow.dask.scheduler_workers import require_workers
+
+        require_workers(client)
     n = X.shape[0]
     if store_exists(url, storage_options):
         gram = GramStore.open(url, storage_options=storage_options)
