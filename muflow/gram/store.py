@@ -240,6 +240,15 @@ def normalize_url(url) -> str:
     return url
 
 
+def absolute_location(url) -> str:
+    """A store location as the Dask workers must be given it: a local path made absolute,
+    since a worker resolves a relative one against its own working directory (a relative
+    ``--out`` or ``--cache-dir`` once made workers fail with "K.zarr does not exist"); an
+    fsspec URL as it is."""
+    url = normalize_url(url)
+    return url if "://" in url else os.path.abspath(url)
+
+
 def _join(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name if "://" in base else os.path.join(base, name)
 
@@ -270,7 +279,7 @@ class GramStore:
     """
 
     def __init__(self, url: str, array):
-        self.url = normalize_url(url)
+        self.url = absolute_location(url)  # what the workers open: see absolute_location
         self.array = array
         attrs = dict(array.attrs)
         try:

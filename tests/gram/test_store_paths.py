@@ -190,3 +190,21 @@ def test_a_cache_dir_that_is_a_file_is_refused_before_the_store_is_built(X, tmp_
     with pytest.raises(MuflowInputError, match="is a file, not a directory"):
         ensure_gram(X, RBF, store=str(tmp_path / "S.zarr"), cache_dir=str(afile))
     assert not (tmp_path / "S.zarr").exists()
+
+
+def test_relative_store_and_cache_paths_reach_the_workers_absolute(X, tmp_path, monkeypatch):
+    """Workers resolve a path against their own working directory, not this process's: a
+    relative --out or --cache-dir is made absolute before the workers get it. The working
+    directory changes after the cluster started, so that the two differ."""
+    from dask_cluster import local_client
+
+    with local_client(1) as client:
+        monkeypatch.chdir(tmp_path)
+        gram, _ = ensure_gram(X, RBF, client=client, store="K.zarr", tile=32)
+        assert gram.url == str(tmp_path / "K.zarr")
+        assert gram.missing_tiles() == []
+        np.testing.assert_allclose(zarr.open_array(gram.url)[...], RBF.block(X), atol=1e-6)
+        cached, _ = ensure_gram(X, Kernel("rbf", gamma=0.5), client=client, cache_dir="cache",
+                                tile=32)
+        assert os.path.isabs(cached.url) and cached.url.startswith(str(tmp_path / "cache"))
+        assert cached.missing_tiles() == []
