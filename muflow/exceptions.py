@@ -56,3 +56,27 @@ def lost_scheduler_error(client, *, work="the fit", next_step=RERUN_FIT) -> Sche
         where = (f"{scheduler_address(client)} is gone (the client is "
                  f"{getattr(client, 'status', 'closed')})")
     return SchedulerLostError(f"the Dask scheduler at {where}: {work} cannot go on; {next_step}")
+
+
+def dask_input_error(client, kernel_name, solver) -> MuflowInputError:
+    """The error for X given as a dask collection on a path that needs it in this process
+    (:func:`muflow.routing.runs_on_workers` said no), naming the reason that applies: a
+    precomputed or callable kernel, whose K is held here whatever the client (telling such
+    a user to give a client and solver='auto', which they had, sent them in circles); no
+    client; or a solver that does not run on the workers."""
+    if kernel_name == "precomputed":
+        return MuflowInputError(
+            "K is a dask collection: a precomputed kernel cannot take dask input (K is held "
+            "in this process); pass K as a NumPy array (K.compute())")
+    if not isinstance(kernel_name, str):
+        return MuflowInputError(
+            "X is a dask collection: a callable kernel cannot take dask input (its K is "
+            "computed and held in this process); pass X as a NumPy array, or a kernel name")
+    if client is None:
+        return MuflowInputError(
+            "X is a dask collection: fit it on the cluster with client=... (a Client or a "
+            "scheduler address), or pass a NumPy array")
+    return MuflowInputError(
+        f"X is a dask collection: solver={solver!r} does not run on the workers; use "
+        "solver='auto' or 'working_set' (or a multiplicative solver: 'm3', 'munk', ...), or "
+        "pass a NumPy array")

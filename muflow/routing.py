@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from muflow.exceptions import MuflowInputError, SolverCombinationError
+from muflow.exceptions import MuflowInputError, SolverCombinationError, dask_input_error
 from muflow.memory import GRAM_CHOICES, gram_bytes, stored_fits, worker_memory_limits
 
 #: gram="auto" computes kernel rows on demand (the working-set solver) above this many
@@ -401,17 +401,15 @@ def plan_kernel(n_samples: int, *, solver: str = "auto", intercept: str = "exact
     ------
     MuflowInputError
         On a cluster, when the solver needs the Gram store and it does not fit on the disk,
-        or X is a dask collection; ``SolverCombinationError`` when the solver reads rows of K,
-        which the Gram store on the cluster does not serve.
+        or X is a dask collection on a path that needs it here (the reason named:
+        :func:`muflow.exceptions.dask_input_error`); ``SolverCombinationError`` when the
+        solver reads rows of K, which the Gram store on the cluster does not serve.
     """
     if gram not in GRAM_CHOICES:
         raise MuflowInputError(f"gram must be one of {', '.join(GRAM_CHOICES)}, got {gram!r}")
     n = int(n_samples)
     if dask_input and not runs_on_workers(client, kernel_name, solver):
-        raise MuflowInputError(
-            "X is a dask collection: fit it on the cluster with client=... (a Client or a "
-            "scheduler address) and solver='auto' or 'working_set' (or a multiplicative "
-            "solver: 'm3', 'munk', ...), or pass a NumPy array")
+        raise dask_input_error(client, kernel_name, solver)
     if not isinstance(kernel_name, str) or kernel_name == "precomputed":
         path, reason, store, nbytes = ("stored", "K is given (a precomputed or callable kernel): "
                                        "held in this process", False, gram_bytes(n, np.float64))

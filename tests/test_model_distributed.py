@@ -85,6 +85,21 @@ def test_one_task_errors_are_the_in_process_errors(client):
         muflow.SVC(client=client).fit(np.where(X == X[0, 0], np.nan, X)[:100], y[:100])
 
 
+def test_a_dask_precomputed_kernel_is_refused_naming_the_kernel_not_the_client(client):
+    """A client and solver='auto' were given: the message names what is wrong, a
+    precomputed kernel's K given as a dask collection, and the fix, K as a NumPy array."""
+    import dask.array as da
+
+    from muflow.exceptions import MuflowInputError
+
+    X, y = breast_cancer()
+    K = da.from_array(X[:200] @ X[:200].T, chunks=100)
+    with pytest.raises(MuflowInputError, match="precomputed") as refused:
+        muflow.SVC(kernel="precomputed", client=client).fit(K, y[:200])
+    assert "NumPy array" in str(refused.value)
+    assert "client=" not in str(refused.value)
+
+
 def test_a_client_that_is_not_the_default_keeps_its_fitter(client):
     """A client made with set_as_default=False (as muflow.dask.cluster.connect makes them) beside
     the default one: its actor once went through the default client while nothing kept it,
