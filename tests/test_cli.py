@@ -158,6 +158,19 @@ def test_fit_prints_iterations_in_the_unit_of_n_iter(csv_file, tmp_path, capsys)
     assert f"solver smo: {steps} iterations (pair step)" in printed
 
 
+def _fit_leaving_a_checkpoint(error, content: bytes):
+    """A stand-in for ``SVC.fit`` that writes a checkpoint file holding ``content`` into its
+    checkpoint directory and raises ``error``, as a fit stopped midway does."""
+    from muflow.checkpoint import FILENAME
+
+    def fit(self, X, y, checkpoint_dir=None, **kwargs):
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        (checkpoint_dir / FILENAME).write_bytes(content)
+        raise error
+
+    return fit
+
+
 def test_fit_refuses_an_out_that_is_not_a_model_before_fitting(csv_file, tmp_path, capsys,
                                                                monkeypatch):
     """``fit --out`` over a directory of other files is refused before any fit (it was
@@ -176,14 +189,8 @@ def test_fit_refuses_an_out_that_is_not_a_model_before_fitting(csv_file, tmp_pat
 def test_an_interrupted_fit_says_how_to_continue(csv_file, tmp_path, capsys, monkeypatch):
     """SIGINT mid-fit: the line names the kept checkpoint and the command with --resume."""
     import muflow
-    from muflow.checkpoint import FILENAME
 
-    def interrupted(self, X, y, checkpoint_dir=None, **kwargs):
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        (checkpoint_dir / FILENAME).write_bytes(b"")
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(muflow.SVC, "fit", interrupted)
+    monkeypatch.setattr(muflow.SVC, "fit", _fit_leaving_a_checkpoint(KeyboardInterrupt, b""))
     out = tmp_path / "model"
     assert main(["fit", "--data", str(csv_file), "--out", str(out), "--quiet"]) == 130
     err = capsys.readouterr().err
@@ -410,12 +417,7 @@ def test_a_fit_stopped_from_outside_keeps_its_checkpoint(csv_file, tmp_path, cap
              "disk full": OSError(errno.ENOSPC, "No space left on device"),
              "checkpoint of another run": MuflowInputError("belongs to another run")}[failure]
 
-    def fails(self, X, y, checkpoint_dir=None, **kwargs):
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        (checkpoint_dir / FILENAME).write_bytes(b"held")
-        raise error
-
-    monkeypatch.setattr(muflow.SVC, "fit", fails)
+    monkeypatch.setattr(muflow.SVC, "fit", _fit_leaving_a_checkpoint(error, b"held"))
     out = tmp_path / "model"
     assert main(["fit", "--data", str(csv_file), "--out", str(out), "--quiet"]) in (1, 2)
     assert (tmp_path / "model.checkpoint" / FILENAME).read_bytes() == b"held"
