@@ -23,7 +23,7 @@ from muflow.exceptions import MuflowInputError
 from muflow.gram.build import ensure_gram
 from muflow.kernels import kernel_from_setting
 
-from conftest import shared_data
+from tests.conftest import shared_data
 
 NO_WORKERS = "the Dask cluster has no workers; start some with `dask worker`"
 REPO = Path(__file__).resolve().parents[1]
