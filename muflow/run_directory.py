@@ -150,5 +150,6 @@ def gram_dir(cfg: RunConfig, run_dir) -> str:
     """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``; a local path
     made absolute here, since the Dask workers that write and read the stores may run in
     another working directory (a URL as it is)."""
-    where = cfg.gram.cache_dir or str(Path(run_dir) / "gram")
-    return where if "://" in where else str(Path(where).absolute())
+    from muflow.data.source import absolute_location
+
+    return absolute_location(cfg.gram.cache_dir or Path(run_dir) / "gram")

@@ -37,13 +37,11 @@ def add_data_options(parser, *, required=True, run=False):
 
 def data_overrides(args) -> dict:
     """The ``[data]`` keys the command line sets (``run``): a local path made absolute."""
-    from pathlib import Path
-
-    from muflow.data.source import parse_storage_options
+    from muflow.data.source import absolute_location, parse_storage_options
 
     out = {}
     if getattr(args, "data", None):
-        out["path"] = args.data if "://" in args.data else str(Path(args.data).absolute())
+        out["path"] = absolute_location(args.data)
     if getattr(args, "data_format", None):
         out["format"] = args.data_format
     if getattr(args, "label_column", None) is not None:

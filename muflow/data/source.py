@@ -290,3 +290,13 @@ def parse_storage_options(text: str | None) -> dict:
         raise MuflowInputError(f"--storage-options must be a JSON object, e.g. "
                                f"'{{\"anon\": true}}' ({exc.msg})") from None
     return check_storage_options(options, "--storage-options")
+
+
+def absolute_location(location) -> str:
+    """A local path made absolute, an fsspec URL (``s3://...``) as it is: what a Dask worker
+    must be given, since it resolves a relative path against its own working directory (a
+    relative ``--out`` or ``--cache-dir`` once made workers fail with "K.zarr does not
+    exist"). The one rule for every location handed to the workers: data files, Gram stores
+    and their cache directory."""
+    location = os.fspath(location)
+    return location if "://" in location else os.path.abspath(location)

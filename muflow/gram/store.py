@@ -241,12 +241,11 @@ def normalize_url(url) -> str:
 
 
 def absolute_location(url) -> str:
-    """A store location as the Dask workers must be given it: a local path made absolute,
-    since a worker resolves a relative one against its own working directory (a relative
-    ``--out`` or ``--cache-dir`` once made workers fail with "K.zarr does not exist"); an
-    fsspec URL as it is."""
-    url = normalize_url(url)
-    return url if "://" in url else os.path.abspath(url)
+    """A store location as the Dask workers must be given it
+    (:func:`muflow.data.source.absolute_location`, after :func:`normalize_url`)."""
+    from muflow.data.source import absolute_location as absolute
+
+    return absolute(normalize_url(url))
 
 
 def _join(base: str, name: str) -> str:
