@@ -50,7 +50,7 @@ from muflow.run_directory import gram_dir, read_record, stage, stage_log, start_
 from muflow.run_report import (best_params, plot_paths, results_markdown,  # noqa: F401
                                summary_rows, write_report)
 from muflow.run_data import (check_classes, check_solver_on_data, check_source_unchanged,  # noqa: F401
-                             check_test, data_home,
+                             check_test, data_home, layout_record,
                              load_split, publish, read_split_on_workers, reads_on_workers,
                              release_data, source_fingerprint, split_in_process, split_on_cluster,
                              test_split, training_split)
@@ -93,8 +93,7 @@ def _prepare_data(cfg: RunConfig, run_dir, client=None) -> dict:
         return {"source": cfg.data.source().label, "home": "workers",
                 "n_samples": int(X_train.shape[0] + X_test.shape[0]),
                 "n_features": int(X_train.shape[1]), "n_train": int(X_train.shape[0]),
-                "n_test": int(X_test.shape[0]), "format": layout.format,
-                "features": list(layout.features), "label": layout.label,
+                "n_test": int(X_test.shape[0]), **layout_record(layout),
                 "classes": [_json_value(c) for c in classes],
                 "fingerprint": fingerprint}
     return split_in_process(cfg, run_dir, fingerprint)
@@ -234,7 +233,11 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
         model = muflow.SVC(**params, solver=cfg.sweep.solver, intercept=cfg.sweep.intercept,
                            tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
         source = "fitted by the train stage"
-    muflow.save(model, run_dir / "model")
+    data = read_record(run_dir / "data.json")
+    names = data.get("feature_names")  # the split's arrays have none: data.path's header
+    if names is not None:
+        model.feature_names_in_ = np.asarray(names, dtype=object)
+    muflow.save(model, run_dir / "model", svmlight_zero_based=data.get("svmlight_zero_based"))
     from muflow.report import plot_objective_curves
 
     plot_objective_curves(model.objective_curve_, run_dir / "objective.png",
@@ -274,7 +277,9 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
     X_test, y_test = test_split(cfg, run_dir, client)
     y_test = np.asarray(y_test)
     model = muflow.load(run_dir / "model")
-    pred = model.predict(X_test)
+    with warnings.catch_warnings():  # the test split's columns are the model's, in its order
+        warnings.filterwarnings("ignore", message="X does not have valid feature names")
+        pred = model.predict(X_test)
     if hasattr(pred, "compute"):
         pred = pred.compute()
     labels = np.union1d(model.classes_, y_test)

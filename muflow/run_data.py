@@ -334,5 +334,16 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
             "classes": [c.item() if hasattr(c, "item") else c for c in classes],
             "fingerprint": fingerprint}
     if layout is not None:
-        info.update({"format": layout.format, "features": list(layout.features), "label": layout.label})
+        info.update(layout_record(layout))
     return info
+
+
+def layout_record(layout) -> dict:
+    """What ``data.json`` records of how ``data.path`` was read (its
+    :class:`~muflow.data.tabular.Layout`): the format, the feature and label columns, the
+    features' names where the file names its columns (None where they are known by
+    position) and an svmlight file's indexing; the saved model keeps the last two
+    (:func:`muflow.pipeline.refit_best`), so that ``predict`` reads a file as this one was."""
+    return {"format": layout.format, "features": list(layout.features), "label": layout.label,
+            "feature_names": None if layout.feature_names is None else list(layout.feature_names),
+            "svmlight_zero_based": layout.zero_based}

@@ -484,7 +484,7 @@ def test_predict_by_name_refuses_missing_columns_and_a_label_among_the_features(
     frame[["c", "label"]].assign(d=1.0).to_csv(tmp_path / "narrow.csv", index=False)
     code, _, err = _predicted(capsys, "--model", str(model), "--data", str(tmp_path / "narrow.csv"))
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert "lacks the model's feature columns a, b (the model was fitted on a, b, c)" in err
+    assert "lacks the model's feature columns a, b (the model has a, b, c)" in err
     # --label-column 0 names the feature c: the label was read as a feature by position
     frame[["c", "b", "a", "label"]].to_csv(tmp_path / "test.csv", index=False)
     code, _, err = _predicted(capsys, "--model", str(model), "--data", str(tmp_path / "test.csv"),

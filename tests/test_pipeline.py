@@ -47,12 +47,12 @@ def test_the_refit_reports_iterations_in_the_unit_of_n_iter(tmp_path):
              y_test=y[200:])
     cfg = default_config()
     cfg = dataclasses.replace(cfg, sweep=dataclasses.replace(cfg.sweep, solver="smo"))
+    (tmp_path / "data.json").write_text(  # the data stage's record, which the refit reads
+        '{"source": "bc", "n_samples": 250, "n_features": 30, "n_train": 200, "n_test": 50}')
     info = refit_best(cfg, tmp_path, {"kernel": "rbf", "gamma": 0.5, "C": 10.0})
     model = muflow.load(tmp_path / "model")
     assert info["iterations"] == int(model.n_iter_.max()) > 1
     assert info["iteration_unit"] == "pair step"
-    (tmp_path / "data.json").write_text(
-        '{"source": "bc", "n_samples": 250, "n_features": 30, "n_train": 200, "n_test": 50}')
     rows = dict(summary_rows(tmp_path))
     assert rows["iterations"] == f"{info['iterations']} (pair step)"
     assert info["converged"] and "not converged" not in rows

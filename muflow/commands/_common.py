@@ -88,6 +88,47 @@ def read_from_args(args, *, path=None, classes=False, feature_columns=None, zero
     return X, y, layout
 
 
+def read_as_trained(args, *, names=None, zero_based=None, path=None, trained_on="the model"):
+    """``(X, y, layout)`` of ``--data`` (or ``path``) read as the training data were read:
+    where ``names`` (the training columns' names) are given and the file names its columns
+    too, those columns picked by name, in any order among other columns (one missing, or
+    the label column among them, refused in words), X a DataFrame of them; else every
+    feature column by position (the caller checks their number). An svmlight file is
+    read with the training file's indexing ``zero_based`` (None: guessed from the file).
+    ``trained_on`` names the training side in messages ("the model", "--data")."""
+    if names is not None:
+        from muflow.data.tabular import inspect
+
+        layout = inspect(source_from_args(args, path=path))
+        if layout.feature_names is not None:
+            _check_named_columns(args, layout, list(names), path=path or args.data,
+                                 trained_on=trained_on)
+            X, y, layout = read_from_args(args, path=path, feature_columns=tuple(names))
+            return with_names(X, names), y, layout
+    return read_from_args(args, path=path, zero_based="auto" if zero_based is None else zero_based)
+
+
+def _check_named_columns(args, layout, names, *, path, trained_on):
+    """Refuse a file that lacks some of the training data's named features, or whose
+    label column (``--label-column``, default the last) is one of them."""
+    from muflow.data.columns import names_text
+
+    if layout.label in names:
+        chosen = ("the last column" if args.label_column is None
+                  else f"--label-column {args.label_column}")
+        no_labels = " (for a file without a label column, --no-labels)" if (
+            args.label_column is None and hasattr(args, "no_labels")) else ""
+        raise MuflowInputError(
+            f"{path}: the label column {layout.label!r} ({chosen}) is one of {trained_on}'s "
+            f"features ({names_text(names)}); name the labels' column with --label-column"
+            + no_labels)
+    missing = [name for name in names if name not in layout.columns]
+    if missing:
+        raise MuflowInputError(
+            f"{path} lacks {trained_on}'s feature columns {names_text(missing)} ({trained_on} "
+            f"has {names_text(names)}); give data with those columns")
+
+
 def with_names(X, names):
     """X as a pandas DataFrame whose columns are ``names`` (no copy), for an estimator to
     keep them at fit (``feature_names_in_``) and check them at predict, as scikit-learn

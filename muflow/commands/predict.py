@@ -80,43 +80,14 @@ def run(args) -> int:
 def _read_for(model, args):
     """``(X, y)`` of ``--data`` for ``model``: the model's features picked by name where the
     model and the file both name their columns (in any order, among others), else the
-    file's features by position, their number checked."""
-    from muflow.commands._common import read_from_args, source_from_args, with_names
-    from muflow.data.tabular import inspect
+    file's features by position, their number checked; an svmlight file indexed as the
+    training file was (recorded by fit), else guessed."""
+    from muflow.commands._common import read_as_trained
 
-    names = getattr(model, "feature_names_in_", None)
-    if names is not None:
-        layout = inspect(source_from_args(args))
-        if layout.feature_names is not None:
-            _check_named_columns(args, layout, list(names))
-            X, y, _ = read_from_args(args, feature_columns=tuple(names))
-            return with_names(X, names), y
-    # an svmlight file indexed as the training file was (recorded by fit), else guessed
-    zero_based = getattr(model, "_svmlight_zero_based", None)
-    X, y, layout = read_from_args(args, zero_based="auto" if zero_based is None else zero_based)
+    X, y, layout = read_as_trained(args, names=getattr(model, "feature_names_in_", None),
+                                   zero_based=getattr(model, "_svmlight_zero_based", None))
     _check_width(args, model, X.shape[1], layout.format)
     return X, y
-
-
-def _check_named_columns(args, layout, names):
-    """Refuse a file that lacks some of the model's named features, or whose label column
-    (``--label-column``, default the last) is one of them."""
-    from muflow.data.columns import names_text
-    from muflow.exceptions import MuflowInputError
-
-    if layout.label in names:
-        chosen = ("the last column" if args.label_column is None
-                  else f"--label-column {args.label_column}")
-        raise MuflowInputError(
-            f"{args.data}: the label column {layout.label!r} ({chosen}) is one of the model's "
-            f"features ({names_text(names)}); name the labels' column with --label-column"
-            + (" (for a file without a label column, --no-labels)" if args.label_column is None
-               else ""))
-    missing = [name for name in names if name not in layout.columns]
-    if missing:
-        raise MuflowInputError(
-            f"{args.data} lacks the model's feature columns {names_text(missing)} (the model "
-            f"was fitted on {names_text(names)}); give data with those columns")
 
 
 def _check_width(args, model, width, data_format):

@@ -6,8 +6,8 @@ import os
 import shutil
 from pathlib import Path
 
-from muflow.commands._common import (add_data_options, load_from_args, parse_C, parse_gamma,
-                                     source_from_args)
+from muflow.commands._common import (add_data_options, parse_C, parse_gamma, read_as_trained,
+                                     read_from_args, source_from_args, with_names)
 from muflow.exceptions import MuflowInputError
 
 
@@ -195,6 +195,23 @@ def run(args) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+def _keep_layout(result, layout):
+    """Save the best model again with what ``run_sweep`` could not see of how ``--data`` was
+    read: the file's column names where the workers read it (X was an array there), an
+    svmlight file's indexing; so that ``predict`` reads a file as the training file was."""
+    import numpy as np
+
+    import muflow
+
+    model = result.best_model
+    names = None if getattr(model, "feature_names_in_", None) is not None else layout.feature_names
+    if names is None and layout.zero_based is None:
+        return
+    if names is not None:
+        model.feature_names_in_ = np.asarray(list(names), dtype=object)
+    muflow.save(model, result.paths["best_model"], svmlight_zero_based=layout.zero_based)
+
+
 def _run(args) -> int:
     from muflow.selection import run_sweep
 
@@ -210,12 +227,14 @@ def _run(args) -> int:
     if args.scheduler:  # the workers read --data; its layout is checked here first
         from muflow.data.tabular import inspect
 
-        inspect(source_from_args(args), whole_files=False)
+        layout = inspect(source_from_args(args), whole_files=False)
     else:
-        X, y = load_from_args(args, classes=True)
+        X, y, layout = read_from_args(args, classes=True)
+        X = with_names(X, layout.feature_names)  # kept by the best model, matched by predict
     test = {}
-    if args.test_data:
-        X_test, y_test = load_from_args(args, path=args.test_data)
+    if args.test_data:  # its columns by name where both files name them, else by position
+        X_test, y_test, _ = read_as_trained(args, path=args.test_data, names=layout.feature_names,
+                                            zero_based=layout.zero_based, trained_on="--data")
         test = {"X_test": X_test, "y_test": y_test}
     options.setdefault("folds", 5)
     if args.scheduler:
@@ -241,6 +260,7 @@ def _run(args) -> int:
     else:
         result = run_sweep(X, y, grid, out_dir=args.out, resume=args.resume,
                            progress=not args.no_progress, **test, **options)
+    _keep_layout(result, layout)
     best = result.best
     params = ", ".join(f"{k}={v}" for k, v in best.items() if k not in ("cv_accuracy", "cv_accuracy_std"))
     print(f"best: {params}  CV accuracy {best['cv_accuracy']:.4f} (+/- {best['cv_accuracy_std']:.4f})")

@@ -175,17 +175,19 @@ class _SweepData:
     member: np.ndarray
     X_test: object = None
     y_test: object = None
+    feature_names: object = None  # a DataFrame X's column names, as SVC.fit keeps them
 
 
 def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _SweepData:
     """Validate X, y and the test set once, and pose the folds and the binary problems."""
     from sklearn.model_selection import StratifiedKFold
-    from sklearn.utils.validation import check_X_y
+    from sklearn.utils.validation import _get_feature_names, check_X_y
 
     from muflow.data import check_finite
     from muflow.data.files import check_labels_are_classes, label_text
     from muflow.multiclass import binary_problems
 
+    names = _get_feature_names(X)
     if is_dask_collection(X):  # read by the workers (muflow.data.workers): it stays there
         X, y = _dask_input(X, y, client)
     else:
@@ -206,7 +208,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
     if (X_test is None) != (y_test is None):
         raise MuflowInputError("give both X_test and y_test, or neither")
     if X_test is not None:
-        X_test, y_test = check_X_y(X_test, y_test, accept_sparse="csr", dtype=np.float64)
+        X_test, y_test = check_X_y(_columns_of(X_test, names), y_test, accept_sparse="csr", dtype=np.float64)
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
     n = X.shape[0]
@@ -215,7 +217,25 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
                                    .split(np.zeros(n), y_enc)):
         masks[train, f] = True  # one fold's indices at a time
     Y, member = binary_problems(y_enc, len(classes))
-    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test)
+    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names)
+
+
+def _columns_of(X_test, names):
+    """X_test with X's columns in X's order, picked by name where both are DataFrames with
+    named columns (a test frame whose columns are in another order is read as X was); as it
+    is otherwise (columns by position, their number checked by the caller)."""
+    from sklearn.utils.validation import _get_feature_names
+
+    from muflow.data.columns import names_text
+
+    test_names = _get_feature_names(X_test)
+    if names is None or test_names is None or list(test_names) == list(names):
+        return X_test
+    missing = [name for name in names if name not in set(test_names)]
+    if missing:
+        raise MuflowInputError(f"X_test lacks the columns {names_text(missing)} of X; give a test "
+                               "set with X's columns (in any order)")
+    return X_test[list(names)]
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
@@ -381,6 +401,8 @@ class _SweepRun:
         if d.X_test is not None:
             test_metrics = {"accuracy": float(model.score(d.X_test, d.y_test)),
                             "n_samples": int(d.X_test.shape[0]), "configuration": best}
+        if d.feature_names is not None:  # after the test score, which read X_test as an array
+            model.feature_names_in_ = d.feature_names  # kept and checked as SVC.fit's
         paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics)
         paths.update(write_plots(self.out_dir, records, self.Cs))
         timings = self.timings
