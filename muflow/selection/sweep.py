@@ -393,7 +393,8 @@ class _SweepRun:
         """The table, the best configuration and its model, the outputs written."""
         d, records = self.data, self.records
         table = [row for rec in records for row in rec.rows] + self.not_started
-        k_best, c_best = best_index(timeout.rows_to_choose_from(records))
+        k_best, c_best = best_index(timeout.rows_to_choose_from(records, self.out_dir,
+                                                                      self.resume_command))
         best = best_summary(records[k_best].rows[c_best])
         model = _best_model(_RowsOf(d.X) if is_dask_collection(d.X) else d.X, d.y_enc, d.classes,
                             records[k_best], self.intercept, self.tol, self.max_iter)

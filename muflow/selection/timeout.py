@@ -38,12 +38,15 @@ def not_started_rows(setting, Cs, folds, info, path) -> list[ConfigurationRow]:
             for C in Cs]
 
 
-def rows_to_choose_from(records) -> list[list]:
+def rows_to_choose_from(records, out_dir, resume_command: str | None = None) -> list[list]:
     """Each record's rows for :func:`muflow.selection.scoring.best_index`: the unfinished
-    ones left out (as empty lists, keeping the indices) when any setting finished."""
+    ones left out (as empty lists, keeping the indices) when any setting finished. With no
+    record at all, the error names the command that continues the sweep
+    (:func:`continue_command`)."""
     if not records:
         raise MuflowError("the sweep's time_limit passed before any kernel setting was solved: "
-                          "raise time_limit (--time-limit), or continue with `sweep --resume`")
+                          "raise the time limit, or continue with "
+                          f"`{continue_command(out_dir, resume_command)}`")
     finished = [all(r.finished for r in rec.rows) for rec in records]
     if not any(finished):
         return [rec.rows for rec in records]
@@ -60,6 +63,13 @@ def warn_unfinished(table, deadline, out_dir, resume_command: str | None = None)
         warnings.warn(
             f"the sweep stopped at time_limit={deadline.seconds:g} s (after {deadline.elapsed:.2f} s): "
             f"{unfinished} of {len(table)} configurations are not finished (finished=False in "
-            f"{out_dir}/results.csv); continue with `{resume_command or f'sweep --resume --out {out_dir}'}`",
+            f"{out_dir}/results.csv); continue with `{continue_command(out_dir, resume_command)}`",
             ConvergenceWarning, stacklevel=3)
     return unfinished
+
+
+def continue_command(out_dir, resume_command: str | None = None) -> str:
+    """The command that continues a sweep the time limit cut: ``resume_command``, the
+    caller's own (the ``run`` command's: the sweep alone would skip the run's later
+    stages), by default the ``sweep`` command's."""
+    return resume_command or f"sweep --resume --out {out_dir}"

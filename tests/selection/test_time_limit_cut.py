@@ -140,6 +140,10 @@ def test_the_cut_warning_names_the_command_that_continues_the_sweep(slow, tmp_pa
     with pytest.warns(ConvergenceWarning, match=f"continue with `{command}`"):
         _sweep(X, y, tmp_path / "direct", n_jobs=1, time_limit=LIMIT, resume_command=command)
 
+    # a limit that passes before any setting is solved: the error names the same command
+    with pytest.raises(muflow.exceptions.MuflowError, match=f"continue with `{command}`"):
+        _sweep(X, y, tmp_path / "none", n_jobs=1, time_limit=1e-9, resume_command=command)
+
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     np.savez(run_dir / "data.npz", X_train=X, X_test=X[:10], y_train=y, y_test=y[:10])
