@@ -122,7 +122,9 @@ def _key(text: str) -> str:
 @task(name="publish-artifacts", **_COMPUTE)
 def publish_artifacts(run_dir: str, key_prefix: str = "muflow") -> list[str]:
     """Prefect artifacts of a run: the sweep results (Markdown table), the best configuration
-    with its test metrics, and links to the plots and the report."""
+    with its test metrics, and links to the plots and the report; their keys
+    ``{key_prefix}-results``, ``-best``, ``-summary``, ``-plot-*`` and ``-report``, each flow
+    with its own prefix (``muflow`` the pipeline's, ``muflow-sweep``, ``muflow-train``)."""
     run_dir = Path(run_dir)
     rows = stages.summary_rows(run_dir)
     keys = []
@@ -132,7 +134,7 @@ def publish_artifacts(run_dir: str, key_prefix: str = "muflow") -> list[str]:
         keys.append(key)
 
     if (run_dir / "sweep-summary.json").exists():
-        publish(create_markdown_artifact, f"{key_prefix}-sweep-results",
+        publish(create_markdown_artifact, f"{key_prefix}-results",
                 markdown="# Sweep results\n\n" + stages.results_markdown(run_dir),
                 description=f"cross-validation results of every configuration ({run_dir})")
     # the sweep flow evaluates nothing on the test set: its best by cross-validation alone

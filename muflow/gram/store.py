@@ -182,6 +182,11 @@ def check_store_target(url, storage_options=None, option="--out"):
     if store_exists(url, storage_options):
         return
     what = _held_at(url, storage_options)
+    if what == _DAMAGED:
+        raise MuflowInputError(
+            f"{option} {url} is a zarr store whose metadata (zarr.json) cannot be read: it is "
+            f"damaged; delete it (rm -r {url}) to build the store there again, or choose "
+            f"another {option}")
     if what is not None:
         raise MuflowInputError(
             f"{option} {url} {what}, not a Gram store, and writing the store there would "
@@ -214,16 +219,27 @@ def _held_at(url: str, storage_options=None) -> str | None:
         lambda p: open(p, "rb").read(), os.path.join(url, "zarr.json")))
 
 
+_DAMAGED = "damaged"  # a zarr.json that is there but does not read as zarr's metadata
+
+
 def _zarr_node_type(read, path) -> str | None:
+    """``zarr.json``'s node type ("array", "group"), None where there is none, or
+    :data:`_DAMAGED`."""
     try:
-        return json.loads(read(path)).get("node_type")
-    except (OSError, ValueError, AttributeError):
+        content = read(path)
+    except OSError:
         return None
+    try:
+        return json.loads(content).get("node_type") or _DAMAGED
+    except (ValueError, AttributeError):
+        return _DAMAGED
 
 
 def _directory_text(names: list, node_type: str | None) -> str | None:
     if not names:
         return None
+    if node_type == _DAMAGED:
+        return _DAMAGED
     shown = [n for n in names if n != "zarr.json"] if node_type == "group" else names
     shown = ", ".join(shown[:5]) + (", ..." if len(shown) > 5 else "")
     if node_type == "group":

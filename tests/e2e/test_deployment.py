@@ -157,7 +157,7 @@ def test_nightly_retrain_deployment_runs_on_a_real_server(tmp_path):
         artifacts = httpx.post(f"{api}/artifacts/filter", timeout=10,
                                json={"artifacts": {"flow_run_id": {"any_": [flow_run["id"]]}}}).json()
         by_key = {a["key"]: a for a in artifacts}
-        assert "muflow-sweep-results" in by_key and "| kernel |" in by_key["muflow-sweep-results"]["data"]
+        assert "muflow-results" in by_key and "| kernel |" in by_key["muflow-results"]["data"]
         assert "test accuracy" in by_key["muflow-best"]["data"]
         assert "report.md" in by_key["muflow-report"]["data"]
         assert any(k.startswith("muflow-plot-") for k in by_key)

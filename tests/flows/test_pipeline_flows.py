@@ -40,7 +40,7 @@ def test_pipeline_writes_report_results_plots_model_and_artifacts(tmp_path, smal
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
     by_key = {a.key: a for a in artifacts}
-    assert "| kernel |" in by_key["muflow-sweep-results"].data
+    assert "| kernel |" in by_key["muflow-results"].data
     assert "test accuracy" in by_key["muflow-best"].data
     assert any(k.startswith("muflow-plot-heatmap") for k in by_key)
     assert "report.md" in by_key["muflow-report"].data  # a link artifact (stored as Markdown)
@@ -155,7 +155,11 @@ def test_sweep_flow_publishes_the_results_table_and_the_best_configuration(
     with get_client(sync_client=True) as client:
         artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(
             flow_run_id=ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])))
-    best = {a.key: a for a in artifacts}["muflow-sweep-best"].data
+    by_key = {a.key: a for a in artifacts}
+    # the sweep flow's own keys (they were doubled: muflow-sweep-sweep-results)
+    assert "| kernel |" in by_key["muflow-sweep-results"].data
+    assert not any("sweep-sweep" in key for key in by_key)
+    best = by_key["muflow-sweep-best"].data
     b = result["best"]
     assert f"| best configuration | kernel=rbf, C={b['C']}, gamma={b['gamma']} |" in best
 

@@ -68,6 +68,26 @@ def test_gram_out_onto_a_zarr_group_of_data_is_refused_and_keeps_it(X, tmp_path,
     np.testing.assert_array_equal(again["X"][...], X)
 
 
+def test_gram_out_onto_a_store_with_damaged_metadata_says_it_is_damaged(csv_file, tmp_path,
+                                                                          capsys):
+    """A store whose zarr.json was cut short was called "a directory that holds other things
+    (c, zarr.json), not a Gram store"; it is named damaged, with the fix, and kept."""
+    store = tmp_path / "K.zarr"
+    assert _gram(csv_file, "--out", str(store)) == 0
+    capsys.readouterr()
+    metadata = store / "zarr.json"
+    metadata.write_bytes(metadata.read_bytes()[:50])
+    assert _gram(csv_file, "--out", str(store)) == 2
+    line = _error_line(capsys)
+    assert (f"--out {store} is a zarr store whose metadata (zarr.json) cannot be read: it is "
+            f"damaged; delete it (rm -r {store})") in line, line
+    assert len(metadata.read_bytes()) == 50
+    import shutil
+
+    shutil.rmtree(store)  # the fix given works
+    assert _gram(csv_file, "--out", str(store)) == 0
+
+
 def test_gram_out_onto_a_file_is_refused_in_one_line(csv_file, tmp_path, capsys):
     target = tmp_path / "file.zarr"
     target.write_text("hello")
