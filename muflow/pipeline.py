@@ -264,15 +264,14 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
     among them (a separate ``data.test_path``): the model never predicts them, so their
     rows count as errors and the matrix sums to ``n_test``, as the accuracy is taken over
     every test row. Such classes are listed in ``unseen_classes`` (class: rows) and warned
-    about (:func:`muflow.run_report.unseen_classes_note`).
+    about (:func:`muflow.data.test_labels.unseen_classes_note`).
     """
     import warnings
 
     import muflow
     from sklearn.metrics import balanced_accuracy_score, confusion_matrix
 
-    from muflow.data.files import label_text
-    from muflow.run_report import unseen_classes_note
+    from muflow.data.test_labels import unseen_classes, unseen_classes_note
 
     X_test, y_test = test_split(cfg, run_dir, client)
     y_test = np.asarray(y_test)
@@ -282,16 +281,15 @@ def evaluate(cfg: RunConfig, run_dir, client=None) -> dict:
         pred = model.predict(X_test)
     if hasattr(pred, "compute"):
         pred = pred.compute()
+    unseen = unseen_classes(y_test, model.classes_, training="the training split")
     labels = np.union1d(model.classes_, y_test)
-    unseen, rows = np.unique(y_test[~np.isin(y_test, model.classes_)], return_counts=True)
-    unseen_classes = {label_text(c): int(n) for c, n in zip(unseen, rows)}
-    if unseen_classes:
-        warnings.warn(unseen_classes_note(unseen_classes), UserWarning, stacklevel=2)
+    if unseen:
+        warnings.warn(unseen_classes_note(unseen), UserWarning, stacklevel=2)
     metrics = {"n_test": int(len(y_test)), "accuracy": float(np.mean(pred == y_test)),
                "balanced_accuracy": float(balanced_accuracy_score(y_test, pred)),
                "classes": [_json_value(c) for c in labels],
                "confusion_matrix": confusion_matrix(y_test, pred, labels=labels).tolist(),
-               "unseen_classes": unseen_classes}
+               "unseen_classes": unseen}
     return metrics
 
 

@@ -194,6 +194,16 @@ def check_test(X_train, X_test, *layouts):
     raise MuflowInputError(f"data.test_path has {n_test} features and data.path {n_train}{fix}")
 
 
+def check_test_labels(y, y_test) -> None:
+    """Refuse test labels of another kind than the training labels (text against numbers)
+    before the sweep runs, not when the test set is scored after it
+    (:func:`muflow.data.test_labels.unseen_classes`)."""
+    from muflow.data.test_labels import unseen_classes
+
+    unseen_classes(np.asarray(y_test), np.unique(np.asarray(y)), test="data.test_path",
+                   training="data.path")
+
+
 def read_split_on_workers(cfg: RunConfig, client):
     """``(X_train, X_test, y_train, y_test, layout)``: X read by the workers
     (:func:`muflow.data.workers.read_on_workers`) and split there, persisted."""
@@ -204,6 +214,7 @@ def read_split_on_workers(cfg: RunConfig, client):
         X_test, y_test, test_layout = read_on_workers(test_source(cfg, layout, whole_files=False),
                                                       client)
         check_test(X, X_test, layout, test_layout)
+        check_test_labels(y, y_test)
         with client.as_current():
             X, X_test = persisted(client, even_blocks(X, client), even_blocks(X_test, client))
         return X, X_test, y, y_test, layout
@@ -312,6 +323,7 @@ def split_in_process(cfg: RunConfig, run_dir, fingerprint) -> dict:
 
         X_test, y_test, test_layout = load_source(test_source(cfg, layout))
         check_test(X, X_test, layout, test_layout)
+        check_test_labels(y, y_test)
         X_train, y_train = X, y
     else:
         X_train, X_test, y_train, y_test = train_test_split(

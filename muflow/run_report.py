@@ -11,6 +11,7 @@ from pathlib import Path
 
 from muflow.atomic import write_text
 from muflow.config import RunConfig
+from muflow.data.test_labels import unseen_classes_note
 from muflow.exceptions import MuflowInputError
 from muflow.run_directory import log_stage, read_record, write_record
 
@@ -25,16 +26,6 @@ def best_params(sweep_info: dict) -> dict:
     if "kernel" not in params:
         raise MuflowInputError(f"the sweep's best configuration names no kernel: {best}")
     return params
-
-
-def unseen_classes_note(unseen_classes: dict) -> str:
-    """One line naming the test set's classes that the training split lacks and their
-    rows (``metrics.json``'s ``unseen_classes``): the model cannot predict them, so the
-    test accuracy, taken over every row, counts them as errors."""
-    listed = ", ".join(f"{label} ({rows} row{'' if rows == 1 else 's'})"
-                       for label, rows in unseen_classes.items())
-    return (f"the test set holds classes the training split does not: {listed}; the model "
-            "cannot predict them, and their rows count as errors in the test accuracy")
 
 
 def _params_text(params: dict) -> str:

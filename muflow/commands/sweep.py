@@ -237,6 +237,9 @@ def _run(args) -> int:
                                             zero_based=layout.zero_based, trained_on="--data")
         test = {"X_test": X_test, "y_test": y_test}
     options.setdefault("folds", 5)
+    from muflow.commands._cluster import rerun_command
+
+    options["resume_command"] = rerun_command(args)  # what a cut sweep's messages name
     if args.scheduler:
         from muflow.dask.cluster import connect, print_dashboard
         from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
@@ -270,8 +273,8 @@ def _run(args) -> int:
     unfinished = sum(not row.finished for row in result.table)
     if unfinished:
         print(f"time limit reached: {unfinished} of {len(result.table)} configurations not "
-              f"finished (finished=False in results.csv); continue with `python -m muflow sweep "
-              f"--resume --out {args.out}` and the same data and options")
+              f"finished (finished=False in results.csv); continue with "
+              f"`{options['resume_command']}`")
     print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
           f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
           f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, refit {t['refit']:.1f} s, "

@@ -74,11 +74,14 @@ def configuration_rows(setting, Cs, res: KernelSolve, masks, y_enc) -> list[Conf
 
 
 def best_index(rows_per_kernel) -> tuple[int, int]:
-    """(kernel setting, C index) of the best mean CV accuracy; ties: first in sweep order."""
+    """(kernel setting, C index) of the best mean CV accuracy among the configurations that
+    successive halving let run (:func:`contends`; every one where none is); ties: first in
+    sweep order."""
+    every = not any(contends(row) for rows in rows_per_kernel for row in rows)
     best, where = -1.0, (0, 0)
     for k, rows in enumerate(rows_per_kernel):
         for c, row in enumerate(rows):
-            if row.mean_cv_accuracy > best + TIE:
+            if (every or contends(row)) and row.mean_cv_accuracy > best + TIE:
                 best, where = row.mean_cv_accuracy, (k, c)
     return where
 
@@ -86,8 +89,18 @@ def best_index(rows_per_kernel) -> tuple[int, int]:
 def beats(row: ConfigurationRow, records) -> bool:
     """Whether ``row`` is better than every configuration of the settings done before it
     (the rule of :func:`best_index`); only then is its setting refitted on all data."""
-    earlier = [r.mean_cv_accuracy for rec in records for r in rec.rows]
+    earlier = [r.mean_cv_accuracy for rec in records for r in rec.rows if contends(r)]
     return not earlier or row.mean_cv_accuracy > max(earlier) + TIE
+
+
+def contends(row: ConfigurationRow) -> bool:
+    """Whether a configuration can be the best: not one successive halving stopped early
+    (:mod:`muflow.selection.halving`). Its accuracy is that of a rung's iterates, not of
+    its solution, so a configuration halving eliminated could otherwise win on a score it
+    never had; the ones that ran on are solved to ``tol``, as a sweep without halving
+    solves every configuration (scikit-learn's HalvingGridSearchCV chooses among the last
+    rung's alike)."""
+    return not row.stopped_early
 
 
 def best_summary(row: ConfigurationRow) -> dict:

@@ -32,6 +32,7 @@ from muflow.selection.grid import SweepGrid, check_options, setting_label
 from muflow.selection.plots import Progress, write_plots
 from muflow.selection.records import KernelRecord, Refit, SweepResult
 from muflow.selection.scoring import beats, best_index, best_summary, configuration_rows
+from muflow.selection.test_set import columns_of, scored_test_set
 from muflow.solvers.registry import choose_solver
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB
 from muflow.threads import budget_scope, thread_budget
@@ -185,6 +186,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
 
     from muflow.data import check_finite
     from muflow.data.files import check_labels_are_classes, label_text
+    from muflow.data.test_labels import unseen_classes
     from muflow.multiclass import binary_problems
 
     names = _get_feature_names(X)
@@ -208,9 +210,10 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
     if (X_test is None) != (y_test is None):
         raise MuflowInputError("give both X_test and y_test, or neither")
     if X_test is not None:
-        X_test, y_test = check_X_y(_columns_of(X_test, names), y_test, accept_sparse="csr", dtype=np.float64)
+        X_test, y_test = check_X_y(columns_of(X_test, names), y_test, accept_sparse="csr", dtype=np.float64)
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
+        unseen_classes(y_test, classes, test="y_test", training="y")  # refuses another kind
     n = X.shape[0]
     masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed)
@@ -218,24 +221,6 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
         masks[train, f] = True  # one fold's indices at a time
     Y, member = binary_problems(y_enc, len(classes))
     return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names)
-
-
-def _columns_of(X_test, names):
-    """X_test with X's columns in X's order, picked by name where both are DataFrames with
-    named columns (a test frame whose columns are in another order is read as X was); as it
-    is otherwise (columns by position, their number checked by the caller)."""
-    from sklearn.utils.validation import _get_feature_names
-
-    from muflow.data.columns import names_text
-
-    test_names = _get_feature_names(X_test)
-    if names is None or test_names is None or list(test_names) == list(names):
-        return X_test
-    missing = [name for name in names if name not in set(test_names)]
-    if missing:
-        raise MuflowInputError(f"X_test lacks the columns {names_text(missing)} of X; give a test "
-                               "set with X's columns (in any order)")
-    return X_test[list(names)]
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
@@ -400,8 +385,7 @@ class _SweepRun:
                             records[k_best], self.intercept, self.tol, self.max_iter)
         test_metrics = None
         if d.X_test is not None:
-            test_metrics = {"accuracy": float(model.score(d.X_test, d.y_test)),
-                            "n_samples": int(d.X_test.shape[0]), "configuration": best}
+            test_metrics = scored_test_set(model, d.X_test, d.y_test, d.classes, best)
         if d.feature_names is not None:  # after the test score, which read X_test as an array
             model.feature_names_in_ = d.feature_names  # kept and checked as SVC.fit's
         paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics)

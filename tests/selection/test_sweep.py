@@ -371,6 +371,30 @@ def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_pa
         run_sweep(X, y, grid, out_dir=tmp_path / "b", path="continuation", halving=2, progress=False)
 
 
+def test_a_configuration_halving_stopped_is_never_the_best(tmp_path):
+    """The best is chosen among the configurations halving let run, which are solved to tol:
+    on 300 USPS digits (3, 5, 8) C=100 stopped after a rung of 35 pair steps at a rung
+    accuracy of 0.8967, above the survivor C=10's 0.8867 (its solution's is 0.8867 too), and
+    became the best model, best.json reporting the rung's score."""
+    from tests.conftest import shared_data
+
+    digits = np.loadtxt(shared_data("zip.test"), usecols=range(257))  # a line has a trailing blank
+    y_all = digits[:, 0].astype(int)
+    rng = np.random.default_rng(0)
+    idx = rng.choice(np.flatnonzero(np.isin(y_all, [3, 5, 8])), 300, replace=False)
+    X, y = digits[idx, 1:], y_all[idx]
+    grid = SweepGrid([{"kernel": "rbf", "gamma": [0.005, 0.02]}], C=[0.01, 0.1, 1.0, 10.0, 100.0])
+    result = run_sweep(X, y, grid, folds=3, out_dir=tmp_path, halving=2, halving_min_iter=5,
+                       progress=False)
+    stopped = [row for row in result.table if row.stopped_early]
+    assert max(r.mean_cv_accuracy for r in stopped) > result.best["cv_accuracy"]  # the trap
+    best = next(r for r in result.table if (r.gamma, r.C) == (result.best["gamma"], result.best["C"]))
+    assert not best.stopped_early and best.converged
+    assert best.mean_cv_accuracy == max(r.mean_cv_accuracy for r in result.table
+                                        if not r.stopped_early)
+    assert result.best_model.C == result.best["C"]
+
+
 def test_halving_on_the_default_path_of_a_solver_that_reads_rows(sonar, tmp_path):
     """path="auto" with halving takes the batched path for SMO too (it took the continuation
     path, which has no rungs, and halving was dropped without a word)."""

@@ -184,3 +184,20 @@ def test_a_refit_cut_by_the_time_limit_leaves_its_setting_unfinished(slow, tmp_p
     assert resumed.counts["kernels_resumed"] == 0 and resumed.best_model.fit_status_ == 0
     whole = run_sweep(X[:300], y[:300], grid, out_dir=tmp_path / "whole", **kw)
     np.testing.assert_array_equal(resumed.best_model.dual_coef_, whole.best_model.dual_coef_)
+
+
+def test_the_sweep_command_names_itself_as_the_continuation(tmp_path, capsys):
+    """The sweep command's messages said `sweep --resume --out OUT` (not a command: no
+    `python -m muflow`, no --data); they give the command as typed, --resume added, as an
+    interrupted sweep's message does."""
+    from muflow.cli import main
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 3))
+    np.savez(tmp_path / "d.npz", X=X, y=(X[:, 0] > 0).astype(int))
+    args = ["sweep", "--data", str(tmp_path / "d.npz"), "--C", "1", "--folds", "2",
+            "--time-limit", "1e-9", "--out", str(tmp_path / "s"), "--no-progress"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert f"continue with `python -m muflow sweep --data {tmp_path / 'd.npz'} " in err, err
+    assert err.strip().endswith("--no-progress --resume`"), err
