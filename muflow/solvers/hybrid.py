@@ -156,7 +156,7 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
                                         timings=sub_timings)
         alphas.append(a)
         biases.append(b)
-        curves.append(np.concatenate([mult.objective_curve[:, j], curve]))
+        curves.append(np.concatenate([mult.objective_curve[:, j], _at_sweep_ends(curve, n)]))
         viols.append(v)
         steps = max(steps, it)
     subset_total = time.perf_counter() - t_sub
@@ -167,3 +167,13 @@ def solve_hybrid(problem: DualProblem, *, init=None, tol: float = 1e-3, max_iter
     timings["total"] = time.perf_counter() - t_start
     return assemble(problem, alphas, biases, curves, viols, tol, timings, "hybrid",
                     mult.n_iter + sweeps(steps, n))
+
+
+def _at_sweep_ends(curve, n: int) -> np.ndarray:
+    """SMO's objective curve (its start, then F after every pair step) at the end of each
+    sweep of ``n`` steps and at its last step: one value per iteration as hybrid counts
+    them (:func:`muflow.solvers.smo.sweeps`), so that ``objective_curve`` has ``n_iter + 1``
+    rows, as every solver's has (it had one per pair step)."""
+    steps = len(curve) - 1
+    ends = list(range(n, steps + 1, n)) + ([steps] if steps % n else [])
+    return np.asarray(curve)[ends]

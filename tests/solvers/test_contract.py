@@ -67,6 +67,10 @@ def test_the_hybrid_counts_passes_and_sweeps_together(breast_cancer_split):
     assert model.n_iter_.tolist() == [t["multiplicative_passes"] + -(-t["subset_steps"] // n)]
     capped = muflow.SVC(**params_for("hybrid", max_iter=3, tol=1e-12)).fit(Xtr, ytr)
     assert capped.n_iter_.tolist() == [3]
+    # one objective value an iteration, as every solver's (it had one per SMO pair step)
+    for fitted in (model, capped):
+        assert fitted.objective_curve_.shape == (fitted.n_iter_[0] + 1, 1)
+        assert fitted.objective_curve_[-1, 0] == pytest.approx(fitted.objective_[0], rel=1e-12)
 
 
 @pytest.mark.parametrize("name", ["smo", "cd", "m3"])
