@@ -25,6 +25,7 @@ import scipy.sparse as sp
 from scipy.spatial.distance import cdist
 
 from muflow.exceptions import MuflowInputError
+from muflow.validation import check_number
 
 KERNELS = ("linear", "poly", "rbf", "sigmoid", "laplacian", "precomputed")
 
@@ -445,10 +446,7 @@ def resolve_gamma(gamma, X) -> float:
         if gamma == "auto":
             return 1.0 / n_features
         raise MuflowInputError(f"gamma must be 'scale', 'auto' or a number >= 0, got {gamma!r}")
-    gamma = float(gamma)
-    if not gamma >= 0:
-        raise MuflowInputError(f"gamma must be >= 0 (or 'scale', 'auto'), got {gamma!r}")
-    return gamma
+    return check_number(gamma, "gamma", low=0, hint="give 'scale', 'auto' or a finite number >= 0")
 
 
 def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
@@ -491,6 +489,6 @@ def kernel_from_setting(setting, X, *, intercept: str = "exact") -> Kernel:
             raise MuflowInputError(f"degree must be a non-negative integer, got {degree!r}")
         params["degree"] = int(degree)
     if "coef0" in reads:
-        params["coef0"] = float(setting.get("coef0", 0.0))
+        params["coef0"] = check_number(setting.get("coef0", 0.0), "coef0")
     offset = 1.0 if intercept == "regularized" else 0.0
     return Kernel(name, offset=offset, **params)

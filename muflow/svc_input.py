@@ -197,7 +197,9 @@ class FitInput:
             raise MuflowInputError(
                 "Invalid input - all samples with positive weights belong to the same class; "
                 "a classifier needs samples of at least 2 classes with positive weight")
-        upper = float(self.C) * np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
+        scale = np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
+        # C = inf (a hard margin) times a zero weight is a sample left out, not NaN
+        upper = np.where(scale > 0, float(self.C) * scale, 0.0)
         if len(np.unique(y_encoded[upper > 0])) < 2:
             raise MuflowInputError(
                 "Invalid input - class_weight leaves samples of fewer than 2 classes with a "
