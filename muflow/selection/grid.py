@@ -79,6 +79,7 @@ class SweepGrid:
                                    "numbers, e.g. [0.1, 1, 10]")
         for i, c in enumerate(C):
             check_number(c, f"{prefix}C[{i}]", low=0, closed="neither", where=where)
+        _refuse_repeats([float(c) for c in C], f"{prefix}C", where)
         for i, spec in enumerate(kernels):
             key = f"{prefix}kernels[{i}]"
             if not isinstance(spec, dict) or "kernel" not in spec:
@@ -100,6 +101,10 @@ class SweepGrid:
                                            "least one value or leave it out for the default")
                 for j, v in enumerate(values):
                     _check_param(param, v, f"{key}.{param}[{j}]", where)
+                _refuse_repeats(values, f"{key}.{param}", where)
+        settings = [tuple(setting.items()) for setting in self.kernel_settings()]
+        _refuse_repeats(settings, f"{prefix}kernels", where,
+                        shown=lambda setting: f"the setting {setting_label(dict(setting))}")
         return self
 
     def kernel_settings(self) -> list[dict]:
@@ -137,6 +142,17 @@ class SweepGrid:
     def to_dict(self) -> dict:
         """Plain data (the ``[grid]`` table); ``SweepGrid(**d)`` reads it back."""
         return {"kernels": [dict(k) for k in self.kernels], "C": [float(c) for c in _as_list(self.C, "C")]}
+
+
+def _refuse_repeats(values, key, where, shown=repr):
+    """Refuse a value listed twice: its configurations would be solved twice and reported
+    as two rows of results.csv."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            raise MuflowInputError(f"{where}{key} lists {shown(value)} more than once; give "
+                                   "each once")
+        seen.add(value)
 
 
 def _as_list(values, name, where=""):

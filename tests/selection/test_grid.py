@@ -97,3 +97,17 @@ def test_the_old_sweep_table_grid_is_refused_with_the_new_place(tmp_path):
     path.write_text('[grid]\nC = [1]\n[sweep]\nC = [0.1, 1]\n')
     with pytest.raises(MuflowInputError, match=r"unknown config key 'sweep.C'.*\[grid\] with C"):
         load_grid_toml(path)
+
+
+@pytest.mark.parametrize("grid, message", [
+    (SweepGrid([{"kernel": "rbf", "gamma": [0.01, 0.01]}], C=[1.0]),
+     r"kernels\[0\].gamma lists 0.01 more than once; give each once"),
+    (SweepGrid([{"kernel": "rbf"}], C=[1, 1.0, 10]), "C lists 1.0 more than once"),
+    (SweepGrid([{"kernel": "rbf", "gamma": [0.1]}, {"kernel": "rbf", "gamma": 0.1}], C=[1.0]),
+     r"kernels lists the setting rbf\(gamma=0.1\) more than once"),
+])
+def test_a_value_listed_twice_is_refused(grid, message):
+    """Duplicates were solved twice and written as two rows of results.csv (the Gram built
+    twice)."""
+    with pytest.raises(MuflowInputError, match=message):
+        grid.validate()
