@@ -1,4 +1,4 @@
-"""scikit-learn's own estimator checks, in full, on muflow.SVC.
+"""scikit-learn's own estimator checks, in full, on muflow.SVC and muflow.LinearSVC.
 
 pandas is in the test extra so that the checks with pandas inputs run rather than skip.
 """
@@ -15,7 +15,7 @@ SAMPLE_WEIGHT_REASON = (
     "an iterative solver stops at its KKT tolerance: the weighted problem and the problem "
     "with repeated samples have the same optimum but are different dual problems (the "
     "repeated one splits alpha across the copies), so they agree to tol, not to the "
-    "check's rtol=1e-7; scikit-learn marks its own SVC the same way"
+    "check's rtol=1e-7; scikit-learn marks its own SVC and LinearSVC the same way"
 )
 
 
@@ -26,7 +26,8 @@ def expected_failures(estimator):
     }
 
 
-@parametrize_with_checks([muflow.SVC()], expected_failed_checks=expected_failures)
+@parametrize_with_checks([muflow.SVC(), muflow.LinearSVC()],
+                         expected_failed_checks=expected_failures)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 

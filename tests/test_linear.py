@@ -254,3 +254,91 @@ def test_dataframe_column_names_are_kept_and_checked():
     with pytest.raises(ValueError, match="feature names"):
         model.predict(X[["weight", "height", "age"]])
     assert not hasattr(LinearSVC().fit(X.to_numpy(), y), "feature_names_in_")
+
+
+@pytest.fixture
+def small_binary():
+    """Two classes, 40 samples of 3 signed features (seeded)."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(40, 3))
+    y = np.where(X[:, 0] + 0.5 * X[:, 1] > 0, 1, -1)
+    return X, y
+
+
+def test_random_state_takes_a_randomstate_and_refuses_text(small_binary):
+    """The docstring allows a RandomState instance: it seeds the coordinate order as an
+    integer does (it was cast to an integer and raised TypeError); text is a ValueError."""
+    X, y = small_binary
+    first = LinearSVC(random_state=np.random.RandomState(0)).fit(X, y)
+    again = LinearSVC(random_state=np.random.RandomState(0)).fit(X, y)
+    np.testing.assert_array_equal(first.coef_, again.coef_)
+    assert first.converged_.all()
+    with pytest.raises(ValueError, match="seed"):
+        LinearSVC(random_state="zero").fit(X, y)
+
+
+def test_sample_weights_must_leave_two_classes(small_binary):
+    """As muflow.SVC (and libsvm): weights of zero everywhere, or positive on one class
+    only, leave no classifier to fit; they fitted a model predicting one class."""
+    X, y = small_binary
+    with pytest.raises(MuflowInputError, match="zero or negative weights"):
+        LinearSVC().fit(X, y, sample_weight=np.zeros(len(y)))
+    with pytest.raises(MuflowInputError, match="same class"):
+        LinearSVC().fit(X, y, sample_weight=(y == 1) * 1.0)
+    with pytest.raises(MuflowInputError, match="zero or negative weights"):
+        LinearSVC().fit(X, y, sample_weight=0.0)
+
+
+def test_x_without_features_or_samples_is_refused(small_binary):
+    X, y = small_binary
+    with pytest.raises(ValueError, match="0 feature"):
+        LinearSVC().fit(np.empty((len(y), 0)), y)
+    with pytest.raises(ValueError, match="0 sample"):
+        LinearSVC().fit(np.empty((0, 3)), y[:0])
+    model = LinearSVC().fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        model.predict(np.empty((3, 0)))
+
+
+def test_shrinking_must_be_a_bool(small_binary):
+    X, y = small_binary
+    with pytest.raises(MuflowInputError, match="shrinking must be True or False"):
+        LinearSVC(shrinking="no").fit(X, y)
+
+
+def test_sparse_tag_says_what_fit_accepts(small_binary):
+    X, y = small_binary
+    assert LinearSVC().__sklearn_tags__().input_tags.sparse
+    dense = LinearSVC(random_state=0).fit(X, y)
+    sparse = LinearSVC(random_state=0).fit(sp.csr_matrix(X), y)
+    np.testing.assert_allclose(sparse.coef_, dense.coef_, atol=1e-10)
+
+
+def test_column_y_is_ravelled_with_a_warning(small_binary):
+    """scikit-learn's DataConversionWarning and a 1-D y, where (n, 1) was refused."""
+    from sklearn.exceptions import DataConversionWarning
+
+    X, y = small_binary
+    with pytest.warns(DataConversionWarning):
+        column = LinearSVC(random_state=0).fit(X, y[:, None])
+    np.testing.assert_array_equal(column.coef_, LinearSVC(random_state=0).fit(X, y).coef_)
+    with pytest.raises(ValueError, match="1d array"):
+        LinearSVC().fit(X, np.column_stack([y, y]))
+
+
+def test_input_checks_follow_scikit_learn(small_binary):
+    """What validate_data gives: numbers held in an object array are read, text is
+    refused as a TypeError; a 1-D X at predict names the reshape; y=None and a single sample are named."""
+    X, y = small_binary
+    model = LinearSVC(random_state=0).fit(X.astype(object), y)
+    np.testing.assert_array_equal(model.coef_, LinearSVC(random_state=0).fit(X, y).coef_)
+    with_a_dict = X.astype(object)
+    with_a_dict[0, 0] = {"a": 1}
+    with pytest.raises(TypeError, match="not 'dict'"):
+        LinearSVC().fit(with_a_dict, y)
+    with pytest.raises(ValueError, match="Reshape your data"):
+        model.predict(X[0])
+    with pytest.raises(ValueError, match="requires y to be passed"):
+        LinearSVC().fit(X, None)
+    with pytest.raises(ValueError, match="1 class"):
+        LinearSVC().fit(X[:1], y[:1])
