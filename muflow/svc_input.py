@@ -20,7 +20,8 @@ from muflow.memory import GRAM_CHOICES
 from muflow.multiclass import MULTICLASS
 from muflow.solvers.registry import INTERCEPTS, SOLVERS
 from muflow.time_limit import check_time_limit
-from muflow.validation import check_bool, check_choice, check_number, check_per_sample
+from muflow.validation import (check_bool, check_choice, check_number, check_per_sample,
+                               check_weighted_classes)
 
 def _check_numeric_columns(frame) -> None:
     """Refuse a dask DataFrame with columns that are not numbers, naming them."""
@@ -188,15 +189,7 @@ class FitInput:
         weight <= 0 pinned at zero (libsvm drops them, and scikit-learn's messages name what
         is left); and the drifted SVM's fixed intercepts, ``offset`` checked (default 0)."""
         weights = check_per_sample(sample_weight, n, "sample_weight", default=1.0)
-        positive = weights > 0
-        if not positive.any():
-            raise MuflowInputError(
-                "Invalid input - all samples have zero or negative weights. Give some samples "
-                "a positive sample_weight")
-        if len(np.unique(y_encoded[positive])) < 2:
-            raise MuflowInputError(
-                "Invalid input - all samples with positive weights belong to the same class; "
-                "a classifier needs samples of at least 2 classes with positive weight")
+        positive = check_weighted_classes(weights, y_encoded)
         scale = np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
         # C = inf (a hard margin) times a zero weight is a sample left out, not NaN
         upper = np.where(scale > 0, float(self.C) * scale, 0.0)

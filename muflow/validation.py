@@ -12,7 +12,8 @@ configuration and the estimators share them:
 - :func:`check_number`: a real (or integral) scalar in an interval, optionally ``inf``;
 - :func:`check_choice`: one of a fixed set of values;
 - :func:`check_bool`;
-- :func:`check_per_sample`: a vector with one finite value per sample.
+- :func:`check_per_sample`: a vector with one finite value per sample;
+- :func:`check_weighted_classes`: sample weights that leave samples of two classes.
 """
 
 from __future__ import annotations
@@ -103,3 +104,20 @@ def check_per_sample(values, n, name, *, default):
     if not np.all(np.isfinite(values)):
         raise MuflowInputError(f"{name} contains NaN or infinite values; give a finite value per sample")
     return values
+
+
+def check_weighted_classes(weights, y):
+    """The samples of positive weight (a boolean mask), refusing weights that leave none,
+    or samples of a single class, to fit: libsvm's messages, which scikit-learn's SVC
+    raises, for ``muflow.SVC`` and ``muflow.LinearSVC`` alike (both would otherwise fit a
+    model that predicts one class)."""
+    positive = weights > 0
+    if not positive.any():
+        raise MuflowInputError(
+            "Invalid input - all samples have zero or negative weights. Give some samples "
+            "a positive sample_weight")
+    if len(np.unique(y[positive])) < 2:
+        raise MuflowInputError(
+            "Invalid input - all samples with positive weights belong to the same class; "
+            "a classifier needs samples of at least 2 classes with positive weight")
+    return positive
