@@ -25,20 +25,25 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from muflow.data import check_finite
 from muflow.exceptions import MuflowInputError
 from muflow.solvers._linear_compiled import linear_cd
-from muflow.validation import check_bool, check_choice, check_number, check_per_sample
+from muflow.validation import (check_bool, check_choice, check_number, check_per_sample,
+                               check_weighted_classes)
 
 _INTERCEPTS = ("none", "regularized")
 
 
 def _per_sample(values, n, name, default):
     """:func:`~muflow.validation.check_per_sample`, a scalar standing for every sample."""
-    if values is not None and np.ndim(values) == 0:
-        values = np.full(n, values, dtype=np.float64)
+    if values is not None:
+        values = np.asarray(values)  # any array-like, not only what np.ndim understands
+        if values.ndim == 0:
+            values = np.full(n, values, dtype=np.float64)
     return check_per_sample(values, n, name, default=default)
 
 
@@ -102,7 +107,9 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
     Notes
     -----
     More than two classes are fitted one-vs-rest. X may be dense or scipy sparse (CSR is
-    used as is; other formats are converted). Memory: X plus O(n + d) per problem.
+    used as is; other formats are converted). X and y are checked as scikit-learn's
+    estimators check them (``validate_data``): a y of shape (n_samples, 1) is ravelled with
+    a ``DataConversionWarning``. Memory: X plus O(n + d) per problem.
     """
 
     def __init__(self, C=1.0, *, positive=False, intercept="none", tol=1e-3, max_iter=1000,
@@ -117,6 +124,11 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
 
     # -- validation ---------------------------------------------------------------------
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags
+
     def _validate_params(self):
         check_number(self.C, "C", low=0, closed="neither")
         check_choice(self.intercept, "intercept", _INTERCEPTS,
@@ -124,36 +136,34 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         check_number(self.tol, "tol", low=0, closed="neither")
         check_number(self.max_iter, "max_iter", integer=True, low=1)
         check_bool(self.positive, "positive")
+        check_bool(self.shrinking, "shrinking")
+        check_random_state(self.random_state)
 
-    def _validate_X(self, X, *, fitting):
-        """X as a float64 CSR matrix or C-contiguous array, checked; the column names of a
-        DataFrame are kept at fit (``feature_names_in_``) and checked at predict, as
-        scikit-learn's estimators do."""
-        given = X
-        if sp.issparse(X):
-            X = sp.csr_matrix(X, dtype=np.float64)
-            X.sort_indices()
-            values = X.data
+    def _validate_X(self, X, y=None, *, fitting):
+        """X as a float64 CSR matrix (sorted indices) or C-contiguous array, and at fit y
+        as a 1-D array, checked as scikit-learn's estimators check them (``validate_data``:
+        shapes, at least one sample and one feature, numbers, ``n_features_in_`` and the
+        column names of a DataFrame, kept at fit and checked at predict), with muflow's
+        messages for non-finite values and for a width other than the fitted one."""
+        checks = dict(accept_sparse="csr", dtype=np.float64, order="C", ensure_all_finite=False)
+        if fitting:
+            X, y = validate_data(self, X, y, **checks)
         else:
-            try:
-                X = np.asarray(X, dtype=np.float64)
-            except (TypeError, ValueError) as exc:
-                raise MuflowInputError(f"X must be numeric: {exc}") from None
-            if X.ndim != 2:
-                raise MuflowInputError(
-                    f"X must be 2-D of shape (n_samples, n_features), got shape {X.shape}; "
-                    "reshape a single feature with X.reshape(-1, 1)")
-            X = np.ascontiguousarray(X)
-            values = X
-        if not np.all(np.isfinite(values)):
-            raise MuflowInputError("X contains NaN or infinity; impute or drop those samples")
-        if X.shape[0] == 0:
-            raise MuflowInputError("X has no samples")
-        if not fitting and X.shape[1] != self.n_features_in_:
+            self._check_width(X)
+            X = validate_data(self, X, reset=False, **checks)
+        if sp.issparse(X) and not X.has_sorted_indices:
+            X = X.sorted_indices()  # a copy: the caller's matrix is left as it was
+        check_finite(X, before="fitting" if fitting else "predicting")
+        return (X, y) if fitting else X
+
+    def _check_width(self, X):
+        """The number of features against the fitted one, in scikit-learn's words (what
+        its checks look for) and as a :class:`MuflowInputError`, where X has a 2-D shape."""
+        shape = getattr(X, "shape", None)
+        if shape is not None and len(shape) == 2 and shape[1] != self.n_features_in_:
             raise MuflowInputError(
-                f"X has {X.shape[1]} features but LinearSVC was fitted with {self.n_features_in_}")
-        validate_data(self, given, reset=fitting, skip_check_array=True)
-        return X
+                f"X has {shape[1]} features, but LinearSVC is expecting {self.n_features_in_} "
+                "features as input; pass the columns the model was fitted on")
 
     @staticmethod
     def _check_init(init, n_problems, n):
@@ -187,8 +197,10 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
         y : array-like of shape (n_samples,)
-        sample_weight : array-like of shape (n_samples,), default=None
-            C_i = C * sample_weight_i (weighted SVM); 0 leaves a sample out.
+            A y of shape (n_samples, 1) is ravelled with a ``DataConversionWarning``.
+        sample_weight : array-like of shape (n_samples,) or float, default=None
+            C_i = C * sample_weight_i (weighted SVM); 0 leaves a sample out. Samples of at
+            least two classes must keep a positive weight.
         offset : array-like of shape (n_samples,), default=None
             Fixed per-sample intercepts d_i (drifted SVM): the margin of sample i is
             y_i (x_i' beta + b + d_i). Applies to every one-vs-rest problem.
@@ -204,19 +216,18 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         self
         """
         self._validate_params()
-        X = self._validate_X(X, fitting=True)
+        X, y = self._validate_X(X, y, fitting=True)
         n, d = X.shape
-        y = np.asarray(y)
-        if y.ndim != 1 or y.shape[0] != n:
-            raise MuflowInputError(f"y must have shape ({n},), got {y.shape}")
         check_classification_targets(y)
-        classes = np.unique(y)
+        classes, y_encoded = np.unique(y, return_inverse=True)
         if classes.size < 2:
             raise MuflowInputError(
-                f"y has a single class ({classes[0]!r}); a classifier needs at least two")
+                f"The number of classes has to be greater than one; got 1 class: y has a "
+                f"single class ({classes.tolist()[0]!r}); a classifier needs at least two")
         weight = _per_sample(sample_weight, n, "sample_weight", 1.0)
         if np.any(weight < 0):
             raise MuflowInputError("sample_weight must be non-negative")
+        check_weighted_classes(weight, y_encoded)
         offset = _per_sample(offset, n, "offset", 0.0)
         self.classes_ = classes
         bias = self.intercept == "regularized"
@@ -225,8 +236,8 @@ class LinearSVC(ClassifierMixin, BaseEstimator):
         if self.positive:
             nonneg[:d] = True
         U = self.C * weight
-        seed = np.random.RandomState(self.random_state).randint(0, 2**31 - 1) \
-            if not isinstance(self.random_state, numbers.Integral) else int(self.random_state)
+        seed = int(self.random_state) if isinstance(self.random_state, numbers.Integral) \
+            else check_random_state(self.random_state).randint(0, 2**31 - 1)
         problems = [classes[1]] if classes.size == 2 else list(classes)
         alpha0 = self._check_init(init, len(problems), n)
         coefs, dual, objectives, violations, iters = [], [], [], [], 0
