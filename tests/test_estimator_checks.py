@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import muflow
@@ -33,21 +34,24 @@ def test_sklearn_estimator_checks(estimator, check):
 
 
 ARRAY_API_CHECK = """
+import sys
 from sklearn.utils.estimator_checks import check_array_api_input
 import muflow
+name = sys.argv[1]
 check_array_api_input(
-    "SVC", muflow.SVC(), array_namespace="numpy", expect_only_array_outputs=False
+    name, getattr(muflow, name)(), array_namespace="numpy", expect_only_array_outputs=False
 )
 print("check_array_api_input passed")
 """
 
 
-def test_array_api_check_runs_with_scipy_array_api_enabled():
+@pytest.mark.parametrize("name", ["SVC", "LinearSVC"])
+def test_array_api_check_runs_with_scipy_array_api_enabled(name):
     """The one check above that skips here: scikit-learn runs check_array_api_input only
     when SCIPY_ARRAY_API is set before SciPy is first imported, which would switch the whole
     test session into SciPy's array-API mode. A child process runs that check with it set."""
     result = subprocess.run(
-        [sys.executable, "-c", ARRAY_API_CHECK],
+        [sys.executable, "-c", ARRAY_API_CHECK, name],
         env={**os.environ, "SCIPY_ARRAY_API": "1"},
         capture_output=True,
         text=True,
