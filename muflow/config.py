@@ -18,8 +18,8 @@ An unknown table or key, or a value of the wrong type or range, raises
 :class:`muflow.exceptions.MuflowInputError` whose message names the key (``sweep.folds``),
 the value it got and what is allowed, in the vocabulary of :mod:`muflow.validation`.
 ``sweep.solver`` is checked against the solver registry and every kernel setting of the
-grid here (an unknown solver, MUNK on a sigmoid kernel of coef0 < 0), before any data are read or a run
-directory is made.
+grid here (an unknown solver, MUNK on a sigmoid kernel of coef0 < 0), before any data are
+read or a run directory is made.
 Plain data only: this module never touches Prefect, Dask or the file system beyond
 reading the TOML file.
 """
