@@ -95,3 +95,33 @@ def test_hard_margin_on_separable_data_matches_libsvm_with_huge_C():
     f_ref = dual_objective(K, y, alpha)
     assert abs(model.objective_[0] - f_ref) / abs(f_ref) < 1e-3
     assert model.score(X, y) == 1.0
+
+
+@pytest.fixture(scope="module")
+def zero_row_problem():
+    """scikit-learn's check_estimators_dtypes data: 20 x 5 integers in 0..2, one row all
+    zeros (sample 15). Under a polynomial kernel with coef0 = 0 that row of K is zero, so its
+    factor jumps from 0 to the bound where its linear term c_i + lambda y_i crosses zero, and
+    the solution puts lambda on that jump with alpha_15 strictly inside the box."""
+    rng = np.random.RandomState(0)
+    X = (3 * rng.uniform(size=(20, 5))).astype(np.int64)
+    y = np.array([-1, 1] * 10)
+    assert not X[15].any()
+    gamma = 1.0 / (X.shape[1] * X.var())
+    K = Kernel("poly", gamma=gamma, degree=3, coef0=0.0).block(X.astype(float))
+    alpha, _ = reference_libsvm(K, y, C)
+    return X, y, gamma, dual_objective(K, y, alpha)
+
+
+@pytest.mark.parametrize("solver", ("m3", "munk", "musik", "seminmf"))
+def test_zero_kernel_row_exact_intercept_matches_libsvm(zero_row_problem, solver):
+    """The root of M3 eq. (17) on the jump of a zero row of K: a feasible iterate (sum_i
+    y_i alpha_i = 0) that converges to libsvm's objective, not one above tol for ever."""
+    X, y, gamma, f_ref = zero_row_problem
+    model = muflow.SVC(kernel="poly", gamma=gamma, C=C, solver=solver, tol=1e-3,
+                       max_iter=20_000).fit(X, y)
+    coef = model.dual_coef_[0]
+    assert abs(coef.sum()) <= 1e-9 * np.abs(coef).sum(), "sum_i y_i alpha_i != 0"
+    assert model.fit_status_ == 0
+    assert abs(model.objective_[0] - f_ref) <= 1e-3 * abs(f_ref)
+    assert model.objective_[0] >= f_ref - 1e-9 * abs(f_ref)  # below the minimum: infeasible
