@@ -4,7 +4,10 @@ With sum_i y_i alpha_i = 0 the linear term of every rule becomes c + lambda z (M
 (14)-(16), z = s y in the flipped basis), and lambda is the root of
 h(lambda) = sum_i y_i alpha_i(lambda) (eq. (17)), which decreases in lambda (M3 Theorem 2;
 here with the clipping inside it). A safeguarded Newton iteration on the analytic slope
-replaces the fixed point (18) (:func:`_root_propose`).
+replaces the fixed point (18) (:func:`_root_propose`). Theorem 2 assumes a_i = P_i > 0
+(footnote 4); a zero row of K breaks it: h then jumps, possibly past zero, and where the
+bracket closes on such a jump the update is bridged across it (:func:`_bridge_jump`), so
+that every update satisfies the constraint.
 
 The iterates are (n, m) and row-major, so one column is strided. The root finders of all
 m columns therefore run in lockstep: each round evaluates every column at its own lambda
@@ -251,6 +254,45 @@ def _root_accept(st, j, h):
         st[_DONE, j] = 1.0
 
 
+@njit(cache=True)
+def _bridge_jump(rule, uniform, w, P, N, c, y, s, floor, upper, st, j, out):
+    """Column j's update where h has no root: the bracket [a, b] closed on a jump of h.
+
+    A sample whose row of K is zero (P_i = N_i = 0: a zero vector under a linear or a
+    homogeneous polynomial kernel) has no quadratic term; its factor is 0 for
+    c_i + lambda z_i > 0 and unbounded below it, so alpha_i(lambda) jumps from the floor to
+    U_i there and h jumps with it, past zero (M3 Theorem 2 assumes a_i > 0, footnote 4).
+    At the jump that sample's term of the extended objective (14) is flat, so every value
+    in its box minimises it: the update is the convex combination of the updates at a and
+    b, (1 - t) alpha(a) + t alpha(b) with t = h(a) / (h(a) - h(b)), for which
+    sum_i y_i alpha_i = 0. The other samples barely move across the collapsed bracket.
+    Should the rounds end before the bracket closes, the same combination still keeps the
+    iterate feasible. Without a bracket (h of one sign everywhere: no feasible point) the
+    last update stays.
+    """
+    a = st[_A, j]
+    b = st[_B, j]
+    if not (a > -np.inf and b < np.inf and a < b):
+        return
+    n = w.shape[0]
+    at_a = np.empty(n)
+    ha, _ = _column_eval(rule, uniform, w, P, N, c, y, s, floor, upper, a, j, out)
+    for i in range(n):
+        at_a[i] = out[i, j]
+    hb, _ = _column_eval(rule, uniform, w, P, N, c, y, s, floor, upper, b, j, out)
+    if not (ha > 0.0 and hb < 0.0):
+        return
+    t = ha / (ha - hb)
+    for i in range(n):
+        va = at_a[i]
+        vb = out[i, j]
+        v = va + t * (vb - va)
+        lo = va if va < vb else vb
+        hi = vb if va < vb else va
+        out[i, j] = lo if v < lo else (hi if v > hi else v)
+    st[_LAM, j] = a + t * (b - a)
+
+
 @njit(cache=True, nogil=True)
 def equality_step(rule, w, P, N, c, y, s, floor, upper, uniform, lam, out):
     """The update of every column with lambda solved per column, in place in ``lam``.
@@ -263,8 +305,9 @@ def equality_step(rule, w, P, N, c, y, s, floor, upper, uniform, lam, out):
 
     The root is unique up to a flat stretch on which no alpha_i changes (each term is
     monotone), so the update is that of any other root finder at this tolerance. The lambda
-    left in ``lam`` is always the last one evaluated, so ``out`` holds its update. Free of
-    the GIL. (No parameter has a default: numba's dispatcher sends a call that omits an
+    left in ``lam`` is the last one evaluated, so ``out`` holds its update, except where h
+    has no root (a jump past zero): there ``out`` is :func:`_bridge_jump`'s update and
+    ``lam`` the point of the jump. Free of the GIL. (No parameter has a default: numba's dispatcher sends a call that omits an
     argument down its slow Python path, once per pass.)
     """
     n, m = w.shape
@@ -297,4 +340,7 @@ def equality_step(rule, w, P, N, c, y, s, floor, upper, uniform, lam, out):
                 _root_accept(st, j, h[j])
                 active += st[_DONE, j] == 0.0
         rounds += 1
+    for j in range(m):
+        if not abs(h[j]) <= st[_TOL, j]:
+            _bridge_jump(rule, uniform, w, P, N, c, y, s, floor, upper, st, j, out)
     lam[:] = lam_now

@@ -30,10 +30,14 @@ Constraints:
   (Theorem 2: the root is unique), here also with the clipping inside it, so a root finder
   replaces the fixed-point iteration (18): Newton's method on the analytic slope of (17),
   from the previous pass's lambda, safeguarded by a bracket (two or three evaluations of
-  the sum as a rule; see ``_equality_compiled``). For MUNK this lambda is the bias
-  multiplier of the slides (sum_A alpha = sum_B alpha = lambda expresses the same
-  constraint); muflow keeps it as a Lagrange multiplier rather than rescaling beta =
-  alpha / lambda, which lets the box constraint stay a plain clip.
+  the sum as a rule; see ``_equality_compiled``). A sample whose row of K is zero (a zero
+  vector under a linear or homogeneous polynomial kernel) has a_i = 0, which Theorem 2
+  excludes (footnote 4): its factor jumps from 0 to the bound where its linear term
+  crosses zero, and (17) may have no root. lambda then sits on the jump, where that
+  sample's term of (14) is flat, and it takes the value that satisfies the constraint.
+  For MUNK this lambda is the bias multiplier of the slides (sum_A alpha = sum_B alpha =
+  lambda expresses the same constraint); muflow keeps it as a Lagrange multiplier rather
+  than rescaling beta = alpha / lambda, which lets the box constraint stay a plain clip.
 
 Safeguard: each pass also yields F at the new iterate. Should a step ever raise F (MUNK's
 parallel form and the combination of clipping with the sum constraint carry no monotonicity

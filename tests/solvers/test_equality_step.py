@@ -107,3 +107,27 @@ def test_the_last_moving_columns_alone_reach_the_same_roots(uniform):
     equality_step(RULE_IDS[rule], w, P, N, c, y, s, floor, upper, uniform, lam, out2)
     np.testing.assert_allclose(lam, solved, rtol=1e-9, atol=1e-12)
     _check_against_reference(rule, inputs, uniform, out2)
+
+
+@pytest.mark.parametrize("rule", ["m3", "munk", "seminmf", "musik"])
+def test_a_zero_row_of_k_takes_up_the_jump_of_h(rule):
+    """Sample 0 has a zero row of K (P_0 = N_0 = 0): its factor is 0 for c_0 + lambda > 0
+    and unbounded below, so h jumps past zero at lambda = 1 and has no root. The update is
+    the one at lambda = 1 for the other samples, and sample 0 takes the value inside its
+    box that makes sum_i y_i alpha_i = 0 (every value minimises its flat term there)."""
+    m = 3
+    w = np.array([[0.5], [0.1], [0.1], [0.3]]) * np.array([1.0, 1.5, 2.0])
+    P = np.array([[0.0], [1.0], [1.0], [1.0]]) * np.ones(m)
+    N = np.array([[0.0], [0.0], [0.0], [0.25]]) * np.ones(m)
+    y = np.array([[1.0], [-1.0], [-1.0], [1.0]]) * np.ones(m)
+    c = np.full((1, m), -1.0)
+    upper = np.full((1, m), 1.0)
+    floor = np.full(m, 1e-12)
+    lam = np.zeros(m)
+    out = np.empty_like(w)
+    equality_step(RULE_IDS[rule], w, P, N, c, y, y, floor, upper, True, lam, out)
+    others = np.clip(w[1:] * _reference_factor(rule, P[1:], N[1:], c + y[1:]), floor, 1.0)
+    np.testing.assert_allclose(lam, 1.0, rtol=1e-12)
+    np.testing.assert_allclose(out[1:], others, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(out[0], -np.sum(y[1:] * out[1:], axis=0), rtol=1e-12)
+    assert np.all((out[0] > floor) & (out[0] < 1.0))
