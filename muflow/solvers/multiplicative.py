@@ -80,6 +80,8 @@ _TINY = 1e-300
 _RELATIVE_FLOOR = 1e-12
 #: Passes between two tests of a hard margin's boundedness (a pass's cost is far above it)
 _HARD_MARGIN_EVERY = 8
+#: Passes in a row leaving every column above tol exactly as it was (a fixed point): stop
+_STALLED_PASSES = 3
 
 
 class _Products:
@@ -347,12 +349,8 @@ def solve_multiplicative(
         alpha = _initial_alpha(problem)
     lam = np.zeros(m) if bias0 is None else bias0.copy()
     can_flip = (box == "flip") & np.isfinite(U) & (U > 0)
-
-    def floor_of(a):
-        """Per column; sample i's floor is min(floor_j, U_ij) (applied by the update)."""
-        return _RELATIVE_FLOOR * np.maximum(a.max(axis=0), 1e-8)
-
-    alpha = np.maximum(alpha, np.minimum(floor_of(alpha)[None, :], U))
+    # the floor per column; sample i's is min(floor_j, U_ij), as the update applies it
+    alpha = np.maximum(alpha, np.minimum(_RELATIVE_FLOOR * np.maximum(alpha.max(axis=0), 1e-8), U))
     s = None  # flip signs: none yet
     flipping = bool(can_flip.any())
 
@@ -382,7 +380,7 @@ def solve_multiplicative(
     objective, satisfied, col_max = summarize(alpha, prod)
     curve = [objective]
     prev = None
-    n_iter = 0
+    n_iter = stalled = 0
     worse = np.empty(m, dtype=np.bool_)
     floor = np.empty(m)  # per column; sample i's floor is min(floor_j, U_ij) (see floor_of)
     for iteration in range(max_iter + 1):
@@ -393,6 +391,7 @@ def solve_multiplicative(
                 _, satisfied, col_max = summarize(alpha, prod)
                 timings["safeguard_passes"] += 1
             curve.append(objective)
+        stalled = _stalled(prev, alpha, satisfied, stalled)
         unbounded, done = pass_verdict(objective, satisfied, col_max, _RELATIVE_FLOOR, floor)
         if unbounded:
             raise MuflowError(UNBOUNDED_MESSAGE)
@@ -400,7 +399,7 @@ def solve_multiplicative(
             check_bounded(alpha, prod.q_alpha, problem.linear, U, scale)
         if callback is not None and callback(iteration, alpha, objective):
             break
-        if done or iteration == max_iter:
+        if done or iteration == max_iter or stalled >= _STALLED_PASSES:
             break
         t = time.perf_counter()
         new_alpha = _step(rule, prod, problem, lam, floor, constants)
@@ -420,6 +419,17 @@ def solve_multiplicative(
                       solver_name or (rule if box == "clip" else f"{rule}_flipped"))
 
 
+def _stalled(prev, alpha, satisfied, count):
+    """``count`` + 1 when the last pass left every column not yet within tol exactly as it
+    was, else 0. The next pass starts from the same iterate (lambda aside, which the step
+    solves afresh), so such a column cannot progress: the loop stops there, unconverged,
+    where it would otherwise run to max_iter (for ever with scikit-learn's -1)."""
+    if prev is None:
+        return 0
+    unchanged = (alpha == prev[0]).all(axis=0)
+    return count + 1 if bool(np.all(unchanged | satisfied)) else 0
+
+
 def _flip_signs(problem, prod, lam, can_flip):
     """The signs of the next pass where the box flips: the sign of the current Lagrangian
     gradient (eq. (20)); None when no sample flips."""
@@ -431,15 +441,20 @@ def _flip_signs(problem, prod, lam, can_flip):
 
 def _certified(problem, alpha, prod, lam, tol, n_iter, curve, timings, t_start, solver):
     """The :class:`DualSolution` of the last iterate, its KKT violation and bias certified
-    from the gradient its products give."""
+    from the gradient its products give. With the sum constraint an iterate that misses it
+    beyond rounding is not converged, and its violation is at least |sum_i y_i alpha_i|."""
     t = time.perf_counter()
     violation, bias = kkt_violation(problem, alpha, prod.q_alpha + problem.linear,
                                     bias_hint=lam if problem.equality else None)
+    # V(b) assumes sum_i y_i alpha_i = 0: an iterate off it is no solution, whatever V
+    off = np.abs(np.einsum("ij,ij->j", problem.y, alpha)) * bool(problem.equality)
+    feasible = off <= 1e-9 * (1.0 + np.abs(alpha).sum(axis=0))
+    violation = np.where(feasible, violation, np.maximum(violation, off))
     timings["kkt"] += time.perf_counter() - t
     timings["total"] = time.perf_counter() - t_start
     return DualSolution(alpha=alpha, bias=bias, n_iter=n_iter, objective_curve=np.asarray(curve),
-                        kkt_violation=violation, converged=violation <= tol, timings=timings,
-                        solver=solver)
+                        kkt_violation=violation, converged=(violation <= tol) & feasible,
+                        timings=timings, solver=solver)
 
 
 def rounding_slack(problem, prod, objective) -> np.ndarray:

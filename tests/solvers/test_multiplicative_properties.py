@@ -162,3 +162,44 @@ def test_work_arrays_given_back_do_not_pile_up():
     # the objective curve keeps an (m,) array a pass, under 200 bytes; the leak was three
     # 80 x 1 float64 arrays a pass, 1,920 bytes
     assert (peaks[1] - peaks[0]) / 1800 < 500
+
+
+@pytest.mark.parametrize("rule", ["m3", "munk", "musik", "seminmf"])
+def test_a_fixed_point_above_tol_ends_the_solve_with_a_convergence_warning(rule):
+    """A tol below what the arithmetic reaches: the iterate stops changing (floored
+    coefficients count 1e-12 in the measure). The solve stops there, unconverged, with the
+    warning that names no further progress, instead of running to max_iter (-1: for ever)."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    import muflow
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 3))
+    y = np.where(X[:, 0] + 0.5 * rng.normal(size=40) > 0, 1, -1)
+    model = muflow.SVC(kernel="rbf", gamma=0.5, solver=rule, intercept="none", tol=1e-300,
+                       max_iter=200_000)
+    with pytest.warns(ConvergenceWarning, match="no further progress"):
+        model.fit(X, y)
+    assert model.fit_status_ == 1 and model.n_iter_[0] < 200_000
+
+
+def test_an_iterate_off_the_sum_constraint_is_never_certified():
+    """A zero row of K leaves V(b) blind to alpha_15: libsvm's solution with alpha_15 moved
+    to its bound has V(b) far below tol and sum_i y_i alpha_i = 0.8. Certifying that start
+    (max_iter=0) reports it unconverged, its violation at least the constraint's miss."""
+    from muflow.kernels import Kernel
+    from tests.conftest import reference_libsvm
+
+    rng = np.random.RandomState(0)
+    X = (3 * rng.uniform(size=(20, 5))).astype(float)
+    X[15] = 0.0
+    y = np.array([-1.0, 1.0] * 10)
+    K = Kernel("poly", gamma=0.5, degree=3, coef0=0.0).block(X)
+    alpha, _ = reference_libsvm(K, y, 1.0)
+    alpha[15] = 1.0
+    off = abs(np.sum(y * alpha))
+    assert off > 0.1
+    problem = DualProblem(DenseGram(K), y, upper=1.0, equality=True)
+    solution = solve_multiplicative(problem, init=alpha, tol=1e-3, max_iter=0)
+    assert not solution.converged[0]
+    assert solution.kkt_violation[0] >= off - 1e-9  # less the floor lifting zeros
