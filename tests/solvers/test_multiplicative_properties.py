@@ -10,10 +10,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.exceptions import ConvergenceWarning
 
+import muflow
+from muflow.kernels import Kernel
 from muflow.operators import DenseGram
 from muflow.solvers import DualProblem
 from muflow.solvers.multiplicative import solve_multiplicative
+from tests.conftest import reference_libsvm
 
 COMBINATIONS = [(rule, box) for rule in ("m3", "munk", "musik", "seminmf") for box in ("clip",)] + [("m3", "flip")]
 
@@ -169,10 +173,6 @@ def test_a_fixed_point_above_tol_ends_the_solve_with_a_convergence_warning(rule)
     """A tol below what the arithmetic reaches: the iterate stops changing (floored
     coefficients count 1e-12 in the measure). The solve stops there, unconverged, with the
     warning that names no further progress, instead of running to max_iter (-1: for ever)."""
-    from sklearn.exceptions import ConvergenceWarning
-
-    import muflow
-
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
     y = np.where(X[:, 0] + 0.5 * rng.normal(size=40) > 0, 1, -1)
@@ -187,9 +187,6 @@ def test_an_iterate_off_the_sum_constraint_is_never_certified():
     """A zero row of K leaves V(b) blind to alpha_15: libsvm's solution with alpha_15 moved
     to its bound has V(b) far below tol and sum_i y_i alpha_i = 0.8. Certifying that start
     (max_iter=0) reports it unconverged, its violation at least the constraint's miss."""
-    from muflow.kernels import Kernel
-    from tests.conftest import reference_libsvm
-
     rng = np.random.RandomState(0)
     X = (3 * rng.uniform(size=(20, 5))).astype(float)
     X[15] = 0.0
