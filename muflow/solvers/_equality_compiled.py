@@ -307,8 +307,9 @@ def equality_step(rule, w, P, N, c, y, s, floor, upper, uniform, lam, out):
     monotone), so the update is that of any other root finder at this tolerance. The lambda
     left in ``lam`` is the last one evaluated, so ``out`` holds its update, except where h
     has no root (a jump past zero): there ``out`` is :func:`_bridge_jump`'s update and
-    ``lam`` the point of the jump. Free of the GIL. (No parameter has a default: numba's dispatcher sends a call that omits an
-    argument down its slow Python path, once per pass.)
+    ``lam`` the point of the jump. Free of the GIL. (No parameter has a default: numba's
+    dispatcher sends a call that omits an argument down its slow Python path, once per
+    pass.)
     """
     n, m = w.shape
     st = np.zeros((_SLOTS, m))
