@@ -177,6 +177,7 @@ class _SweepData:
     X_test: object = None
     y_test: object = None
     feature_names: object = None  # a DataFrame X's column names, as SVC.fit keeps them
+    unseen: dict = field(default_factory=dict)  # the test set's classes that y lacks: rows
 
 
 def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _SweepData:
@@ -209,18 +210,19 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
             f"{counts.min()} samples; use at most {counts.min()} folds")
     if (X_test is None) != (y_test is None):
         raise MuflowInputError("give both X_test and y_test, or neither")
+    unseen = {}
     if X_test is not None:
         X_test, y_test = check_X_y(columns_of(X_test, names), y_test, accept_sparse="csr", dtype=np.float64)
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
-        unseen_classes(y_test, classes, test="y_test", training="y")  # refuses another kind
+        unseen = unseen_classes(y_test, classes, test="y_test", training="y")  # or refused
     n = X.shape[0]
     masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed)
                                    .split(np.zeros(n), y_enc)):
         masks[train, f] = True  # one fold's indices at a time
     Y, member = binary_problems(y_enc, len(classes))
-    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names)
+    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names, unseen)
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
@@ -385,7 +387,7 @@ class _SweepRun:
                             records[k_best], self.intercept, self.tol, self.max_iter)
         test_metrics = None
         if d.X_test is not None:
-            test_metrics = scored_test_set(model, d.X_test, d.y_test, d.classes, best)
+            test_metrics = scored_test_set(model, d.X_test, d.y_test, d.unseen, best)
         if d.feature_names is not None:  # after the test score, which read X_test as an array
             model.feature_names_in_ = d.feature_names  # kept and checked as SVC.fit's
         paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics)

@@ -12,7 +12,7 @@ import warnings
 
 import numpy as np
 
-from muflow.data.test_labels import unseen_classes, unseen_classes_note
+from muflow.data.test_labels import unseen_classes_note
 from muflow.exceptions import MuflowInputError
 
 
@@ -35,11 +35,11 @@ def columns_of(X_test, names):
     return X_test[list(names)]
 
 
-def scored_test_set(model, X_test, y_test, classes, best: dict) -> dict:
+def scored_test_set(model, X_test, y_test, unseen: dict, best: dict) -> dict:
     """``test_metrics.json``: the best configuration (``best``), the model's accuracy on
-    every row of the test set and its classes the model was not fitted on
-    (``unseen_classes``, warned about: their rows count as errors)."""
-    unseen = unseen_classes(y_test, classes)
+    every row of the test set and its classes the model was not fitted on (``unseen``,
+    :func:`muflow.data.test_labels.unseen_classes`, found when the test set was checked;
+    warned about here: their rows count as errors)."""
     if unseen:
         warnings.warn(unseen_classes_note(unseen, training="the training data"), UserWarning,
                       stacklevel=4)
