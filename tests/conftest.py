@@ -133,3 +133,20 @@ def _environment_as_the_session_found_it():
     _restore(_SESSION_VALUES)
     yield
     _restore(_SESSION_VALUES)
+
+
+def zero_based_svmlight_pair(folder, n_train: int, n_test: int = 20):
+    """``folder/train.svm`` and ``folder/test.svm`` of 5 features, zero-based (as
+    ``dump_svmlight_file`` writes them), the test rows never using feature 0: a reader that
+    guesses each file's indexing on its own reads the test file one column to the left.
+    Returns ``(X_test, y_test)``."""
+    from sklearn.datasets import dump_svmlight_file
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(n_train + n_test, 5))
+    y = np.where(X[:, 1] + X[:, 2] > 0, 1, -1)
+    dump_svmlight_file(X[:n_train], y[:n_train], str(folder / "train.svm"))
+    X_test = X[n_train:].copy()
+    X_test[:, 0] = 0.0
+    dump_svmlight_file(X_test, y[n_train:], str(folder / "test.svm"))
+    return X_test, y[n_train:]

@@ -520,23 +520,19 @@ def test_predict_reads_an_svmlight_file_indexed_as_the_training_file(tmp_path, c
 
     import muflow
 
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(60, 5))
-    y = np.where(X[:, 1] + X[:, 2] > 0, 1, -1)
-    dump_svmlight_file(X[:40], y[:40], str(tmp_path / "train.svm"))
-    X_test = X[40:].copy()
-    X_test[:, 0] = 0.0
-    dump_svmlight_file(X_test, y[40:], str(tmp_path / "test.svm"))
+    from tests.conftest import zero_based_svmlight_pair
+
+    X_test, y_test = zero_based_svmlight_pair(tmp_path, n_train=40)
     model = tmp_path / "model"
     assert main(["fit", "--data", str(tmp_path / "train.svm"), "--kernel", "linear",
                  "--out", str(model), "--quiet"]) == 0
     assert muflow.load(model)._svmlight_zero_based is True  # recorded in model.json
     expected = muflow.load(model).predict(X_test)
-    assert not np.array_equal(expected, muflow.load(model).predict(np.c_[X_test[:, 1:], 0 * y[40:]]))
+    assert not np.array_equal(expected, muflow.load(model).predict(np.c_[X_test[:, 1:], 0 * y_test]))
     code, predicted, err = _predicted(capsys, "--model", str(model), "--data",
                                       str(tmp_path / "test.svm"), "--n-features", "5")
     assert code == 0 and [int(p) for p in predicted] == list(expected), err
-    dump_svmlight_file(np.c_[X_test, np.ones(20)], y[40:], str(tmp_path / "wide.svm"))
+    dump_svmlight_file(np.c_[X_test, np.ones(20)], y_test, str(tmp_path / "wide.svm"))
     for n_features in ([], ["--n-features", "5"]):
         code, _, err = _predicted(capsys, "--model", str(model), "--data",
                                   str(tmp_path / "wide.svm"), *n_features)

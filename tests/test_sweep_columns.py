@@ -103,17 +103,11 @@ def test_the_sweep_command_keeps_named_columns_and_reads_the_test_file_by_name(t
 def test_the_sweep_command_records_an_svmlight_files_indexing(tmp_path, capsys):
     """A zero-based test file that never uses feature 0 is read as the training file was,
     by --test-data and by predict with the sweep's best model."""
-    from sklearn.datasets import dump_svmlight_file
-
     import muflow
 
-    rng = np.random.default_rng(3)
-    X = rng.normal(size=(90, 5))
-    y = np.where(X[:, 1] + X[:, 2] > 0, 1, -1)
-    dump_svmlight_file(X[:60], y[:60], str(tmp_path / "train.svm"))
-    X_test = X[60:].copy()
-    X_test[:, 0] = 0.0
-    dump_svmlight_file(X_test, y[60:], str(tmp_path / "test.svm"))
+    from tests.conftest import zero_based_svmlight_pair
+
+    X_test, y_test = zero_based_svmlight_pair(tmp_path, n_train=60, n_test=30)
     assert main(["sweep", "--data", str(tmp_path / "train.svm"), "--kernel", "linear",
                  "--C", "1", "--folds", "3", "--out", str(tmp_path / "sweep"), "--no-progress",
                  "--test-data", str(tmp_path / "test.svm"), "--n-features", "5"]) == 0
@@ -121,7 +115,7 @@ def test_the_sweep_command_records_an_svmlight_files_indexing(tmp_path, capsys):
     assert model._svmlight_zero_based is True
     expected = model.predict(X_test)
     metrics = json.loads((tmp_path / "sweep" / "test_metrics.json").read_text())
-    assert metrics["accuracy"] == pytest.approx(np.mean(expected == y[60:]))
+    assert metrics["accuracy"] == pytest.approx(np.mean(expected == y_test))
     capsys.readouterr()
     assert main(["predict", "--model", str(tmp_path / "sweep" / "best_model"), "--data",
                  str(tmp_path / "test.svm"), "--n-features", "5"]) == 0
