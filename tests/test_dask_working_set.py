@@ -412,6 +412,60 @@ def test_one_partition_solves_the_subproblem_for_all(client):
     np.testing.assert_allclose(sol.objective, ref.objective, rtol=1e-6)
 
 
+def test_the_solver_partition_gets_fewer_rows_and_the_same_solution(client):
+    """With ``subproblems`` the partition that solves the subproblems holds SOLVER_SHARE of
+    the other's rows on these one-thread workers (muflow.dask.row_blocks), stays the solver,
+    and the fit is the one on equal blocks: the same objective, the same predictions; the
+    routing asks for it for the working-set solver alone."""
+    from muflow.dask.operators import partitioned_operator
+    from muflow.dask.row_blocks import SOLVER_SHARE
+    from muflow.routing import KernelPlan
+
+    X, y = make_classification(n_samples=3000, n_features=10, flip_y=0.05, random_state=4)
+    y = np.where(y > 0, 1.0, -1.0)
+    sols = []
+    for subproblems in (False, True):
+        parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client, subproblems=subproblems)
+        try:
+            sizes = [hi - lo for lo, hi in parts.bounds]
+            assert parts.solver == 0 and sum(sizes) == 3000
+            share = SOLVER_SHARE if subproblems else 1.0
+            assert abs(sizes[0] - share * sizes[1]) <= 2, sizes
+            sols.append(solve_working_set_dask(DualProblem(parts, y, upper=1.0, equality=True),
+                                               q=64, tol=1e-6))
+        finally:
+            parts.close()
+    equal, smaller = sols
+    np.testing.assert_allclose(smaller.objective, equal.objective, rtol=SAME_LOOP_RTOL)
+    np.testing.assert_allclose(smaller.alpha, equal.alpha, atol=1e-4)
+    for solver, wanted in (("working_set", True), ("smo", False)):
+        plan = KernelPlan(path="partitioned", reason="", solves=1, store=False, gram_bytes=0,
+                          solver=solver)
+        op = partitioned_operator(X, Kernel("rbf", gamma=0.1), plan, client)
+        try:
+            sizes = [hi - lo for lo, hi in op.bounds]
+            assert (sizes[0] < sizes[1]) == wanted, (solver, sizes)
+        finally:
+            op.close()
+
+
+def test_block_edges_split_every_row_and_leave_no_block_empty():
+    """The blocks' edges: contiguous, every row once, none empty, the first the share asked
+    of the others where the rows allow it, equal blocks (np.linspace's) at share 1."""
+    from muflow.dask.row_blocks import block_edges, solver_share
+
+    for n, parts, share in [(60000, 2, 0.8), (10, 3, 0.8), (2, 2, 0.8), (8, 8, 0.8),
+                            (60000, 8, 0.9), (7, 3, 1.0), (5, 2, 1.0)]:
+        edges = block_edges(n, parts, share)
+        sizes = np.diff(edges)
+        assert edges[0] == 0 and edges[-1] == n and len(sizes) == parts and sizes.min() >= 1
+        if share == 1.0:
+            np.testing.assert_array_equal(edges, np.linspace(0, n, parts + 1).astype(int))
+        elif n >= 1000:
+            assert abs(sizes[0] - share * sizes[1:].mean()) <= 2
+    assert solver_share(1) < solver_share(2) < 1.0
+
+
 def _partition(rng, n=3000, lo=1000):
     from muflow.dask import partitions as dask_partitions
 

@@ -24,12 +24,14 @@ def partitioned_operator(X, kernel, plan, client, owns_client=False):
     """The operator of a "partitioned" ``plan``: X partitioned over the workers of
     ``client``, with the kernel panels where the plan's solver reads products
     (``plan.panels``); each worker caches ``plan.cache_mb`` of kernel rows (default
-    :data:`~muflow.solvers.rowcache.DEFAULT_CACHE_MB`)."""
+    :data:`~muflow.solvers.rowcache.DEFAULT_CACHE_MB`). For the working-set solver the
+    partition that solves its subproblems gets fewer rows (``subproblems``)."""
     cache_mb = DEFAULT_CACHE_MB if plan.cache_mb is None else float(plan.cache_mb)
     if plan.panels:
         return DaskRowPanels(X, kernel, client, gram_dtype=plan.gram_dtype, owns_client=owns_client,
                              cache_mb=cache_mb)
-    return DaskRowPartitions(X, kernel, client, owns_client=owns_client, cache_mb=cache_mb)
+    return DaskRowPartitions(X, kernel, client, owns_client=owns_client, cache_mb=cache_mb,
+                             subproblems=plan.solver == "working_set")
 
 
 def cluster_store_operator(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,

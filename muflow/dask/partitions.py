@@ -225,12 +225,16 @@ class DaskRowPartitions(GramOperator):
         the working set's indices instead of its rows
         (:mod:`muflow.dask.row_blocks`); default: where X is small enough
         (:func:`~muflow.dask.row_blocks.copy_fits`). Never with one partition.
+    subproblems : bool, default=False
+        Whether the working-set solver will run on the partitions: NumPy and SciPy data then
+        give the partition that solves its subproblems (:attr:`solver`) fewer rows than the
+        others (:func:`muflow.dask.row_blocks.solver_share`); False: equal blocks.
     """
 
     product_dtype = np.dtype(np.float64)  # float64 blocks summed (RowPartition._accumulate)
 
     def __init__(self, X, kernel: Kernel, client, *, owns_client=False, cache_mb=DEFAULT_CACHE_MB,
-                 copy_x=None):
+                 copy_x=None, subproblems=False):
         self.client = client
         self.owns_client = bool(owns_client)
         self.kernel = kernel
@@ -238,7 +242,7 @@ class DaskRowPartitions(GramOperator):
         self._rows_bound = (None, None)  # the working sets' (most, first) rows of the row caches
         self._source = X
         self.d = int(X.shape[1]) if len(X.shape) > 1 else 1
-        self._blocks_of, bounds, self._from_dask, nbytes = row_blocks(client, X)
+        self._blocks_of, bounds, self._from_dask, nbytes = row_blocks(client, X, subproblems)
         self.bounds = bounds
         self.n = bounds[-1][1] if bounds else 0
         #: whether every worker holds a copy of X (the calls then carry indices, not rows)

@@ -12,6 +12,12 @@ the same rows and the same solution. The copy is made where X takes at most
 :data:`COPY_FRACTION` of the smallest worker's memory limit (:data:`COPY_MAX_BYTES` where
 the workers have none), and only on two workers or more (one partition holds all of X
 already). ``MUFLOW_DASK_COPY_X=0`` makes no copy.
+
+For the working-set solver one partition, the first, also solves every iteration's
+subproblem (:attr:`muflow.dask.partitions.DaskRowPartitions.solver`): it computes K_BB and
+solves the q-variable problem before its own rows of B, while the others compute theirs and
+then wait for its step. Its block is made smaller (:func:`solver_share`), so that all finish
+an iteration together.
 """
 
 from __future__ import annotations
@@ -35,14 +41,20 @@ COPY_MAX_BYTES = 1 << 30
 #: ``MUFLOW_DASK_COPY_X=0`` makes no copy of X on the workers, whatever its size.
 ENV_VAR = "MUFLOW_DASK_COPY_X"
 
+#: The rows of the partition that solves the subproblems, as a share of each other
+#: partition's, on workers of one thread (module notes; the share that made 2 workers
+#: fastest at 60,000 rows, docs/benchmarks.md "Session 44").
+SOLVER_SHARE = 0.8
 
-def row_blocks(client, X):
+
+def row_blocks(client, X, subproblems=False):
     """``(blocks, bounds, from_dask, nbytes)``: the futures of X's row blocks on the workers
     of ``client``, their global row ranges, whether they are a dask collection's own
     blocks, and the bytes of X as the partitions hold it (:func:`held_bytes`; a dask
     collection's counted dense). NumPy and SciPy data are split into one contiguous block per worker and
-    scattered once, each to its worker; a dask collection's row blocks (a dataframe's
-    partitions) stay where they already are."""
+    scattered once, each to its worker, the first smaller where its partition will solve the
+    working set's ``subproblems`` (:func:`block_edges`); a dask collection's row blocks (a
+    dataframe's partitions) stay where they already are."""
     from muflow.dask.predict import is_dask_array
 
     if hasattr(X, "to_dask_array"):  # a dask.dataframe
@@ -59,10 +71,12 @@ def row_blocks(client, X):
         sizes, from_dask = X.chunks[0], True
         nbytes = 8 * int(X.shape[0]) * int(X.shape[1])
     else:
-        workers = sorted(require_workers(client))
+        info = require_workers(client)
+        workers = sorted(info)
         n = X.shape[0]
         parts = max(1, min(len(workers), n))
-        edges = np.linspace(0, n, parts + 1).astype(int)
+        threads = min(int(w.get("nthreads") or 1) for w in info.values())
+        edges = block_edges(n, parts, solver_share(threads) if subproblems else 1.0)
         sizes = np.diff(edges)
         blocks = [client.scatter(X[a:b], workers=[w], hash=False)
                   for a, b, w in zip(edges[:-1], edges[1:], workers)]
@@ -72,6 +86,28 @@ def row_blocks(client, X):
         bounds.append((lo, lo + int(s)))
         lo += int(s)
     return blocks, bounds, from_dask, nbytes
+
+
+def solver_share(threads: int) -> float:
+    """The first block's rows as a share of each other's where its partition solves the
+    subproblems, on workers of ``threads`` threads: the subproblem holds one of them while
+    the others compute rows (:meth:`muflow.dask.partition_column.PartitionColumn.prefetch`),
+    so the solver's extra time, :data:`SOLVER_SHARE`'s on one thread, is a ``1 / threads``
+    part of it on more."""
+    return 1.0 - (1.0 - SOLVER_SHARE) / max(1, int(threads))
+
+
+def block_edges(n: int, parts: int, first_share: float = 1.0) -> np.ndarray:
+    """The ``parts + 1`` row edges of ``parts`` contiguous blocks of n rows, none empty
+    (``parts <= n``): equal blocks, the first ``first_share`` of each other's size."""
+    equal = np.linspace(0, n, parts + 1).astype(np.int64)
+    if first_share == 1.0 or parts < 2:
+        return equal
+    weights = np.ones(parts)
+    weights[0] = first_share
+    edges = (np.concatenate([[0.0], np.cumsum(weights)]) / weights.sum() * n).astype(np.int64)
+    edges[-1] = n
+    return equal if np.any(np.diff(edges) < 1) else edges  # too few rows for the shares
 
 
 def without_empty_rows(X):
@@ -169,6 +205,7 @@ def stacked(parts):
     return parts[0] if len(parts) == 1 else stack_rows(parts)
 
 
-__all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "ENV_VAR", "check_finite_blocks", "copy_everywhere",
+__all__ = ["COPY_FRACTION", "COPY_MAX_BYTES", "ENV_VAR", "SOLVER_SHARE", "block_edges",
+           "check_finite_blocks", "copy_everywhere",
            "copy_fits", "held_bytes", "held_form", "homes", "row_blocks", "stacked",
-           "without_empty_rows"]
+           "solver_share", "without_empty_rows"]
