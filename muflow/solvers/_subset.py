@@ -17,6 +17,11 @@ from muflow.solvers.problem import DualProblem, DualSolution, check_finite_start
 #: Failed certificates with nothing shrunk after which an outer loop gives up (rounding).
 MAX_STALLS = 20
 
+#: The gap, in units of the loop's own gap target, at which a loop that shrinks brings every
+#: shrunk variable back, once (libsvm's ``Solver::do_shrinking``, 10 eps; Chang & Lin 2011,
+#: section 5.1): the working-set loop and SMO's pair steps.
+UNSHRINK_GAP = 10.0
+
 #: Steps without a new low of the objective after which a loop that never meets its gap
 #: certifies its point (:meth:`StallGuard.flat`).
 FLAT_STEPS = 1 << 16

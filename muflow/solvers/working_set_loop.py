@@ -35,7 +35,8 @@ import numpy as np
 
 from muflow.inmemory import _blas_single_threaded
 from muflow.solvers._block_compiled import block_smo
-from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
+from muflow.solvers._subset import (UNSHRINK_GAP, Column, StallGuard, assemble,
+                                    column_callback)
 from muflow.solvers.unbounded import bounded_check, hard_margin_scale
 from muflow.solvers._selection_compiled import WORK_PER_ITEM, choose_working_set, pair_gains
 from muflow.solvers._working_set_compiled import Threads
@@ -335,7 +336,7 @@ def run_column(state: ColumnState, *, q: int, n: int, tol: float, max_iter: int,
                 state.shrink()
                 since_shrink = 0
                 gap = state.extremes()
-            if shrinking and not unshrunk and gap <= 10.0 * gap_tol:
+            if shrinking and not unshrunk and gap <= UNSHRINK_GAP * gap_tol:
                 unshrunk = True
                 if state.shrunk:
                     state.reactivate()
