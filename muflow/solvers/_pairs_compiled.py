@@ -24,7 +24,7 @@ from numba import njit
 
 from muflow.solvers._subset_compiled import (CURVE_FULL, DONE, MAX_ITER, NEED_ROW, STATE_CURVE,
                                              STATE_ITER, STATE_NACT, STATE_NEED, STATE_PEND_I,
-                                             STATE_PEND_J, STATE_SHRINK, _TAU, _slot,
+                                             STATE_PEND_J, STATE_SHRINK, UNSHRINK, _TAU, _slot,
                                              leaves_active_set)
 from muflow.solvers._compact_rows_compiled import _compact_row, _compact_rows_for, _shrink_rows
 
@@ -160,14 +160,17 @@ def _first_working_index(yG, up, upkey, bmin, idx, n_act):
 
 @njit(cache=True, error_model="numpy")
 def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, curve,
-              gap_tol, max_updates, shrinking, shrink_every,
+              gap_tol, unshrink_gap, max_updates, shrinking, shrink_every,
               cbuf, crow_of, cowner, cstamp, cidx, cstate):
     """SMO pair steps (sum constraint) on the active indices ``act[:state[0]]`` until the
-    maximal-violation gap m(alpha) - M(alpha) is below ``gap_tol``.
+    maximal-violation gap m(alpha) - M(alpha) is below ``gap_tol``; UNSHRINK as soon as it is
+    at most ``unshrink_gap`` (-inf: never), so that the caller can bring the shrunk variables
+    back before the active set is solved (libsvm's unshrinking, see
+    :func:`muflow.solvers.smo.smo_column`).
 
     The working pair is chosen by WSS 2 (Fan, Chen & Lin 2005); the update and clipping are
     libsvm's. F (the objective) is updated exactly after every step and written to
-    ``curve``. Returns DONE, NEED_ROW, MAX_ITER or CURVE_FULL (:mod:`._subset_compiled`).
+    ``curve``. Returns DONE, NEED_ROW, MAX_ITER, CURVE_FULL or UNSHRINK (:mod:`._subset_compiled`).
 
     y, U, alpha, G and the diagonal of the active indices are copied into arrays indexed by
     position, so that the sweeps of a step read them contiguously and only the two kernel
@@ -257,6 +260,9 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
         if not resumed:
             _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act)
             gmax2 = -_block_minima(lowkey, bmin, n_act)
+            if gmax + gmax2 <= unshrink_gap:
+                status = UNSHRINK
+                break
             if gmax + gmax2 < gap_tol:
                 break
             pj = _argmin(gain, bmin, idx, n_act)

@@ -21,6 +21,8 @@ DONE = 0          # the active set meets the internal tolerance (or the epoch is
 NEED_ROW = 1      # row state[STATE_NEED] is missing from the cache
 MAX_ITER = 2      # the update budget is spent
 CURVE_FULL = 3    # the objective buffer is full; the driver stores it and resets the position
+UNSHRINK = 4      # SMO: the active set's gap reached the caller's unshrink_gap (libsvm's
+                  # unshrinking at 10 eps): the driver restores the gradient and every variable
 
 STATE_NACT = 0    # number of active indices at the front of ``act``
 STATE_ITER = 1    # updates done

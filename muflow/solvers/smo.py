@@ -11,11 +11,18 @@ the step its exact minimiser (greedy coordinate descent), so ``smo`` serves ever
 intercept mode.
 
 Shrinking follows libsvm: every ``min(n, 1000)`` steps, bounded variables that the
-maximal violating pair says cannot move leave the active set. The compiled loop stops when
-the active set meets the internal gap; the driver then recomputes the full gradient with
-one product ``K @ v`` (the operator's cheapest question), certifies the point with the
-common KKT measure and, if it falls short of ``tol``, brings the variables back and goes
-on. Where the steps no longer lower the objective (a gap below what rounding lets the
+maximal violating pair says cannot move leave the active set, and the first time the active
+set's gap falls to ten times the target (:data:`~muflow.solvers._subset.UNSHRINK_GAP`) they
+all come back, once, with their gradient recomputed (libsvm's unshrinking, Chang & Lin 2011,
+section 5.1; the working-set loop does the same). Without it a variable shrunk early stays
+out until the active set meets the gap: where the active set's steps crawl (a nearly
+singular block of free variables, as on a badly scaled polynomial kernel) its gap can stay
+between tol and 10 tol for millions of steps while a shrunk variable violates the KKT
+conditions by 0.8, and the loop never reaches the certificate that would bring it back.
+The compiled loop stops when the active set meets the internal gap; the driver then
+recomputes the full gradient with one product ``K @ v`` (the operator's cheapest question),
+certifies the point with the common KKT measure and, if it falls short of ``tol``, brings
+the variables back and goes on. Where the steps no longer lower the objective (a gap below what rounding lets the
 pairs close: they cycle) the driver certifies as well, and the rule of
 :class:`~muflow.solvers._subset.StallGuard`, which the working-set loop shares, gives up
 where certificates stop improving; the point returned is the best one certified. The loop
@@ -40,7 +47,8 @@ from muflow.operators import require_rows
 from muflow.solvers import _compact_rows_compiled as cr
 from muflow.solvers import _pairs_compiled as pc
 from muflow.solvers import _subset_compiled as sc
-from muflow.solvers._subset import Column, StallGuard, assemble, column_callback
+from muflow.solvers._subset import (UNSHRINK_GAP, Column, StallGuard, assemble,
+                                    column_callback)
 from muflow.solvers.coordinate import column_state
 from muflow.solvers.problem import DualProblem, DualSolution
 from muflow.solvers.rowcache import DEFAULT_CACHE_MB, RowCache, row_cache
@@ -88,6 +96,14 @@ def compact_rows(n: int, dtype) -> tuple:
             np.empty(n, dtype=np.int64), np.zeros(cr.CR_SIZE, dtype=np.int64))
 
 
+def reactivate(act: np.ndarray, state: np.ndarray, member: np.ndarray) -> None:
+    """Make the variables ``member`` the active set again (in index order, the others
+    after them) and restart the count of steps to the next shrinking."""
+    act[:] = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)])
+    state[sc.STATE_NACT] = int(member.sum())
+    state[sc.STATE_SHRINK] = 0
+
+
 def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
                max_updates: int, shrinking: bool = True, subset: np.ndarray | None = None,
                grow: str = "all", on_chunk=None, chunk: int = 65536, timings: dict):
@@ -127,12 +143,15 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
     scale = hard_margin_scale(col.U, QD)
     stopped = False
     best = (np.inf, None, 0.0, 0.0)  # (violation, alpha, bias, F) of the best point certified
+    # libsvm's unshrinking, once: the shrunk variables come back where the gap first falls
+    # to 10 tol (module notes)
+    unshrink_gap = UNSHRINK_GAP * guard.gap_tol if shrinking else -np.inf
     while True:
         t = time.perf_counter()
         if col.equality:
             status = pc.smo_pairs(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp, clock,
-                                  state, F, buf, guard.gap_tol, max_updates, shrinking,
-                                  shrink_every, *compact)
+                                  state, F, buf, guard.gap_tol, unshrink_gap, max_updates,
+                                  shrinking, shrink_every, *compact)
         else:
             status = sc.smo_single(col.y, col.U, alpha, G, QD, act, data, slot_of, stamp,
                                    clock, state, F, buf, guard.gap_tol, max_updates, shrinking,
@@ -140,6 +159,13 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
         timings["updates"] = timings.get("updates", 0.0) + time.perf_counter() - t
         if status == sc.NEED_ROW:
             cache.fetch([state[sc.STATE_NEED]])
+            continue
+        if status == sc.UNSHRINK:  # the curve's chunk goes on: the callbacks keep their pace
+            unshrink_gap = -np.inf
+            if int(state[sc.STATE_NACT]) < int(member.sum()):
+                G = col.gradient(alpha)  # the shrunk variables' gradient was not kept
+                F[0] = col.objective(alpha, G)
+                reactivate(act, state, member)
             continue
         # a pending choice of i belongs to the loop that made it: recompute after a pause
         state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
@@ -176,9 +202,7 @@ def smo_column(col: Column, cache: RowCache, alpha: np.ndarray, *, tol: float,
             member = valid.copy()
         if not go_on:
             break
-        act[:] = np.concatenate([np.flatnonzero(member), np.flatnonzero(~member)])
-        state[sc.STATE_NACT] = int(member.sum())
-        state[sc.STATE_SHRINK] = 0
+        reactivate(act, state, member)
     if best[0] < violation:  # a later round ended worse (a stop amid cycling): the best back
         violation, alpha[:], bias, F[0] = best[0], best[1], best[2], best[3]
     curve = np.concatenate(pieces)

@@ -48,8 +48,10 @@ def a8a_problem():
     return K, np.where(y > 0, 1.0, -1.0)
 
 
-def run_pairs(K, y, C, act_order, *, shrinking, shrink_every=1000, curve_size=1 << 16):
-    """smo_pairs from alpha = 0 on every variable, K's rows all in place, resumed until DONE;
+def run_pairs(K, y, C, act_order, *, shrinking, shrink_every=1000, curve_size=1 << 16,
+              unshrink_gap=-np.inf, paused=None):
+    """smo_pairs from alpha = 0 on every variable, K's rows all in place, resumed until DONE
+    (after an UNSHRINK too, which ``paused`` collects as (steps, gap of the active set));
     returns (alpha, steps, compact-row arrays)."""
     n = len(y)
     U = np.full(n, C)
@@ -71,11 +73,26 @@ def run_pairs(K, y, C, act_order, *, shrinking, shrink_every=1000, curve_size=1 
     while True:
         calls += 1
         status = pc.smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F,
-                              curve, 1e-3, 10**7, shrinking, shrink_every, *compact)
+                              curve, 1e-3, unshrink_gap, 10**7, shrinking, shrink_every,
+                              *compact)
         state[sc.STATE_CURVE] = 0
         if status == sc.DONE:
             return alpha, int(state[sc.STATE_ITER]), compact, act, state, calls
+        if status == sc.UNSHRINK:
+            paused.append((int(state[sc.STATE_ITER]), active_gap(y, U, alpha, G, act, state)))
+            unshrink_gap = -np.inf
+            state[sc.STATE_PEND_I] = state[sc.STATE_PEND_J] = -1
+            continue
         assert status == sc.CURVE_FULL
+
+
+def active_gap(y, U, alpha, G, act, state):
+    """m(alpha) - M(alpha) over the active set (Fan, Chen & Lin 2005, eq. (9))."""
+    k = act[: state[sc.STATE_NACT]]
+    yk, ak, uk, yG = y[k], alpha[k], U[k], y[k] * G[k]
+    up = np.where(yk > 0, ak < uk, ak > 0)
+    low = np.where(yk > 0, ak > 0, ak < uk)
+    return np.max(-yG[up]) - np.min(-yG[low])
 
 
 def test_the_steps_do_not_depend_on_the_order_of_the_positions(a8a_problem):
@@ -96,6 +113,24 @@ def test_a_resumed_call_finds_its_compact_rows_and_takes_the_same_steps(a8a_prob
     alpha, steps, compact, _, _, calls = run_pairs(K, y, 10.0, np.arange(n), shrinking=True,
                                                    shrink_every=50, curve_size=37)
     assert calls > 10
+    assert steps == ref_steps
+    np.testing.assert_array_equal(alpha, ref_alpha)
+
+
+def test_the_steps_pause_once_the_gap_reaches_the_unshrink_gap_and_resume_unchanged(a8a_problem):
+    """UNSHRINK (libsvm's unshrinking point, the driver's to act on) comes the first time the
+    active set's gap is at most ``unshrink_gap``, before the active set is solved; a call
+    that goes on from there takes the steps an uninterrupted call takes."""
+    K, y = a8a_problem
+    n = len(y)
+    ref_alpha, ref_steps, *_ = run_pairs(K, y, 10.0, np.arange(n), shrinking=True,
+                                         shrink_every=50)
+    paused = []
+    alpha, steps, *_ = run_pairs(K, y, 10.0, np.arange(n), shrinking=True, shrink_every=50,
+                                 unshrink_gap=1e-2, paused=paused)
+    assert len(paused) == 1
+    at, gap = paused[0]
+    assert 0 < at < ref_steps and gap <= 1e-2
     assert steps == ref_steps
     np.testing.assert_array_equal(alpha, ref_alpha)
 
