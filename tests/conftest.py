@@ -150,3 +150,29 @@ def zero_based_svmlight_pair(folder, n_train: int, n_test: int = 20):
     X_test[:, 0] = 0.0
     dump_svmlight_file(X_test, y[n_train:], str(folder / "test.svm"))
     return X_test, y[n_train:]
+
+
+def pytest_sessionstart(session):
+    """With ``-n 2`` (the suite's default), fill numba's cache of muflow's compiled loops
+    once, two processes side by side, before the pytest processes start
+    (:mod:`tests._warm_compiled`): on a fresh checkout every process of the suite compiled
+    the same loops at the same time. Runs in the controlling process only; a failure here
+    is no test's, and is left for the test that meets it."""
+    import subprocess
+    import sys
+
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    script = Path(__file__).with_name("_warm_compiled.py")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    halves = [subprocess.Popen([sys.executable, str(script), half], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+              for half in ("a", "b")]
+    for proc in halves:
+        try:
+            proc.wait(timeout=300)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
