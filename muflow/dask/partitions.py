@@ -101,8 +101,7 @@ class RowPartition(PartitionColumn):
         self.kernel = Kernel.from_dict(kernel)
         self.QD = np.ascontiguousarray(self.kernel.diagonal(self.X), dtype=np.float64)
         self.products = 0
-        # kernel rows computed as in process (muflow.kernel_rows): float64 up to 4096
-        # samples in all, float32 above; X_p prepared once, a column chunk at a time
+        # kernel rows as in process (muflow.kernel_rows): float64 to 4096 samples, float32 above
         self.n_threads = worker_threads()
         self.rows_op = KernelRows(self.X, self.kernel, dtype=gram_dtype(int(n_total)),
                                   n_threads=self.n_threads)
@@ -226,9 +225,8 @@ class DaskRowPartitions(GramOperator):
         (:mod:`muflow.dask.row_blocks`); default: where X is small enough
         (:func:`~muflow.dask.row_blocks.copy_fits`). Never with one partition.
     subproblems : bool, default=False
-        Whether the working-set solver will run on the partitions: NumPy and SciPy data then
-        give the partition that solves its subproblems (:attr:`solver`) fewer rows than the
-        others (:func:`muflow.dask.row_blocks.solver_share`); False: equal blocks.
+        For the working-set solver: NumPy and SciPy data give :attr:`solver` fewer rows
+        (:func:`muflow.dask.row_blocks.solver_share`); False: equal blocks.
     """
 
     product_dtype = np.dtype(np.float64)  # float64 blocks summed (RowPartition._accumulate)
@@ -257,8 +255,7 @@ class DaskRowPartitions(GramOperator):
         self.cache_mb = cache_to_fit_workers(client, X, bounds, self.dtype, self.cache_mb,
                                              copy_bytes=nbytes if self.copied else 0)
         futures = [self._start(i) for i in range(len(bounds))]
-        # an actor's calls go through the current client (distributed's get_client()): this
-        # one, not the process's default client, which may be another or none
+        # actor calls go through the current client (get_client()): this one, not the default
         with self.client.as_current():
             self.actors = self.client.gather(futures)
         self._futures = futures
@@ -405,8 +402,7 @@ class DaskRowPartitions(GramOperator):
     @property
     def solver(self) -> int:
         """The partition that solves each working set's subproblem for all
-        (:meth:`muflow.dask.partition_column.PartitionColumn.solve`): the first of those of
-        fewest rows, whose rows of B are done soonest."""
+        (:meth:`muflow.dask.partition_column.PartitionColumn.solve`): the first of fewest rows."""
         return int(np.argmin([hi - lo for lo, hi in self.bounds]))
 
     def pipelined(self, i) -> bool:
