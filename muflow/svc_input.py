@@ -192,7 +192,7 @@ class FitInput:
         positive = check_weighted_classes(weights, y_encoded)
         scale = np.where(positive, weights, 0.0) * self.class_weight_[y_encoded]
         # C = inf (a hard margin) times a zero weight is a sample left out, not NaN
-        upper = np.where(scale > 0, float(self.C) * scale, 0.0)
+        upper = np.multiply(float(self.C), scale, out=np.zeros_like(scale), where=scale > 0)
         if len(np.unique(y_encoded[upper > 0])) < 2:
             raise MuflowInputError(
                 "Invalid input - class_weight leaves samples of fewer than 2 classes with a "

@@ -165,8 +165,8 @@ def pytest_sessionstart(session):
     if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
         return
     script = Path(__file__).with_name("_warm_compiled.py")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))
+    paths = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
     halves = [subprocess.Popen([sys.executable, str(script), half], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
               for half in ("a", "b")]

@@ -382,7 +382,7 @@ def solve_multiplicative(
     prev = None
     n_iter = stalled = 0
     worse = np.empty(m, dtype=np.bool_)
-    floor = np.empty(m)  # per column; sample i's floor is min(floor_j, U_ij) (see floor_of)
+    floor = np.empty(m)  # per column; sample i's floor is min(floor_j, U_ij) (as the floor of alpha above)
     for iteration in range(max_iter + 1):
         if prev is not None:
             slack = rounding_slack(problem, prod, objective)
