@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
-from pathlib import Path
 
 
 def add_cluster_options(parser, *, scheduler_note, timeout=False, workers=False,
@@ -56,27 +55,21 @@ def log_to_file(log_file, *, verbose=False):
 
     if verbose:
         return
-    Path(log_file).parent.mkdir(parents=True, exist_ok=True)
-    to_file = logging.FileHandler(log_file)
-    to_file.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    loggers = [logging.getLogger()] + [logging.getLogger(name) for name in
-                                       list(logging.root.manager.loggerDict)]
-    for logger in loggers:
-        for handler in list(logger.handlers):
-            if getattr(handler, "stream", None) is not sys.stderr:
-                continue
-            logger.removeHandler(handler)
-            if to_file not in logger.handlers:
-                logger.addHandler(to_file)
-            if type(handler).__name__ == "PrefectConsoleHandler":  # its progress lines
-                to_file.setFormatter(handler.formatter)  # names the flow and task runs
-                progress = type(handler)(stream=sys.stdout)
-                progress.setFormatter(handler.formatter)
-                # Prefect's own lines: other libraries' records (distributed's INFO lines on
-                # the scheduler and nannies) reach the root's handler too, and go to the file
-                progress.addFilter(lambda record: record.levelno < logging.WARNING
-                                   and record.name.split(".")[0] == "prefect")
-                logger.addHandler(progress)
+    from muflow.dask.worker_logs import move_stderr_records
+
+    # a LocalCluster started after this sends its workers' records there too
+    # (muflow.dask.worker_logs)
+    to_file, moved = move_stderr_records(log_file)
+    for logger, handler in moved:
+        if type(handler).__name__ == "PrefectConsoleHandler":  # its progress lines
+            to_file.setFormatter(handler.formatter)  # names the flow and task runs
+            progress = type(handler)(stream=sys.stdout)
+            progress.setFormatter(handler.formatter)
+            # Prefect's own lines: other libraries' records (distributed's INFO lines on
+            # the scheduler and nannies) reach the root's handler too, and go to the file
+            progress.addFilter(lambda record: record.levelno < logging.WARNING
+                               and record.name.split(".")[0] == "prefect")
+            logger.addHandler(progress)
 
 
 @contextlib.contextmanager

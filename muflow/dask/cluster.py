@@ -78,7 +78,8 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | Non
     nanny's ``OMP_NUM_THREADS=1``), so workers do not oversubscribe the cores;
     ``memory_fraction`` of the machine's memory is split evenly between them, unless
     ``memory_limit`` says otherwise. distributed's periodic chores run less often
-    (:func:`housekeeping`).
+    (:func:`housekeeping`). Where this process's log records go to a file (a command's
+    run.log), so do the workers' (:mod:`muflow.dask.worker_logs`).
     """
     import logging
 
@@ -106,9 +107,19 @@ def local_cluster(n_workers: int | None = None, *, threads_per_worker: int | Non
     # the scheduler and the nannies read the settings as they start, and each nanny hands
     # them to its worker process (and to a worker it restarts)
     with sigint_ignored(), dask.config.set(housekeeping()):
-        return LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
-                            processes=True, memory_limit=memory_limit,
-                            dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker,
+                               processes=True, memory_limit=memory_limit,
+                               dashboard_address=kwargs.pop("dashboard_address", ":0"), **kwargs)
+    # where a command moved this process's log records into a file, the workers' go there
+    # too: they inherit its stderr (muflow.dask.worker_logs)
+    from muflow.dask.worker_logs import workers_follow_log_file
+
+    try:
+        workers_follow_log_file(cluster)
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
 
 
 def stop_workers_now(cluster) -> None:
