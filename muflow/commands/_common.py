@@ -110,8 +110,9 @@ def read_as_trained(args, *, names=None, zero_based=None, path=None, trained_on=
 
 def _check_named_columns(args, layout, names, *, path, trained_on):
     """Refuse a file that lacks some of the training data's named features, or whose
-    label column (``--label-column``, default the last) is one of them."""
-    from muflow.data.columns import names_text
+    label column (``--label-column``, default the last) is one of them
+    (:func:`muflow.data.columns.matched_names`, the rule every test set follows)."""
+    from muflow.data.columns import matched_names, names_text
 
     if layout.label in names:
         chosen = ("the last column" if args.label_column is None
@@ -122,11 +123,10 @@ def _check_named_columns(args, layout, names, *, path, trained_on):
             f"{path}: the label column {layout.label!r} ({chosen}) is one of {trained_on}'s "
             f"features ({names_text(names)}); name the labels' column with --label-column"
             + no_labels)
-    missing = [name for name in names if name not in layout.columns]
-    if missing:
-        raise MuflowInputError(
-            f"{path} lacks {trained_on}'s feature columns {names_text(missing)} ({trained_on} "
-            f"has {names_text(names)}); give data with those columns")
+    matched_names(names, layout.columns, lacking=str(path),
+                  columns=f"{trained_on}'s feature columns",
+                  after=f" ({trained_on} has {names_text(names)})",
+                  fix="give data with those columns", error=MuflowInputError)
 
 
 def with_names(X, names):

@@ -1,5 +1,6 @@
-"""How a table's columns are read: whether a CSV file's first line is a header, and which
-columns are the label and the features.
+"""How a table's columns are read: whether a CSV file's first line is a header, which
+columns are the label and the features, and which columns of a test or prediction set are
+the training data's (:func:`matched_names`).
 
 One rule for every reader (the file loader of :mod:`muflow.data.files`, the layout of
 :mod:`muflow.data.tabular` that the in-process and the workers' reads follow), so a file
@@ -169,3 +170,30 @@ def names_text(names) -> str:
     names = list(names)
     shown = ", ".join(str(n) for n in names[:12])
     return shown + (f" ... ({len(names)} in all)" if len(names) > 12 else "")
+
+
+def matched_names(trained, other, *, label=None, lacking: str, columns: str = "the columns",
+                  after: str = "", fix: str, error: type) -> list | None:
+    """The training data's column names to pick from another data set (a test or
+    prediction set) whose columns are named ``other``: ``trained`` (the features' names)
+    and then ``label`` where given, in the training order, so a set whose columns come in
+    another order, among others, is read as the training data were. None where either
+    side has no names (``trained`` or ``other`` None): the columns are matched by position
+    and the caller compares their number.
+
+    The one rule for the CLI's predict and sweep --test-data
+    (:func:`muflow.commands._common.read_as_trained`), the run's ``data.test_path``
+    (:func:`muflow.data.tabular.matched_test_source`) and the sweep's ``X_test``
+    (:func:`muflow.selection.test_set.columns_of`). A training column the other set lacks
+    is refused, the missing names listed in the training order, as ``error`` (each
+    caller's exception class) with the caller's words:
+    "{lacking} lacks {columns} <missing>{after}; {fix}" (``lacking`` names the other set,
+    ``columns`` and ``after`` the training side, ``fix`` what to do)."""
+    if trained is None or other is None:
+        return None
+    wanted = [*trained, *([label] if label is not None else [])]
+    present = set(other)
+    missing = [name for name in wanted if name not in present]
+    if missing:
+        raise error(f"{lacking} lacks {columns} {names_text(missing)}{after}; {fix}")
+    return wanted

@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 
 from muflow.data.columns import (NOT_TEXT, UNNAMED_LABELS, cells, check_no_columns_chosen,
                                   choose_columns, delimiter, first_lines, is_header, is_number,
-                                  names_text)
+                                  matched_names, names_text)
 from muflow.data.source import DataSource, _within
 from muflow.exceptions import DataFileError
 
@@ -99,32 +99,31 @@ def column_names(source: DataSource, *, whole_files: bool = True) -> tuple | Non
     schema, _, header, _ = _table_schema(source, urls, kind, whole_files)
     return tuple(name for name, _, _ in schema) if header else None
 
+
 def matched_test_source(source: DataSource, layout, *, training: str, whole_files: bool = True):
     """The test set's ``source`` with its columns matched to the training set's (``layout``,
     of the source named ``training``) by name where both have names (Parquet, CSV with a
     header): the training set's feature and label columns, in the training set's order, so
     a test set whose columns are in another order is read as trained on. One lacking a
-    training column is refused naming it. Where either has no names (CSV without a header,
-    npz, svmlight, zarr), the columns are matched by position (the caller compares their
-    count); an npz, svmlight or zarr test set takes no column options (those name the
-    training set's columns; it holds X and y)."""
+    training column is refused naming it (:func:`muflow.data.columns.matched_names`, the
+    rule the CLI's and the sweep's test sets follow too). Where either has no names (CSV
+    without a header, npz, svmlight, zarr), the columns are matched by position (the
+    caller compares their count); an npz, svmlight or zarr test set takes no column options
+    (those name the training set's columns; it holds X and y)."""
     from dataclasses import replace
 
     if source.kind([f["path"] for f in source.files()]) in UNNAMED_LABELS:
         return replace(source, label_column=None, feature_columns=None)
     if layout is None or not layout.header:
         return source
-    wanted = (*layout.features, *([layout.label] if layout.label is not None else []))
     # the label's name also tells the test file's header (muflow.data.columns.is_header)
     names = column_names(replace(source, label_column=layout.label), whole_files=whole_files)
-    if names is None:
+    if matched_names(layout.features, names, label=layout.label,
+                     lacking=f"data.test_path {source.label!r}",
+                     after=f" of data.path {training!r}",
+                     fix="give a test set with the training set's columns (in any order)",
+                     error=DataFileError) is None:
         return source
-    missing = [name for name in wanted if name not in names]
-    if missing:
-        raise DataFileError(
-            f"data.test_path {source.label!r} lacks the columns {names_text(missing)} of "
-            f"data.path {training!r}; give a test set with the training set's columns (in any "
-            "order)")
     label = layout.label
     if label is not None and label.lstrip("-").isdigit():  # a name that reads as an index
         label = names.index(label)

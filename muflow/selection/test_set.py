@@ -20,19 +20,19 @@ def columns_of(X_test, names):
     """X_test with X's columns in X's order, picked by name where both are DataFrames with
     named columns (``names``: X's, None where X has none): a test frame whose columns are
     in another order is read as X was; X_test as it is otherwise (columns by position,
-    their number checked by the caller)."""
+    their number checked by the caller); one lacking a column of X is refused naming it
+    (:func:`muflow.data.columns.matched_names`)."""
     from sklearn.utils.validation import _get_feature_names
 
-    from muflow.data.columns import names_text
+    from muflow.data.columns import matched_names
 
     test_names = _get_feature_names(X_test)
-    if names is None or test_names is None or list(test_names) == list(names):
+    picked = matched_names(names, test_names, lacking="X_test", after=" of X",
+                           fix="give a test set with X's columns (in any order)",
+                           error=MuflowInputError)
+    if picked is None or picked == list(test_names):
         return X_test
-    missing = [name for name in names if name not in set(test_names)]
-    if missing:
-        raise MuflowInputError(f"X_test lacks the columns {names_text(missing)} of X; give a test "
-                               "set with X's columns (in any order)")
-    return X_test[list(names)]
+    return X_test[picked]
 
 
 def scored_test_set(model, X_test, y_test, unseen: dict, best: dict) -> dict:
