@@ -8,6 +8,7 @@
   file with its columns in another order was scored on scrambled features, and ``predict``
   with ``best_model/`` read such a file by position, with exit 0.
 - The run's ``model/`` keeps the training file's names too (the sweep there reads arrays).
+- ``best_model/`` is saved once, holding the names and the indexing from the start.
 """
 
 from __future__ import annotations
@@ -66,6 +67,27 @@ def test_run_sweep_keeps_a_frames_names_and_reads_the_test_frame_by_name(tmp_pat
     assert plain.test_metrics["accuracy"] == ordered.test_metrics["accuracy"]
 
 
+def test_run_sweep_keeps_the_names_and_the_indexing_of_the_file_an_array_was_read_from(tmp_path):
+    """``feature_names`` name an array X's columns (a DataFrame's own names win) and
+    ``svmlight_zero_based`` is saved with the best model; names that do not fit X are refused."""
+    import muflow
+
+    train, _ = _frames()
+    X, y = train[COLUMNS], train["label"]
+    result = run_sweep(X.to_numpy(), y, _grid(), folds=3, out_dir=tmp_path / "array",
+                       progress=False, feature_names=COLUMNS, svmlight_zero_based=False)
+    assert list(result.best_model.feature_names_in_) == COLUMNS
+    saved = muflow.load(tmp_path / "array" / "best_model")
+    assert list(saved.feature_names_in_) == COLUMNS and saved._svmlight_zero_based is False
+    own = run_sweep(X, y, _grid(), folds=3, out_dir=tmp_path / "frame", progress=False,
+                    feature_names=["x", "y", "z"])
+    assert list(own.best_model.feature_names_in_) == COLUMNS
+    with pytest.raises(MuflowInputError, match=r"^feature_names must be 3 strings, one per "
+                                               r"column of X, got \['a', 'b'\]$"):
+        run_sweep(X.to_numpy(), y, _grid(), folds=3, out_dir=tmp_path / "short", progress=False,
+                  feature_names=["a", "b"])
+
+
 def _sweep(tmp_path, out, *args):
     return main(["sweep", "--data", str(tmp_path / "train.csv"), "--label-column", "label",
                  "--kernel", "linear", "--C", "1,10", "--folds", "3", "--out", str(tmp_path / out),
@@ -122,6 +144,62 @@ def test_the_sweep_command_records_an_svmlight_files_indexing(tmp_path, capsys):
     assert [int(p) for p in capsys.readouterr().out.split()] == list(expected)
 
 
+def _saves(monkeypatch) -> list:
+    """The directories ``muflow.save`` writes from now on, by either of its names (the real
+    save runs)."""
+    from pathlib import Path
+
+    import muflow
+    import muflow.persistence
+
+    real, saved = muflow.persistence.save, []
+
+    def save(model, path, **kwargs):
+        saved.append(Path(path))
+        return real(model, path, **kwargs)
+
+    monkeypatch.setattr(muflow.persistence, "save", save)
+    monkeypatch.setattr(muflow, "save", save, raising=False)
+    return saved
+
+
+def test_the_sweep_command_saves_the_best_model_once_with_an_svmlight_files_indexing(
+        tmp_path, monkeypatch):
+    """One save of ``best_model/``, the indexing in it: the command saved the model again
+    after the sweep had, and between the two saves the directory held a model without it."""
+    import muflow
+
+    from tests.conftest import zero_based_svmlight_pair
+
+    zero_based_svmlight_pair(tmp_path, n_train=60)
+    saved = _saves(monkeypatch)
+    assert main(["sweep", "--data", str(tmp_path / "train.svm"), "--kernel", "linear",
+                 "--C", "1", "--folds", "3", "--out", str(tmp_path / "sweep"), "--no-progress",
+                 "--n-features", "5"]) == 0
+    assert saved == [tmp_path / "sweep" / "best_model"]
+    assert muflow.load(saved[0])._svmlight_zero_based is True
+
+
+def test_a_sweep_whose_workers_read_a_named_file_saves_the_best_model_once_with_its_names(
+        tmp_path, monkeypatch):
+    """``--scheduler``: the workers read the CSV file (X an array there, without names);
+    the file's names reach the one save of ``best_model/``. ``--verbose``: the command
+    leaves this process's logging as it is. (An in-thread cluster would not do: the
+    workers' calls unwrap their arrays when unpickled, :mod:`muflow.dask.calls`.)"""
+    import muflow
+    from distributed import LocalCluster
+
+    train, _ = _frames()
+    train.to_csv(tmp_path / "train.csv", index=False)
+    saved = _saves(monkeypatch)
+    with LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None,
+                      memory_limit="1GiB") as cluster:
+        assert _sweep(tmp_path, "sweep", "--scheduler", cluster.scheduler_address,
+                      "--verbose") == 0
+    assert saved == [tmp_path / "sweep" / "best_model"]
+    assert list(muflow.load(saved[0]).feature_names_in_) == COLUMNS
+
+
 @pytest.mark.slow
 def test_the_runs_model_keeps_the_training_files_names(tmp_path):
     import muflow
@@ -137,5 +215,6 @@ def test_the_runs_model_keeps_the_training_files_names(tmp_path):
     assert "feature names" not in res.stderr
     model = muflow.load(tmp_path / "run" / "model")
     assert list(model.feature_names_in_) == COLUMNS
+    assert list(muflow.load(tmp_path / "run" / "sweep" / "best_model").feature_names_in_) == COLUMNS
     data = json.loads((tmp_path / "run" / "data.json").read_text())
     assert data["feature_names"] == COLUMNS and data["svmlight_zero_based"] is None

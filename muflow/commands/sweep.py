@@ -195,23 +195,6 @@ def run(args) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
-def _keep_layout(result, layout):
-    """Save the best model again with what ``run_sweep`` could not see of how ``--data`` was
-    read: the file's column names where the workers read it (X was an array there), an
-    svmlight file's indexing; so that ``predict`` reads a file as the training file was."""
-    import numpy as np
-
-    import muflow
-
-    model = result.best_model
-    names = None if getattr(model, "feature_names_in_", None) is not None else layout.feature_names
-    if names is None and layout.zero_based is None:
-        return
-    if names is not None:
-        model.feature_names_in_ = np.asarray(list(names), dtype=object)
-    muflow.save(model, result.paths["best_model"], svmlight_zero_based=layout.zero_based)
-
-
 def _run(args) -> int:
     from muflow.selection import run_sweep
 
@@ -240,6 +223,8 @@ def _run(args) -> int:
     from muflow.commands._cluster import rerun_command
 
     options["resume_command"] = rerun_command(args)  # what a cut sweep's messages name
+    # how --data was read, which the best model keeps for `predict` (the workers' X has no names)
+    options.update(feature_names=layout.feature_names, svmlight_zero_based=layout.zero_based)
     if args.scheduler:
         from muflow.dask.cluster import connect, print_dashboard
         from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
@@ -263,7 +248,6 @@ def _run(args) -> int:
     else:
         result = run_sweep(X, y, grid, out_dir=args.out, resume=args.resume,
                            progress=not args.no_progress, **test, **options)
-    _keep_layout(result, layout)
     best = result.best
     params = ", ".join(f"{k}={v}" for k, v in best.items() if k not in ("cv_accuracy", "cv_accuracy_std"))
     print(f"best: {params}  CV accuracy {best['cv_accuracy']:.4f} (+/- {best['cv_accuracy_std']:.4f})")

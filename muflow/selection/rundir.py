@@ -189,8 +189,13 @@ def csv_text(table, folds) -> str:
     return buf.getvalue()
 
 
-def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics) -> dict:
+def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics, *,
+                  svmlight_zero_based=None) -> dict:
     """``best_model/``, ``results.csv``, ``best.json`` and ``test_metrics.json``; their paths.
+
+    The model is saved once, with what ``predict`` reads a file by: its ``feature_names_in_``
+    and the training svmlight file's indexing ``svmlight_zero_based`` (:func:`muflow.save`),
+    so that ``best_model/`` never holds a model without them.
 
     The model comes first, and a failure (a full disk) removes the files this call wrote
     before it: ``best.json`` never names a ``best_model/`` that is not there, and the
@@ -203,7 +208,7 @@ def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics) 
         (out_dir / "test_metrics.json").unlink(missing_ok=True)
     paths = {}
     try:
-        paths["best_model"] = save(model, out_dir / "best_model")
+        paths["best_model"] = save(model, out_dir / "best_model", svmlight_zero_based=svmlight_zero_based)
         paths["results"] = write_text(out_dir / "results.csv", csv_text(table, folds))
         paths["best"] = write_json(out_dir / "best.json", best)
         if test_metrics is not None:

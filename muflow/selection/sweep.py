@@ -40,19 +40,22 @@ from muflow.time_limit import bounded
 from muflow.time_limit import start as start_deadline
 
 
-def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
-              X_test=None, y_test=None, solver: str = "auto", path: str = "auto",
-              intercept: str = "exact", tol: float = 1e-3, max_iter: int = -1,
-              client=None, cache_dir=None, resume: bool = False, progress: bool = True,
-              halving: int | None = None, halving_min_iter: int = 10, n_jobs: int | None = None,
-              cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None, resume_command=None,
-              time_limit: float | None = None, device: str = "cpu") -> SweepResult:
+def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir, X_test=None,
+              y_test=None, solver: str = "auto", path: str = "auto", intercept: str = "exact",
+              tol: float = 1e-3, max_iter: int = -1, client=None, cache_dir=None, resume: bool = False,
+              progress: bool = True, halving: int | None = None, halving_min_iter: int = 10,
+              n_jobs: int | None = None, cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
+              resume_command=None, time_limit: float | None = None, device: str = "cpu",
+              feature_names=None, svmlight_zero_based: bool | None = None) -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
     Parameters
     ----------
     X : array-like or sparse matrix of shape (n_samples, n_features)
     y : array-like of shape (n_samples,)
+    feature_names, svmlight_zero_based : optional
+        How X's file was read: its columns' names (kept where X has none: an array) and an
+        svmlight file's indexing, saved with the best model so that ``predict`` reads alike.
     grid : SweepGrid
     folds : int, default=5
         Stratified folds: ``StratifiedKFold(folds, shuffle=True, random_state=seed)``.
@@ -64,19 +67,18 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         Test set: the best model's accuracy on it goes to ``test_metrics.json``.
     solver : str, default="auto"
         A registered solver; "auto" takes what :func:`muflow.solvers.registry.choose_solver`
-        picks with K in memory (SMO for the exact intercept); above the sweep's stored-K
-        size (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not
-        fit in half the available memory: the store-or-stream rule of each kernel setting,
-        :func:`muflow.routing.plan_kernel`, which :class:`muflow.SVC` and the pipeline
-        follow too) kernel rows are computed on demand and "auto" is the working-set
-        solver: each fold's problem on rows over its own training samples
-        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit
-        on all samples by the engine of ``SVC.fit``.
-        With a Dask client the working-set solver on X partitioned over the workers
-        (:mod:`muflow.dask.working_set`); "m3", "munk" and the other multiplicative solvers
-        with a client run on the same partitions with their kernel panels (every column of
-        the batch in one round trip a pass, :mod:`muflow.dask.panels`) when those fit in
-        the workers' memory, else on a Gram store built on the cluster.
+        picks with K in memory (SMO for the exact intercept); above the sweep's stored-K size
+        (:data:`muflow.routing.SWEEP_ROWS_MIN_SAMPLES` samples, or a K that does not fit in half
+        the available memory: the store-or-stream rule of each kernel setting,
+        :func:`muflow.routing.plan_kernel`, which :class:`muflow.SVC` and the pipeline follow
+        too) kernel rows are computed on demand and "auto" is the working-set solver: each
+        fold's problem on rows over its own training samples
+        (:func:`muflow.routing.solves_on_own_samples`), warm-started along C, and the refit on
+        all samples by the engine of ``SVC.fit``. With a Dask client the working-set solver on X
+        partitioned over the workers (:mod:`muflow.dask.working_set`); "m3", "munk" and the
+        other multiplicative solvers with a client run on the same partitions with their kernel
+        panels (every column of the batch in one round trip a pass, :mod:`muflow.dask.panels`)
+        when those fit in the workers' memory, else on a Gram store built on the cluster.
     path : {"auto", "batched", "continuation", "compare"}, default="auto"
         See :mod:`muflow.selection.kernel_solve`; "compare" solves the first kernel setting
         both ways, keeps the faster for the rest, both times in :attr:`SweepResult.path_report`.
@@ -110,16 +112,14 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
         The sweep's thread budget (:func:`muflow.threads.thread_budget`: None or -1 every
         core this process may use, within what the caller allows; a positive integer that
         many). Subset solvers on the chains path share it out to forked processes, each
-        fold's chain on its share (they share an in-memory K copy-on-write; P =
-        min(chains, budget) processes of budget // P threads); 1 solves the chains here in
-        turn. Every solve, row computation and the refit in this process use at most the
-        budget.
+        fold's chain on its share (they share an in-memory K copy-on-write; P = min(chains,
+        budget) processes of budget // P threads); 1 solves the chains here in turn. Every
+        solve, row computation and the refit in this process use at most the budget.
     cache_size : float, default=256
         Megabytes of kernel rows the solvers that read rows cache (libsvm's and
-        :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on
-        demand (a fold's problem on its own samples keeps one cache for its whole C path,
-        the refit has its own; a process holds one at a time), on each worker when X is
-        partitioned over a cluster.
+        :class:`muflow.SVC`'s ``cache_size``): in this process when rows are computed on demand (a
+        fold's problem on its own samples keeps one cache for its whole C path, the refit has its
+        own; a process holds one at a time), on each worker when X is partitioned over a cluster.
     on_kernel_done : callable, optional
         ``on_kernel_done(setting, rows)`` after each kernel setting's results are saved.
     time_limit : float, optional
@@ -147,7 +147,7 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir,
                    max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter)
     check_options(dict(options, n_jobs=n_jobs))
     xp, budget = fit_device(device, client), thread_budget(n_jobs)
-    data = _check_data(X, y, X_test, y_test, folds, seed, client)
+    data = _check_data(X, y, X_test, y_test, folds, seed, client, feature_names, svmlight_zero_based)
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
@@ -176,12 +176,17 @@ class _SweepData:
     member: np.ndarray
     X_test: object = None
     y_test: object = None
-    feature_names: object = None  # a DataFrame X's column names, as SVC.fit keeps them
+    feature_names: object = None  # X's column names (a DataFrame's, else its file's): SVC.fit's
+    zero_based: bool | None = None  # how the svmlight file X was read from was indexed
     unseen: dict = field(default_factory=dict)  # the test set's classes that y lacks: rows
 
 
-def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _SweepData:
-    """Validate X, y and the test set once, and pose the folds and the binary problems."""
+def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None, file_names=None,
+                zero_based=None) -> _SweepData:
+    """Validate X, y and the test set once, and pose the folds and the binary problems.
+
+    X's column names are a DataFrame's own, else ``file_names``, the names its file gave
+    (an array the workers read from a CSV header): the best model keeps them either way."""
     from sklearn.model_selection import StratifiedKFold
     from sklearn.utils.validation import _get_feature_names, check_X_y
 
@@ -216,13 +221,26 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None) -> _Sw
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
         unseen = unseen_classes(y_test, classes, test="y_test", training="y")  # or refused
+    if names is None and file_names is not None:  # after X_test, which an unnamed X matches by position
+        names = _file_names(file_names, X.shape[1])
     n = X.shape[0]
     masks = np.zeros((n, folds), dtype=bool)
     for f, (train, _) in enumerate(StratifiedKFold(folds, shuffle=True, random_state=seed)
                                    .split(np.zeros(n), y_enc)):
         masks[train, f] = True  # one fold's indices at a time
     Y, member = binary_problems(y_enc, len(classes))
-    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names, unseen)
+    return _SweepData(X, y_enc, classes, masks, Y, member, X_test, y_test, names,
+                      None if zero_based is None else bool(zero_based), unseen)
+
+
+def _file_names(names, n_features: int) -> np.ndarray:
+    """The names of X's columns its file gave, as ``feature_names_in_`` holds them; refused
+    where they are not one string a column."""
+    names = np.asarray(list(names), dtype=object)
+    if len(names) != n_features or not all(isinstance(name, str) for name in names):
+        raise MuflowInputError(f"feature_names must be {n_features} strings, one per column of "
+                               f"X, got {list(names)[:5]!r}{' ...' if len(names) > 5 else ''}")
+    return names
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
@@ -390,7 +408,8 @@ class _SweepRun:
             test_metrics = scored_test_set(model, d.X_test, d.y_test, d.unseen, best)
         if d.feature_names is not None:  # after the test score, which read X_test as an array
             model.feature_names_in_ = d.feature_names  # kept and checked as SVC.fit's
-        paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics)
+        paths = rundir.write_outputs(self.out_dir, table, d.masks.shape[1], best, model, test_metrics,
+                                     svmlight_zero_based=d.zero_based)
         paths.update(write_plots(self.out_dir, records, self.Cs))
         timings = self.timings
         timings["total"] = time.perf_counter() - t_start
