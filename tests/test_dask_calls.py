@@ -67,3 +67,44 @@ def test_a_worker_the_client_cannot_reach_is_called_through_the_scheduler(client
         closed.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{closed.getsockname()[1]}"
     assert calls._reaches(client, address) is False
+
+
+def test_a_cluster_of_threads_in_this_process_fits_as_one_of_processes():
+    """``Client(processes=False)`` (workers in this process, ``inproc://``): nothing pickles
+    a call there, so its arrays go as copies of their own, not as :class:`Lent` shells
+    (``begin`` raised "float() argument must be ... not 'Lent'"), and the actor never writes
+    into the caller's arrays. The fit and the products agree with the in-process fit."""
+    from distributed import Client, LocalCluster
+    from sklearn.datasets import make_classification
+
+    import muflow
+
+    X, y = make_classification(n_samples=1500, n_features=8, random_state=0)
+    # m3 a few passes only (its products on the workers' panels): it converges slowly here
+    options = {"working_set": {}, "m3": {"max_iter": 30}}
+    reference = {solver: muflow.SVC(gamma=0.1, solver=solver, **kw).fit(X, y)
+                 for solver, kw in options.items()}
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        parts = DaskRowPartitions(X, Kernel("rbf", gamma=0.1), client)
+        try:
+            assert all(calls.in_this_process(a) for a in parts.actors)
+            sent = np.array([0, 3, 7])
+            call = ActorCall(parts.actors[0], "rows", sent)
+            assert not any(isinstance(a, calls.Lent) for a in call.lent)
+            np.testing.assert_array_equal(call.result(timeout=30), X[sent])
+        finally:
+            parts.close()
+        for solver, kw in options.items():
+            model = muflow.SVC(client=client, gamma=0.1, solver=solver, **kw).fit(X, y)
+            agree = np.mean(model.predict(X) == reference[solver].predict(X))
+            assert agree >= 0.995, (solver, agree)
+
+
+def test_lend_copies_an_array_for_an_actor_in_this_process():
+    a = np.arange(4.0)
+    lent, copied = calls.lend(a), calls.lend(a, in_process=True)
+    assert isinstance(lent, calls.Lent) and lent.value is a
+    assert isinstance(copied, np.ndarray) and not np.shares_memory(copied, a)
+    np.testing.assert_array_equal(copied, a)
+    assert calls.lend(3) == 3 and calls.lend("x", in_process=True) == "x"

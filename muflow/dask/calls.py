@@ -21,6 +21,11 @@ actor's calls through the scheduler unless the client was made with
 (in this process, with a ``LocalCluster``) serialises it a second time. Whether the client
 reaches the workers is asked once per client (:func:`direct_rpc`); a client made with
 ``direct_to_workers=False`` keeps the scheduler's relay.
+
+Workers in this very process (``LocalCluster(processes=False)``, ``Client(processes=False)``:
+``inproc://`` addresses) take a message's objects as they are, unpickled: there an array is
+sent as a copy of its own instead (:func:`lend`), what pickling gives a worker elsewhere: the
+actor neither receives a :class:`Lent` nor shares memory with the caller's arrays.
 """
 
 from __future__ import annotations
@@ -61,9 +66,19 @@ class Lent:
         self.value = None
 
 
-def lend(arg):
-    """``arg`` in a :class:`Lent` when it is an array (NumPy or SciPy sparse), else itself."""
-    return Lent(arg) if isinstance(arg, np.ndarray) or sp.issparse(arg) else arg
+def lend(arg, in_process: bool = False):
+    """``arg`` in a :class:`Lent` when it is an array (NumPy or SciPy sparse), a copy of it
+    for an actor ``in_process`` (:func:`in_this_process`: nothing pickles the message),
+    else ``arg`` itself."""
+    if not (isinstance(arg, np.ndarray) or sp.issparse(arg)):
+        return arg
+    return arg.copy() if in_process else Lent(arg)
+
+
+def in_this_process(actor) -> bool:
+    """Whether ``actor`` lives on a worker of this process (an ``inproc://`` address), whose
+    calls pass their arguments unpickled."""
+    return str(getattr(actor, "_address", "") or "").startswith("inproc://")
 
 
 class ActorCall:
@@ -73,7 +88,8 @@ class ActorCall:
     __slots__ = ("future", "lent")
 
     def __init__(self, actor, method: str, *args):
-        sent = [lend(a) for a in args]
+        in_process = in_this_process(actor)
+        sent = [lend(a, in_process) for a in args]
         self.lent = [a for a in sent if isinstance(a, Lent)]
         rpc = direct_rpc(actor)
         if rpc is None:
@@ -180,4 +196,4 @@ async def answers(calls) -> list:
                 release()
 
 
-__all__ = ["ActorCall", "DirectCall", "Lent", "answers", "direct_rpc", "lend"]
+__all__ = ["ActorCall", "DirectCall", "Lent", "answers", "direct_rpc", "in_this_process", "lend"]
