@@ -184,8 +184,7 @@ def test_a_sweep_whose_workers_read_a_named_file_saves_the_best_model_once_with_
         tmp_path, monkeypatch):
     """``--scheduler``: the workers read the CSV file (X an array there, without names);
     the file's names reach the one save of ``best_model/``. ``--verbose``: the command
-    leaves this process's logging as it is. (An in-thread cluster would not do: the
-    workers' calls unwrap their arrays when unpickled, :mod:`muflow.dask.calls`.)"""
+    leaves this process's logging as it is."""
     import muflow
     from distributed import LocalCluster
 
@@ -198,6 +197,29 @@ def test_a_sweep_whose_workers_read_a_named_file_saves_the_best_model_once_with_
                       "--verbose") == 0
     assert saved == [tmp_path / "sweep" / "best_model"]
     assert list(muflow.load(saved[0]).feature_names_in_) == COLUMNS
+
+
+def test_a_sweep_whose_workers_read_an_svmlight_file_keeps_its_indexing(tmp_path, capsys):
+    """``--scheduler`` on a zero-based svmlight file: the worker that reads it says how it
+    read its indices, the best model keeps that, and --test-data (a zero-based file that
+    never uses feature 0) is read the same way, not guessed one column to the left."""
+    import muflow
+    from distributed import LocalCluster
+
+    from tests.conftest import zero_based_svmlight_pair
+
+    X_test, y_test = zero_based_svmlight_pair(tmp_path, n_train=60, n_test=30)
+    with LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=None,
+                      memory_limit="1GiB") as cluster:
+        assert main(["sweep", "--data", str(tmp_path / "train.svm"), "--kernel", "linear",
+                     "--C", "1", "--folds", "3", "--out", str(tmp_path / "sweep"),
+                     "--no-progress", "--test-data", str(tmp_path / "test.svm"),
+                     "--n-features", "5", "--scheduler", cluster.scheduler_address,
+                     "--verbose"]) == 0
+    model = muflow.load(tmp_path / "sweep" / "best_model")
+    assert model._svmlight_zero_based is True
+    metrics = json.loads((tmp_path / "sweep" / "test_metrics.json").read_text())
+    assert metrics["accuracy"] == pytest.approx(np.mean(model.predict(X_test) == y_test))
 
 
 @pytest.mark.slow

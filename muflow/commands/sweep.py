@@ -195,6 +195,26 @@ def run(args) -> int:
             shutil.rmtree(out, ignore_errors=True)
 
 
+def _as_read(layout) -> dict:
+    """How --data was read, which the best model keeps for ``predict``: its columns' names
+    (the workers' X has none) and an svmlight file's indexing."""
+    return {"feature_names": layout.feature_names, "svmlight_zero_based": layout.zero_based}
+
+
+def _test_set(args, layout, *, dense=False) -> dict:
+    """``{"X_test", "y_test"}`` of --test-data read as --data was (``layout``): its columns
+    by name where both files name them, else by position, an svmlight file with --data's
+    indexing; ``dense`` where the model is fitted on dense X (the workers densify an
+    svmlight file: a model fitted on dense X refuses sparse input). Empty without it."""
+    if not args.test_data:
+        return {}
+    X_test, y_test, _ = read_as_trained(args, path=args.test_data, names=layout.feature_names,
+                                        zero_based=layout.zero_based, trained_on="--data")
+    if dense and hasattr(X_test, "toarray"):
+        X_test = X_test.toarray()
+    return {"X_test": X_test, "y_test": y_test}
+
+
 def _run(args) -> int:
     from muflow.selection import run_sweep
 
@@ -214,17 +234,12 @@ def _run(args) -> int:
     else:
         X, y, layout = read_from_args(args, classes=True)
         X = with_names(X, layout.feature_names)  # kept by the best model, matched by predict
-    test = {}
-    if args.test_data:  # its columns by name where both files name them, else by position
-        X_test, y_test, _ = read_as_trained(args, path=args.test_data, names=layout.feature_names,
-                                            zero_based=layout.zero_based, trained_on="--data")
-        test = {"X_test": X_test, "y_test": y_test}
+        options.update(_as_read(layout))
+        test = _test_set(args, layout)
     options.setdefault("folds", 5)
     from muflow.commands._cluster import rerun_command
 
     options["resume_command"] = rerun_command(args)  # what a cut sweep's messages name
-    # how --data was read, which the best model keeps for `predict` (the workers' X has no names)
-    options.update(feature_names=layout.feature_names, svmlight_zero_based=layout.zero_based)
     if args.scheduler:
         from muflow.dask.cluster import connect, print_dashboard
         from muflow.commands._cluster import log_to_file, one_line_if_scheduler_lost
@@ -236,7 +251,10 @@ def _run(args) -> int:
         try:
             from muflow.data.workers import read_on_workers
 
-            X, y, _ = read_on_workers(source_from_args(args), client, even=True)  # X stays there
+            # X stays there, dense; the layout says how an svmlight file's indices were read
+            X, y, layout = read_on_workers(source_from_args(args), client, even=True)
+            options.update(_as_read(layout))
+            test = _test_set(args, layout, dense=True)
             with client.as_current(), one_line_if_scheduler_lost(
                     client, args, work="the sweep", log_file=log_file,
                     kept=lambda: f"its finished kernel settings are kept in {args.out}"):

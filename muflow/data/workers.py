@@ -21,6 +21,8 @@ partition).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from muflow.dask.scheduler_workers import require_workers, scheduler_workers
@@ -53,7 +55,9 @@ def _read(source, layout, client, even):
             X = persisted(client, da.from_zarr(root, component="X", **kw).astype(np.float64))
             y = da.from_zarr(root, component="y", **kw).compute()
         elif layout.label is None:  # npz or svmlight: one file, loaded by one worker
-            X, y = _whole_file_on_a_worker(source, layout, client)
+            X, y, zero_based = _whole_file_on_a_worker(source, layout, client)
+            if zero_based is not None:  # an svmlight file's indexing, as the worker read it
+                layout = replace(layout, zero_based=zero_based)
         else:
             X, y = _frame_on_workers(source, layout, options, client, where)
         _check_finite(X, where)
@@ -106,10 +110,10 @@ def _whole_file_on_a_worker(source, layout, client):
     import dask.array as da
 
     loaded = client.submit(_load_dense, source, pure=False)
-    shape, y = client.submit(_shape_and_labels, loaded).result()
+    shape, y, zero_based = client.submit(_shape_and_labels, loaded).result()
     X = persisted(client, da.from_delayed(client.submit(_first, loaded), shape=tuple(shape),
                                            dtype=np.float64))
-    return X, y
+    return X, y, zero_based
 
 
 def persisted(client, *collections):
@@ -124,16 +128,19 @@ def persisted(client, *collections):
 
 
 def _load_dense(source):
-    """On a worker: the file's (X, y), X dense float64 (a kernel row is dense anyway)."""
+    """On a worker: the file's (X, y, zero_based), X dense float64 (a kernel row is dense
+    anyway), ``zero_based`` how an svmlight file's indices were read (None for npz): the
+    model keeps it, so that a test or prediction file is read with the training file's
+    indexing instead of a guess of its own."""
     from muflow.data.local import load_source
 
-    X, y, _ = load_source(source)
+    X, y, layout = load_source(source)
     X = X.toarray() if hasattr(X, "toarray") else X
-    return np.ascontiguousarray(X, dtype=np.float64), y
+    return np.ascontiguousarray(X, dtype=np.float64), y, layout.zero_based
 
 
 def _shape_and_labels(loaded):
-    return loaded[0].shape, loaded[1]
+    return loaded[0].shape, loaded[1], loaded[2]
 
 
 def _first(loaded):
