@@ -357,3 +357,21 @@ def test_a_class_the_test_split_leaves_short_is_named_with_the_fix_on_the_worker
     with pytest.raises(MuflowInputError, match=r"class 9 has 3 samples, [12] of them left for "
                                                r"training by the test split"):
         stages.prepare_data(cfg, tmp_path / "run", client)
+
+
+def test_an_svmlight_test_set_on_the_workers_is_read_with_the_training_files_indexing(
+        client, tmp_path):
+    """The workers read both svmlight files: the test file takes the indexing the worker
+    found in the training file (a zero-based test file that never uses feature 0 was
+    guessed one-based, every column one to the left)."""
+    from muflow.config import from_dict
+    from muflow.run_data import read_split_on_workers
+    from tests.conftest import zero_based_svmlight_pair
+
+    X_test, y_test = zero_based_svmlight_pair(tmp_path, n_train=40, n_test=10)
+    cfg = from_dict({"data": {"path": str(tmp_path / "train.svm"),
+                              "test_path": str(tmp_path / "test.svm"), "n_features": 5}})
+    _, X_read, _, y_read, layout = read_split_on_workers(cfg, client)
+    assert layout.zero_based is True
+    np.testing.assert_allclose(np.asarray(X_read), X_test)
+    np.testing.assert_array_equal(y_read, y_test)

@@ -193,3 +193,16 @@ def test_a_test_set_without_column_names_takes_no_column_options(tmp_path):
                                          feature_columns=["c", "a"])
     np.testing.assert_array_equal(X_test, test[["c", "a"]].to_numpy())
     np.testing.assert_array_equal(y_test, test["label"].to_numpy())
+
+
+def test_an_svmlight_test_set_is_read_with_the_training_files_indexing(tmp_path):
+    """A zero-based test file that never uses feature 0, read on its own, is guessed
+    one-based: every column one to the left, silently (data.n_features keeps the widths
+    equal). The data stage reads it with data.path's indexing."""
+    from tests.conftest import zero_based_svmlight_pair
+
+    X_test, y_test = zero_based_svmlight_pair(tmp_path, n_train=40, n_test=10)
+    _, X_read, _, y_read = _test_set_run(tmp_path, tmp_path / "train.svm", tmp_path / "test.svm",
+                                         label_column=None, n_features=5)
+    np.testing.assert_allclose(X_read.toarray(), X_test)  # svmlight is read as CSR
+    np.testing.assert_array_equal(y_read, y_test)

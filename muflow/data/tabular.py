@@ -109,11 +109,17 @@ def matched_test_source(source: DataSource, layout, *, training: str, whole_file
     rule the CLI's and the sweep's test sets follow too). Where either has no names (CSV
     without a header, npz, svmlight, zarr), the columns are matched by position (the
     caller compares their count); an npz, svmlight or zarr test set takes no column options
-    (those name the training set's columns; it holds X and y)."""
+    (those name the training set's columns; it holds X and y), and an svmlight test set is
+    read with the training file's indexing (``layout.zero_based``, as read) unless its own
+    is given: guessed on its own, a zero-based test file that never uses feature 0 is read
+    one-based, every column one to the left."""
     from dataclasses import replace
 
     if source.kind([f["path"] for f in source.files()]) in UNNAMED_LABELS:
-        return replace(source, label_column=None, feature_columns=None)
+        zero_based = source.zero_based
+        if zero_based == "auto" and layout is not None and layout.zero_based is not None:
+            zero_based = layout.zero_based
+        return replace(source, label_column=None, feature_columns=None, zero_based=zero_based)
     if layout is None or not layout.header:
         return source
     # the label's name also tells the test file's header (muflow.data.columns.is_header)
