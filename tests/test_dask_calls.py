@@ -108,3 +108,29 @@ def test_lend_copies_an_array_for_an_actor_in_this_process():
     assert isinstance(copied, np.ndarray) and not np.shares_memory(copied, a)
     np.testing.assert_array_equal(copied, a)
     assert calls.lend(3) == 3 and calls.lend("x", in_process=True) == "x"
+
+
+def test_a_methods_own_error_is_raised_as_it_is_not_taken_for_a_lost_worker(parts):
+    """An IndexError on a worker still there is the method's (a bug's) own: raised at once,
+    by a call and through ``retrying``, with no partition started again (it was taken for a
+    lost worker: four restarts, then "the workers died ... most likely out of memory")."""
+    far = np.array([10**9])
+    with pytest.raises(IndexError):
+        parts.call("rows", far)
+    with pytest.raises(IndexError):
+        parts.retrying(lambda: parts.call("rows", far))
+    assert parts.recoveries == 0
+    np.testing.assert_array_equal(parts.call("rows", np.array([0]))[0], parts.take(np.array([0])))
+
+
+def test_which_errors_say_the_worker_is_lost(parts):
+    actor, client = parts.actors[0], parts.client
+    assert calls.method_error(IndexError("a bug"), actor, client)
+    assert calls.method_error(ValueError("bad input"), actor, client)
+    for lost in (OSError("closed"), MemoryError(), KeyboardInterrupt()):
+        assert not calls.method_error(lost, actor, client)
+
+    class Gone:  # an actor whose worker the scheduler no longer lists
+        _address = "tcp://127.0.0.1:1"
+
+    assert not calls.method_error(IndexError("a bug"), Gone(), client)

@@ -183,6 +183,39 @@ def _reaches(client, address) -> bool:
     return True
 
 
+class LostPartitions(Exception):
+    """Actor calls failed because their workers are gone (partition indices)."""
+
+    def __init__(self, lost):
+        super().__init__(f"partitions {lost} lost with their workers")
+        self.lost = lost
+
+
+def method_error(error, actor, client) -> bool:
+    """Whether an actor call failed by an error of its method (the caller raises it as it
+    is) rather than by its worker's loss (the caller starts the actor again elsewhere): the
+    errors of bad input at once; any other error but a closed connection, a cancelled call
+    or memory running out, while the actor's worker is still listed by the scheduler. An
+    IndexError of a bug was taken for a lost worker: the partitions were started again four
+    times, then the fit was refused with "the workers died ... most likely out of memory"."""
+    import asyncio
+    import concurrent.futures
+
+    from muflow.dask.scheduler_workers import scheduler_workers
+    from muflow.exceptions import MuflowInputError
+
+    if isinstance(error, (ValueError, TypeError, MuflowInputError)):
+        return True
+    if not isinstance(error, Exception) or isinstance(
+            error, (OSError, MemoryError, asyncio.CancelledError, concurrent.futures.CancelledError)):
+        return False
+    address = getattr(actor, "_address", None)
+    try:
+        return address is not None and address in scheduler_workers(client)
+    except Exception:  # noqa: BLE001  (the scheduler does not answer: taken for lost)
+        return False
+
+
 async def answers(calls) -> list:
     """Every call's answer, or the exception it raised; then their arrays released."""
     import asyncio
@@ -196,4 +229,5 @@ async def answers(calls) -> list:
                 release()
 
 
-__all__ = ["ActorCall", "DirectCall", "Lent", "answers", "direct_rpc", "in_this_process", "lend"]
+__all__ = ["ActorCall", "DirectCall", "Lent", "LostPartitions", "answers", "direct_rpc", "in_this_process", "lend",
+           "method_error"]

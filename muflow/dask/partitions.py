@@ -27,7 +27,7 @@ import uuid
 import numpy as np
 import scipy.sparse as sp
 
-from muflow.dask.calls import ActorCall, answers
+from muflow.dask.calls import ActorCall, LostPartitions, answers, method_error
 from muflow.dask.channels import ChannelCall, open_channels, serve
 from muflow.dask.offered_rows import OfferedRows
 from muflow.dask.row_blocks import (copy_everywhere, copy_fits, held_form, homes, row_blocks,
@@ -321,9 +321,11 @@ class DaskRowPartitions(GramOperator):
                 lost = exc.lost
             except (MuflowError, MuflowInputError, ValueError, TypeError):
                 raise
-            except Exception:  # noqa: BLE001  whatever distributed raises for a lost actor
+            except Exception as exc:  # noqa: BLE001  whatever distributed raises for a lost actor
                 from muflow.exceptions import lost_scheduler_error
 
+                if getattr(exc, "raised_by_method", False):  # a method's own error (wait)
+                    raise
                 if getattr(self.client, "status", "running") != "running":
                     raise lost_scheduler_error(self.client) from None
                 lost = list(range(len(self.bounds)))
@@ -392,9 +394,9 @@ class DaskRowPartitions(GramOperator):
         if lost:
             if getattr(self.client, "status", "running") != "running":
                 raise lost_scheduler_error(self.client)
-            own = [got[i] for i in lost
-                   if isinstance(got[i], (ValueError, TypeError, MuflowInputError))]
-            if own:  # the call's own error, not a lost worker
+            own = [got[i] for i in lost if method_error(got[i], self.actors[i], self.client)]
+            if own:  # the call's own error, not a lost worker (retrying raises it too)
+                own[0].raised_by_method = True
                 raise own[0]
             raise LostPartitions(lost)
         return got
@@ -490,11 +492,3 @@ class DaskRowPartitions(GramOperator):
         if self.owns_client:
             self.owns_client = False
             self.client.close()
-
-
-class LostPartitions(Exception):
-    """Actor calls failed because their workers are gone (partition indices)."""
-
-    def __init__(self, lost):
-        super().__init__(f"partitions {lost} lost with their workers")
-        self.lost = lost
