@@ -147,6 +147,8 @@ def test_the_cut_warning_names_the_command_that_continues_the_sweep(slow, tmp_pa
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     np.savez(run_dir / "data.npz", X_train=X, X_test=X[:10], y_train=y, y_test=y[:10])
+    # the data stage's record beside its split: how data.path was read (arrays: no names)
+    (run_dir / "data.json").write_text('{"feature_names": null, "svmlight_zero_based": null}')
     cfg = default_config()
     cfg = dataclasses.replace(cfg, grid=GRID, sweep=dataclasses.replace(
         cfg.sweep, folds=2, solver="smo", tol=1e-4, max_iter=1_000_000, n_jobs=1, time_limit=LIMIT))
