@@ -181,9 +181,10 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True,
     are read back, not recomputed, and the Gram stores come from :func:`gram_dir`. Output:
     ``sweep-summary.json`` (best configuration, the paths of the sweep's outputs, its
     counts of Grams built and settings resumed, and ``kernel_paths``: per kernel setting
-    the path taken, why, the solver and its seconds); ``sweep/best_model/`` is saved once, with
-    how ``data.path`` was read (``data.json``: its features' names, an svmlight file's
-    indexing), as ``model/`` is. The test split is scored by the ``evaluate`` stage alone. A sweep cut at ``sweep.time_limit`` warns naming
+    the path taken, why, the solver and its seconds); ``sweep/best_model/`` is saved once,
+    with how ``data.path`` was read (``data.json``: its features' names, an svmlight file's
+    indexing), as ``model/`` is. The test split is scored by the ``evaluate`` stage alone.
+    A sweep cut at ``sweep.time_limit`` warns naming
     ``resume_command``, the command that continues the run (the ``run`` command's own; by
     default ``python -m muflow run CONFIG.toml --out RUN_DIR --resume``): resuming the
     sweep alone would leave the run's later stages undone."""
@@ -196,7 +197,8 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True,
         X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
         resume=True, progress=progress, **cfg.sweep.sweep_options(),
-        feature_names=data.get("feature_names"), svmlight_zero_based=data.get("svmlight_zero_based"),
+        feature_names=data.get("feature_names"),
+        svmlight_zero_based=data.get("svmlight_zero_based"),
         resume_command=resume_command or f"python -m muflow run CONFIG.toml --out {run_dir} --resume")
     paths = {k: [str(p) for p in v] if isinstance(v, (list, tuple)) else str(v)
              for k, v in dict(result.paths).items()}

@@ -206,8 +206,8 @@ def method_error(error, actor, client) -> bool:
 
     if isinstance(error, (ValueError, TypeError, MuflowInputError)):
         return True
-    if not isinstance(error, Exception) or isinstance(
-            error, (OSError, MemoryError, asyncio.CancelledError, concurrent.futures.CancelledError)):
+    lost = (OSError, MemoryError, asyncio.CancelledError, concurrent.futures.CancelledError)
+    if not isinstance(error, Exception) or isinstance(error, lost):
         return False
     address = getattr(actor, "_address", None)
     try:
@@ -229,5 +229,5 @@ async def answers(calls) -> list:
                 release()
 
 
-__all__ = ["ActorCall", "DirectCall", "Lent", "LostPartitions", "answers", "direct_rpc", "in_this_process", "lend",
-           "method_error"]
+__all__ = ["ActorCall", "DirectCall", "Lent", "LostPartitions", "answers", "direct_rpc",
+           "in_this_process", "lend", "method_error"]

@@ -26,6 +26,12 @@ from distributed.diagnostics.plugin import WorkerPlugin
 MARK = "muflow_log_file"
 
 
+def _loggers() -> list:
+    """The root logger and every named logger of this process."""
+    return [logging.getLogger()] + [logging.getLogger(name)
+                                    for name in list(logging.root.manager.loggerDict)]
+
+
 def move_stderr_records(log_file) -> tuple[logging.Handler, list]:
     """In this process: every log handler that writes to stderr, on the root logger and on
     every named logger, replaced by one handler appending to ``log_file`` (created with its
@@ -38,9 +44,7 @@ def move_stderr_records(log_file) -> tuple[logging.Handler, list]:
     to_file.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     setattr(to_file, MARK, str(path))
     moved = []
-    loggers = [logging.getLogger()] + [logging.getLogger(name)
-                                       for name in list(logging.root.manager.loggerDict)]
-    for logger in loggers:
+    for logger in _loggers():
         for handler in list(logger.handlers):
             if getattr(handler, "stream", None) is not sys.stderr:
                 continue
@@ -54,9 +58,7 @@ def move_stderr_records(log_file) -> tuple[logging.Handler, list]:
 def process_log_file() -> str | None:
     """The file this process's stderr records were moved to (:func:`move_stderr_records`),
     or None where they still reach stderr."""
-    loggers = [logging.getLogger()] + [logging.getLogger(name)
-                                       for name in list(logging.root.manager.loggerDict)]
-    for logger in loggers:
+    for logger in _loggers():
         for handler in getattr(logger, "handlers", ()):
             path = getattr(handler, MARK, None)
             if path is not None:

@@ -208,7 +208,8 @@ def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics, 
         (out_dir / "test_metrics.json").unlink(missing_ok=True)
     paths = {}
     try:
-        paths["best_model"] = save(model, out_dir / "best_model", svmlight_zero_based=svmlight_zero_based)
+        paths["best_model"] = save(model, out_dir / "best_model",
+                                   svmlight_zero_based=svmlight_zero_based)
         paths["results"] = write_text(out_dir / "results.csv", csv_text(table, folds))
         paths["best"] = write_json(out_dir / "best.json", best)
         if test_metrics is not None:

@@ -221,7 +221,7 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None, file_n
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
         unseen = unseen_classes(y_test, classes, test="y_test", training="y")  # or refused
-    if names is None and file_names is not None:  # after X_test, which an unnamed X matches by position
+    if names is None and file_names is not None:  # after X_test: an unnamed X matches by position
         names = _file_names(file_names, X.shape[1])
     n = X.shape[0]
     masks = np.zeros((n, folds), dtype=bool)
