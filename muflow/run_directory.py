@@ -7,7 +7,9 @@ computed again, and every call appends ``<stage> computed`` or ``<stage> reused`
 ``stages.log`` (:func:`log_stage`, read back by :func:`stage_log`). :func:`start_run`
 opens the directory for one configuration only (:func:`config_matches`): the run
 configuration, and for the ``train`` flow the SVC parameters it fits (``train_params``
-in ``config.json``), since its refit stage, like every stage, is reused as it is.
+in ``config.json``), since its refit stage, like every stage, is reused as it is. Where
+the work runs (:data:`WHERE_IT_RUNS`: the Dask scheduler, the LocalCluster's size, the
+timeouts) is no part of it: a run resumes on another cluster.
 """
 
 from __future__ import annotations
@@ -90,6 +92,37 @@ def run_record(cfg: RunConfig, params: dict | None = None) -> dict:
     return json.loads(json.dumps(record, default=_json_default))
 
 
+#: The keys of a run configuration that say where and how patiently the work runs, not what
+#: it computes: a run resumed (or a flow run retried) with other values is the same run.
+WHERE_IT_RUNS = (("cluster", "scheduler"), ("cluster", "workers"), ("cluster", "timeout"),
+                 ("data", "timeout"))
+
+
+def _what_it_computes(record: dict) -> dict:
+    """``record`` (a :func:`run_record`) without :data:`WHERE_IT_RUNS`."""
+    record = json.loads(json.dumps(record))
+    for table, key in WHERE_IT_RUNS:
+        record.get(table, {}).pop(key, None)
+    return record
+
+
+def config_difference(recorded: dict, mine: dict, prefix: str = "") -> str | None:
+    """The first key whose value differs between two records, in words (``grid.C is [1.0]
+    here, [0.1, 1.0] in its config.json``); None when they are equal."""
+    for key in sorted(set(recorded) | set(mine), key=str):
+        name = f"{prefix}{key}"
+        old, new = recorded.get(key), mine.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            found = config_difference(old, new, f"{name}.")
+            if found:
+                return found
+        elif old != new:
+            def text(value):
+                return "not set" if value is None else json.dumps(value)
+            return f"{name} is {text(new)} here, {text(old)} in its config.json"
+    return None
+
+
 def _recorded(run_dir) -> dict:
     path = Path(run_dir) / "config.json"
     try:
@@ -101,8 +134,15 @@ def _recorded(run_dir) -> dict:
 
 def config_matches(run_dir, cfg: RunConfig, params: dict | None = None) -> bool:
     """Whether ``run_dir/config.json`` records ``cfg`` and ``params`` (a run directory
-    holds one run: :func:`run_record`)."""
-    return _recorded(run_dir) == run_record(cfg, params)
+    holds one run: :func:`run_record`), where the work runs aside (:data:`WHERE_IT_RUNS`)."""
+    return _what_it_computes(_recorded(run_dir)) == _what_it_computes(run_record(cfg, params))
+
+
+def other_configuration(run_dir, cfg: RunConfig, params: dict | None = None) -> str:
+    """What differs between ``run_dir``'s configuration and ``cfg`` (see
+    :func:`config_difference`), for a refusal's message."""
+    return config_difference(_what_it_computes(_recorded(run_dir)),
+                             _what_it_computes(run_record(cfg, params))) or "its config.json"
 
 
 def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
@@ -124,8 +164,11 @@ def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
         if not config_matches(run_dir, cfg, params):
             _refuse_other_params(run_dir, _recorded(run_dir), run_record(cfg, params))
             raise MuflowInputError(
-                f"run directory {str(run_dir)!r} holds a run of another configuration; "
-                "resume it with its own configuration or choose a new directory")
+                f"run directory {str(run_dir)!r} holds a run of another configuration "
+                f"({other_configuration(run_dir, cfg, params)}); resume it with its own "
+                "configuration or choose a new directory")
+        if _recorded(run_dir) != run_record(cfg, params):  # on another cluster: where it ran last
+            write_record(path, run_record(cfg, params))
     else:
         write_record(path, run_record(cfg, params))
     return run_dir
@@ -135,7 +178,7 @@ def _refuse_other_params(run_dir, recorded: dict, mine: dict):
     """Refuse, naming them, a run directory of this configuration whose ``train_params``
     differ from this run's (a model trained with other params, or a sweep's)."""
     held, given = recorded.pop("train_params", None), mine.pop("train_params", None)
-    if recorded != mine:
+    if _what_it_computes(recorded) != _what_it_computes(mine):
         return  # another configuration: the caller's message
 
     def what(params):

@@ -340,3 +340,29 @@ def test_test_labels_the_model_never_saw_are_counted_and_named(tmp_path):
         '{"source": "s", "n_samples": 105, "n_features": 3, "n_train": 80, "n_test": 25}')
     report = write_report(default_config(), tmp_path).read_text()
     assert "the test set holds classes the training split does not: 9 (5 rows)" in report
+
+
+def test_a_run_directory_reopens_on_another_cluster_and_records_it(tmp_path):
+    """A flow run retried (or a run resumed) on another Dask scheduler, another number of
+    workers or other timeouts reopens its run directory: those say where the work runs,
+    not what it computes (it was refused as "a run of another configuration"); config.json
+    then records where it ran last. Another grid is refused naming the key."""
+    import json
+
+    from muflow.config import default_config
+    from muflow.pipeline import start_run
+    from muflow.run_directory import log_stage
+
+    cfg = default_config()
+    start_run(cfg, tmp_path)
+    log_stage(tmp_path, "data", "computed", 0.1)
+    elsewhere = cfg.with_overrides(cluster={"scheduler": "tcp://10.0.0.2:8786", "workers": 4,
+                                            "timeout": 30.0}, data={"timeout": 60.0})
+    start_run(elsewhere, tmp_path)
+    recorded = json.loads((tmp_path / "config.json").read_text())
+    assert recorded["cluster"]["scheduler"] == "tcp://10.0.0.2:8786"
+    assert recorded["data"]["timeout"] == 60.0
+    with pytest.raises(MuflowInputError, match=r"another configuration \(sweep.folds is 4 here, "
+                                               r"3 in its config.json\)"):
+        start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path)
+

@@ -205,3 +205,27 @@ def test_importing_muflow_does_not_import_prefect(tmp_path):
             "muflow.cli.build_parser(); print('prefect' in sys.modules)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
     assert res.stdout.strip() == "False", res.stderr
+
+
+def test_a_run_resumes_on_another_scheduler_and_a_changed_key_is_named(tmp_path):
+    """Where the work runs (cluster.scheduler, workers, timeout; data.timeout) is no part of
+    what a run computes: `run --out DIR --resume --scheduler ADDR` continues a run started
+    on a LocalCluster or on a scheduler that came back at another address (it was refused
+    as "a run of another configuration"). A change that does matter is refused naming the
+    key and both values (it named none)."""
+    from argparse import Namespace
+
+    from muflow.commands.run import _check_run_dir
+    from muflow.config import default_config
+    from muflow.run_directory import log_stage, start_run
+
+    cfg = default_config()
+    out = tmp_path / "run"
+    start_run(cfg, out)
+    log_stage(out, "data", "computed", 0.1)
+    elsewhere = cfg.with_overrides(cluster={"scheduler": "tcp://10.0.0.2:8786", "workers": 4,
+                                            "timeout": 30.0}, data={"timeout": 60.0})
+    _check_run_dir(Namespace(resume=True), out, elsewhere)
+    with pytest.raises(MuflowInputError, match=r"holds a run of another configuration \(grid.C "
+                       r"is \[1.0\] here, \[0.1, 1.0, 10.0\] in its config.json\)"):
+        _check_run_dir(Namespace(resume=True), out, cfg.with_overrides(grid={"C": [1.0]}))

@@ -108,24 +108,25 @@ def _check_run_dir(args, out: Path, cfg):
                    else "check --out")
             raise MuflowInputError(
                 f"--out {str(out)!r} holds no muflow run to resume (no config.json); {fix}")
-        from muflow.run_directory import config_matches
+        from muflow.run_directory import config_matches, other_configuration
 
         if not config_matches(out, cfg):
             raise MuflowInputError(
-                f"--out {str(out)!r} holds a run of another configuration (its config.json); "
-                "resume it with the configuration it was started with, or choose a new --out")
+                f"--out {str(out)!r} holds a run of another configuration "
+                f"({other_configuration(out, cfg)}); resume it with the configuration it was "
+                "started with, or choose a new --out")
         from muflow.run_data import check_source_unchanged
 
         check_source_unchanged(cfg, out)  # never resumed on changed data
         return
     if (out / "config.json").is_file():
-        from muflow.run_directory import config_matches
+        from muflow.run_directory import config_matches, other_configuration
 
         if not config_matches(out, cfg):  # --resume would be refused as well
             raise MuflowInputError(
-                f"--out {str(out)!r} holds a run of another configuration (its config.json); "
-                "choose a new directory, or resume that run with the configuration it was "
-                "started with")
+                f"--out {str(out)!r} holds a run of another configuration "
+                f"({other_configuration(out, cfg)}); choose a new directory, or resume that "
+                "run with the configuration it was started with")
     if out.exists() and (not out.is_dir() or not _holds_no_output(out)):
         raise MuflowInputError(
             f"--out {str(out)!r} exists and is not empty; add --resume to continue that run "
