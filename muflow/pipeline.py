@@ -215,6 +215,31 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True,
     return info
 
 
+def svc_params(cfg: RunConfig, params: dict) -> dict:
+    """The keyword arguments of the ``train`` flow's :class:`muflow.SVC`: ``params`` over
+    the configuration's ``[sweep]`` ``solver``, ``intercept``, ``tol`` and ``max_iter``
+    (``params`` win: every SVC keyword may be given), checked as ``SVC.fit`` checks them,
+    so that params it would refuse are refused before a run directory records them."""
+    import inspect
+
+    import muflow
+
+    if not isinstance(params, dict):
+        raise MuflowInputError(f"train params must be a mapping of SVC keywords, got {params!r}")
+    allowed = list(inspect.signature(muflow.SVC).parameters)
+    unknown = [k for k in params if k not in allowed]
+    if unknown:
+        raise MuflowInputError(f"train params: {', '.join(map(repr, unknown))} is no SVC keyword; "
+                               f"SVC takes {', '.join(allowed)}")
+    kwargs = {"solver": cfg.sweep.solver, "intercept": cfg.sweep.intercept, "tol": cfg.sweep.tol,
+              "max_iter": cfg.sweep.max_iter, **params}
+    try:
+        muflow.SVC(**kwargs)._check_params()
+    except MuflowInputError as exc:
+        raise type(exc)(f"train params: {exc}") from None
+    return kwargs
+
+
 @stage("refit", "refit.json")
 def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     """Stage ``refit``: the best configuration fitted on the whole training set.
@@ -222,7 +247,8 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
     After a sweep this is the sweep's own best model: :func:`muflow.selection.run_sweep` solves
     the all-samples problem of every configuration in the same batch as the folds, so the
     refit needs no new Gram and no new solve; it is loaded and saved as ``model/``. With
-    ``params`` (the ``train`` flow) an :class:`muflow.SVC` is fitted here instead.
+    ``params`` (the ``train`` flow) an :class:`muflow.SVC` of :func:`svc_params` is fitted
+    here instead.
     Output: ``model/`` (:func:`muflow.save`), ``objective.png``, ``refit.json``.
     """
     import muflow
@@ -235,8 +261,7 @@ def refit_best(cfg: RunConfig, run_dir, params: dict | None = None) -> dict:
         source = "the sweep's all-samples solve"
     else:
         X_train, y_train = training_split(cfg, run_dir)
-        model = muflow.SVC(**params, solver=cfg.sweep.solver, intercept=cfg.sweep.intercept,
-                           tol=cfg.sweep.tol, max_iter=cfg.sweep.max_iter).fit(X_train, y_train)
+        model = muflow.SVC(**svc_params(cfg, params)).fit(X_train, y_train)
         source = "fitted by the train stage"
     data = read_record(run_dir / "data.json")
     names = data.get("feature_names")  # the split's arrays have none: data.path's header

@@ -162,7 +162,9 @@ def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
         write_record(path, run_record(cfg, params))
     elif path.exists():
         if not config_matches(run_dir, cfg, params):
-            _refuse_other_params(run_dir, _recorded(run_dir), run_record(cfg, params))
+            if _refuse_other_params(run_dir, _recorded(run_dir), run_record(cfg, params)):
+                write_record(path, run_record(cfg, params))  # the other params fitted nothing
+                return run_dir
             raise MuflowInputError(
                 f"run directory {str(run_dir)!r} holds a run of another configuration "
                 f"({other_configuration(run_dir, cfg, params)}); resume it with its own "
@@ -174,12 +176,17 @@ def start_run(cfg: RunConfig, run_dir, params: dict | None = None) -> Path:
     return run_dir
 
 
-def _refuse_other_params(run_dir, recorded: dict, mine: dict):
+def _refuse_other_params(run_dir, recorded: dict, mine: dict) -> bool:
     """Refuse, naming them, a run directory of this configuration whose ``train_params``
-    differ from this run's (a model trained with other params, or a sweep's)."""
+    differ from this run's (a model trained with other params, or a sweep's). True where
+    both are ``train`` runs and the other params' refit never finished (it failed: their
+    directory holds the data stage alone, which does not depend on them), so that this
+    run's params replace them; False for another configuration (the caller's message)."""
     held, given = recorded.pop("train_params", None), mine.pop("train_params", None)
     if _what_it_computes(recorded) != _what_it_computes(mine):
-        return  # another configuration: the caller's message
+        return False
+    if held is not None and given is not None and not (Path(run_dir) / "refit.json").exists():
+        return True
 
     def what(params):
         return "a sweep of the grid" if params is None else f"a model trained with params {params}"

@@ -192,11 +192,12 @@ def test_a_train_run_directory_is_refused_to_a_sweep_and_to_other_params(tmp_pat
     sweeps, or trains other params, is refused before any stage is reused."""
     from muflow.config import default_config
     from muflow.pipeline import start_run
-    from muflow.run_directory import log_stage
+    from muflow.run_directory import log_stage, write_record
 
     cfg = default_config()
     start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})
     log_stage(tmp_path, "data", "computed", 0.1)
+    write_record(tmp_path / "refit.json", {"params": {"kernel": "linear", "C": 0.001}})
     start_run(cfg, tmp_path, {"kernel": "linear", "C": 0.001})  # the same run: reopened
     with pytest.raises(MuflowInputError, match=r"holds a model trained with params .* not a "
                                                r"sweep of the grid"):
@@ -366,3 +367,25 @@ def test_a_run_directory_reopens_on_another_cluster_and_records_it(tmp_path):
                                                r"3 in its config.json\)"):
         start_run(cfg.with_overrides(sweep={"folds": 4}), tmp_path)
 
+
+def test_a_train_directory_whose_fit_failed_takes_other_params(tmp_path):
+    """The train flow's fit failed (its data stage finished, no refit): the same
+    configuration with other params takes the directory, as nothing was fitted with the
+    first ones (it was refused as "holds a model trained with params ..."); once a refit
+    finished, other params are refused."""
+    import json
+
+    from muflow.config import default_config
+    from muflow.pipeline import start_run
+    from muflow.run_directory import log_stage, write_record
+
+    cfg = default_config()
+    start_run(cfg, tmp_path, {"kernel": "rbf", "C": float("inf")})
+    log_stage(tmp_path, "data", "computed", 0.1)
+    start_run(cfg, tmp_path, {"kernel": "rbf", "C": 1.0})
+    assert json.loads((tmp_path / "config.json").read_text())["train_params"]["C"] == 1.0
+    write_record(tmp_path / "refit.json", {"params": {"kernel": "rbf", "C": 1.0}})
+    with pytest.raises(MuflowInputError, match=r"holds a model trained with params"):
+        start_run(cfg, tmp_path, {"kernel": "rbf", "C": 10.0})
+    with pytest.raises(MuflowInputError, match=r"not a sweep of the grid"):
+        start_run(cfg, tmp_path)

@@ -178,12 +178,16 @@ def sweep(config: dict | str | None = None, out_dir: str | None = None,
 @flow(name="train", log_prints=True)
 def train(config: dict | str | None = None, out_dir: str | None = None,
           params: dict | None = None) -> dict:
-    """Fit one configuration (``params``, SVC keywords; default RBF, C=1, gamma "scale")
-    on the training split, evaluate it on the test split and write the report. In memory:
-    no cluster. The params are recorded with the configuration (``config.json``): an
-    ``out_dir`` that holds a model of other params, or a sweep, is refused."""
+    """Fit one configuration (``params``, SVC keywords; default RBF, C=1, gamma "scale";
+    ``solver``, ``intercept``, ``tol`` and ``max_iter`` default to the configuration's
+    ``[sweep]`` values) on the training split, evaluate it on the test split and write the
+    report. In memory: no cluster. Params SVC refuses are refused before anything is
+    written (:func:`muflow.pipeline.svc_params`). The params are recorded with the
+    configuration (``config.json``): an ``out_dir`` that holds a model of other params, or
+    a sweep, is refused."""
     cfg, run_dir = _setup(config, out_dir, None)
     params = params or {"kernel": "rbf", "C": 1.0, "gamma": "scale"}
+    stages.svc_params(cfg, params)
     _start(cfg, run_dir, params=params)
     tasks.refit_best(cfg, run_dir, params)
     metrics = tasks.evaluate(cfg, run_dir)

@@ -126,6 +126,28 @@ def test_train_flow_refuses_a_run_directory_of_other_params(tmp_path):
     assert again["metrics"] == first["metrics"] and stage_log(run)[-3][1] == "reused"
 
 
+def test_train_flow_takes_every_svc_keyword_and_refuses_bad_params_before_writing(tmp_path):
+    """params are SVC keywords, solver, intercept, tol and max_iter among them (the
+    configuration's [sweep] values are only their defaults: they raised "got multiple values
+    for keyword argument 'solver'"). Params SVC refuses (an unknown keyword, C = -1) are
+    refused before anything is written, and not retried: the directory they left recorded
+    them, and the corrected params were refused there as "a model trained with params
+    {'kernel': 'rbf', 'C': -1}", which had fitted nothing."""
+    from muflow.flows.pipeline import train
+
+    run = tmp_path / "t"
+    with pytest.raises(MuflowInputError, match=r"^train params: C must be a positive number"):
+        train(out_dir=str(run), params={"kernel": "rbf", "C": -1})
+    with pytest.raises(MuflowInputError, match=r"^train params: 'gama' is no SVC keyword; SVC "
+                                               r"takes kernel, C, gamma"):
+        train(out_dir=str(run), params={"kernel": "rbf", "gama": 0.1})
+    assert not (run / "config.json").exists()
+    result = train(out_dir=str(run), params={"kernel": "rbf", "C": 1.0, "solver": "cd",
+                                             "intercept": "none", "tol": 1e-2})
+    refit = json.loads((run / "refit.json").read_text())
+    assert (refit["solver"], refit["tol"]) == ("cd", 1e-2) and result["metrics"]["accuracy"] > 0.9
+
+
 def test_a_relative_out_dir_is_made_absolute_before_anything_is_recorded(tmp_path, monkeypatch):
     from muflow.flows.pipeline import train
 
