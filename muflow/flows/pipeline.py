@@ -9,7 +9,8 @@ Every flow takes the same three infrastructure-free parameters (``pipeline`` als
 - ``out_dir``: the run directory; by default ``muflow-runs/<flow run name>-<id>`` in the
   working directory, the same for every retry of one flow run, so a retried run resumes;
   a relative one is taken in the flow's working directory and made absolute before
-  anything is recorded or sent to the workers;
+  anything is recorded or sent to the workers. A flow run holds its lock
+  (:mod:`muflow.runlock`): a second flow run or ``muflow run`` on it is refused meanwhile;
 - ``scheduler``: address of a running Dask scheduler (``tcp://host:8786``) overriding
   ``cluster.scheduler``; with neither, the flow starts a ``LocalCluster`` for the run.
 
@@ -74,6 +75,18 @@ def _setup(config, out_dir, scheduler):
     return cfg, str(Path(out_dir).absolute())
 
 
+@contextmanager
+def _held(run_dir):
+    """The run directory's lock (:func:`muflow.runlock.hold_run_dir`) for the flow's work:
+    two flow runs given one ``out_dir`` (or a flow run and a ``muflow run``) would race on
+    its records and stages; the second is refused naming the first's pid. The ``run``
+    command, which holds it already, passes."""
+    from muflow.runlock import hold_run_dir
+
+    with hold_run_dir(run_dir, option="out_dir", holder="run (`muflow run` or a flow run)"):
+        yield
+
+
 def _start(cfg, run_dir, address=None, params=None):
     """Create (or reopen) the run directory with its configuration (and the ``train``
     flow's ``params``: a directory of other params is refused), then load, validate and
@@ -134,18 +147,19 @@ def pipeline(config: dict | str | None = None, out_dir: str | None = None,
     Returns ``{"run_dir", "report", "summary"}``.
     """
     cfg, run_dir = _setup(config, out_dir, scheduler)
-    with _on_cluster(cfg, run_dir) as address:
-        tasks.build_gram(cfg, run_dir, address)
-        tasks.fit_grid(cfg, run_dir, address, resume_command)
-        on_workers = stages.reads_on_workers(run_dir)
-        if on_workers:  # the test split is on the workers: evaluated there
+    with _held(run_dir):
+        with _on_cluster(cfg, run_dir) as address:
+            tasks.build_gram(cfg, run_dir, address)
+            tasks.fit_grid(cfg, run_dir, address, resume_command)
+            on_workers = stages.reads_on_workers(run_dir)
+            if on_workers:  # the test split is on the workers: evaluated there
+                tasks.refit_best(cfg, run_dir)
+                tasks.evaluate(cfg, run_dir, address)
+        if not on_workers:
             tasks.refit_best(cfg, run_dir)
-            tasks.evaluate(cfg, run_dir, address)
-    if not on_workers:
-        tasks.refit_best(cfg, run_dir)
-        tasks.evaluate(cfg, run_dir)
-    report = tasks.write_report(cfg, run_dir)
-    tasks.publish_artifacts(run_dir)
+            tasks.evaluate(cfg, run_dir)
+        report = tasks.write_report(cfg, run_dir)
+        tasks.publish_artifacts(run_dir)
     get_run_logger().info("report: %s", report)
     return {"run_dir": run_dir, "report": report, "summary": stages.summary_rows(run_dir)}
 
@@ -159,7 +173,7 @@ def gram(config: dict | str | None = None, out_dir: str | None = None,
     the same configuration reads, and none for the settings on rows on demand or on X
     partitioned over the workers; ``gram.json`` records each setting's plan and reason."""
     cfg, run_dir = _setup(config, out_dir, scheduler)
-    with _on_cluster(cfg, run_dir) as address:
+    with _held(run_dir), _on_cluster(cfg, run_dir) as address:
         return tasks.build_gram(cfg, run_dir, address)
 
 
@@ -168,10 +182,11 @@ def sweep(config: dict | str | None = None, out_dir: str | None = None,
           scheduler: str | None = None) -> dict:
     """Cross-validate the grid (Gram stores built or reused first) and publish the results."""
     cfg, run_dir = _setup(config, out_dir, scheduler)
-    with _on_cluster(cfg, run_dir) as address:
-        tasks.build_gram(cfg, run_dir, address)
-        result = tasks.fit_grid(cfg, run_dir, address)
-    tasks.publish_artifacts(run_dir, key_prefix="muflow-sweep")
+    with _held(run_dir):
+        with _on_cluster(cfg, run_dir) as address:
+            tasks.build_gram(cfg, run_dir, address)
+            result = tasks.fit_grid(cfg, run_dir, address)
+        tasks.publish_artifacts(run_dir, key_prefix="muflow-sweep")
     return result
 
 
@@ -188,11 +203,12 @@ def train(config: dict | str | None = None, out_dir: str | None = None,
     cfg, run_dir = _setup(config, out_dir, None)
     params = params or {"kernel": "rbf", "C": 1.0, "gamma": "scale"}
     stages.svc_params(cfg, params)
-    _start(cfg, run_dir, params=params)
-    tasks.refit_best(cfg, run_dir, params)
-    metrics = tasks.evaluate(cfg, run_dir)
-    report = tasks.write_report(cfg, run_dir)
-    tasks.publish_artifacts(run_dir, key_prefix="muflow-train")
+    with _held(run_dir):
+        _start(cfg, run_dir, params=params)
+        tasks.refit_best(cfg, run_dir, params)
+        metrics = tasks.evaluate(cfg, run_dir)
+        report = tasks.write_report(cfg, run_dir)
+        tasks.publish_artifacts(run_dir, key_prefix="muflow-train")
     return {"run_dir": run_dir, "report": report, "metrics": metrics}
 
 

@@ -148,6 +148,35 @@ def test_train_flow_takes_every_svc_keyword_and_refuses_bad_params_before_writin
     assert (refit["solver"], refit["tol"]) == ("cd", 1e-2) and result["metrics"]["accuracy"] > 0.9
 
 
+def test_a_flow_run_on_an_out_dir_held_by_another_run_is_refused(tmp_path):
+    """Two runs on one out_dir (two deployment runs given the same out_dir, a flow run
+    beside `muflow run`) raced on its config.json, stages.log and outputs: a flow run holds
+    the lock `muflow run` holds, and the second is refused naming the first's pid, having
+    written nothing. The run command, which holds the lock, runs its own flow in it."""
+    import fcntl
+    import os
+    import re
+
+    from muflow.flows.pipeline import train
+    from muflow.runlock import LOCK_NAME, RunDirBusyError, hold_run_dir
+
+    run = tmp_path / "t"
+    run.mkdir()
+    fd = os.open(run / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # another holder's flock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, b"4242\n", 0)
+        with pytest.raises(RunDirBusyError, match="^" + re.escape(
+                f"{run} is in use by another run (`muflow run` or a flow run) (pid 4242); "
+                "wait for it to finish, or choose another out_dir")):
+            train(out_dir=str(run))
+    finally:
+        os.close(fd)
+    assert sorted(os.listdir(run)) == [LOCK_NAME]
+    with hold_run_dir(run):  # the run command holds it and calls the flow
+        assert train(out_dir=str(run))["metrics"]["accuracy"] > 0.9
+
+
 def test_a_relative_out_dir_is_made_absolute_before_anything_is_recorded(tmp_path, monkeypatch):
     from muflow.flows.pipeline import train
 

@@ -103,16 +103,24 @@ def test_a_fresh_sweep_leaves_nothing_of_an_earlier_one_and_refuses_a_run_direct
 def test_the_sweep_command_holds_its_directory(tmp_path, capsys):
     """Two sweeps on one --out at once: the second is refused in one line while the first
     holds the directory (both wrote, and the second's outputs replaced the first's)."""
+    import fcntl
+    import os
+
     from muflow.cli import main
-    from muflow.runlock import hold_run_dir
+    from muflow.runlock import LOCK_NAME
 
     data = tmp_path / "d.npz"
     X, y = muflow.datasets.load_breast_cancer()
     np.savez(data, X=X[:100], y=y[:100])
     out = tmp_path / "sweep"
-    with hold_run_dir(out, command="muflow sweep"):
+    out.mkdir()
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)  # another process's flock (the
+    try:  # lock held by this call stack is taken again: a command holding it calls a flow)
+        fcntl.flock(fd, fcntl.LOCK_EX)
         assert main(["sweep", "--data", str(data), "--kernel", "linear", "--C", "1",
                      "--folds", "3", "--out", str(out), "--no-progress"]) == 2
+    finally:
+        os.close(fd)
     assert "is in use by another `muflow sweep`" in capsys.readouterr().err
     afile = tmp_path / "file.csv"
     afile.write_text("x\n")
