@@ -215,7 +215,7 @@ default="rbf"
         Shape of the training X.
     n_iter_ : ndarray of shape (n_problems,)
         Iterations taken, in the unit of ``max_iter``; after a fit resumed from a
-        checkpoint, those of this call (the checkpoint holds the total).
+        checkpoint, counted from the fit's beginning, as ``max_iter`` counts them.
     probA_, probB_ : ndarray of shape (n_problems,)
         Platt's sigmoid per binary problem (deprecated, as scikit-learn 1.9's); empty
         without ``probability=True``.

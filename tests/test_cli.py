@@ -139,6 +139,34 @@ def test_fit_killed_midway_resumes_to_the_same_solution(tmp_path, capsys):
     assert np.mean(resumed.predict(named) == fresh.predict(X)) >= 0.99
 
 
+def test_fit_resume_summary_counts_each_iteration_once(tmp_path, capsys):
+    """A fit resumed at the checkpoint's 30 passes with --max-iter 50 runs the 20 left: its
+    line says so, and its "in all" is the model's n_iter_ (it said "50 iterations after the
+    checkpoint's 30 (80 in all)", adding the checkpoint's to a count that held them)."""
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    import muflow
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(0.0, 1.0, (40, 3)), rng.normal(1.0, 1.0, (40, 3))])
+    y = np.repeat([0, 1], 40)
+    data = tmp_path / "train.npz"
+    np.savez(data, X=X, y=y)
+    out = tmp_path / "model"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        muflow.SVC(solver="munk", gamma=0.5, tol=1e-12, max_iter=30).fit(
+            X, y, checkpoint_dir=tmp_path / "model.checkpoint", checkpoint_every=10)
+    capsys.readouterr()
+    assert main(["fit", "--data", str(data), "--solver", "munk", "--gamma", "0.5", "--tol", "1e-12",
+                 "--max-iter", "50", "--checkpoint-every", "10", "--quiet", "--resume",
+                 "--out", str(out)]) == 0
+    assert muflow.load(out).n_iter_.max() == 50
+    assert "20 iterations after the checkpoint's 30 (50 in all)" in capsys.readouterr().out
+
+
 def test_fit_with_rows_on_demand(csv_file, tmp_path, capsys):
     out = tmp_path / "model"
     assert main(["fit", "--data", str(csv_file), "--label-column", "target", "--gamma", "0.5",

@@ -98,7 +98,7 @@ def run(args) -> int:
     from muflow.persistence import check_replaceable
 
     check_replaceable(out)  # refused before the fit, not after it
-    before = 0  # iterations the resumed checkpoint holds (n_iter_ counts this call's)
+    before = 0  # iterations the resumed checkpoint holds (n_iter_ counts them too)
     if args.resume:
         from muflow.checkpoint import load_checkpoint
 
@@ -117,9 +117,9 @@ def run(args) -> int:
                  f"NOT converged: stopped at --time-limit {args.time_limit:g} s" if stopped else
                  "NOT converged (raise --max-iter)")
     unit = svc_iteration_unit(model.solver_)  # n_iter_'s unit (SMO: pair steps, not sweeps)
-    done = int(model.n_iter_.max())
+    done = int(model.n_iter_.max())  # counted from the fit's beginning, the checkpoint's too
     counted = f"{done} iterations" if not before else \
-        f"{done} iterations after the checkpoint's {before} ({done + before} in all)"
+        f"{done - before} iterations after the checkpoint's {before} ({done} in all)"
     print(f"solver {model.solver_}: {counted} ({unit}), {converged}, "
           f"KKT violation {model.kkt_violation_.max():.2e}, {len(model.support_)} support vectors, "
           f"training accuracy {model.score(X, y):.4f}, {model.fit_time_:.2f} s")
