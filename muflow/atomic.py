@@ -9,6 +9,8 @@ crashed run never leaves a half-written result that looks complete.
   file name (``np.savez``, ``fig.savefig``, zarr); the one primitive the others use.
 - :func:`write_text` / :func:`write_json`: the common cases.
 - :func:`atomic_directory`: a directory filled by a callback (models, run records).
+- :func:`check_writable`: a command's output place refused before its work, in one line,
+  where nothing can be written (the write itself failed at the end, naming a temporary).
 
 A target that is a link is followed: the file it names is replaced, the link stays. A
 target that is no regular file (a FIFO, ``/dev/null``, ``/dev/stdout``) is written into,
@@ -18,6 +20,7 @@ as a shell's ``>`` does: a rename would put a file in its place.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -132,3 +135,51 @@ def atomic_directory(path, write_into: Callable[[Path], object]) -> Path:
         raise
     _fsync_directory(path.parent)
     return path
+
+
+def unwritable_error(directory, exc: OSError, option: str, what: str):
+    """A directory nothing can be written in (permissions, an immutable or read-only file
+    system) where ``what`` must be written, with the fix: another ``option``."""
+    from muflow.exceptions import MuflowInputError
+
+    other = "another cache directory (--cache-dir)" if option == "--cache-dir" else f"another {option}"
+    return MuflowInputError(
+        f"cannot write in {directory} ({exc.strerror or exc}), where {what} must be written; "
+        f"choose {other}, or make it writable")
+
+
+def check_writable(path, option: str, what: str, *, inside: bool = False) -> None:
+    """Refuse, before a command's work, a local output that cannot be written: the
+    directory a temporary sibling of ``path`` goes into (``inside``: ``path`` itself, a
+    directory written into), or the nearest existing one above it, which the writers
+    create the rest under, must take a new file (tried: permission bits do not tell an
+    immutable directory, a read-only file system or root's rights). Raises
+    :func:`unwritable_error` naming ``option``, or names a file above ``path`` where a
+    directory must be. A URL, a special file written into (a FIFO, ``/dev/stdout``) and a
+    file at ``path`` itself (the callers name that) are left alone."""
+    from muflow.exceptions import MuflowInputError
+
+    path = os.fspath(path)
+    if "://" in path:
+        return
+    target = Path(os.path.abspath(path))
+    if not inside:
+        kind = _existing_kind(target)
+        if kind == "special":
+            return
+        target = (Path(os.path.realpath(target)) if kind == "link" else target).parent
+    elif os.path.lexists(target) and not target.is_dir():
+        return
+    while not os.path.lexists(target) and target.parent != target:
+        target = target.parent
+    if not target.is_dir():
+        raise MuflowInputError(f"{option} {path}: {target} is a file, not a directory; choose "
+                               f"another {option}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".muflow-write-check.", dir=target)
+    except OSError as exc:  # EACCES, EPERM (an immutable directory), a read-only file system
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise
+        raise unwritable_error(target, exc, option, what) from None
+    os.close(fd)
+    os.unlink(probe)

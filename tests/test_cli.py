@@ -1,5 +1,6 @@
 """The command line: fit and predict on every data format, exit codes, no partial output."""
 
+import os
 import subprocess
 import sys
 
@@ -212,6 +213,48 @@ def test_fit_refuses_an_out_that_is_not_a_model_before_fitting(csv_file, tmp_pat
     assert main(["fit", "--data", str(csv_file), "--out", str(folder), "--quiet"]) == 2
     assert "holds other things (notes.txt)" in capsys.readouterr().err
     assert (folder / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("command, out", [("fit", "locked/model"), ("fit", "locked/new/model"),
+                                          ("predict", "locked/predictions.csv"),
+                                          ("sweep", "locked/sweep"), ("sweep", "locked")])
+def test_an_out_nothing_can_be_written_in_is_refused_in_one_line_before_the_work(
+        csv_file, tmp_path, capsys, monkeypatch, command, out):
+    """It was a raw PermissionError naming a temporary file (predict: '.predictions.csv.x1y2
+    .tmp'), exit code 1, after the fit or the predictions were computed."""
+    import muflow
+    from tests.read_only import read_only
+
+    model = tmp_path / "m"
+    assert main(["fit", "--data", str(csv_file), "--out", str(model), "--quiet"]) == 0
+    capsys.readouterr()
+    (tmp_path / "locked").mkdir()
+    for method in ("fit", "predict"):
+        monkeypatch.setattr(muflow.SVC, method, lambda *a, **k: pytest.fail("computed first"))
+    args = {"fit": ["--data", str(csv_file), "--quiet"],
+            "predict": ["--model", str(model), "--data", str(csv_file)],
+            "sweep": ["--data", str(csv_file), "--folds", "2", "--no-progress"]}[command]
+    with read_only(tmp_path / "locked"):
+        assert main([command, *args, "--out", str(tmp_path / out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"muflow {command}: error: cannot write in {tmp_path / 'locked'} (")
+    assert err.endswith("choose another --out, or make it writable") and "\n" not in err
+    assert os.listdir(tmp_path / "locked") == []
+
+
+@pytest.mark.parametrize("command", ["fit", "predict", "sweep"])
+def test_an_out_below_a_file_is_named_in_one_line(csv_file, tmp_path, capsys, command):
+    """It was a raw NotADirectoryError, exit code 1."""
+    model = tmp_path / "m"
+    assert main(["fit", "--data", str(csv_file), "--out", str(model), "--quiet"]) == 0
+    capsys.readouterr()
+    args = {"fit": ["--data", str(csv_file), "--quiet"],
+            "predict": ["--model", str(model), "--data", str(csv_file)],
+            "sweep": ["--data", str(csv_file), "--folds", "2", "--no-progress"]}[command]
+    out = csv_file / "sub" / "out"
+    assert main([command, *args, "--out", str(out)]) == 2
+    assert (f"--out {out}: {csv_file} is a file, not a directory; choose another --out"
+            in capsys.readouterr().err)
 
 
 def test_an_interrupted_fit_says_how_to_continue(csv_file, tmp_path, capsys, monkeypatch):

@@ -160,6 +160,22 @@ def test_a_non_empty_out_dir_needs_resume(tmp_path):
     assert res.returncode == 2 and "no muflow run to resume" in res.stderr
 
 
+def test_an_out_nothing_can_be_written_in_is_refused_in_one_line(tmp_path):
+    """It was a raw PermissionError, exit code 1."""
+    from tests.read_only import read_only
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    with read_only(locked):
+        res = muflow("run", "--out", str(locked / "run"), cwd=tmp_path)
+    assert res.returncode == 2, res.stderr
+    err = res.stderr.strip()
+    assert err.startswith(f"muflow run: error: cannot write in {locked} (") and "\n" not in err
+    assert err.endswith("where the run directory must be written; choose another --out, or make "
+                        "it writable")
+    assert os.listdir(locked) == []
+
+
 def _stopped_before_its_configuration(out: Path) -> Path:
     """What a run killed in its first seconds leaves: its lock and run.log, no config.json."""
     from muflow.runlock import hold_run_dir

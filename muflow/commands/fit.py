@@ -98,6 +98,9 @@ def run(args) -> int:
     from muflow.persistence import check_replaceable
 
     check_replaceable(out)  # refused before the fit, not after it
+    from muflow.atomic import check_writable
+
+    check_writable(out, "--out", f"the model {args.out} and its checkpoint")
     before = 0  # iterations the resumed checkpoint holds (n_iter_ counts them too)
     if args.resume:
         from muflow.checkpoint import load_checkpoint

@@ -34,6 +34,13 @@ def run(args) -> int:
     import muflow
 
     model = muflow.load(args.model)
+    if args.out:  # refused before the data are read and predicted, not after
+        from muflow.atomic import check_writable
+        from muflow.exceptions import MuflowInputError
+
+        if Path(args.out).is_dir():
+            raise MuflowInputError(f"--out {args.out} is a directory; give the CSV file to write")
+        check_writable(args.out, "--out", f"the predictions {args.out}")
     if args.no_labels:
         if args.label_column is not None:
             from muflow.exceptions import MuflowInputError
@@ -41,10 +48,6 @@ def run(args) -> int:
             raise MuflowInputError("--no-labels and --label-column contradict each other; give one")
         args.label_column = False
     X, y = _read_for(model, args)
-    if args.out and Path(args.out).is_dir():
-        from muflow.exceptions import MuflowInputError
-
-        raise MuflowInputError(f"--out {args.out} is a directory; give the CSV file to write")
     pred = model.predict(X)
     if args.out:
 

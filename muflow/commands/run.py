@@ -181,6 +181,9 @@ def _run(args, launched) -> int:
         args.argv = [*getattr(args, "argv", ["run"]), "--out", str(out)]
     if out.exists() and not out.is_dir():
         raise MuflowInputError(f"--out {str(out)!r} is a file; choose a directory")
+    from muflow.atomic import check_writable
+
+    check_writable(out, "--out", "the run directory", inside=True)
     created = not out.exists()
     from muflow.runlock import hold_run_dir
 

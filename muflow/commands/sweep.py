@@ -175,10 +175,12 @@ def _kernels_from_args(args, grid):
 
 
 def run(args) -> int:
+    from muflow.atomic import check_writable
     from muflow.commands._cluster import hint_when_interrupted
     from muflow.runlock import hold_run_dir, is_lock_file
 
     out = Path(args.out)
+    check_writable(out, "--out", "the sweep's run directory", inside=True)
     made = not os.path.lexists(out)
 
     def kept():

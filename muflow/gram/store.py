@@ -39,7 +39,7 @@ import scipy.sparse as sp
 import zarr
 from zarr.core.sync import sync
 
-from muflow.atomic import write_json
+from muflow.atomic import unwritable_error, write_json
 from muflow.exceptions import MuflowInputError
 from muflow.gram.tiling import n_tiles, tile_bounds, tile_pairs
 from muflow.kernels import Kernel
@@ -142,15 +142,6 @@ def record_in_cache(cache_dir: str, fp: dict, kernel: Kernel, dtype: str, url: s
                           "dtype": dtype})
     except PermissionError as exc:
         raise unwritable_error(cache_dir, exc, "--cache-dir", f"the pointer to {url}") from None
-
-
-def unwritable_error(directory, exc: OSError, option: str, what: str) -> MuflowInputError:
-    """A directory nothing can be written in (permissions, an immutable or read-only file
-    system) where ``what`` must be written, with the fix: another ``option``."""
-    other = "another cache directory (--cache-dir)" if option == "--cache-dir" else f"another {option}"
-    return MuflowInputError(
-        f"cannot write in {directory} ({exc.strerror or exc}), where {what} must be written; "
-        f"choose {other}, or make it writable")
 
 
 def check_directory(path, option: str, *, shown=None):

@@ -1,9 +1,7 @@
 """Where a Gram store may be written: what an --out or a cache directory already holds is
 never replaced by a store, and a path that cannot hold one is named in one line."""
 
-import contextlib
 import os
-import subprocess
 
 import numpy as np
 import pytest
@@ -13,6 +11,7 @@ from muflow.cli import main
 from muflow.exceptions import MuflowInputError
 from muflow.gram import ensure_gram
 from muflow.kernels import Kernel
+from tests.read_only import read_only
 
 RBF = Kernel("rbf", gamma=0.2)
 
@@ -141,29 +140,6 @@ def test_a_pointer_to_a_store_rebuilt_for_other_data_is_ignored(X, tmp_path):
     assert gram.url.startswith(cache) and len(report.computed) == report.total
     np.testing.assert_allclose(gram.read(), RBF.block(X), atol=1e-6)
     assert ensure_gram(other, RBF, store=S)[1].reused  # S untouched
-
-
-@contextlib.contextmanager
-def read_only(directory):
-    """``directory`` and everything in it unwritable: ``chmod`` where that binds this
-    process, the immutable attribute for root (whom modes do not stop)."""
-    if os.geteuid() == 0:
-        undo = ["chattr", "-R", "-i", str(directory)]
-        made = subprocess.run(["chattr", "-R", "+i", str(directory)], capture_output=True)
-    else:
-        modes = {p: p.stat().st_mode for p in [directory, *directory.rglob("*")]}
-        made = subprocess.run(["chmod", "-R", "a-w", str(directory)], capture_output=True)
-        undo = None
-    try:
-        if made.returncode != 0 or os.access(directory, os.W_OK):
-            pytest.skip(f"cannot make {directory} read-only here")
-        yield
-    finally:
-        if undo:
-            subprocess.run(undo, capture_output=True)
-        else:
-            for p, mode in modes.items():
-                p.chmod(mode)
 
 
 def test_a_complete_store_in_a_read_only_cache_is_reused(X, tmp_path):
