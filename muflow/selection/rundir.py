@@ -21,6 +21,7 @@ import csv
 import hashlib
 import io
 import json
+import os
 import shutil
 import zipfile
 from pathlib import Path
@@ -107,6 +108,8 @@ def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
         return
     if not resume:
         clear_earlier_sweep(out_dir)
+    else:  # nothing to resume: what is there must not be another's either
+        _refuse_outputs_of_no_sweep(out_dir)
     write_json(meta_file, meta)
 
 
@@ -119,11 +122,13 @@ def clear_earlier_sweep(out_dir: Path) -> None:
     """Before a fresh sweep: remove an earlier sweep's outputs (:data:`SWEEP_OUTPUTS` and its
     heatmaps), so that none of them is left beside the new ones (a test_metrics.json or a
     kernel's heatmap the new sweep does not write). Refuses a ``muflow run`` directory,
-    whose files a sweep would mix with its own."""
+    whose files a sweep would mix with its own, and what :func:`_refuse_outputs_of_no_sweep`
+    refuses."""
     if (out_dir / "stages.log").exists() or (out_dir / "config.json").exists():
         raise MuflowInputError(
             f"{out_dir} is a `muflow run` directory; give the sweep a directory of its own "
             "(--out)")
+    _refuse_outputs_of_no_sweep(out_dir)
     for name in SWEEP_OUTPUTS:
         path = out_dir / name
         if path.is_dir() and not path.is_symlink():
@@ -132,6 +137,21 @@ def clear_earlier_sweep(out_dir: Path) -> None:
             path.unlink()
     for heatmap in out_dir.glob("heatmap_*.png"):
         heatmap.unlink()
+
+
+def _refuse_outputs_of_no_sweep(out_dir: Path) -> None:
+    """Refuse a directory without ``sweep.json`` that holds files of a sweep's output names
+    (a results.csv, a kernels/ folder of one's own): no sweep wrote them, since a sweep
+    records itself first, and the sweep would delete or replace them."""
+    if os.path.lexists(out_dir / "sweep.json"):
+        return
+    held = [name for name in SWEEP_OUTPUTS if os.path.lexists(out_dir / name)]
+    held += sorted(p.name for p in out_dir.glob("heatmap_*.png"))
+    if held:
+        raise MuflowInputError(
+            f"{out_dir} holds {', '.join(held)}, which no sweep wrote there (it has no "
+            "sweep.json) and a sweep would replace; give the sweep a new or empty directory "
+            "(--out), or move them away")
 
 
 def kernel_dir(out_dir: Path, i: int, setting: dict) -> Path:

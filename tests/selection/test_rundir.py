@@ -100,6 +100,38 @@ def test_a_fresh_sweep_leaves_nothing_of_an_earlier_one_and_refuses_a_run_direct
                   progress=False)
 
 
+@pytest.mark.parametrize("resume", [False, True])
+def test_a_sweep_leaves_files_no_sweep_wrote_untouched(tmp_path, capsys, resume):
+    """`sweep --out DIR` into a directory of one's own (no sweep.json) that holds a
+    results.csv or a kernels/ folder deleted them and wrote its own in their place."""
+    from muflow.cli import main
+
+    data = tmp_path / "train.csv"
+    X, y = muflow.datasets.load_breast_cancer()
+    rows = [",".join(f"{v:g}" for v in x) + f",{c}" for x, c in zip(X[:80] / 10.0, y[:80])]
+    data.write_text("\n".join(rows) + "\n")
+    out = tmp_path / "project"
+    (out / "kernels").mkdir(parents=True)
+    (out / "kernels" / "mine.txt").write_text("mine")
+    (out / "results.csv").write_text("my,results\n")
+    if resume:  # the library's resume of a directory that holds no sweep
+        with pytest.raises(MuflowInputError, match="no sweep wrote there"):
+            run_sweep(X[:80] / 10.0, y[:80], SweepGrid([{"kernel": "linear"}], C=[1.0]),
+                      folds=2, out_dir=out, progress=False, resume=True)
+    else:
+        assert main(["sweep", "--data", str(data), "--kernel", "linear", "--folds", "2",
+                     "--out", str(out), "--no-progress"]) == 2
+        assert capsys.readouterr().err.strip() == (
+            f"muflow sweep: error: {out} holds kernels, results.csv, which no sweep wrote there "
+            "(it has no sweep.json) and a sweep would replace; give the sweep a new or empty "
+            "directory (--out), or move them away")
+    assert (out / "kernels" / "mine.txt").read_text() == "mine"
+    assert (out / "results.csv").read_text() == "my,results\n"
+    from muflow.runlock import is_lock_file
+
+    assert sorted(p.name for p in out.iterdir() if not is_lock_file(p)) == ["kernels", "results.csv"]
+
+
 def test_the_sweep_command_holds_its_directory(tmp_path, capsys):
     """Two sweeps on one --out at once: the second is refused in one line while the first
     holds the directory (both wrote, and the second's outputs replaced the first's)."""
