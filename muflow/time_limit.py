@@ -34,16 +34,20 @@ from muflow.exceptions import MuflowInputError
 
 
 def check_time_limit(value, name: str = "time_limit") -> float | None:
-    """None (no limit) or a positive, finite number of seconds."""
+    """None (no limit) or a positive, finite number of seconds. ``name`` is the option or
+    key the user wrote (``--time-limit``, ``sweep.time_limit``), which no limit leaves out:
+    None is Python's word, said only for a parameter."""
     if value is None:
         return None
+    unlimited = "None" if name.isidentifier() else "left out"
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise MuflowInputError(f"{name} must be a number of seconds or None, got {value!r}") from None
+        raise MuflowInputError(f"{name} must be a number of seconds or {unlimited}, got "
+                               f"{value!r}") from None
     if isinstance(value, bool) or not (seconds > 0 and math.isfinite(seconds)):
-        raise MuflowInputError(f"{name} must be a positive number of seconds (or None for no "
-                               f"limit), got {value!r}")
+        raise MuflowInputError(f"{name} must be a positive number of seconds (or {unlimited} "
+                               f"for no limit), got {value!r}")
     return seconds
 
 

@@ -406,6 +406,21 @@ def test_an_option_is_named_as_the_command_line_spells_it(csv_file, tmp_path, ca
     assert "error: --cache-size must be a positive number" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command, option, value, said", [
+    ("fit", "--checkpoint-every", "0", "--checkpoint-every must be an integer >= 1, got 0"),
+    ("fit", "--time-limit", "0", "--time-limit must be a positive number of seconds (or left "
+                                 "out for no limit), got 0.0"),
+    ("sweep", "--time-limit", "-1", "--time-limit must be a positive number of seconds (or left "
+                                    "out for no limit), got -1.0")])
+def test_a_bad_option_is_refused_in_the_command_lines_words(csv_file, tmp_path, capsys, command,
+                                                            option, value, said):
+    """They said "checkpoint interval must be >= 1 iteration" (no option named) and "(or
+    None for no limit)", a value no option takes."""
+    assert main([command, "--data", str(csv_file), "--out", str(tmp_path / "o"), option, value,
+                 *(["--no-progress"] if command == "sweep" else ["--quiet"])]) == 2
+    assert capsys.readouterr().err == f"muflow {command}: error: {said}\n"
+
+
 def test_fit_out_names_a_directory_by_dot_dotdot_or_a_trailing_slash(csv_file, tmp_path, capsys,
                                                                        monkeypatch):
     """``--out .`` crashed (``PosixPath('.') has an empty name``) and ``--out ..`` put the

@@ -79,6 +79,7 @@ def run(args) -> int:
     check_number(args.tol, "--tol", low=0, closed="neither")
     if args.max_iter != -1:
         check_number(args.max_iter, "--max-iter", integer=True, low=1)
+    check_number(args.checkpoint_every, "--checkpoint-every", integer=True, low=1)
     model = muflow.SVC(
         kernel=args.kernel, C=parse_C(args.C), gamma=parse_gamma(args.gamma), degree=args.degree,
         coef0=args.coef0, solver=args.solver, intercept=args.intercept, tol=args.tol,

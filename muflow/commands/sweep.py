@@ -136,6 +136,10 @@ def grid_from_args(args):
             check_halving_min_iter(options, f"{args.config}: ")
     if options.get("cache_size") is not None and not options["cache_size"] > 0:
         raise MuflowInputError(f"--cache-size must be a positive number of MB, got {options['cache_size']:g}")
+    if args.time_limit is not None:  # named as written here: run_sweep's words are Python's
+        from muflow.time_limit import check_time_limit
+
+        check_time_limit(args.time_limit, "--time-limit")
     return grid.validate(), options
 
 
