@@ -347,6 +347,29 @@ def test_predict_warns_of_labels_the_model_does_not_know_and_refuses_a_directory
     assert "is a directory; give the CSV file to write" in capsys.readouterr().err
 
 
+def test_predict_given_a_sweeps_or_a_runs_directory_names_the_model_inside(csv_file, tmp_path,
+                                                                            capsys):
+    """`--model runs/sweep` (the sweep's --out) said "'runs/sweep' is not a muflow model
+    directory (no model.json)", and a --model that does not exist "(not a readable
+    directory)"; neither said what to give."""
+    sweep, run = tmp_path / "sweep", tmp_path / "run"
+    assert main(["sweep", "--data", str(csv_file), "--gamma", "0.5", "--folds", "2", "--out",
+                 str(sweep), "--no-progress"]) == 0
+    assert main(["fit", "--data", str(csv_file), "--out", str(run / "model"), "--quiet"]) == 0
+    (run / "stages.log").write_text("refit computed 0.1\n")  # as `muflow run` leaves it
+    capsys.readouterr()
+    for given, inner, what in ((sweep, "best_model", "a sweep's"), (run, "model", "a run's")):
+        assert main(["predict", "--model", str(given), "--data", str(csv_file)]) == 2
+        assert capsys.readouterr().err == (
+            f"muflow predict: error: --model {given} is {what} directory, not a model; its "
+            f"model is {given / inner}: give --model {given / inner}\n")
+    missing = tmp_path / "no-such-model"
+    assert main(["predict", "--model", str(missing), "--data", str(csv_file)]) == 2
+    assert capsys.readouterr().err == (
+        f"muflow predict: error: --model {missing} does not exist; give the directory that "
+        "`fit --out` wrote (or a sweep's best_model/, a run's model/)\n")
+
+
 def test_predict_reads_npz_labels_as_the_other_formats_do(tmp_path, capsys):
     """An npz file's labels 1.0 / -1.0 (as load_svmlight_file gives them) were classes of
     their own: a model fitted on them scored 0.0000 on a CSV of labels 1 / -1, and the

@@ -33,6 +33,7 @@ def run(args) -> int:
 
     import muflow
 
+    _check_model_dir(args.model)
     model = muflow.load(args.model)
     if args.out:  # refused before the data are read and predicted, not after
         from muflow.atomic import check_writable
@@ -78,6 +79,30 @@ def run(args) -> int:
         except (TypeError, ValueError):
             pass
     return 0
+
+
+#: Where a sweep and a run keep their model, inside the directory --out named.
+_MODEL_INSIDE = {"best_model": "a sweep's directory", "model": "a run's directory"}
+
+
+def _check_model_dir(text) -> None:
+    """Refuse, naming the fix, a --model that does not exist, or a sweep's or a run's
+    directory (their model is its best_model/ or model/), which the model loader calls no
+    model directory in words that say neither."""
+    import os
+
+    from muflow.exceptions import MuflowInputError
+
+    path = Path(text)
+    if not os.path.lexists(path):
+        raise MuflowInputError(f"--model {text} does not exist; give the directory that "
+                               "`fit --out` wrote (or a sweep's best_model/, a run's model/)")
+    if (path / "model.json").exists():
+        return
+    for inner, what in _MODEL_INSIDE.items():
+        if (path / inner / "model.json").is_file():
+            raise MuflowInputError(f"--model {text} is {what}, not a model; its model is "
+                                   f"{path / inner}: give --model {path / inner}")
 
 
 def _read_for(model, args):
