@@ -419,7 +419,10 @@ class Kernel:
         return out
 
     def to_dict(self) -> dict:
-        return {k: (int(v) if k == "degree" else v) for k, v in asdict(self).items()}
+        """Plain Python values (a NumPy float, such as a gamma resolved from ``"scale"``,
+        as a float): what JSON writes and what messages show as numbers."""
+        return {k: (int(v) if k == "degree" else float(v) if isinstance(v, np.floating) else v)
+                for k, v in asdict(self).items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Kernel":

@@ -218,6 +218,20 @@ def test_a_checkpoint_of_other_data_is_refused(problem_data, tmp_path):
     muflow.SVC(C=10.0, gamma=0.5).fit(X, y, checkpoint_dir=run)  # the same data resume
 
 
+def test_another_kernel_is_named_in_plain_numbers(problem_data, tmp_path):
+    """A gamma resolved from "scale" (a NumPy float) is shown as a number in the refusal,
+    not as ``np.float64(...)``."""
+    import muflow
+
+    X, y, _ = problem_data
+    run = str(tmp_path / "run")
+    _interrupted_fit(X, y, run)
+    with pytest.raises(MuflowInputError, match="its kernel is .*this run's") as err:
+        muflow.SVC(C=10.0, gamma="scale").fit(X, y, checkpoint_dir=run)
+    assert "np.float64" not in str(err.value)
+    assert "'gamma': 0.5" in str(err.value)
+
+
 def test_a_checkpoint_without_a_fingerprint_is_refused(tmp_path):
     run = str(tmp_path / "run")
     save_checkpoint(run, np.ones(5), 0.5, 10, -3.0, tag={"solver": "smo"})

@@ -103,7 +103,8 @@ def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise MuflowInputError(
-                f"{out_dir} holds a sweep with other settings ({', '.join(diff)} differ); "
+                f"{out_dir} holds a sweep with other settings ({', '.join(diff)} "
+                f"{'differs' if len(diff) == 1 else 'differ'}); "
                 "resume with the same data and options, or use a new --out directory")
         return
     if not resume:
