@@ -140,8 +140,11 @@ class SweepGrid:
         return SweepGrid(kernels=kernels, C=[float(c) for c in _as_list(self.C, "C")])
 
     def to_dict(self) -> dict:
-        """Plain data (the ``[grid]`` table); ``SweepGrid(**d)`` reads it back."""
-        return {"kernels": [dict(k) for k in self.kernels], "C": [float(c) for c in _as_list(self.C, "C")]}
+        """Plain data (the ``[grid]`` table, and the grid ``sweep.json`` records); ``SweepGrid(**d)``
+        reads it back. NumPy values (``gamma=np.logspace(-3, 0, 4)``, ``degree=np.int64(2)``)
+        become Python's, as JSON writes them; the grid's shape (a scalar or a list) stays."""
+        return {"kernels": [{k: _python(v) for k, v in spec.items()} for spec in self.kernels],
+                "C": [float(c) for c in _as_list(self.C, "C")]}
 
 
 def _refuse_repeats(values, key, where, shown=repr):
@@ -153,6 +156,13 @@ def _refuse_repeats(values, key, where, shown=repr):
             raise MuflowInputError(f"{where}{key} lists {shown(value)} more than once; give "
                                    "each once")
         seen.add(value)
+
+
+def _python(value):
+    """``value`` with NumPy arrays and scalars as Python lists and numbers (JSON writes those)."""
+    if isinstance(value, (list, tuple)):
+        return [_python(v) for v in value]
+    return value.tolist() if hasattr(value, "tolist") else value
 
 
 def _as_list(values, name, where=""):

@@ -355,6 +355,25 @@ def test_resume_takes_the_same_C_values_in_another_order(breast_cancer_200, tmp_
                   folds=3, out_dir=run, solver="smo", progress=False, resume=True)
 
 
+def test_a_grid_of_numpy_values_runs_and_resumes(breast_cancer_200, tmp_path):
+    """``gamma=np.logspace(...)`` (or a NumPy integer degree) stopped the sweep with
+    "TypeError: Object of type ndarray is not JSON serializable" while it wrote sweep.json.
+    Now the grid is recorded in Python's numbers, and resuming with the same NumPy grid
+    (or the same values as a list) reads the finished settings back."""
+    X, y = breast_cancer_200
+    run = tmp_path / "run"
+    grid = SweepGrid([{"kernel": "rbf", "gamma": np.logspace(-1, 0, 2)},
+                      {"kernel": "poly", "degree": np.int64(2)}], C=np.array([0.1, 1.0]))
+    first = run_sweep(X, y, grid, folds=3, out_dir=run, progress=False, n_jobs=1)
+    assert json.loads((run / "sweep.json").read_text())["grid"]["kernels"][0]["gamma"] == [0.1, 1.0]
+    as_lists = SweepGrid([{"kernel": "rbf", "gamma": [0.1, 1.0]}, {"kernel": "poly", "degree": 2}],
+                         C=[0.1, 1.0])
+    for again in (grid, as_lists):
+        resumed = run_sweep(X, y, again, folds=3, out_dir=run, progress=False, resume=True, n_jobs=1)
+        assert resumed.counts["kernels_resumed"] == 3 and resumed.counts["kernels_solved"] == 0
+        assert _without_times(resumed.table) == _without_times(first.table)
+
+
 # -- successive halving -------------------------------------------------------------------
 def test_halving_stops_configurations_that_fall_behind(breast_cancer_200, tmp_path):
     X, y = breast_cancer_200
