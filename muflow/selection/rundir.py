@@ -30,6 +30,7 @@ import numpy as np
 
 from muflow.atomic import atomic_directory, write_json, write_text
 from muflow.exceptions import MuflowInputError
+from muflow.selection.grid import SweepGrid
 from muflow.selection.records import KernelRecord
 
 FORMAT_VERSION = 4  # 2: one-vs-one pairs; 3: rows say converged; 4: max_iter in SVC's unit
@@ -86,20 +87,37 @@ def open_run_dir(out_dir, X, y, grid: dict, options: dict, resume: bool):
 def _grid_in_order(grid):
     """A sweep's grid with its C values ascending, the order the sweep runs them in: a grid
     given as C = [10, 1] is the sweep of C = [1, 10] (records written before the grid was
-    kept in this order held C as given, and are read through this too)."""
+    kept in this order held C as given; :func:`_as_run` compares either)."""
     if isinstance(grid, dict) and isinstance(grid.get("C"), list):
         grid = dict(grid, C=sorted(grid["C"]))
     return grid
 
 
+def _as_run(meta: dict) -> dict:
+    """A sweep's record (``sweep.json``, or a kernel setting's copy) as the sweep runs it,
+    for comparing two: its grid as the kernel settings in order and the C values ascending
+    (:meth:`SweepGrid.kernel_settings`), so that ``gamma = 0.5`` and ``gamma = [0.5]``, or a
+    parameter left out and given as its default (``gamma = "scale"``), are one sweep. A
+    grid that does not read as one is compared as written."""
+    meta = _plain(meta)
+    grid = meta.get("grid") if isinstance(meta, dict) else None
+    if isinstance(grid, dict) and set(grid) == {"kernels", "C"}:
+        try:
+            read = SweepGrid(kernels=grid["kernels"], C=grid["C"]).validate()
+            meta["grid"] = {"settings": read.kernel_settings(), "C": read.sorted_C()}
+        except (MuflowInputError, KeyError, TypeError, ValueError):
+            pass
+    return meta
+
+
 def check_or_write_meta(out_dir: Path, meta: dict, resume: bool):
-    """Record the sweep's settings, or on resume refuse a directory of another sweep.
+    """Record the sweep's settings, or on resume refuse a directory of another sweep
+    (:func:`_as_run`: the same kernel settings and C values however the grid wrote them).
 
     A fresh (not resumed) sweep drops the kernel records of an earlier one."""
     meta_file = out_dir / "sweep.json"
     if resume and meta_file.exists():
-        old, new = json.loads(meta_file.read_text()), _plain(meta)
-        old["grid"] = _grid_in_order(old.get("grid"))
+        old, new = _as_run(json.loads(meta_file.read_text())), _as_run(meta)
         if old != new:
             diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
             raise MuflowInputError(
@@ -179,7 +197,7 @@ def load_kernel(kdir: Path, setting: dict, meta: dict) -> KernelRecord | None:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile):
         return None
-    if info.get("setting") != _plain(setting) or info.get("meta") != _plain(meta):
+    if info.get("setting") != _plain(setting) or _as_run(info.get("meta")) != _as_run(meta):
         return None
     check_finite_record(kdir, arrays, info)
     return KernelRecord.from_saved(info, arrays)

@@ -355,6 +355,26 @@ def test_resume_takes_the_same_C_values_in_another_order(breast_cancer_200, tmp_
                   folds=3, out_dir=run, solver="smo", progress=False, resume=True)
 
 
+def test_resume_takes_the_same_grid_written_another_way(breast_cancer_200, tmp_path):
+    """A grid of the same kernel settings written another way (``gamma=0.5`` or
+    ``[0.5]``; gamma left out or given as its default "scale", as ``sweep --gamma scale``
+    gives it) was refused on resume as a sweep of "other settings" (grid differ). Now it
+    resumes without solving the finished settings again; other settings are still refused."""
+    X, y = breast_cancer_200
+    run = tmp_path / "run"
+    first = run_sweep(X, y, SweepGrid([{"kernel": "rbf", "gamma": 0.5}, {"kernel": "rbf"}], C=[1.0]),
+                      folds=3, out_dir=run, progress=False, n_jobs=1)
+    written_otherwise = SweepGrid([{"kernel": "rbf", "gamma": [0.5]},
+                                   {"kernel": "rbf", "gamma": "scale"}], C=1.0)
+    resumed = run_sweep(X, y, written_otherwise, folds=3, out_dir=run, progress=False,
+                        resume=True, n_jobs=1)
+    assert resumed.counts["kernels_resumed"] == 2 and resumed.counts["kernels_solved"] == 0
+    assert _without_times(resumed.table) == _without_times(first.table)
+    with pytest.raises(MuflowInputError, match="grid differ"):  # the settings in another order
+        run_sweep(X, y, SweepGrid([{"kernel": "rbf"}, {"kernel": "rbf", "gamma": 0.5}], C=[1.0]),
+                  folds=3, out_dir=run, progress=False, resume=True)
+
+
 def test_a_grid_of_numpy_values_runs_and_resumes(breast_cancer_200, tmp_path):
     """``gamma=np.logspace(...)`` (or a NumPy integer degree) stopped the sweep with
     "TypeError: Object of type ndarray is not JSON serializable" while it wrote sweep.json.
