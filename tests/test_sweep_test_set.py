@@ -61,6 +61,20 @@ def _csv(path, X, labels):
     return path
 
 
+def test_run_sweep_refuses_a_test_set_with_nan_naming_x_test(tmp_path):
+    """A NaN in X_test stopped run_sweep with scikit-learn's "Input X contains NaN.", which
+    names X, not the test set; now it is refused before anything is solved, naming X_test
+    and the fix, as a NaN in X is."""
+    X, y = _data()
+    X_test, y_test = _data(40, seed=1)
+    X_test[3, 1] = np.nan
+    with pytest.raises(MuflowInputError, match=r"^X_test contains 1 NaN or infinite value\(s\); "
+                                               r"impute or drop them"):
+        run_sweep(X, y, GRID, folds=3, out_dir=tmp_path / "nan", progress=False,
+                  X_test=X_test, y_test=y_test)
+    assert not (tmp_path / "nan" / "results.csv").exists()
+
+
 def test_the_sweep_command_refuses_text_test_labels_in_one_line(tmp_path, capsys):
     X, y = _data()
     X_test, y_test = _data(40, seed=1)

@@ -217,7 +217,9 @@ def _check_data(X, y, X_test, y_test, folds: int, seed: int, client=None, file_n
         raise MuflowInputError("give both X_test and y_test, or neither")
     unseen = {}
     if X_test is not None:
-        X_test, y_test = check_X_y(columns_of(X_test, names), y_test, accept_sparse="csr", dtype=np.float64)
+        X_test, y_test = check_X_y(columns_of(X_test, names), y_test, accept_sparse="csr",
+                                   dtype=np.float64, ensure_all_finite=False)
+        check_finite(X_test, "X_test", before="predicting")  # named: "Input X" was X's
         if X_test.shape[1] != X.shape[1]:
             raise MuflowInputError(f"X_test has {X_test.shape[1]} features, X has {X.shape[1]}")
         unseen = unseen_classes(y_test, classes, test="y_test", training="y")  # or refused
