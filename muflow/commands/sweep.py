@@ -280,9 +280,12 @@ def _run(args) -> int:
     t = result.timings
     unfinished = sum(not row.finished for row in result.table)
     if unfinished:
+        from muflow.selection.timeout import continuation, made_progress
+
+        advice = continuation(args.out, options["resume_command"],
+                              progressed=made_progress(result.table, result.counts))
         print(f"time limit reached: {unfinished} of {len(result.table)} configurations not "
-              f"finished (finished=False in results.csv); continue with "
-              f"`{options['resume_command']}`")
+              f"finished (finished=False in results.csv); {advice}")
     print(f"{len(result.table)} configurations; {result.counts['grams_built']} Gram builds, "
           f"{result.counts['kernels_resumed']} kernel settings resumed; time {t['total']:.1f} s "
           f"(Gram {t['gram']:.1f} s, solve {t['solve']:.1f} s, refit {t['refit']:.1f} s, "

@@ -416,7 +416,8 @@ class _SweepRun:
         timings = self.timings
         timings["total"] = time.perf_counter() - t_start
         if self.deadline is not None:
-            timeout.warn_unfinished(table, self.deadline, self.out_dir, self.resume_command)
+            timeout.warn_unfinished(table, self.deadline, self.out_dir, self.resume_command,
+                                    self.counts)
         warn_not_converged(table, model, max_iter=self.max_iter, tol=self.tol, out_dir=self.out_dir,
                            timed_out=self.deadline is not None and self.deadline.stopped)
         timings["overhead"] = timings["total"] - timings["gram"] - timings["solve"] - timings["refit"]

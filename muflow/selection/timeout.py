@@ -45,27 +45,46 @@ def rows_to_choose_from(records, out_dir, resume_command: str | None = None) -> 
     (:func:`continue_command`)."""
     if not records:
         raise MuflowError("the sweep's time_limit passed before any kernel setting was solved: "
-                          "raise the time limit, or continue with "
-                          f"`{continue_command(out_dir, resume_command)}`")
+                          + continuation(out_dir, resume_command, progressed=False))
     finished = [all(r.finished for r in rec.rows) for rec in records]
     if not any(finished):
         return [rec.rows for rec in records]
     return [rec.rows if done else [] for rec, done in zip(records, finished)]
 
 
-def warn_unfinished(table, deadline, out_dir, resume_command: str | None = None) -> int:
-    """Warn how many configurations the time limit left unfinished, naming the command
-    that continues them: ``resume_command``, the caller's own (the ``run`` command's: the
-    sweep alone would skip the run's later stages), by default the ``sweep`` command's;
-    returns that count."""
+def warn_unfinished(table, deadline, out_dir, resume_command: str | None = None,
+                    counts: dict | None = None) -> int:
+    """Warn how many configurations the time limit left unfinished, and how to continue
+    them (:func:`continuation`; ``counts``, the sweep's, tell whether this run finished a
+    setting); returns that count."""
     unfinished = sum(not r.finished for r in table)
     if unfinished:
+        progressed = counts is None or made_progress(table, counts)
         warnings.warn(
             f"the sweep stopped at time_limit={deadline.seconds:g} s (after {deadline.elapsed:.2f} s): "
             f"{unfinished} of {len(table)} configurations are not finished (finished=False in "
-            f"{out_dir}/results.csv); continue with `{continue_command(out_dir, resume_command)}`",
+            f"{out_dir}/results.csv); {continuation(out_dir, resume_command, progressed=progressed)}",
             ConvergenceWarning, stacklevel=3)
     return unfinished
+
+
+def made_progress(table, counts: dict) -> bool:
+    """Whether this run of a sweep finished a kernel setting of its own: more finished
+    settings in ``table`` (each setting is one row per C, all finished or none) than
+    ``counts["kernels_resumed"]`` read back from an earlier run."""
+    n_C = len({row.C for row in table}) or 1
+    return sum(row.finished for row in table) > counts.get("kernels_resumed", 0) * n_C
+
+
+def continuation(out_dir, resume_command: str | None = None, *, progressed: bool = True) -> str:
+    """How to continue a sweep the time limit cut: the command (:func:`continue_command`);
+    where this run finished no setting, the time limit raised first. A cut setting is
+    solved again from its start, so the same limit would cut it again, and again."""
+    command = continue_command(out_dir, resume_command)
+    if progressed:
+        return f"continue with `{command}`"
+    return ("no kernel setting finished within the time limit in this run, and a cut one is "
+            f"solved again from its start: raise the time limit, then continue with `{command}`")
 
 
 def continue_command(out_dir, resume_command: str | None = None) -> str:

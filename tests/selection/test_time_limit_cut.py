@@ -203,3 +203,29 @@ def test_the_sweep_command_names_itself_as_the_continuation(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"continue with `python -m muflow sweep --data {tmp_path / 'd.npz'} " in err, err
     assert err.strip().endswith("--no-progress --resume`"), err
+
+
+def test_a_cut_run_that_finished_no_setting_says_to_raise_the_limit():
+    """Continuing with the same time limit only helps where this run finished a setting: a
+    cut setting is solved again from its start, so a run that finished none, given the
+    same limit, is cut at the same place again (the advice repeated itself forever)."""
+    from muflow.selection.records import ConfigurationRow
+    from muflow.selection.timeout import continuation, made_progress
+
+    def rows(gamma, finished):
+        return [ConfigurationRow(kernel="rbf", gamma=gamma, degree=None, coef0=None, C=C,
+                                 mean_cv_accuracy=0.9, std_cv_accuracy=0.0, n_iter=1,
+                                 n_support=1, time_s=0.0, stopped_early=False, solver="smo",
+                                 path="stored", split_accuracies=(0.9,), finished=finished,
+                                 converged=finished, kkt_violation=0.0) for C in (1.0, 10.0)]
+
+    resumed_one = {"grams_built": 1, "kernels_solved": 1, "kernels_resumed": 1}
+    # the first setting read back, the second cut: nothing new finished
+    assert not made_progress(rows(0.1, True) + rows(0.2, False), resumed_one)
+    # the first read back, the second finished here, the third cut: progress
+    assert made_progress(rows(0.1, True) + rows(0.2, True) + rows(0.3, False), resumed_one)
+    assert made_progress(rows(0.1, True) + rows(0.2, False), {"kernels_resumed": 0})
+    command = "python -m muflow sweep --data d.csv --time-limit 60 --resume"
+    assert continuation("out", command) == f"continue with `{command}`"
+    stuck = continuation("out", command, progressed=False)
+    assert "raise the time limit, then continue with" in stuck and command in stuck
