@@ -31,7 +31,7 @@ from muflow.operators import GramOperator
 
 def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache_dir=None, out=None,
                   store=None, tile=None, resident_fraction=None, device=None,
-                  n_threads: int | None = None, **facts) -> GramOperator:
+                  n_threads: int | None = None, storage_options=None, **facts) -> GramOperator:
     """The operator for ``K(X, X)`` on the path of ``plan``.
 
     Parameters
@@ -55,6 +55,10 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
         "stored": read K (float64) from the Gram store cache in this directory, building the
         store there first when it holds none. "cluster-store": the cache the workers use for
         the Gram store (default :func:`muflow.gram.store.default_cache_dir`).
+    storage_options : dict, optional
+        Of the file system of ``cache_dir`` or ``store`` when it is an fsspec URL (an S3
+        ``endpoint_url``, ...): given to every open and create of the Gram store, in this
+        process and on the workers (:func:`muflow.gram.ensure_gram`).
     out : ndarray of shape (n_samples, n_samples), optional
         "stored": an array to build K into when its shape and dtype fit (a sweep reuses one
         buffer for every kernel setting); ignored otherwise.
@@ -104,12 +108,12 @@ def gram_operator(X, kernel, plan=None, *, client=None, owns_client=False, cache
 
         return _connected(client, owns_client, lambda c, owns: cluster_store_operator(
             X, kernel, client=c, owns_client=owns, store=store, cache_dir=cache_dir,
-            tile=tile, resident_fraction=resident_fraction))
+            tile=tile, resident_fraction=resident_fraction, storage_options=storage_options))
     if plan.path == "stored":
         from muflow.gram.held import held_operator
 
         return held_operator(X, kernel, plan.gram_dtype, cache_dir=cache_dir, out=out,
-                             n_threads=n_threads)
+                             n_threads=n_threads, storage_options=storage_options)
     if plan.path == "rows":
         from muflow.kernel_rows import KernelRows
 
@@ -138,7 +142,7 @@ def operator_for(X, kernel, **options):
     """The Gram store of ``K(X, X)`` built (or reused) on a cluster and its operator:
     :func:`muflow.dask.operators.cluster_store_operator`, which takes the same ``options``
     (``client``, ``store``, ``cache_dir``, ``dtype``, ``tile``, ``resident_fraction``,
-    ``owns_client``)."""
+    ``owns_client``, ``storage_options``)."""
     from muflow.dask.operators import cluster_store_operator
 
     return cluster_store_operator(X, kernel, **options)

@@ -12,7 +12,8 @@ of the embedded default, :data:`DEFAULT_TOML` (each key explained there), which 
 - ``[sweep]``: the options of :func:`muflow.selection.run_sweep` (``folds``, ``seed``,
   ``solver``, ``path``, ``intercept``, ``tol``, ``max_iter``, ``halving``,
   ``halving_min_iter``, ``n_jobs``) and ``on_cluster``;
-- ``[cluster]``: the Dask scheduler; ``[gram]``: the Gram store cache.
+- ``[cluster]``: the Dask scheduler; ``[gram]``: the Gram store cache and, where it is an
+  fsspec URL, its file system's ``storage_options`` (none by default).
 
 An unknown table or key, or a value of the wrong type or range, raises
 :class:`muflow.exceptions.MuflowInputError` whose message names the key (``sweep.folds``),
@@ -72,6 +73,8 @@ timeout = 10.0      # seconds to wait for the scheduler
 
 [gram]
 cache_dir = ""      # Gram stores (zarr; float32 for a sweep on the cluster, float64 in process); "" = <run dir>/gram
+# storage_options = { endpoint_url = "${S3_ENDPOINT}" }  # of a URL cache_dir (s3://...), as in
+                    # [data], "${NAME}" an environment variable; default none: [data]'s are not reused
 """
 
 
@@ -149,7 +152,22 @@ class ClusterConfig:
 
 @dataclass(frozen=True)
 class GramConfig:
+    """The ``[gram]`` table: where the Gram stores live (``cache_dir``: a directory or an
+    fsspec URL; "" is ``<run dir>/gram``) and, for a URL, the options of its file system
+    (``storage_options``, the rules of ``data.storage_options``: a ``"${NAME}"`` value is
+    the environment variable NAME, read when a store is opened, so ``config.json`` names
+    the variable; a literal credential is refused). They default to none: the data's
+    options are not taken for the stores', which may live elsewhere."""
+
     cache_dir: str = ""
+    storage_options: dict = field(default_factory=dict)
+
+    def options(self) -> dict | None:
+        """``storage_options`` with every ``"${NAME}"`` replaced by the environment's value,
+        as every open of a store under ``cache_dir`` is given them (None: none given)."""
+        from muflow.data.source import expand_env
+
+        return expand_env(self.storage_options, "gram.storage_options") or None
 
 
 @dataclass(frozen=True)
@@ -294,8 +312,34 @@ def from_dict(d: dict | None, *, source: str = "", complete: bool = True) -> Run
         workers=check_number(cl["workers"], "cluster.workers", integer=True, low=0, where=where),
         timeout=check_number(cl["timeout"], "cluster.timeout", low=0, closed="neither", where=where),
     )
-    gram_cfg = GramConfig(cache_dir=_string(merged["gram"]["cache_dir"], "gram.cache_dir", where))
+    gram_cfg = _gram(merged["gram"], where)
     return RunConfig(data=data_cfg, grid=grid, sweep=sweep_cfg, cluster=cluster_cfg, gram=gram_cfg)
+
+
+def _gram(gram: dict, where: str) -> GramConfig:
+    """The ``[gram]`` table; ``storage_options`` are checked as ``data.storage_options`` are
+    and refused beside a local ``cache_dir``, whose stores no file system options reach."""
+    from muflow.data.source import check_storage_options
+
+    cache_dir = _string(gram["cache_dir"], "gram.cache_dir", where)
+    options = gram.get("storage_options", {})
+    try:
+        check_storage_options(options, "gram.storage_options")
+    except MuflowInputError as exc:
+        raise MuflowInputError(f"{where}{exc}") from None
+    if options and not takes_storage_options(cache_dir):
+        shown = repr(cache_dir) + (" (<run dir>/gram)" if not cache_dir else "")
+        raise MuflowInputError(
+            f"{where}gram.storage_options are given, but gram.cache_dir = {shown} is a local "
+            "directory, whose Gram stores take no file system options; set gram.cache_dir to "
+            "the URL they are for (s3://bucket/gram), or remove gram.storage_options")
+    return GramConfig(cache_dir=cache_dir, storage_options=dict(options))
+
+
+def takes_storage_options(cache_dir: str) -> bool:
+    """Whether a Gram store directory is an fsspec URL, opened with file system options: a
+    local path (``file://`` too, opened as a path) takes none."""
+    return "://" in cache_dir and not cache_dir.startswith("file://")
 
 
 def check_halving_min_iter(sweep: dict, where: str):
@@ -362,7 +406,8 @@ def load_grid_toml(path) -> tuple[SweepGrid, dict]:
 
     The file is a run configuration (:mod:`muflow.config`, the one schema): its ``[grid]``
     table is the grid, the keys its ``[sweep]`` table sets are options of
-    :func:`muflow.selection.run_sweep`, and ``[gram] cache_dir`` the Gram store cache.
+    :func:`muflow.selection.run_sweep`, and ``[gram] cache_dir`` the Gram store cache (with
+    ``storage_options``, their ``"${NAME}"`` values read from the environment here).
     ``[data]``, ``[cluster]`` and ``sweep.on_cluster`` belong to ``python -m muflow run``
     and are checked but not returned. Options the file leaves out are left out of the
     returned dict, so that they take :func:`~muflow.selection.run_sweep`'s defaults.
@@ -379,6 +424,8 @@ def load_grid_toml(path) -> tuple[SweepGrid, dict]:
     options = {k: getattr(cfg.sweep, k) for k in data.get("sweep", {}) if k in SWEEP_OPTIONS}
     if cfg.gram.cache_dir:
         options["cache_dir"] = cfg.gram.cache_dir
+    if cfg.gram.storage_options:
+        options["storage_options"] = cfg.gram.options()
     return cfg.grid, options
 
 

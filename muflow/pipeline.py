@@ -116,7 +116,8 @@ def kernel_plans(cfg: RunConfig, run_dir, client=None, X_train=None) -> list:
         kernel = kernel_from_setting(setting, X_train, intercept=cfg.sweep.intercept)
         plans.append((setting, kernel, plan_setting(X_train, kernel, solver=cfg.sweep.solver,
                                                     intercept=cfg.sweep.intercept, solves=solves,
-                                                    client=sweep_client, cache_dir=gram_dir(cfg, run_dir))))
+                                                    client=sweep_client, cache_dir=gram_dir(cfg, run_dir),
+                                                    storage_options=cfg.gram.options())))
     return plans
 
 
@@ -142,7 +143,8 @@ def needs_cluster(cfg: RunConfig, run_dir) -> bool:
 
 @stage("gram", "gram.json")
 def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
-    """Stage ``gram``: build or reuse, in :func:`gram_dir`, the Gram store of K(X_train,
+    """Stage ``gram``: build or reuse, in :func:`gram_dir` (a URL opened with
+    ``gram.storage_options``, here and by the workers), the Gram store of K(X_train,
     X_train) of every kernel setting whose plan reads one (:func:`kernel_plans`); a
     setting on rows on demand or on X partitioned over the workers gets no store (an n x n
     store nobody would read). Output: ``gram.json``: ``stores`` (each store built or
@@ -156,7 +158,7 @@ def build_gram_stores(cfg: RunConfig, run_dir, client=None) -> dict:
         entry = {"kernel": setting, **plan.to_dict(), "store_url": None}
         if plan.store:
             gram, report = ensure_gram(X_train, kernel, client=client, cache_dir=gram_dir(cfg, run_dir),
-                                       dtype=gram_dtype(cfg))
+                                       dtype=gram_dtype(cfg), storage_options=cfg.gram.options())
             stores.append({"kernel": setting, "store": gram.url, "tiles": report.total,
                            "computed": len(report.computed), "seconds": round(report.seconds, 3)})
             entry["store_url"] = gram.url
@@ -196,6 +198,7 @@ def sweep(cfg: RunConfig, run_dir, client=None, *, progress=True,
     result = selection.run_sweep(
         X_train, y_train, cfg.grid, out_dir=str(run_dir / "sweep"),
         client=client if cfg.sweep.on_cluster else None, cache_dir=gram_dir(cfg, run_dir),
+        storage_options=cfg.gram.options(),
         resume=True, progress=progress, **cfg.sweep.sweep_options(),
         feature_names=data.get("feature_names"),
         svmlight_zero_based=data.get("svmlight_zero_based"),

@@ -9,7 +9,7 @@ opens the directory for one configuration only (:func:`config_matches`): the run
 configuration, and for the ``train`` flow the SVC parameters it fits (``train_params``
 in ``config.json``), since its refit stage, like every stage, is reused as it is. Where
 the work runs (:data:`WHERE_IT_RUNS`: the Dask scheduler, the LocalCluster's size, the
-timeouts) is no part of it: a run resumes on another cluster.
+timeouts, how the Gram cache is reached) is no part of it: a run resumes on another cluster.
 """
 
 from __future__ import annotations
@@ -94,8 +94,11 @@ def run_record(cfg: RunConfig, params: dict | None = None) -> dict:
 
 #: The keys of a run configuration that say where and how patiently the work runs, not what
 #: it computes: a run resumed (or a flow run retried) with other values is the same run.
+#: ``gram.storage_options`` say how the Gram cache is reached (an endpoint that moved, a
+#: credential's variable renamed); its stores are checked against the data and kernel
+#: they were built for whatever reaches them, and a config.json from before the key resumes.
 WHERE_IT_RUNS = (("cluster", "scheduler"), ("cluster", "workers"), ("cluster", "timeout"),
-                 ("data", "timeout"))
+                 ("data", "timeout"), ("gram", "storage_options"))
 
 
 def _what_it_computes(record: dict) -> dict:
@@ -199,7 +202,7 @@ def _refuse_other_params(run_dir, recorded: dict, mine: dict) -> bool:
 def gram_dir(cfg: RunConfig, run_dir) -> str:
     """Where the Gram stores live: ``gram.cache_dir`` or ``<run dir>/gram``; a local path
     made absolute here, since the Dask workers that write and read the stores may run in
-    another working directory (a URL as it is)."""
+    another working directory (a URL as it is, opened with ``cfg.gram.options()``)."""
     from muflow.data.source import absolute_location
 
     return absolute_location(cfg.gram.cache_dir or Path(run_dir) / "gram")

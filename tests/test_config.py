@@ -149,3 +149,57 @@ def test_halving_min_iter_without_halving_is_refused_in_one_line(tmp_path):
     cfg = default_config()
     assert from_dict(cfg.to_dict()) == cfg  # the default 10 travels in every to_dict
     assert cfg.with_overrides(sweep={"folds": 4}).sweep.folds == 4
+
+
+def test_gram_storage_options_name_environment_variables_read_when_a_store_is_opened(monkeypatch):
+    """``[gram] storage_options`` follow ``[data]``'s rules: a ``"${NAME}"`` value is the
+    environment variable, read when the options are used (``GramConfig.options``), never
+    before, so ``to_dict`` (config.json) keeps the reference; none by default."""
+    assert default_config().gram.storage_options == {} and default_config().gram.options() is None
+    table = {"cache_dir": "s3://bucket/gram",
+             "storage_options": {"endpoint_url": "${GRAM_ENDPOINT}", "key": "${GRAM_KEY}",
+                                 "client_kwargs": {"region_name": "eu-west-1"}}}
+    cfg = from_dict({"gram": table})  # read without the variables: they are not used yet
+    assert cfg.to_dict()["gram"] == table and from_dict(cfg.to_dict()) == cfg
+    monkeypatch.setenv("GRAM_ENDPOINT", "http://minio:9000")
+    with pytest.raises(MuflowInputError, match=r"^gram\.storage_options\.key names the environment "
+                                               r"variable GRAM_KEY, which is not set; export it"):
+        cfg.gram.options()
+    monkeypatch.setenv("GRAM_KEY", "AKIA-TEST")
+    assert cfg.gram.options() == {"endpoint_url": "http://minio:9000", "key": "AKIA-TEST",
+                                  "client_kwargs": {"region_name": "eu-west-1"}}
+    assert "AKIA-TEST" not in str(cfg.to_dict())
+
+
+@pytest.mark.parametrize("gram, message", [
+    ({"cache_dir": "s3://b/gram", "storage_options": {"secret": "hunter2"}},
+     r"f\.toml: gram\.storage_options\.secret holds a literal credential; name an environment "
+     r"variable instead"),
+    ({"cache_dir": "s3://b/gram", "storage_options": {"client_kwargs": {"aws_secret_access_key": "x"}}},
+     r"gram\.storage_options\.client_kwargs\.aws_secret_access_key holds a literal credential"),
+    ({"cache_dir": "s3://b/gram", "storage_options": "anon"},
+     r"gram\.storage_options must be a table"),
+    ({"storage_options": {"anon": True}},
+     r"gram\.storage_options are given, but gram\.cache_dir = '' \(<run dir>/gram\) is a local "
+     r"directory, whose Gram stores take no file system options; set gram\.cache_dir to the URL"),
+    ({"cache_dir": "file:///srv/gram", "storage_options": {"anon": True}},
+     r"gram\.cache_dir = 'file:///srv/gram' is a local directory"),
+])
+def test_gram_storage_options_that_cannot_serve_are_refused_naming_the_key(gram, message):
+    with pytest.raises(MuflowInputError, match=message):
+        from_dict({"gram": gram}, source="f.toml")
+
+
+def test_a_sweep_config_gives_run_sweep_its_gram_storage_options(tmp_path, monkeypatch):
+    """``sweep --config``: the file's ``[gram]`` cache at a URL comes with its options,
+    read from the environment when the file is read for the sweep."""
+    from muflow.config import load_grid_toml
+
+    path = tmp_path / "sweep.toml"
+    path.write_text('[grid]\nC = [1.0]\nkernels = [{ kernel = "rbf", gamma = [0.1] }]\n'
+                    '[gram]\ncache_dir = "s3://b/gram"\n'
+                    'storage_options = { endpoint_url = "${GRAM_ENDPOINT}" }\n')
+    monkeypatch.setenv("GRAM_ENDPOINT", "http://minio:9000")
+    _, options = load_grid_toml(path)
+    assert options == {"cache_dir": "s3://b/gram",
+                       "storage_options": {"endpoint_url": "http://minio:9000"}}

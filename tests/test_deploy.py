@@ -101,3 +101,5 @@ def test_the_parquet_on_s3_example_is_one_configuration_with_no_credential():
     assert from_dict(deployed["parameters"]["config"]) == cfg
     assert cfg.data.path == "s3://my-bucket/churn/train/" and cfg.sweep.on_cluster
     assert cfg.data.storage_options == {"endpoint_url": "${MUFLOW_S3_ENDPOINT}"}
+    # the Gram cache on the same S3-compatible store is reached through the same endpoint
+    assert cfg.gram.cache_dir.startswith("s3://") and cfg.gram.storage_options == cfg.data.storage_options

@@ -161,6 +161,35 @@ def test_a_small_run_stores_its_gram_and_a_second_run_reuses_it(tmp_path):
     assert "(its store is there already)" in second["settings"][0]["reason"]
 
 
+def test_a_gram_cache_at_a_url_is_reached_with_gram_storage_options(tmp_path, monkeypatch):
+    """``gram.cache_dir`` an fsspec URL whose file system needs options (an S3-compatible
+    store's ``endpoint_url``; tests/gram_store_fs.py): the Gram stage plans, writes and the
+    sweep reads its stores with ``gram.storage_options``, their ``"${NAME}"`` read from the
+    environment, and a second run finds them there. No option reached the stores before.
+    config.json names the variable; no file of the run directory holds its value, and a
+    run resumed with other options (an endpoint that moved) is the same run."""
+    from muflow import pipeline as stages
+    from tests.gram_store_fs import ENDPOINT, register, url
+
+    register()
+    monkeypatch.setenv("MUFLOW_TEST_GRAM_ENDPOINT", ENDPOINT)
+    options = {"endpoint_url": "${MUFLOW_TEST_GRAM_ENDPOINT}"}
+    cfg = _generated_run(tmp_path, n=150).with_overrides(
+        gram={"cache_dir": url(tmp_path / "cache"), "storage_options": options})
+    gram, _ = _run_stages(cfg, tmp_path / "a")
+    (store,) = gram["stores"]
+    assert store["computed"] == store["tiles"] > 0 and store["store"].startswith("gramtest://")
+    assert [p.name for p in (tmp_path / "cache").glob("gram-*.zarr")] == [store["store"].rsplit("/", 1)[1]]
+    assert json_of(tmp_path / "a" / "sweep-summary.json")["kernel_paths"][0]["path"] == "stored"
+    assert json_of(tmp_path / "a" / "config.json")["gram"]["storage_options"] == options
+    assert not [p for p in (tmp_path / "a").rglob("*") if p.is_file() and ENDPOINT.encode() in p.read_bytes()]
+    second, _ = _run_stages(cfg, tmp_path / "b")
+    assert [s["computed"] for s in second["stores"]] == [0]
+    assert "(its store is there already)" in second["settings"][0]["reason"]
+    stages.start_run(cfg.with_overrides(gram={"storage_options": {"endpoint_url": "${MOVED}"}}),
+                     tmp_path / "a")
+
+
 def json_of(path):
     import json
 

@@ -58,7 +58,8 @@ def add_parser(subparsers):
             "[data] path (file, directory, glob, list or URL), format, label_column, "
             "feature_columns, storage_options, test_path, n_features, test_size, seed, timeout; "
             "[grid] C, kernels; [sweep] folds, solver, tol, max_iter, seed, n_jobs, cache_size, on_cluster, path, intercept, halving, halving_min_iter (with halving), time_limit; "
-            "[cluster] scheduler, workers, timeout; [gram] cache_dir. Prefect: set "
+            "[cluster] scheduler, workers, timeout; [gram] cache_dir, storage_options (of a URL "
+            "cache_dir; default none). Prefect: set "
             "PREFECT_API_URL to run against a server, otherwise a temporary local one is used."),
     )
     p.add_argument("config", nargs="?", metavar="CONFIG.toml",

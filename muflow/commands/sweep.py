@@ -111,7 +111,7 @@ def grid_from_args(args):
     """The grid and options from --config and the command line (the command line wins)."""
     from dataclasses import replace
 
-    from muflow.config import load_grid_toml
+    from muflow.config import load_grid_toml, takes_storage_options
 
     options = {}
     grid = None
@@ -127,6 +127,8 @@ def grid_from_args(args):
         value = getattr(args, key)
         if value is not None:
             options[key] = value
+    if args.cache_dir is not None and not takes_storage_options(args.cache_dir):
+        options.pop("storage_options", None)  # --config's gram.storage_options: of its URL
     if options.get("halving") is None:
         if args.halving_min_iter is not None:
             raise MuflowInputError("--halving-min-iter sets the first rung of successive "

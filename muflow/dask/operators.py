@@ -35,7 +35,7 @@ def partitioned_operator(X, kernel, plan, client, owns_client=False):
 
 
 def cluster_store_operator(X, kernel, *, client, store=None, cache_dir=None, dtype="float32", tile=None,
-                 resident_fraction=None, owns_client=False) -> DaskGram:
+                 resident_fraction=None, owns_client=False, storage_options=None) -> DaskGram:
     """Build or reuse the Gram store of ``K(X, X)`` on ``client`` and return its operator.
 
     Parameters
@@ -56,6 +56,9 @@ def cluster_store_operator(X, kernel, *, client, store=None, cache_dir=None, dty
         (:class:`muflow.dask.store_operator.DaskGram`); beyond it panels stream from the store.
     owns_client : bool, default=False
         Close ``client`` when the operator is closed.
+    storage_options : dict, optional
+        Of the file system of ``store`` or ``cache_dir`` (an fsspec URL), given to every
+        open of the store here and on the workers (:func:`muflow.gram.ensure_gram`).
     """
     if store is None and cache_dir is None:
         cache_dir = default_cache_dir()
@@ -63,7 +66,8 @@ def cluster_store_operator(X, kernel, *, client, store=None, cache_dir=None, dty
     nonnegative = kernel.is_nonnegative(X)
     for deep_check in (False, True):
         gram, _ = ensure_gram(X, kernel, client=client, store=store, cache_dir=cache_dir,
-                              dtype=dtype, tile=tile, deep_check=deep_check)
+                              dtype=dtype, tile=tile, deep_check=deep_check,
+                              storage_options=storage_options)
         try:
             return DaskGram(gram, client=client, nonnegative=nonnegative, owns_client=owns_client,
                             **kwargs)

@@ -87,12 +87,14 @@ class PanelServer:
         Row ranges ``[start, stop)`` this actor serves.
     resident : bool
         Keep the rows in memory (otherwise read them from the store on every call).
+    storage_options : dict, optional
+        Of the file system of an fsspec ``url`` (:attr:`GramStore.storage_options`).
     """
 
-    def __init__(self, url, shards, resident, tile):
+    def __init__(self, url, shards, resident, tile, storage_options=None):
         reuse_freed_memory()  # the products' temporaries reuse freed memory (worker_memory)
         self.url = url
-        self.store = GramStore.open(url, mode="r")
+        self.store = GramStore.open(url, mode="r", storage_options=storage_options)
         self.array = self.store.array
         self.shards = [tuple(map(int, s)) for s in shards]
         self.resident = bool(resident)
@@ -272,7 +274,8 @@ class DaskGram(GramOperator):
                    if a == address and self._resident_of.get(s))
         resident = (not limit) or (rows + held) * self.n * self.dtype.itemsize <= limit * self.resident_fraction
         future = self.client.submit(
-            PanelServer, self.store.url, [shard], resident, self.store.tile, actor=True,
+            PanelServer, self.store.url, [shard], resident, self.store.tile,
+            self.store.storage_options, actor=True,
             workers=[address], allow_other_workers=True, pure=False,
             key=f"muflow-panels-{uuid.uuid4().hex[:8]}-{shard[0]}-{shard[1]}")
         self._actors[shard] = (future, None, address)

@@ -60,18 +60,25 @@ class BuildReport:
 _OPEN_ARRAYS: dict = {}
 
 
-def _open_for_write(url):
+def _open_for_write(url, storage_options=None):
+    """The store's array, opened once per worker for its URL and file system options (an
+    fsspec URL on another endpoint is another store, even at the same path)."""
+    import json
+
     import zarr
 
-    array = _OPEN_ARRAYS.get(url)
+    key = (url, json.dumps(storage_options, sort_keys=True, default=str))
+    array = _OPEN_ARRAYS.get(key)
     if array is None:
-        array = _OPEN_ARRAYS[url] = zarr.open_array(url, mode="r+")
+        array = _OPEN_ARRAYS[key] = zarr.open_array(url, mode="r+", storage_options=storage_options)
     return array
 
 
-def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, dtype: str):
-    """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I); the
-    tile's blocks reuse the memory the worker frees
+def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, dtype: str,
+                 storage_options=None):
+    """Per-tile work on a worker: K(X_I, X_J) into chunk (I, J) and its transpose (J, I), in
+    the store at ``url`` opened with ``storage_options`` (those of the file system of an
+    fsspec URL: an endpoint, ...); the tile's blocks reuse the memory the worker frees
     (:func:`muflow.dask.worker_memory.reuse_freed_memory`)."""
     from muflow.dask.worker_memory import reuse_freed_memory
 
@@ -85,7 +92,7 @@ def compute_tile(url: str, X, kernel: dict, i: int, j: int, n: int, tile: int, d
         # panels answer rows of K from its columns
         lower = np.tril_indices(r1 - r0, -1)
         block[lower] = block.T[lower]
-    array = _open_for_write(url)
+    array = _open_for_write(url, storage_options)
     array[r0:r1, c0:c1] = block
     if i != j:
         array[c0:c1, r0:r1] = np.ascontiguousarray(block.T)
@@ -127,7 +134,7 @@ def build_gram(X, store: GramStore, *, client=None, tiles=None, on_tile=None,
     done = store.recorded_tiles() - set(tiles)
     Xb = block_input(X)
     kernel = store.kernel.to_dict()
-    args = (store.n, store.tile, store.dtype)
+    args = (store.n, store.tile, store.dtype, store.storage_options)
     last_flush = time.perf_counter()
 
     def finished(i, j):
@@ -191,6 +198,11 @@ def ensure_gram(X, kernel: Kernel, *, client=None, store=None, cache_dir=None,
     deep_check : bool, default=False
         Read every recorded tile to find damaged chunks (otherwise only their presence is
         checked).
+    storage_options : dict, optional
+        Of the file system of ``store`` or ``cache_dir`` when it is an fsspec URL
+        (``endpoint_url`` of an S3-compatible store, ...), as values, not ``"${NAME}"``
+        references: every open and create of the store, here and by the workers that
+        write its tiles, is given them (:attr:`GramStore.storage_options`).
 
     Returns
     -------

@@ -18,7 +18,7 @@ from muflow.operators import DenseGram
 
 
 def held_operator(X, kernel, dtype="auto", *, cache_dir=None, out=None,
-                  n_threads: int | None = None) -> DenseGram:
+                  n_threads: int | None = None, storage_options=None) -> DenseGram:
     """The operator of K(X, X) held in this process.
 
     Parameters
@@ -36,11 +36,13 @@ def held_operator(X, kernel, dtype="auto", *, cache_dir=None, out=None,
         for every kernel setting); ignored otherwise, and with ``cache_dir``.
     n_threads : int, optional
         Threads that build K (:func:`muflow.inmemory.numpy_gram`).
+    storage_options : dict, optional
+        Of the file system of ``cache_dir`` when it is an fsspec URL (:func:`cached_gram`).
     """
     if kernel.name == "precomputed":
         K = kernel.block(X)
     elif cache_dir is not None:
-        K = cached_gram(X, kernel, cache_dir)
+        K = cached_gram(X, kernel, cache_dir, storage_options)
     else:
         from muflow.inmemory import gram_dtype, numpy_gram
 
@@ -51,13 +53,15 @@ def held_operator(X, kernel, dtype="auto", *, cache_dir=None, out=None,
     return DenseGram(K)
 
 
-def cached_gram(X, kernel, cache_dir) -> np.ndarray:
+def cached_gram(X, kernel, cache_dir, storage_options=None) -> np.ndarray:
     """K(X, X) in float64 from the Gram store cache in ``cache_dir`` (:func:`ensure_gram`:
-    built there first when it holds none), refused before anything is built when it cannot
-    fit in memory; a damaged tile is recomputed from X and the store read again."""
+    built there first when it holds none; an fsspec URL opened with ``storage_options``),
+    refused before anything is built when it cannot fit in memory; a damaged tile is
+    recomputed from X and the store read again."""
     check_gram_fits(X.shape[0], np.float64)
     for deep_check in (False, True):
-        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=deep_check)
+        store, _ = ensure_gram(X, kernel, cache_dir=cache_dir, dtype="float64", deep_check=deep_check,
+                               storage_options=storage_options)
         try:
             return np.asarray(store.read(), dtype=np.float64)
         except StoreCorruptError:  # a damaged tile, with X at hand: recompute it (once)

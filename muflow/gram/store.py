@@ -282,11 +282,14 @@ class GramStore:
     dtype : str
     kernel : Kernel
     fingerprint : dict
+    storage_options : dict or None
+        Of the file system at ``url`` (an fsspec URL): every open of the store, here and by
+        the workers that write its tiles or serve its panels, is given them.
     """
 
-    def __init__(self, url: str, array):
+    def __init__(self, url: str, array, storage_options=None):
         self.url = absolute_location(url)  # what the workers open: see absolute_location
-        self.array = array
+        self.array, self.storage_options = array, storage_options or None
         attrs = dict(array.attrs)
         try:
             self.n = int(attrs["n"])
@@ -338,7 +341,7 @@ class GramStore:
             compressors=[Crc32cCodec()], fill_value=np.nan, zarr_format=3, attributes=attrs,
             overwrite=True, storage_options=storage_options,
         )
-        return cls(url, array)
+        return cls(url, array, storage_options)
 
     @classmethod
     def open(cls, url, mode="r+", storage_options=None) -> "GramStore":
@@ -349,7 +352,7 @@ class GramStore:
             raise MuflowInputError(f"no Gram store at {url}") from None
         except Exception as exc:  # zarr raises several types for a non-array path
             raise StoreCorruptError(f"{url} is not a readable zarr array ({exc})") from None
-        return cls(url, array)
+        return cls(url, array, storage_options)
 
     # -- provenance -------------------------------------------------------------------
     def check_matches(self, fp: dict, kernel: Kernel, dtype: str | None = None):

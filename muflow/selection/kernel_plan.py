@@ -44,29 +44,32 @@ def store_dtype(on_cluster: bool) -> str:
     return "float32" if on_cluster else "float64"
 
 
-def store_built(X, kernel, cache_dir, dtype: str) -> bool:
-    """Whether ``cache_dir`` holds the Gram store of K(X, X) in ``dtype`` already (never
-    for a dask X: a store is built from X in this process, which a dask X never enters)."""
+def store_built(X, kernel, cache_dir, dtype: str, storage_options=None) -> bool:
+    """Whether ``cache_dir`` (an fsspec URL opened with ``storage_options``) holds the Gram
+    store of K(X, X) in ``dtype`` already (never for a dask X: a store is built from X in
+    this process, which a dask X never enters)."""
     from muflow.gram.store import fingerprint, lookup_cache, store_exists
 
     if hasattr(X, "dask"):
         return False
 
-    return store_exists(lookup_cache(str(cache_dir), fingerprint(X), kernel, dtype))
+    return store_exists(lookup_cache(str(cache_dir), fingerprint(X), kernel, dtype), storage_options)
 
 
 def plan_setting(X, kernel, *, solver: str = "auto", intercept: str = "exact", solves: int = 1,
-                 client=None, cache_dir=None, cache_mb=None, device: bool = False) -> KernelPlan:
+                 client=None, cache_dir=None, cache_mb=None, device: bool = False,
+                 storage_options=None) -> KernelPlan:
     """The plan of one kernel setting over X: :func:`muflow.routing.plan_kernel` given the
     memory available now, the free disk at the store directory and whether the store is
-    there. With a client the store directory is ``cache_dir`` or the default cache
+    there (an fsspec URL ``cache_dir`` looked at with ``storage_options``). With a client
+    the store directory is ``cache_dir`` or the default cache
     (:func:`muflow.gram.store.default_cache_dir`), where the Dask operator puts it."""
     if client is not None and cache_dir is None:
         from muflow.gram.store import default_cache_dir
 
         cache_dir = default_cache_dir()
     built = cache_dir is not None and kernel.name != "precomputed" and store_built(
-        X, kernel, cache_dir, store_dtype(client is not None))
+        X, kernel, cache_dir, store_dtype(client is not None), storage_options)
     return plan_kernel(X.shape[0], solver=solver, intercept=intercept, kernel_name=kernel.name,
                        solves=solves, client=client, store_dir=cache_dir, store_built=built,
                        free_disk=free_disk_bytes(cache_dir), cache_mb=cache_mb, device=device)

@@ -42,11 +42,11 @@ from muflow.time_limit import start as start_deadline
 
 def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir, X_test=None,
               y_test=None, solver: str = "auto", path: str = "auto", intercept: str = "exact",
-              tol: float = 1e-3, max_iter: int = -1, client=None, cache_dir=None, resume: bool = False,
-              progress: bool = True, halving: int | None = None, halving_min_iter: int = 10,
-              n_jobs: int | None = None, cache_size: float = DEFAULT_CACHE_MB, on_kernel_done=None,
-              resume_command=None, time_limit: float | None = None, device: str = "cpu",
-              feature_names=None, svmlight_zero_based: bool | None = None) -> SweepResult:
+              tol: float = 1e-3, max_iter: int = -1, client=None, cache_dir=None, storage_options=None,
+              resume: bool = False, progress: bool = True, halving: int | None = None,
+              halving_min_iter: int = 10, n_jobs: int | None = None, cache_size: float = DEFAULT_CACHE_MB,
+              on_kernel_done=None, resume_command=None, time_limit: float | None = None,
+              device: str = "cpu", feature_names=None, svmlight_zero_based: bool | None = None) -> SweepResult:
     """Cross-validate every configuration of ``grid`` and refit the best on all data.
 
     Parameters
@@ -94,11 +94,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir, 
         Solve on the cluster: X partitioned over the workers (see ``solver``), or each
         Gram built on the cluster into the store cache and served by the workers
         (multiplicative solvers whose kernel panels do not fit, batched path).
-    cache_dir : str, optional
-        Gram store cache (:mod:`muflow.gram`): a kernel setting whose plan reads a store
-        (:func:`muflow.routing.plan_kernel`: K stored, with room on the disk) reads it from
-        here when present and writes it here otherwise; the settings on rows on demand or on
-        X partitioned over the workers neither read nor write it.
+    cache_dir, storage_options : str, dict, optional
+        Gram store cache (:mod:`muflow.gram`; an fsspec URL opened with ``storage_options``, here
+        and on the workers): a setting whose plan (:func:`muflow.routing.plan_kernel`) reads a
+        store (K stored, room on the disk) reads it here when present, else writes it there;
+        settings on rows on demand or on X partitioned over the workers neither read nor write it.
     resume : bool, default=False
         Skip the kernel settings whose results are already in ``out_dir`` (same data,
         grid and options); their Grams are not rebuilt.
@@ -151,11 +151,11 @@ def run_sweep(X, y, grid: SweepGrid, *, folds: int = 5, seed: int = 0, out_dir, 
     settings, Cs = grid.kernel_settings(), grid.sorted_C()
     plans = _plan_settings(data.X, settings, len(Cs), folds=folds, solver=solver, path=path,
                            intercept=intercept, client=client, cache_dir=cache_dir, cache_mb=cache_size,
-                           device=xp is not None, halving=halving)
+                           device=xp is not None, halving=halving, storage_options=storage_options)
     out_dir, meta = rundir.open_run_dir(out_dir, data.X, y, grid.to_dict(), options, resume)
     run = _SweepRun(data=data, Cs=Cs, out_dir=out_dir, meta=meta, intercept=intercept, tol=tol,
                     max_iter=max_iter, halving=halving, halving_min_iter=halving_min_iter,
-                    budget=budget, device=xp, client=client, cache_dir=cache_dir,
+                    budget=budget, device=xp, client=client, cache_dir=cache_dir, storage_options=storage_options,
                     cache_size=cache_size, deadline=deadline, on_kernel_done=on_kernel_done,
                     resume_command=resume_command, bar=Progress(progress, total=len(settings) * len(Cs)))
     run.every_setting(settings, plans, resume=resume)
@@ -246,7 +246,7 @@ def _file_names(names, n_features: int) -> np.ndarray:
 
 
 def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, client, cache_dir,
-                   cache_mb, device=False, halving=None) -> list:
+                   cache_mb, device=False, halving=None, storage_options=None) -> list:
     """``[(kernel, plan, info, path along C), ...]``, one per kernel setting, asked once
     before any solve (:func:`muflow.selection.kernel_plan.plan_setting`, the rule the
     pipeline follows too): impossible combinations are refused before anything runs."""
@@ -255,7 +255,7 @@ def _plan_settings(X, settings, n_C: int, *, folds, solver, path, intercept, cli
         kernel = kernel_from_setting(setting, X, intercept=intercept)
         plan = plan_setting(X, kernel, solver=solver, intercept=intercept,
                             solves=sweep_solves(folds, n_C), client=client, cache_dir=cache_dir,
-                            cache_mb=cache_mb, device=device)
+                            cache_mb=cache_mb, device=device, storage_options=storage_options)
         along = sweep_path(path, plan.solver, halving)
         info = choose_solver(plan.solver, intercept=intercept, kernel_nonnegative=kernel.is_nonnegative(X))
         planned.append((kernel, plan, info, along))
@@ -280,6 +280,7 @@ class _SweepRun:
     device: object  # the array module of device= (None: the CPU)
     client: object
     cache_dir: object
+    storage_options: dict | None  # of the file system of an fsspec URL cache_dir
     cache_size: float
     deadline: object
     on_kernel_done: object
@@ -329,6 +330,7 @@ class _SweepRun:
         t = time.perf_counter()
         operator = gram_operator(self.data.X, kernel, plan, client=self.client, out=self.buffer,
                                  cache_dir=self.cache_dir if plan.store else None,
+                                 storage_options=self.storage_options,
                                  device=self.device, n_threads=self.budget)
         self.buffer = operator.dense  # the next setting builds its K into this array
         self.timings["gram"] += time.perf_counter() - t

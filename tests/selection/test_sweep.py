@@ -734,3 +734,26 @@ def test_a_config_file_rung_waits_for_halving_from_the_command_line(tmp_path):
     assert options("--halving", "3")["halving_min_iter"] == 4
     with pytest.raises(MuflowInputError, match=r"g.toml: sweep.halving_min_iter = 4 .*halving"):
         options()
+
+
+def test_a_config_files_gram_storage_options_go_with_its_url_cache(tmp_path, monkeypatch):
+    """`sweep --config f.toml`: the file's [gram] cache at a URL reaches run_sweep with its
+    storage_options ("${NAME}" read from the environment); a local --cache-dir on the
+    command line replaces that cache, and options no local store takes are not given."""
+    from muflow.cli import build_parser
+    from muflow.commands.sweep import grid_from_args
+
+    cfg = tmp_path / "g.toml"
+    cfg.write_text('[grid]\nC = [1.0]\nkernels = [{ kernel = "rbf", gamma = [0.1] }]\n'
+                   '[gram]\ncache_dir = "s3://b/gram"\n'
+                   'storage_options = { endpoint_url = "${GRAM_ENDPOINT}" }\n')
+    monkeypatch.setenv("GRAM_ENDPOINT", "http://minio:9000")
+
+    def options(*argv):
+        args = build_parser().parse_args(["sweep", "--data", "d.npz", "--out", "o",
+                                          "--config", str(cfg), *argv])
+        return grid_from_args(args)[1]
+
+    assert options()["storage_options"] == {"endpoint_url": "http://minio:9000"}
+    local = options("--cache-dir", str(tmp_path / "cache"))
+    assert local["cache_dir"] == str(tmp_path / "cache") and "storage_options" not in local
