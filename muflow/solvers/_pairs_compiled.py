@@ -260,7 +260,9 @@ def smo_pairs(y, U, alpha, G, QD, act, data, slot_of, stamp, clock, state, F, cu
         if not resumed:
             _pair_gains(yG, low, Dc, Ki, gmax, Dii, gain, lowkey, n_act)
             gmax2 = -_block_minima(lowkey, bmin, n_act)
-            if gmax + gmax2 <= unshrink_gap:
+            # -inf: never (a gap of -inf, I_low empty where one class's bounds are all
+            # 0, is no cue to unshrink: it returned UNSHRINK forever)
+            if unshrink_gap > -np.inf and gmax + gmax2 <= unshrink_gap:
                 status = UNSHRINK
                 break
             if gmax + gmax2 < gap_tol:

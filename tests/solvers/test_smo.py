@@ -233,3 +233,17 @@ def test_smo_brings_shrunk_variables_back_before_a_crawling_active_set_is_solved
     *_, primal = primal_reference(phi - phi.mean(axis=0), y, np.ones(len(y)), np.zeros(len(y)),
                                   intercept=True)
     np.testing.assert_allclose(objective(alpha), -primal, rtol=5e-3)
+
+
+@pytest.mark.parametrize("shrinking", [True, False])
+def test_a_column_whose_second_class_has_no_room_stops_at_zero(shrinking):
+    """All of one class's bounds 0 (a one-vs-one pair with a class weighted 0): I_low is
+    empty, the gap -inf, and the pair loop returned UNSHRINK forever (the fit hung)."""
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(20, 2))
+    y = np.r_[np.ones(10), -np.ones(10)]
+    problem = DualProblem(DenseGram(rbf(X, X, 0.5)), y, upper=np.r_[np.ones(10), np.zeros(10)],
+                          equality=True)
+    sol = solve_smo(problem, tol=TOL, shrinking=shrinking)
+    np.testing.assert_array_equal(sol.alpha[:, 0], 0.0)
+    assert sol.converged.all()
