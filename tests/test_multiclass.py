@@ -181,19 +181,21 @@ def test_n_iter_counts_each_pair_on_its_own(params):
     assert len(set(model.n_iter_.tolist())) > 1, model.n_iter_
 
 
-@pytest.mark.parametrize("solver", ["smo", "working_set"])
+@pytest.mark.parametrize("solver", ["smo", "working_set", "m3", "musik", "hybrid"])
 def test_a_class_weighted_zero_is_never_predicted(solver):
     """class_weight={c: 0} (or sample_weight 0 on all of c) with three classes or more: the
     pairs with c have no room on c's side, and SMO's pair loop never stopped (the fit hung;
-    scikit-learn's decision_function raises an IndexError there). Now those pairs stop at
-    alpha = 0, their decision votes against c, and the other pairs are libsvm's on the
-    classes left."""
+    scikit-learn's decision_function raises an IndexError there); the multiplicative solvers
+    raised "the hard-margin problem (C=inf) has no solution" at C=1 (musik: fit_status_ 1).
+    Now those pairs stop at alpha = 0, their decision votes against c, and the other pairs
+    are libsvm's on the classes left."""
     X, y = make_blobs(n_samples=120, centers=4, random_state=0)
     ours = muflow.SVC(gamma=0.1, solver=solver, class_weight={3: 0.0}).fit(X, y)
     weights = np.where(y == 3, 0.0, 1.0)
     by_weight = muflow.SVC(gamma=0.1, solver=solver).fit(X, y, sample_weight=weights)
     kept = y != 3  # (gamma="scale" would read the variance of these samples too)
     theirs = LibsvmSVC(gamma=0.1).fit(X[kept], y[kept])
+    assert ours.fit_status_ == by_weight.fit_status_ == 0
     assert ours.n_support_[3] == 0 and not np.any(ours.predict(X) == 3)
     np.testing.assert_array_equal(ours.predict(X), theirs.predict(X))
     np.testing.assert_array_equal(by_weight.predict(X), theirs.predict(X))

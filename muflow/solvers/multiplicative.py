@@ -342,6 +342,7 @@ def solve_multiplicative(
         raise ValueError(f"box must be 'clip' or 'flip', got {box!r}")
     t_start = time.perf_counter()
     timings = {"products": 0.0, "updates": 0.0, "kkt": 0.0, "safeguard_passes": 0}
+    given, problem = problem, problem.one_sided_pinned()  # lambda would run off to inf there
     U = problem.upper
     m = problem.m
     alpha, bias0 = problem.check_init(init)
@@ -415,7 +416,7 @@ def solve_multiplicative(
         prod = products(alpha)
         objective, satisfied, col_max = summarize(alpha, prod)
         n_iter += 1
-    return _certified(problem, alpha, prod, lam, tol, n_iter, curve, timings, t_start,
+    return _certified(given, alpha, prod, lam, tol, n_iter, curve, timings, t_start,
                       solver_name or (rule if box == "clip" else f"{rule}_flipped"))
 
 

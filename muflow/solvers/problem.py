@@ -16,7 +16,7 @@ K enters only through an operator (:mod:`muflow.operators`), shared by all m col
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -113,6 +113,24 @@ class DualProblem:
         from muflow.solvers.kkt import kkt_violation
 
         return kkt_violation(self, alpha, self.gradient(alpha, q_alpha))
+
+    def one_sided(self) -> np.ndarray:
+        """Which columns only alpha = 0 makes feasible, shape (m,): with the sum constraint,
+        those where every sample of one label has the bound 0 (a one-vs-one pair of which
+        one class is weighted 0), so that sum_i y_i alpha_i = 0 pins the other label too."""
+        if not self.equality:
+            return np.zeros(self.m, dtype=bool)
+        room = self.upper > 0
+        return ~(room & (self.y > 0)).any(axis=0) | ~(room & (self.y < 0)).any(axis=0)
+
+    def one_sided_pinned(self) -> "DualProblem":
+        """This problem with its :meth:`one_sided` columns pinned at alpha = 0 (all their
+        bounds 0), for a solver whose multiplier of the sum constraint would run off to
+        infinity on them (the multiplicative updates' lambda); itself where there are none."""
+        one_sided = self.one_sided()
+        if not one_sided.any():
+            return self
+        return replace(self, upper=np.where(one_sided, 0.0, self.upper))
 
     def check_init(self, init) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Validate a warm start: ``alpha`` of shape (n,) or (n, m), ``(alpha, bias)`` or

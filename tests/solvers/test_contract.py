@@ -138,3 +138,26 @@ def test_a_hard_margin_on_separable_data_is_solved(name):
     model = muflow.SVC(kernel="linear", C=float("inf"), solver=name, intercept=intercept,
                        tol=1e-3, max_iter=10**6).fit(X, y)
     assert model.converged_.all() and model.score(X, y) == 1.0
+
+
+@pytest.mark.parametrize("name", sorted(n for n in SOLVERS if "exact" in SOLVERS[n].intercepts))
+def test_a_column_with_one_label_left_stops_at_zero(name, breast_cancer_split):
+    """With the sum constraint, a column whose -1 samples all have the bound 0 (a one-vs-one
+    pair of which one class is weighted 0) is feasible at alpha = 0 alone. SMO looped for
+    ever there; the multiplicative solvers raised that the hard margin (C=inf) has no
+    solution; each now returns alpha = 0, certified, and a bias that puts the column's
+    samples on the +1 side, next to an ordinary column solved as before."""
+    Xtr, ytr = breast_cancer_split[0][:120], breast_cancer_split[2][:120]
+    y = np.where(ytr == ytr.max(), 1.0, -1.0)
+    U = np.ones((len(y), 2))
+    U[y < 0, 1] = 0.0
+    problem = DualProblem(DenseGram(Kernel("rbf", gamma=0.5).block(Xtr)), np.c_[y, y], upper=U,
+                          equality=True)
+    np.testing.assert_array_equal(problem.one_sided(), [False, True])
+    sol = SOLVERS[name].solve(problem, tol=1e-3, max_iter=100_000)
+    reference = SOLVERS[name].solve(DualProblem(problem.operator, y, upper=1.0, equality=True),
+                                    tol=1e-3, max_iter=100_000)
+    assert sol.converged.all() and sol.kkt_violation.max() <= 1e-3
+    np.testing.assert_array_equal(sol.alpha[:, 1], 0.0)
+    assert sol.bias[1] >= 1.0 - 1e-3
+    np.testing.assert_allclose(sol.objective[0], reference.objective[0], rtol=1e-3)
