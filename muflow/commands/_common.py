@@ -35,6 +35,35 @@ def add_data_options(parser, *, required=True, run=False):
                             help="svmlight only: number of features (e.g. 123 for a8a)")
 
 
+def add_store_options(parser) -> None:
+    """``--store-options JSON``: the file system options of a Gram store URL (``--out`` or
+    ``--cache-dir``), as ``[gram] storage_options`` in a run configuration."""
+    parser.add_argument("--store-options", dest="store_options", metavar="JSON",
+                        help="options of the file system of a Gram store URL (--out or "
+                             "--cache-dir s3://...), as a JSON object, e.g. "
+                             "'{\"endpoint_url\": \"${S3_ENDPOINT}\"}' (\"${NAME}\": the "
+                             "environment variable NAME; credentials: leave them in the "
+                             "environment); --storage-options are the data's")
+
+
+def store_options_from_args(args, location) -> dict | None:
+    """``--store-options`` checked as ``[gram] storage_options`` (no literal credential, a
+    URL to take them: :func:`muflow.config.takes_storage_options`) and their ``"${NAME}"``
+    values read from the environment; None when not given."""
+    from muflow.config import takes_storage_options
+    from muflow.data.source import expand_env, parse_storage_options
+
+    options = parse_storage_options(getattr(args, "store_options", None), "--store-options")
+    if not options:
+        return None
+    if location is None or not takes_storage_options(str(location)):
+        raise MuflowInputError(
+            f"--store-options are given, but the Gram store's place ({location or 'none'}) is "
+            "a local path, whose stores take no file system options; give --out or "
+            "--cache-dir as the URL they are for (s3://bucket/gram), or leave them out")
+    return expand_env(options, "--store-options")
+
+
 def data_overrides(args) -> dict:
     """The ``[data]`` keys the command line sets (``run``): a local path made absolute."""
     from muflow.data.source import absolute_location, parse_storage_options

@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from muflow.commands._cluster import add_cluster_options
-from muflow.commands._common import add_data_options, add_kernel_options, load_from_args, parse_gamma
+from muflow.commands._common import (add_data_options, add_kernel_options, add_store_options,
+                                     load_from_args, parse_gamma, store_options_from_args)
 from muflow.exceptions import MuflowInputError
 
 
@@ -42,6 +43,7 @@ def add_parser(subparsers):
     p.add_argument("--cache-dir", metavar="DIR",
                    help="cache directory mapping (data fingerprint, kernel, dtype) to a store; "
                         "with --out, a pointer to the store is recorded there too")
+    add_store_options(p)
     add_cluster_options(p, scheduler_note="start one with `dask scheduler` and workers with "
                                           "`dask worker ADDRESS`", timeout=True, workers=True)
     p.add_argument("--deep-check", action="store_true",
@@ -69,8 +71,9 @@ def run(args) -> int:
                                "leave it out for one worker per core")
     if args.tile is not None and args.tile < 1:
         raise MuflowInputError(f"--tile must be a positive integer, got {args.tile}")
+    options = store_options_from_args(args, args.out or args.cache_dir)
     if args.out is not None:  # refused before the data are read or a cluster starts
-        check_store_target(args.out)
+        check_store_target(args.out, options)
     if args.cache_dir is not None:
         check_directory(args.cache_dir, "--cache-dir")
     X, _ = load_from_args(args)
@@ -86,7 +89,7 @@ def run(args) -> int:
     def kept():  # an interrupted build keeps its recorded tiles; the same command continues
         url = args.out or lookup_cache(args.cache_dir, fingerprint(X), kernel, dtype)
         try:
-            gram = GramStore.open(url, mode="r")
+            gram = GramStore.open(url, mode="r", storage_options=options)
         except MuflowInputError:
             return None
         done, total = len(gram.recorded_tiles()), len(tile_pairs(gram.n, gram.tile))
@@ -97,7 +100,7 @@ def run(args) -> int:
             _one_line_if_lost(client, args, kept, log_file):
         gram, report = ensure_gram(X, kernel, client=client, store=args.out,
                                    cache_dir=args.cache_dir, dtype=dtype, tile=args.tile,
-                                   deep_check=args.deep_check)
+                                   deep_check=args.deep_check, storage_options=options)
     state = ("reused (complete, nothing computed)" if report.reused else
              f"built: computed {len(report.computed)} of {report.total} tiles in {report.seconds:.1f} s")
     print(f"Gram store: {gram.url}")

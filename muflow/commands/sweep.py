@@ -6,8 +6,9 @@ import os
 import shutil
 from pathlib import Path
 
-from muflow.commands._common import (add_data_options, parse_C, parse_gamma, read_as_trained,
-                                     read_from_args, source_from_args, with_names)
+from muflow.commands._common import (add_data_options, add_store_options, parse_C, parse_gamma,
+                                     read_as_trained, read_from_args, source_from_args,
+                                     store_options_from_args, with_names)
 from muflow.exceptions import MuflowInputError
 
 
@@ -78,6 +79,7 @@ def add_parser(subparsers):
     p.add_argument("--resume", action="store_true",
                    help="continue an interrupted sweep in DIR: finished kernel settings are not redone")
     p.add_argument("--cache-dir", metavar="DIR", help="Gram store cache (see `gram --help`)")
+    add_store_options(p)
     p.add_argument("--scheduler", metavar="ADDR",
                    help="address of a running Dask scheduler (tcp://host:8786): its workers read "
                         "--data (X never enters this process) and the working-set solver runs "
@@ -129,6 +131,9 @@ def grid_from_args(args):
             options[key] = value
     if args.cache_dir is not None and not takes_storage_options(args.cache_dir):
         options.pop("storage_options", None)  # --config's gram.storage_options: of its URL
+    store_options = store_options_from_args(args, options.get("cache_dir"))
+    if store_options is not None:  # the command line's win over --config's
+        options["storage_options"] = store_options
     if options.get("halving") is None:
         if args.halving_min_iter is not None:
             raise MuflowInputError("--halving-min-iter sets the first rung of successive "

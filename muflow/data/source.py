@@ -280,16 +280,16 @@ def check_storage_options(options, where: str = "storage_options") -> dict:
     return options
 
 
-def parse_storage_options(text: str | None) -> dict:
-    """``--storage-options JSON`` of the command line."""
+def parse_storage_options(text: str | None, option: str = "--storage-options") -> dict:
+    """``--storage-options JSON`` of the command line (or another ``option`` of that form)."""
     if not text:
         return {}
     try:
         options = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise MuflowInputError(f"--storage-options must be a JSON object, e.g. "
+        raise MuflowInputError(f"{option} must be a JSON object, e.g. "
                                f"'{{\"anon\": true}}' ({exc.msg})") from None
-    return check_storage_options(options, "--storage-options")
+    return check_storage_options(options, option)
 
 
 def absolute_location(location) -> str:

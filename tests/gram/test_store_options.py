@@ -61,3 +61,37 @@ def test_the_workers_write_the_tiles_and_serve_the_panels_with_the_options(clien
         operator.close()
     (store,) = (tmp_path / "gram").glob("gram-*.zarr")
     assert len(list(store.glob("c/*/*"))) == 9
+
+
+def test_the_gram_and_sweep_commands_take_the_stores_options(client, tmp_path, X, monkeypatch,
+                                                             capsys):
+    """`gram --out URL` and `sweep --cache-dir URL` open their stores with --store-options
+    (a "${NAME}" value from the environment); without them the URL is not reached, and
+    beside a local path they are refused naming the fix. The gram command opened and built
+    its store by the URL alone: no option reached it."""
+    from muflow.cli import main
+    from tests.gram_store_fs import ENDPOINT
+
+    client.run(register)
+    monkeypatch.setenv("MUFLOW_TEST_GRAM_ENDPOINT", ENDPOINT)
+    np.savez(tmp_path / "d.npz", X=X, y=(X[:, 0] > 0).astype(int))
+    store = url(tmp_path / "K.zarr")
+    args = ["gram", "--data", str(tmp_path / "d.npz"), "--kernel", "rbf", "--gamma", "0.2",
+            "--tile", "16", "--dtype", "float64", "--scheduler", client.scheduler.address]
+    options = ["--store-options", '{"endpoint_url": "${MUFLOW_TEST_GRAM_ENDPOINT}"}']
+    assert main(args + ["--out", store] + options) == 0
+    assert "computed 6 of 6 tiles" in capsys.readouterr().out
+    assert len(list((tmp_path / "K.zarr").glob("c/*/*"))) == 9  # on the disk behind the URL
+    assert main(args + ["--out", store] + options) == 0
+    assert "reused" in capsys.readouterr().out
+    assert main(args + ["--out", store]) != 0
+    assert "endpoint_url" in capsys.readouterr().err
+    assert main(args + ["--out", str(tmp_path / "local.zarr")] + options) == 2
+    assert "--store-options are given, but" in capsys.readouterr().err
+
+    from muflow.cli import build_parser
+    from muflow.commands.sweep import grid_from_args
+
+    sweep = build_parser().parse_args(["sweep", "--data", "d.npz", "--out", "o", "--cache-dir",
+                                       url(tmp_path / "cache"), *options])
+    assert grid_from_args(sweep)[1]["storage_options"] == OPTIONS  # to run_sweep's stores
