@@ -181,7 +181,8 @@ class DaskGram(GramOperator):
     Parameters
     ----------
     store : GramStore or str
-        A complete Gram store (path or URL opens it).
+        A complete Gram store; a path or URL opens it bare: for a URL whose file system needs
+        options, ``GramStore.open(url, storage_options=...)`` (the store carries them).
     client : distributed.Client
     nonnegative : bool, optional
         Whether K has no negative entry; read from the kernel (rbf, laplacian, even poly)
