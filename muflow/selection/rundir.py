@@ -240,9 +240,12 @@ def write_outputs(out_dir: Path, table, folds, best: dict, model, test_metrics, 
     before it: ``best.json`` never names a ``best_model/`` that is not there, and the
     command's "nothing half-written was kept" holds for the set, not only each file. A
     ``test_metrics.json`` this call does not rewrite (no test set: a resumed sweep given
-    none) is removed first, in one unlink: it described an earlier call's best model."""
+    none) is removed first, in one unlink: it described an earlier call's best model; so is
+    an earlier call's ``best.json``, which would otherwise name a ``best_model/`` that a
+    failure after the new one's save removed."""
     from muflow.persistence import save
 
+    (out_dir / "best.json").unlink(missing_ok=True)
     if test_metrics is None:
         (out_dir / "test_metrics.json").unlink(missing_ok=True)
     paths = {}

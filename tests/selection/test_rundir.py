@@ -74,6 +74,34 @@ def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch,
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_an_earlier_best_json_never_names_a_model_removed_after_a_failure(tmp_path, monkeypatch):
+    """A resumed sweep's outputs written over an earlier call's: a failure (an interrupt, a
+    full disk) after the new best_model/ removed it, and the earlier best.json stayed,
+    naming a model that was not there. It goes first now."""
+    import errno
+
+    import muflow.selection.rundir as rundir_module
+    from muflow.selection.records import ConfigurationRow
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(40, 2))
+    model = muflow.SVC().fit(X, (X[:, 0] > 0).astype(int))
+    row = ConfigurationRow(kernel="rbf", gamma=1.0, degree=None, coef0=None, C=1.0,
+                           mean_cv_accuracy=0.9, std_cv_accuracy=0.0, n_iter=1, n_support=3,
+                           time_s=0.1, stopped_early=False, solver="smo", path="continuation",
+                           split_accuracies=(0.9, 0.9))
+    rundir_module.write_outputs(tmp_path, [row], 2, {"kernel": "rbf"}, model, None)
+
+    def full_disk(path, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir_module, "write_text", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        rundir_module.write_outputs(tmp_path, [row], 2, {"kernel": "rbf", "C": 2.0}, model, None)
+    assert not (tmp_path / "best_model").exists()
+    assert not (tmp_path / "best.json").exists()
+
+
 def test_a_fresh_sweep_leaves_nothing_of_an_earlier_one_and_refuses_a_run_directory(tmp_path):
     """A fresh sweep into a directory of an earlier one removes that sweep's outputs first
     (its test_metrics.json and a kernel's heatmap stayed beside the new results); a `muflow
