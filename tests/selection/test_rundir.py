@@ -45,13 +45,8 @@ def test_a_resumed_sweep_solves_again_a_kernel_record_cut_short(tmp_path):
     assert again.best == first.best
 
 
-@pytest.mark.parametrize("fails_at", ["best.json", "best_model"])
-def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch, fails_at):
-    """The sweep's outputs appear as a set or not at all (issue 38): a full disk while
-    writing them left best.json and results.csv beside no best_model/."""
-    import errno
-
-    import muflow.selection.rundir as rundir_module
+def _model_and_row():
+    """A small fitted model and one results row, for write_outputs."""
     from muflow.selection.records import ConfigurationRow
 
     rng = np.random.default_rng(0)
@@ -61,6 +56,17 @@ def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch,
                            mean_cv_accuracy=0.9, std_cv_accuracy=0.0, n_iter=1, n_support=3,
                            time_s=0.1, stopped_early=False, solver="smo", path="continuation",
                            split_accuracies=(0.9, 0.9))
+    return model, row
+
+
+@pytest.mark.parametrize("fails_at", ["best.json", "best_model"])
+def test_a_full_disk_keeps_no_best_json_without_its_model(tmp_path, monkeypatch, fails_at):
+    """The sweep's outputs appear as a set or not at all (issue 38): a full disk while
+    writing them left best.json and results.csv beside no best_model/."""
+    import errno
+
+    import muflow.selection.rundir as rundir_module
+    model, row = _model_and_row()
 
     def full_disk(path, *args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -81,15 +87,7 @@ def test_an_earlier_best_json_never_names_a_model_removed_after_a_failure(tmp_pa
     import errno
 
     import muflow.selection.rundir as rundir_module
-    from muflow.selection.records import ConfigurationRow
-
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(40, 2))
-    model = muflow.SVC().fit(X, (X[:, 0] > 0).astype(int))
-    row = ConfigurationRow(kernel="rbf", gamma=1.0, degree=None, coef0=None, C=1.0,
-                           mean_cv_accuracy=0.9, std_cv_accuracy=0.0, n_iter=1, n_support=3,
-                           time_s=0.1, stopped_early=False, solver="smo", path="continuation",
-                           split_accuracies=(0.9, 0.9))
+    model, row = _model_and_row()
     rundir_module.write_outputs(tmp_path, [row], 2, {"kernel": "rbf"}, model, None)
 
     def full_disk(path, *args, **kwargs):
